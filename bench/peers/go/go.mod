@@ -1,0 +1,3 @@
+module weir.bench/peers/go
+
+go 1.19

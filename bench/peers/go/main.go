@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Go peer for weir's benchmarks (bench/peers/README.md). Standard library
+// only. One binary, one subcommand per benchmark:
+//
+//	goperf ctx_switch                 runtime.Gosched ping-pong, GOMAXPROCS=1
+//	goperf spawn_join                 spawn + join of 1M tiny goroutines
+//	goperf timers                     1M goroutines each in time.Sleep(0-1000 ms)
+//	goperf http_keepalive --port P    net/http hello server, GOMAXPROCS=1
+//
+// Every figure is one line: bench=NAME impl=go key=value ...
+// Flags: -runs N (repetitions; the median is printed), -n N (work size),
+// -procs N (GOMAXPROCS, default 1 so the runtime is single-threaded like
+// weir's and Tokio's current-thread peers).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math/rand"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func maxRSSKB() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return ru.Maxrss // kilobytes on Linux
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive [-runs N] [-n N] [-procs N] [--port P]\n", os.Args[0])
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	name := os.Args[1]
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	runs := fs.Int("runs", 5, "repetitions (median printed)")
+	n := fs.Int("n", 0, "work size (0: the benchmark's default)")
+	procs := fs.Int("procs", 1, "GOMAXPROCS")
+	port := fs.Int("port", 0, "http_keepalive: port to listen on (127.0.0.1)")
+	_ = fs.Parse(os.Args[2:])
+	if *runs < 1 {
+		*runs = 1
+	}
+	runtime.GOMAXPROCS(*procs)
+
+	switch name {
+	case "ctx_switch":
+		ctxSwitch(*runs, pick(*n, 10_000_000), *procs)
+	case "spawn_join":
+		spawnJoin(*runs, pick(*n, 1_000_000), *procs)
+	case "timers":
+		timers(*runs, pick(*n, 1_000_000), *procs)
+	case "http_keepalive":
+		if *port <= 0 {
+			fmt.Fprintln(os.Stderr, "http_keepalive needs --port P")
+			os.Exit(2)
+		}
+		httpServer(*port)
+	default:
+		usage()
+	}
+}
+
+func pick(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
+}
+
+// ctx_switch: two goroutines each call runtime.Gosched in a loop; with
+// GOMAXPROCS=1 every Gosched switches to the other one. switches is the
+// total number of Gosched calls (each is one switch).
+func ctxSwitch(runs, switches, procs int) {
+	per := make([]float64, 0, runs)
+	for r := 0; r < runs; r++ {
+		var wg sync.WaitGroup
+		half := switches / 2
+		start := make(chan struct{})
+		wg.Add(2)
+		for g := 0; g < 2; g++ {
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := 0; i < half; i++ {
+					runtime.Gosched()
+				}
+			}()
+		}
+		runtime.Gosched() // let both park on start
+		t0 := time.Now()
+		close(start)
+		wg.Wait()
+		el := time.Since(t0)
+		per = append(per, float64(el.Nanoseconds())/float64(2*half))
+	}
+	fmt.Printf("bench=ctx_switch impl=go ns_per_op=%.2f switches=%d procs=%d runs=%d\n",
+		median(per), switches, procs, runs)
+}
+
+// spawn_join: spawn n goroutines that each store a value, then join them all
+// (sync.WaitGroup, the idiomatic join) and check the results.
+func spawnJoin(runs, n, procs int) {
+	per := make([]float64, 0, runs)
+	out := make([]int64, n)
+	for r := 0; r < runs; r++ {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func(i int) {
+				out[i] = int64(i) + 1
+				wg.Done()
+			}(i)
+		}
+		wg.Wait()
+		el := time.Since(t0)
+		var sum int64
+		for i := 0; i < n; i++ {
+			sum += out[i]
+		}
+		if sum != int64(n)*int64(n+1)/2 {
+			fmt.Fprintln(os.Stderr, "spawn_join: wrong sum")
+			os.Exit(1)
+		}
+		per = append(per, float64(el.Nanoseconds())/float64(n))
+	}
+	fmt.Printf("bench=spawn_join impl=go ns_per_task=%.1f tasks=%d procs=%d rss_kb=%d runs=%d\n",
+		median(per), n, procs, maxRSSKB(), runs)
+}
+
+// timers: n goroutines, each sleeping a random 0-1000 ms; wall time from the
+// first spawn until the last one has woken, and the peak RSS.
+func timers(runs, n, procs int) {
+	walls := make([]float64, 0, runs)
+	rng := rand.New(rand.NewSource(42))
+	for r := 0; r < runs; r++ {
+		d := make([]time.Duration, n)
+		for i := range d {
+			d[i] = time.Duration(rng.Int63n(int64(time.Second) + 1))
+		}
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func(d time.Duration) {
+				time.Sleep(d)
+				wg.Done()
+			}(d[i])
+		}
+		wg.Wait()
+		walls = append(walls, time.Since(t0).Seconds())
+	}
+	fmt.Printf("bench=timers impl=go wall_s=%.3f rss_mib=%.1f timers=%d procs=%d runs=%d\n",
+		median(walls), float64(maxRSSKB())/1024.0, n, procs, runs)
+}
+
+// http_keepalive: net/http with a minimal handler, serving until SIGTERM.
+var hello = []byte("Hello, World!")
+var helloLen = strconv.Itoa(len(hello))
+
+func httpServer(port int) {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "listen:", err)
+		os.Exit(1)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hd := w.Header()
+		hd["Content-Type"] = []string{"text/plain"}
+		hd["Content-Length"] = []string{helloLen}
+		_, _ = w.Write(hello)
+	})
+	srv := &http.Server{Handler: h}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		_ = ln.Close()
+		os.Exit(0)
+	}()
+	_ = srv.Serve(ln)
+}

@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * loop.c - the per-thread executor: run queue, remote queue, the turn that
+ * runs tasks / expires timers / waits on the I/O backend, and the public
+ * entry points built on it (weir_loop_*, weir_main).
+ *
+ * One turn:
+ *   1. move tasks woken from other threads into the run queue;
+ *   2. poll the tasks that were queued when the turn began (tasks woken
+ *      during this step run next turn, so I/O is reaped between them);
+ *   3. expire due timers;
+ *   4. wait in the backend - not at all if work is queued, else until the
+ *      nearest timer or the caller's timeout - which also submits every op
+ *      started during the turn in one batch, and reaps completions;
+ *   5. expire timers again.
+ *
+ * Sleeping and cross-thread wake: before blocking, the loop stores
+ * sleeping=1 and then reads remote_pending (both seq_cst); a waker stores
+ * remote_pending=1 and then reads sleeping (task.c). Whichever runs second
+ * sees the other's store, so either the loop does not block or the waker
+ * writes the eventfd. wake_sent keeps that to one eventfd write per sleep.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "io/backend.h"
+#include "rt/rt_int.h"
+
+/* The loop bound to this thread. Read through a non-inlined accessor so that
+ * code running on a fiber never caches the address of another thread's
+ * variable across a context switch. */
+static __thread weir_loop *tl_loop;
+
+__attribute__((noinline)) weir_loop *weir__loop_current(void)
+{
+    return tl_loop;
+}
+
+__attribute__((noinline)) weir_task *weir__task_current(void)
+{
+    weir_loop *l = tl_loop;
+    return l ? l->current : NULL;
+}
+
+/* ---- live-task list ------------------------------------------------------------ */
+void weir__loop_adopt(weir_loop *l, weir_task *t)
+{
+    t->id = ++l->next_id;
+    t->all_prev = NULL;
+    t->all_next = l->all_head;
+    if (l->all_head)
+        l->all_head->all_prev = t;
+    l->all_head = t;
+    l->ntasks++;
+    if (l->shutting_down)
+        atomic_store_explicit(&t->cancel_req, 1, memory_order_release);
+}
+
+void weir__loop_forget(weir_loop *l, weir_task *t)
+{
+    if (t->all_prev)
+        t->all_prev->all_next = t->all_next;
+    else
+        l->all_head = t->all_next;
+    if (t->all_next)
+        t->all_next->all_prev = t->all_prev;
+    l->ntasks--;
+}
+
+static weir_task *taskq_pop(weir__taskq *q)
+{
+    weir_task *t = q->head;
+    if (t) {
+        q->head = t->next;
+        if (!q->head)
+            q->tail = NULL;
+        q->len--;
+    }
+    return t;
+}
+
+/* Tasks woken (or spawned) from other threads. A spawned task is not yet on
+ * the live list: it has no id. */
+static void drain_remote(weir_loop *l)
+{
+    if (!atomic_load_explicit(&l->remote_pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&l->remote_lock);
+    weir__taskq q = l->remote;
+    l->remote = (weir__taskq){0};
+    atomic_store_explicit(&l->remote_pending, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&l->remote_lock);
+    weir_task *t;
+    while ((t = taskq_pop(&q))) {
+        if (t->id == 0)
+            weir__loop_adopt(l, t);
+        weir__task_schedule_local(l, t);
+    }
+}
+
+/* ---- the turn ------------------------------------------------------------------- */
+enum { UNTIL_NONE, UNTIL_NO_TASKS, UNTIL_TASK_DONE };
+
+static int task_is_done(weir_task *t)
+{
+    return (atomic_load_explicit(&t->state, memory_order_acquire) & WEIR__T_STATE_MASK) ==
+           WEIR__T_DONE;
+}
+
+/* `until` says when the caller will stop turning, so that the turn in which
+ * that happens does not then block in the backend. */
+static int loop_turn(weir_loop *l, int64_t timeout_ns, int until, weir_task *task)
+{
+    int progress = 0;
+    drain_remote(l);
+    for (size_t n = l->runq.len; n > 0; n--) {
+        weir_task *t = taskq_pop(&l->runq);
+        if (!t)
+            break;
+        weir__task_run(l, t);
+        progress++;
+    }
+    progress += (int)weir__timers_expire(l);
+
+    int64_t to = timeout_ns;
+    if (l->runq.len || (until == UNTIL_NO_TASKS && l->ntasks == 0) ||
+        (until == UNTIL_TASK_DONE && task_is_done(task)))
+        to = 0;
+    if (to != 0) {
+        int64_t next = weir__wheel_next(&l->wheel);
+        if (next != INT64_MAX) {
+            int64_t d = next - weir_time_now();
+            if (d < 0)
+                d = 0;
+            if (to < 0 || d < to)
+                to = d;
+        }
+    }
+    if (to != 0) {
+        atomic_store_explicit(&l->sleeping, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&l->remote_pending, memory_order_seq_cst))
+            to = 0;
+    }
+    int c = l->be->wait(l, to);
+    atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
+    if (c < 0) {
+        weir__log(WEIR__LOG_ERROR, "io", "%s backend wait failed: %s", l->be->name,
+                  strerror(-c));
+        return c;
+    }
+    l->completions += (uint64_t)c;
+    progress += c;
+    progress += (int)weir__timers_expire(l);
+    drain_remote(l);
+    return progress;
+}
+
+/* ---- construction ------------------------------------------------------------------ */
+static const weir__backend *pick_backend(const char *want, int *is_auto)
+{
+    if (!want || !*want)
+        want = getenv("WEIR_IO");
+    *is_auto = !want || !*want || strcmp(want, "auto") == 0;
+    if (*is_auto || strcmp(want, "uring") == 0)
+        return &weir__backend_uring;
+    if (strcmp(want, "epoll") == 0)
+        return &weir__backend_epoll;
+    return NULL;
+}
+
+weir_loop *weir_loop_new(const weir_loop_opts *opts)
+{
+    if (tl_loop) {
+        errno = EBUSY; /* one loop per thread */
+        return NULL;
+    }
+    weir_loop *l = calloc(1, sizeof(*l));
+    if (!l)
+        return NULL;
+    if (opts)
+        l->opts = *opts;
+    int is_auto = 0;
+    l->be = pick_backend(l->opts.io, &is_auto);
+    if (!l->be) {
+        weir__log(WEIR__LOG_ERROR, "io", "unknown I/O backend '%s' (want uring, epoll or auto)",
+                  l->opts.io ? l->opts.io : getenv("WEIR_IO"));
+        free(l);
+        errno = EINVAL;
+        return NULL;
+    }
+    int err = 0;
+    l->thread = pthread_self();
+    pthread_mutex_init(&l->remote_lock, NULL);
+    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (l->efd < 0) {
+        err = errno;
+        goto fail_efd;
+    }
+    weir__wheel_init(&l->wheel, weir_time_now());
+    weir__stack_pool_init(&l->stacks);
+    if ((err = -weir__ctx_thread_init(&l->sched_ctx)) != 0)
+        goto fail_ctx;
+    if ((err = -weir__stack_guard_thread_init()) != 0)
+        goto fail_guard;
+    tl_loop = l;
+    int r = l->be->init(l);
+    if (r < 0 && is_auto && l->be == &weir__backend_uring) {
+        weir__log(WEIR__LOG_WARN, "io", "io_uring unavailable (%s); using epoll", strerror(-r));
+        l->be = &weir__backend_epoll;
+        r = l->be->init(l);
+    }
+    if (r < 0) {
+        err = -r;
+        weir__log(WEIR__LOG_ERROR, "io", "cannot start the %s backend: %s", l->be->name,
+                  strerror(err));
+        goto fail_be;
+    }
+    return l;
+
+fail_be:
+    tl_loop = NULL;
+    weir__stack_guard_thread_fini();
+fail_guard:
+    weir__ctx_thread_fini(&l->sched_ctx);
+fail_ctx:
+    weir__stack_pool_fini(&l->stacks);
+    close(l->efd);
+fail_efd:
+    pthread_mutex_destroy(&l->remote_lock);
+    free(l);
+    errno = err;
+    return NULL;
+}
+
+const char *weir_loop_backend(const weir_loop *l)
+{
+    return l ? l->be->name : NULL;
+}
+
+static int loop_check_caller(weir_loop *l)
+{
+    if (!l)
+        return -EINVAL;
+    if (l != tl_loop || l->current)
+        return -EPERM; /* wrong thread, or called from inside a task */
+    return 0;
+}
+
+int weir_loop_poll(weir_loop *l, int timeout_ms)
+{
+    int r = loop_check_caller(l);
+    if (r < 0)
+        return r;
+    return loop_turn(l, timeout_ms < 0 ? -1 : (int64_t)timeout_ms * WEIR_MSEC, UNTIL_NONE, NULL);
+}
+
+int weir_loop_run(weir_loop *l)
+{
+    int r = loop_check_caller(l);
+    if (r < 0)
+        return r;
+    while (l->ntasks > 0 || atomic_load_explicit(&l->remote_pending, memory_order_acquire))
+        if ((r = loop_turn(l, -1, UNTIL_NO_TASKS, NULL)) < 0)
+            return r;
+    return 0;
+}
+
+void weir_loop_free(weir_loop *l)
+{
+    if (loop_check_caller(l) < 0)
+        return;
+    l->shutting_down = 1;
+    drain_remote(l);
+    for (weir_task *t = l->all_head; t; t = t->all_next)
+        weir_task_cancel(t);
+    while (l->ntasks > 0)
+        if (loop_turn(l, -1, UNTIL_NO_TASKS, NULL) < 0)
+            break;
+    if (l->pool)
+        weir__pool_free(l->pool);
+    /* Ops of cancelled tasks have all been reaped; nothing is in the kernel. */
+    l->be->fini(l);
+    tl_loop = NULL;
+    weir__stack_guard_thread_fini();
+    weir__ctx_thread_fini(&l->sched_ctx);
+    weir__stack_pool_fini(&l->stacks);
+    close(l->efd);
+    pthread_mutex_destroy(&l->remote_lock);
+    free(l);
+}
+
+/* ---- weir_main --------------------------------------------------------------------- */
+struct main_args {
+    int (*entry)(int, char **);
+    int argc;
+    char **argv;
+};
+
+static intptr_t main_fiber(void *p)
+{
+    struct main_args *a = p;
+    return a->entry(a->argc, a->argv);
+}
+
+int weir_main(int (*entry)(int argc, char **argv), int argc, char **argv)
+{
+    weir_loop *l = weir_loop_new(NULL);
+    if (!l) {
+        weir__log(WEIR__LOG_ERROR, "rt", "cannot create the runtime: %s", strerror(errno));
+        return 1;
+    }
+    struct main_args a = {entry, argc, argv};
+    weir_spawn_opts o = {.name = "main", .stack_size = 256 * 1024, .loop = l};
+    weir_task *t = weir_task_spawn(main_fiber, &a, &o);
+    if (!t) {
+        weir__log(WEIR__LOG_ERROR, "rt", "cannot spawn main: %s", strerror(errno));
+        weir_loop_free(l);
+        return 1;
+    }
+    int failed = 0;
+    while (!task_is_done(t))
+        if (loop_turn(l, -1, UNTIL_TASK_DONE, t) < 0) {
+            failed = 1;
+            break;
+        }
+    intptr_t rc = 1;
+    if (failed)
+        weir_task_detach(t);
+    else
+        weir_task_join(t, &rc, WEIR_FOREVER);
+    weir_loop_free(l);
+    return (int)rc;
+}

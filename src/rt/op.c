@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * op.c - the leaf-operation life cycle shared by every kind of op.
+ *
+ *   begin   (the task)    bind the op to the current task, apply the task's
+ *                         deadline, refuse at once if the task is cancelled,
+ *                         arm the deadline timer;
+ *   done    (the source)  publish the result, wake the waiter;
+ *   cancel  (deadline timer or a cancel request) ask the source to finish
+ *                         early - the op is still done only through `done`;
+ *   finish  (the task)    disarm the timer, turn a cancelled result into
+ *                         -ETIMEDOUT / -ECANCELED, release the op.
+ *
+ * Fibers reach finish through weir_op_wait (parking in between); stackless
+ * tasks through weir_op_poll (returning PENDING in between).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "io/backend.h"
+#include "rt/rt_int.h"
+
+static void op_set(weir_op *op, uint32_t bits)
+{
+    __atomic_fetch_or(&op->flags, bits, __ATOMIC_RELEASE);
+}
+
+int weir__op_begin(weir_op *op, int kind, int64_t deadline)
+{
+    weir_loop *l = weir__loop_current();
+    weir_task *t = l ? l->current : NULL;
+    if (!op)
+        return -EINVAL;
+    if (!t) {
+        /* Not in a task: leave the op inactive with the error as its result,
+         * so that a later wait/poll reports it instead of hanging. */
+        op->flags = 0;
+        op->result = -EINVAL;
+        return -EINVAL;
+    }
+    op->task = t;
+    op->parent = NULL;
+    op->next = op->prev = NULL;
+    op->result = 0;
+    op->kind = (uint8_t)kind;
+    op->cancel_reason = WEIR__CANCEL_NONE;
+    op->backend = 0;
+    op->timer.slot = 0;
+    op->timer.pad = 0;
+    op->flags = WEIR__OP_ACTIVE;
+    if (t->deadline < deadline)
+        deadline = t->deadline;
+    op->deadline = deadline;
+    if (atomic_load_explicit(&t->cancel_req, memory_order_acquire)) {
+        op->cancel_reason = WEIR__CANCEL_TASK;
+        op->result = -ECANCELED;
+        op->flags |= WEIR__OP_DONE;
+        return 1;
+    }
+    if (deadline != WEIR_FOREVER) {
+        if (deadline <= weir_time_now()) {
+            op->cancel_reason = WEIR__CANCEL_DEADLINE;
+            op->result = -ECANCELED;
+            op->flags |= WEIR__OP_DONE;
+            return 1;
+        }
+        weir__timer_arm(l, &op->timer, deadline);
+    }
+    return 0;
+}
+
+void weir__op_done(weir_op *op, int64_t result)
+{
+    if (op->parent) {
+        op->result = result;
+        op_set(op, WEIR__OP_DONE);
+        weir__op_any_part_done(op);
+        return;
+    }
+    weir_task *t = op->task;
+    op->result = result;
+    if (op->flags & WEIR__OP_REMOTE) {
+        /* The waiter may see DONE, finish and free its task before we wake
+         * it: hold a reference across the publication. */
+        weir_task_ref(t);
+        op_set(op, WEIR__OP_DONE);
+        weir_task_wake(t);
+        weir_task_unref(t);
+        return;
+    }
+    uint32_t f = __atomic_fetch_or(&op->flags, WEIR__OP_DONE, __ATOMIC_RELEASE);
+    if (f & WEIR__OP_WAITING)
+        weir_task_wake(t);
+}
+
+void weir__op_cancel(weir_op *op, int reason)
+{
+    uint32_t f = weir__op_flags(op);
+    if (!(f & WEIR__OP_ACTIVE) || (f & (WEIR__OP_DONE | WEIR__OP_CANCELLING)) ||
+        (f & WEIR__OP_UNCANCELLABLE))
+        return;
+    op_set(op, WEIR__OP_CANCELLING);
+    op->cancel_reason = (uint8_t)reason;
+    weir_loop *l = op->task ? op->task->loop : weir__loop_current();
+    switch (op->kind) {
+    case WEIR__OP_SLEEP:
+    case WEIR__OP_INTERVAL:
+        weir__op_done(op, -ECANCELED);
+        break;
+    case WEIR__OP_JOIN:
+        weir__op_join_cancel(op);
+        break;
+    case WEIR__OP_BLOCKING:
+        weir__op_blocking_cancel(op);
+        break;
+    case WEIR__OP_ANY:
+        weir__op_any_cancel(op);
+        break;
+    default:
+        l->be->cancel(l, op);
+        break;
+    }
+}
+
+void weir_op_cancel(weir_op *op)
+{
+    if (op)
+        weir__op_cancel(op, WEIR__CANCEL_TASK);
+}
+
+static int64_t op_finish(weir_op *op)
+{
+    if (op->timer.slot)
+        weir__timer_disarm(op->task->loop, &op->timer);
+    if (op->kind == WEIR__OP_INTERVAL)
+        weir__interval_detach(op);
+    int64_t r = op->result;
+    if (op->cancel_reason && (r == -ECANCELED || r == -EINTR))
+        r = op->cancel_reason == WEIR__CANCEL_DEADLINE ? -ETIMEDOUT : -ECANCELED;
+    op->flags = 0;
+    return r;
+}
+
+/* One step of waiting: 1 when the op is done, 0 when the caller must
+ * suspend (WAITING is then set so that `done` wakes the task). */
+static int op_check(weir_op *op, weir_task *t)
+{
+    uint32_t f = weir__op_flags(op);
+    if (f & WEIR__OP_DONE)
+        return 1;
+    if (!(f & WEIR__OP_CANCELLING) && atomic_load_explicit(&t->cancel_req, memory_order_acquire)) {
+        weir__op_cancel(op, WEIR__CANCEL_TASK);
+        if (weir__op_flags(op) & WEIR__OP_DONE)
+            return 1;
+    }
+    f = __atomic_fetch_or(&op->flags, WEIR__OP_WAITING, __ATOMIC_ACQ_REL);
+    return (f & WEIR__OP_DONE) != 0;
+}
+
+int weir_op_poll(weir_op *op, int64_t *result)
+{
+    weir_task *t = weir__task_current();
+    if (!op || !(weir__op_flags(op) & WEIR__OP_ACTIVE)) {
+        /* Never started (the *_start call failed): report that failure. */
+        if (result)
+            *result = op ? op->result : -EINVAL;
+        return WEIR_READY;
+    }
+    if (!t || !op_check(op, t))
+        return WEIR_PENDING;
+    int64_t r = op_finish(op);
+    if (result)
+        *result = r;
+    return WEIR_READY;
+}
+
+int64_t weir_op_wait(weir_op *op)
+{
+    weir_task *t = weir__task_current();
+    if (!op || !(weir__op_flags(op) & WEIR__OP_ACTIVE))
+        return op ? op->result : -EINVAL;
+    if (!t || t->kind != WEIR__TASK_FIBER)
+        return -EINVAL;
+    while (!op_check(op, t))
+        weir__fiber_park();
+    return op_finish(op);
+}

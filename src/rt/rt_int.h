@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rt_int.h - the runtime's private state: tasks, loops, leaf ops (private).
+ *
+ * Task state. One atomic word per task, so that wake() from any thread and
+ * the scheduler agree without a lock:
+ *
+ *     IDLE ----wake----> SCHEDULED ----pick----> RUNNING ----park----> IDLE
+ *                            ^                     |  \
+ *                            |               wake  |   \---end---> DONE
+ *                            |                     v
+ *                            +--------park---- RUNNING|NOTIFIED
+ *
+ * A wake while RUNNING only sets NOTIFIED; when the task then parks, the
+ * scheduler sees the flag and re-queues it instead of going IDLE. That is the
+ * whole no-lost-wake-up argument: the waker and the parking scheduler race on
+ * one CAS, and whichever loses sees the other's write. wake() on a SCHEDULED,
+ * NOTIFIED or DONE task does nothing, which makes it idempotent.
+ *
+ * Leaf ops. A task starts an op (weir__op_begin), the op's source completes
+ * it (weir__op_done: result + DONE flag, then wake the waiter), and the task
+ * collects it (weir_op_wait / weir_op_poll -> op_finish). Deadline and cancel
+ * requests do not complete an op directly; they ask its source to finish it
+ * early (weir__op_cancel), so an in-kernel request is always reaped first.
+ */
+#ifndef WEIR_RT_INT_H
+#define WEIR_RT_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "weir/rt.h"
+#include "rt/ctx.h"
+#include "rt/stack.h"
+#include "rt/timer_wheel.h"
+
+#define WEIR__CONTAINER_OF(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
+#define WEIR__UNLIKELY(x)                   __builtin_expect(!!(x), 0)
+#define WEIR__LIKELY(x)                     __builtin_expect(!!(x), 1)
+
+/* ---- task ------------------------------------------------------------------ */
+enum {
+    WEIR__T_IDLE = 0,
+    WEIR__T_SCHEDULED = 1,
+    WEIR__T_RUNNING = 2,
+    WEIR__T_DONE = 3,
+    WEIR__T_STATE_MASK = 3,
+    WEIR__T_NOTIFIED = 4, /* woken while RUNNING */
+};
+
+enum { WEIR__TASK_FIBER = 1, WEIR__TASK_STACKLESS = 2 };
+
+/* Rarely used per-task state, allocated on first use. */
+typedef struct weir__defer {
+    struct weir__defer *next;
+    void (*fn)(void *);
+    void *arg;
+} weir__defer;
+
+typedef struct weir__task_ext {
+    weir__defer *defers;
+    void *tls[WEIR_TLS_MAX];
+    int tls_used; /* highest key + 1 set */
+} weir__task_ext;
+
+#define WEIR__JOIN_DONE ((weir_op *)(uintptr_t)1)
+
+struct weir_task {
+    _Atomic uint32_t state;
+    _Atomic uint32_t refs;
+    _Atomic uint8_t cancel_req; /* weir_task_cancel() was called */
+    uint8_t kind;
+    uint8_t started;      /* fiber context made / stackless polled once */
+    uint8_t cancel_seen;  /* ended after a cancel request */
+    _Atomic uint8_t foreign_join; /* a thread outside the runtime waits on done_seq */
+    _Atomic uint32_t done_seq;    /* futex word for joiners outside the runtime */
+    weir_loop *loop;
+    weir_task *next;               /* run-queue link */
+    weir_task *all_prev, *all_next; /* loop's list of live tasks */
+    const char *name;
+    uint64_t id;
+    intptr_t result;
+    int64_t deadline;             /* weir_task_set_deadline() */
+    _Atomic(weir_op *) joiner;    /* NULL, a waiting join op, or WEIR__JOIN_DONE */
+    weir__task_ext *ext;
+    union {
+        struct {
+            weir__ctx ctx;
+            weir__stack *stack;
+            size_t stack_size;
+            weir_task_fn fn;
+            void *arg;
+#ifdef WEIR_ASAN
+            void *asan_fake;
+#endif
+        } fiber;
+        struct {
+            weir_poll_fn poll;
+            void *frame;
+        } sl;
+    } u;
+};
+
+/* ---- loop ------------------------------------------------------------------ */
+typedef struct weir__backend weir__backend;
+
+typedef struct weir__taskq {
+    weir_task *head, *tail;
+    size_t len;
+} weir__taskq;
+
+struct weir_loop {
+    pthread_t thread;
+    weir__taskq runq;
+    /* Wakes from other threads land here (under remote_lock) and are moved
+     * to runq by the loop. */
+    pthread_mutex_t remote_lock;
+    weir__taskq remote;
+    _Atomic int remote_pending;
+    /* Cross-thread wake: `sleeping` is set (seq_cst) before the loop blocks in
+     * the backend; a waker that sees it writes the eventfd once
+     * (`wake_sent`). See weir__loop_wake_remote(). */
+    _Atomic int sleeping;
+    _Atomic int wake_sent;
+    int efd;
+
+    const weir__backend *be;
+    void *be_state;
+
+    weir__wheel wheel;
+    weir__stack_pool stacks;
+    weir__ctx sched_ctx; /* the loop thread's own context */
+    weir_task *current;
+    weir_task *all_head; /* live tasks (for shutdown) */
+    size_t ntasks;
+    uint64_t next_id;
+    int shutting_down;
+    struct weir__pool *pool; /* blocking pool, created on first use */
+    weir_loop_opts opts;
+
+    /* statistics (loop thread only) */
+    uint64_t polls, completions, forced_submits;
+#ifdef WEIR_ASAN
+    const void *asan_sched_bottom;
+    size_t asan_sched_size;
+#endif
+};
+
+/* ---- leaf op flags ----------------------------------------------------------- */
+enum {
+    WEIR__OP_ACTIVE = 1u << 0,      /* started, not yet collected */
+    WEIR__OP_DONE = 1u << 1,        /* result is final (release store) */
+    WEIR__OP_WAITING = 1u << 2,     /* waiter parked on it: done() must wake */
+    WEIR__OP_CANCELLING = 1u << 3,  /* cancel requested from the source */
+    WEIR__OP_REMOTE = 1u << 4,      /* may complete on another thread */
+    WEIR__OP_UNCANCELLABLE = 1u << 5,
+};
+
+enum {
+    WEIR__OP_NONE = 0,
+    WEIR__OP_SLEEP,
+    WEIR__OP_JOIN,
+    WEIR__OP_BLOCKING,
+    WEIR__OP_INTERVAL,
+    WEIR__OP_ANY,
+    /* I/O kinds, handled by the backend */
+    WEIR__OP_IO_FIRST,
+    WEIR__OP_READ = WEIR__OP_IO_FIRST,
+    WEIR__OP_WRITE,
+    WEIR__OP_READV,
+    WEIR__OP_WRITEV,
+    WEIR__OP_RECV,
+    WEIR__OP_SEND,
+    WEIR__OP_ACCEPT,
+    WEIR__OP_CONNECT,
+    WEIR__OP_CLOSE,
+    WEIR__OP_POLL,
+    WEIR__OP_IO_LAST = WEIR__OP_POLL,
+};
+
+enum { WEIR__CANCEL_NONE = 0, WEIR__CANCEL_TASK = 1, WEIR__CANCEL_DEADLINE = 2 };
+
+static inline uint32_t weir__op_flags(const weir_op *op)
+{
+    return __atomic_load_n(&op->flags, __ATOMIC_ACQUIRE);
+}
+
+/* ---- runtime internals shared across files --------------------------------- */
+weir_loop *weir__loop_current(void);
+weir_task *weir__task_current(void);
+
+/* Begin an op for the current task: sets task/deadline/kind, checks for a
+ * pending cancel (completes at once with -ECANCELED) and arms the deadline
+ * timer. Returns 0 when the caller should now hand the op to its source, or
+ * 1 when it is already complete (cancelled). -EINVAL outside a task. */
+int weir__op_begin(weir_op *op, int kind, int64_t deadline);
+/* Complete: store result, mark DONE, wake the waiter if it parked. Loop
+ * thread only unless the op is REMOTE (then any thread). */
+void weir__op_done(weir_op *op, int64_t result);
+/* Ask the op's source to finish early; reason is WEIR__CANCEL_*. */
+void weir__op_cancel(weir_op *op, int reason);
+
+/* Tasks (task.c) */
+void weir__task_schedule_local(weir_loop *l, weir_task *t);
+void weir__task_run(weir_loop *l, weir_task *t);
+void weir__op_join_cancel(weir_op *op);
+/* Loop bookkeeping (loop.c): the live-task list. */
+void weir__loop_adopt(weir_loop *l, weir_task *t);
+void weir__loop_forget(weir_loop *l, weir_task *t);
+/* Suspend the current fiber until woken. */
+void weir__fiber_park(void);
+
+/* Timers on the loop's wheel (loop thread). */
+void weir__timer_arm(weir_loop *l, weir_timer_node *n, int64_t deadline);
+void weir__timer_disarm(weir_loop *l, weir_timer_node *n);
+size_t weir__timers_expire(weir_loop *l);
+void weir__interval_detach(weir_op *op);
+
+/* Blocking pool (blocking.c) */
+struct weir__pool;
+void weir__op_blocking_cancel(weir_op *op);
+void weir__pool_free(struct weir__pool *p);
+
+/* Wait-any (io.c) */
+void weir__op_any_part_done(weir_op *part);
+void weir__op_any_cancel(weir_op *op);
+
+/* Logging (log.c): level 0 error .. 3 debug; WEIR_LOG=error|warn|info|debug */
+enum { WEIR__LOG_ERROR = 0, WEIR__LOG_WARN, WEIR__LOG_INFO, WEIR__LOG_DEBUG };
+void weir__log(int level, const char *component, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int weir__log_level(void);
+
+/* Environment helpers */
+long weir__env_long(const char *name, long dflt, long min, long max);
+
+#endif

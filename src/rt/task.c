@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * task.c - task lifecycle: spawn, run, park, wake, end, join, cancel,
+ * cleanup handlers and task-local storage.
+ *
+ * The state word protocol is described in rt_int.h. Every task holds one
+ * reference for its join handle and one for the scheduler while it is
+ * alive; a waker on another thread holds its own for the duration of the
+ * wake. The last unref frees the task.
+ *
+ * Fibers run on a pooled stack from their loop. A fiber that returns runs its
+ * cleanup handlers on its own stack (so they still see their task), then
+ * switches back to the scheduler for good; the scheduler recycles the stack.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt/rt_int.h"
+
+#ifdef WEIR_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* ---- task-local storage keys (process-wide) --------------------------------- */
+static _Atomic int tls_nkeys;
+static void (*tls_dtors[WEIR_TLS_MAX])(void *);
+
+int weir_tls_key_new(weir_tls_key *key, void (*dtor)(void *))
+{
+    int k = atomic_fetch_add_explicit(&tls_nkeys, 1, memory_order_relaxed);
+    if (k >= WEIR_TLS_MAX) {
+        atomic_fetch_sub_explicit(&tls_nkeys, 1, memory_order_relaxed);
+        return -ENOSPC;
+    }
+    tls_dtors[k] = dtor;
+    *key = k;
+    return 0;
+}
+
+static weir__task_ext *task_ext(weir_task *t)
+{
+    if (!t->ext)
+        t->ext = calloc(1, sizeof(*t->ext));
+    return t->ext;
+}
+
+void *weir_tls_get(weir_tls_key key)
+{
+    weir_task *t = weir__task_current();
+    if (!t || !t->ext || key < 0 || key >= WEIR_TLS_MAX)
+        return NULL;
+    return t->ext->tls[key];
+}
+
+int weir_tls_set(weir_tls_key key, void *value)
+{
+    weir_task *t = weir__task_current();
+    if (!t || key < 0 || key >= atomic_load_explicit(&tls_nkeys, memory_order_relaxed))
+        return -EINVAL;
+    weir__task_ext *x = task_ext(t);
+    if (!x)
+        return -ENOMEM;
+    x->tls[key] = value;
+    if (key >= x->tls_used)
+        x->tls_used = key + 1;
+    return 0;
+}
+
+int weir_task_defer(void (*fn)(void *), void *arg)
+{
+    weir_task *t = weir__task_current();
+    if (!t || !fn)
+        return -EINVAL;
+    weir__task_ext *x = task_ext(t);
+    weir__defer *d = malloc(sizeof(*d));
+    if (!x || !d) {
+        free(d);
+        return -ENOMEM;
+    }
+    d->fn = fn;
+    d->arg = arg;
+    d->next = x->defers;
+    x->defers = d;
+    return 0;
+}
+
+/* Cleanup handlers first (they may still read task-locals), then TLS dtors.
+ * A handler registered by a handler runs too. */
+static void task_run_cleanup(weir_task *t)
+{
+    weir__task_ext *x = t->ext;
+    if (!x)
+        return;
+    while (x->defers) {
+        weir__defer *d = x->defers;
+        x->defers = d->next;
+        d->fn(d->arg);
+        free(d);
+    }
+    for (int i = 0; i < x->tls_used; i++) {
+        void *v = x->tls[i];
+        x->tls[i] = NULL;
+        if (v && tls_dtors[i])
+            tls_dtors[i](v);
+    }
+    free(x);
+    t->ext = NULL;
+}
+
+/* ---- references and wake ------------------------------------------------------ */
+weir_task *weir_task_ref(weir_task *t)
+{
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    return t;
+}
+
+void weir_task_unref(weir_task *t)
+{
+    /* acq_rel: the last owner must see every other owner's writes before it
+     * frees (the classic refcount release/acquire pairing). */
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1) {
+        free(t->ext);
+        free(t);
+    }
+}
+
+static void taskq_push(weir__taskq *q, weir_task *t)
+{
+    t->next = NULL;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+    q->len++;
+}
+
+void weir__task_schedule_local(weir_loop *l, weir_task *t)
+{
+    taskq_push(&l->runq, t);
+}
+
+/* Another thread's wake: queue under the lock, then make sure the loop is not
+ * asleep in its backend. The seq_cst store of remote_pending and load of
+ * sleeping pair with the loop's seq_cst store of sleeping and load of
+ * remote_pending (loop.c): at least one side sees the other. */
+static void loop_wake_remote(weir_loop *l, weir_task *t)
+{
+    pthread_mutex_lock(&l->remote_lock);
+    if (t)
+        taskq_push(&l->remote, t);
+    atomic_store_explicit(&l->remote_pending, 1, memory_order_seq_cst);
+    pthread_mutex_unlock(&l->remote_lock);
+    if (atomic_load_explicit(&l->sleeping, memory_order_seq_cst) &&
+        !atomic_exchange_explicit(&l->wake_sent, 1, memory_order_acq_rel)) {
+        uint64_t one = 1;
+        ssize_t r;
+        do
+            r = write(l->efd, &one, sizeof(one));
+        while (r < 0 && errno == EINTR);
+        /* EAGAIN means the counter is saturated: the loop will wake anyway. */
+    }
+}
+
+int weir_loop_wake(weir_loop *l)
+{
+    if (!l)
+        return -EINVAL;
+    loop_wake_remote(l, NULL);
+    return 0;
+}
+
+/*
+ * Wake: one RMW on the state word, always. The fetch_or is what orders the
+ * waker's prior writes (an op's result) before the task's next run: the
+ * scheduler's exchange to RUNNING (or its failed CAS to IDLE) reads the
+ * value this RMW wrote.
+ */
+void weir_task_wake(weir_task *t)
+{
+    uint32_t prev = atomic_fetch_or_explicit(&t->state, WEIR__T_NOTIFIED, memory_order_acq_rel);
+    if (prev != WEIR__T_IDLE)
+        return; /* already queued, running (will re-run) or done */
+    weir_loop *l = t->loop;
+    if (l == weir__loop_current())
+        weir__task_schedule_local(l, t);
+    else
+        loop_wake_remote(l, t);
+}
+
+void weir_task_wake_self(void)
+{
+    weir_task *t = weir__task_current();
+    if (t)
+        weir_task_wake(t);
+}
+
+/* ---- spawn ------------------------------------------------------------------- */
+static weir_task *task_new(const weir_spawn_opts *opts, int kind)
+{
+    weir_loop *l = opts && opts->loop ? opts->loop : weir__loop_current();
+    if (!l) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_task *t = malloc(sizeof(*t));
+    if (!t) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memset(t, 0, offsetof(weir_task, u));
+    atomic_init(&t->state, WEIR__T_IDLE);
+    atomic_init(&t->refs, 2); /* handle + scheduler */
+    atomic_init(&t->joiner, NULL);
+    t->kind = (uint8_t)kind;
+    t->loop = l;
+    t->name = opts && opts->name ? opts->name : "task";
+    t->deadline = WEIR_FOREVER;
+    return t;
+}
+
+/* Register on the loop's live list and queue. Foreign threads go through the
+ * remote queue; the loop links the task when it drains it (loop.c). */
+static void task_start(weir_task *t)
+{
+    weir_loop *l = t->loop;
+    atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
+    if (l == weir__loop_current()) {
+        weir__loop_adopt(l, t);
+        weir__task_schedule_local(l, t);
+    } else {
+        loop_wake_remote(l, t);
+    }
+}
+
+weir_task *weir_task_spawn(weir_task_fn fn, void *arg, const weir_spawn_opts *opts)
+{
+    if (!fn) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_task *t = task_new(opts, WEIR__TASK_FIBER);
+    if (!t)
+        return NULL;
+    t->u.fiber.fn = fn;
+    t->u.fiber.arg = arg;
+    t->u.fiber.stack_size = opts && opts->stack_size ? opts->stack_size : WEIR_STACK_DEFAULT;
+    t->u.fiber.stack = NULL;
+    /* On the loop's own thread take the stack now so that failure is
+     * reported to the spawner; from elsewhere the loop takes it later. */
+    if (t->loop == weir__loop_current()) {
+        t->u.fiber.stack = weir__stack_get(&t->loop->stacks, t->u.fiber.stack_size);
+        if (!t->u.fiber.stack) {
+            free(t);
+            errno = ENOMEM;
+            return NULL;
+        }
+    }
+    task_start(t);
+    return t;
+}
+
+weir_task *weir_task_spawn_stackless(weir_poll_fn poll, void *frame, const weir_spawn_opts *opts)
+{
+    if (!poll) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_task *t = task_new(opts, WEIR__TASK_STACKLESS);
+    if (!t)
+        return NULL;
+    t->u.sl.poll = poll;
+    t->u.sl.frame = frame;
+    task_start(t);
+    return t;
+}
+
+/* ---- running --------------------------------------------------------------------- */
+static void fiber_entry(void *arg)
+{
+    weir_task *t = arg;
+#ifdef WEIR_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &t->loop->asan_sched_bottom, &t->loop->asan_sched_size);
+#endif
+    t->result = t->u.fiber.fn(t->u.fiber.arg);
+    task_run_cleanup(t);
+    t->started = 2; /* tells the scheduler this fiber has returned */
+    weir_loop *l = weir__loop_current();
+#ifdef WEIR_ASAN
+    __sanitizer_start_switch_fiber(NULL, l->asan_sched_bottom, l->asan_sched_size);
+#endif
+    weir__ctx_switch(&t->u.fiber.ctx, &l->sched_ctx);
+    __builtin_trap(); /* a finished fiber is never resumed */
+}
+
+/* Switch from the scheduler into fiber t until it parks or returns. */
+static void fiber_resume(weir_loop *l, weir_task *t)
+{
+    weir__stack *s = t->u.fiber.stack;
+    weir__stack_guard_enter(s, t->name);
+#ifdef WEIR_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, s->lo, s->size);
+#endif
+    weir__ctx_switch(&l->sched_ctx, &t->u.fiber.ctx);
+#ifdef WEIR_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+    weir__stack_guard_enter(NULL, NULL);
+}
+
+void weir__fiber_park(void)
+{
+    weir_loop *l = weir__loop_current();
+    weir_task *t = l->current;
+#ifdef WEIR_ASAN
+    __sanitizer_start_switch_fiber(&t->u.fiber.asan_fake, l->asan_sched_bottom,
+                                   l->asan_sched_size);
+#endif
+    weir__ctx_switch(&t->u.fiber.ctx, &l->sched_ctx);
+    /* Resumed, possibly (in a multi-threaded runtime) on another thread: reload
+     * the loop through the accessor rather than trusting `l`. */
+#ifdef WEIR_ASAN
+    l = weir__loop_current();
+    __sanitizer_finish_switch_fiber(t->u.fiber.asan_fake, &l->asan_sched_bottom,
+                                    &l->asan_sched_size);
+#endif
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void task_finish(weir_loop *l, weir_task *t)
+{
+    weir__loop_forget(l, t);
+    t->cancel_seen = atomic_load_explicit(&t->cancel_req, memory_order_acquire);
+    /* seq_cst: pairs with a foreign joiner's seq_cst read of the state after
+     * it announced itself (join_blocking). */
+    atomic_store_explicit(&t->state, WEIR__T_DONE, memory_order_seq_cst);
+    weir_op *j = atomic_exchange_explicit(&t->joiner, WEIR__JOIN_DONE, memory_order_acq_rel);
+    if (j)
+        weir__op_done(j, 0);
+    atomic_fetch_add_explicit(&t->done_seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&t->foreign_join, memory_order_seq_cst))
+        futex_wake_all(&t->done_seq);
+    weir_task_unref(t); /* the scheduler's reference */
+}
+
+/* Poll one task taken from the run queue. */
+void weir__task_run(weir_loop *l, weir_task *t)
+{
+    /* acq_rel exchange: clears NOTIFIED and reads every waker's release. */
+    atomic_exchange_explicit(&t->state, WEIR__T_RUNNING, memory_order_acq_rel);
+    l->current = t;
+    l->polls++;
+    int ready;
+    if (t->kind == WEIR__TASK_FIBER) {
+        if (WEIR__UNLIKELY(!t->started)) {
+            if (!t->u.fiber.stack)
+                t->u.fiber.stack = weir__stack_get(&l->stacks, t->u.fiber.stack_size);
+            if (!t->u.fiber.stack) {
+                weir__log(WEIR__LOG_ERROR, "rt.task", "no stack for task %s: %s", t->name,
+                          strerror(errno));
+                t->result = -ENOMEM;
+                l->current = NULL;
+                task_finish(l, t);
+                return;
+            }
+            weir__ctx_make(&t->u.fiber.ctx, t->u.fiber.stack->lo, t->u.fiber.stack->size,
+                           fiber_entry, t);
+            t->started = 1;
+        }
+        fiber_resume(l, t);
+        ready = t->started == 2;
+        if (ready) {
+            weir__stack_put(&l->stacks, t->u.fiber.stack);
+            t->u.fiber.stack = NULL;
+        }
+    } else {
+        intptr_t res = 0;
+        ready = t->u.sl.poll(t->u.sl.frame, &res) == WEIR_READY;
+        if (ready) {
+            t->result = res;
+            task_run_cleanup(t);
+        }
+    }
+    l->current = NULL;
+    if (ready) {
+        task_finish(l, t);
+        return;
+    }
+    /* Park: RUNNING -> IDLE unless a wake arrived meanwhile (NOTIFIED). */
+    uint32_t expect = WEIR__T_RUNNING;
+    if (!atomic_compare_exchange_strong_explicit(&t->state, &expect, WEIR__T_IDLE,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
+        weir__task_schedule_local(l, t);
+    }
+}
+
+/* ---- queries, yield, cancel ------------------------------------------------------- */
+weir_task *weir_task_current(void)
+{
+    return weir__task_current();
+}
+
+const char *weir_task_name(const weir_task *t)
+{
+    return t ? t->name : NULL;
+}
+
+uint64_t weir_task_id(const weir_task *t)
+{
+    return t ? t->id : 0;
+}
+
+int weir_task_cancelled(void)
+{
+    weir_task *t = weir__task_current();
+    return t && atomic_load_explicit(&t->cancel_req, memory_order_acquire);
+}
+
+int64_t weir_task_set_deadline(int64_t deadline)
+{
+    weir_task *t = weir__task_current();
+    if (!t)
+        return WEIR_FOREVER;
+    int64_t old = t->deadline;
+    t->deadline = deadline;
+    return old;
+}
+
+int weir_task_yield(void)
+{
+    weir_task *t = weir__task_current();
+    if (!t || t->kind != WEIR__TASK_FIBER)
+        return -EINVAL;
+    if (atomic_load_explicit(&t->cancel_req, memory_order_acquire))
+        return -ECANCELED;
+    weir_task_wake(t);
+    weir__fiber_park();
+    return atomic_load_explicit(&t->cancel_req, memory_order_acquire) ? -ECANCELED : 0;
+}
+
+int weir_task_cancel(weir_task *h)
+{
+    if (!h)
+        return -EINVAL;
+    /* Release: the cancelled task's acquire load of cancel_req happens after
+     * the wake below re-runs it. */
+    atomic_store_explicit(&h->cancel_req, 1, memory_order_release);
+    weir_task_wake(h);
+    return 0;
+}
+
+/* ---- join ------------------------------------------------------------------------- */
+int weir_task_join_start(weir_op *op, weir_task *h, int64_t deadline)
+{
+    if (!h)
+        return -EINVAL;
+    int r = weir__op_begin(op, WEIR__OP_JOIN, deadline);
+    if (r < 0)
+        return r;
+    op->flags |= WEIR__OP_REMOTE;
+    op->u.join.target = h;
+    if (r > 0)
+        return 0;
+    weir_op *expect = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&h->joiner, &expect, op, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        if (expect == WEIR__JOIN_DONE) {
+            weir__op_done(op, 0);
+            return 0;
+        }
+        weir__op_done(op, -EBUSY); /* someone else is already joining */
+    }
+    return 0;
+}
+
+/* The joiner gave up: take the op back unless the task's end already did. */
+void weir__op_join_cancel(weir_op *op)
+{
+    weir_task *h = op->u.join.target;
+    weir_op *expect = op;
+    if (atomic_compare_exchange_strong_explicit(&h->joiner, &expect, NULL, memory_order_acq_rel,
+                                                memory_order_acquire))
+        weir__op_done(op, -ECANCELED);
+    /* else task_finish took it and completes it now (REMOTE op: safe). */
+}
+
+intptr_t weir_task_join_result(weir_task *h)
+{
+    return h ? h->result : 0;
+}
+
+static int join_collect(weir_task *h, intptr_t *result)
+{
+    if (result)
+        *result = h->result;
+    int r = h->cancel_seen ? -ECANCELED : 0;
+    weir_task_unref(h);
+    return r;
+}
+
+/* From a thread outside the runtime: sleep on the task's done_seq futex. */
+static int join_blocking(weir_task *h, intptr_t *result, int64_t deadline)
+{
+    atomic_store_explicit(&h->foreign_join, 1, memory_order_seq_cst);
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&h->done_seq, memory_order_seq_cst);
+        if ((atomic_load_explicit(&h->state, memory_order_seq_cst) & WEIR__T_STATE_MASK) ==
+            WEIR__T_DONE)
+            break;
+        struct timespec ts, *tsp = NULL;
+        if (deadline != WEIR_FOREVER) {
+            if (weir_time_now() >= deadline)
+                return -ETIMEDOUT;
+            ts.tv_sec = deadline / WEIR_SEC;
+            ts.tv_nsec = deadline % WEIR_SEC;
+            tsp = &ts;
+        }
+        /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline. */
+        syscall(SYS_futex, &h->done_seq, FUTEX_WAIT_BITSET_PRIVATE, seq, tsp, NULL,
+                FUTEX_BITSET_MATCH_ANY);
+    }
+    /* DONE was stored before the joiner op exchange; wait for task_finish to
+     * be past its last use of the task (it drops its reference last). */
+    return join_collect(h, result);
+}
+
+int weir_task_join(weir_task *h, intptr_t *result, int64_t deadline)
+{
+    if (!h)
+        return -EINVAL;
+    weir_task *self = weir__task_current();
+    if (!self)
+        return join_blocking(h, result, deadline);
+    if (self == h || self->kind != WEIR__TASK_FIBER)
+        return -EINVAL;
+    weir_op op;
+    int r = weir_task_join_start(&op, h, deadline);
+    if (r < 0)
+        return r;
+    r = (int)weir_op_wait(&op);
+    if (r < 0)
+        return r;
+    return join_collect(h, result);
+}
+
+void weir_task_detach(weir_task *h)
+{
+    if (h)
+        weir_task_unref(h);
+}

@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * timer.c - everything that waits for a time: op deadlines, sleep,
+ * intervals and callback timers, all on the loop's timer wheel.
+ *
+ * A wheel node does not know what it belongs to, so its spare word (`pad`)
+ * tags the owner: an op (its deadline or, for sleep and interval ops, its
+ * due time) or a callback timer. The loop calls weir__timers_expire() each
+ * turn; the backend is asked to wait no longer than weir__wheel_next().
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "rt/rt_int.h"
+
+enum { NODE_OP = 0, NODE_CALLBACK = 1 };
+
+int64_t weir_time_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * WEIR_SEC + ts.tv_nsec;
+}
+
+int64_t weir_time_after_ms(int64_t ms)
+{
+    if (ms < 0)
+        return WEIR_FOREVER;
+    int64_t now = weir_time_now();
+    if (ms > (WEIR_FOREVER - now) / WEIR_MSEC)
+        return WEIR_FOREVER;
+    return now + ms * WEIR_MSEC;
+}
+
+void weir__timer_arm(weir_loop *l, weir_timer_node *n, int64_t deadline)
+{
+    n->deadline = deadline;
+    weir__wheel_add(&l->wheel, n);
+}
+
+void weir__timer_disarm(weir_loop *l, weir_timer_node *n)
+{
+    if (weir__wheel_armed(n))
+        weir__wheel_del(&l->wheel, n);
+}
+
+/* ---- callback timers ------------------------------------------------------------- */
+struct weir_timer {
+    weir_timer_node node;
+    weir_loop *loop;
+    int64_t period;
+    void (*cb)(void *);
+    void *arg;
+};
+
+weir_timer *weir_timer_start(int64_t delay_ns, int64_t period_ns, void (*cb)(void *), void *arg)
+{
+    weir_loop *l = weir__loop_current();
+    if (!l || !cb || delay_ns < 0 || period_ns < 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_timer *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->loop = l;
+    t->period = period_ns;
+    t->cb = cb;
+    t->arg = arg;
+    t->node.pad = NODE_CALLBACK;
+    int64_t now = weir_time_now();
+    weir__timer_arm(l, &t->node, delay_ns > WEIR_FOREVER - now ? WEIR_FOREVER : now + delay_ns);
+    return t;
+}
+
+void weir_timer_cancel(weir_timer *t)
+{
+    if (!t)
+        return;
+    weir__timer_disarm(t->loop, &t->node);
+    free(t);
+}
+
+static void callback_fire(weir_loop *l, weir_timer *t)
+{
+    if (t->period > 0) {
+        /* setInterval: re-arm first (relative to the due time, skipping
+         * missed periods) so that the callback may cancel it. */
+        int64_t now = weir_time_now(), due = t->node.deadline + t->period;
+        if (due <= now)
+            due += ((now - due) / t->period + 1) * t->period;
+        weir__timer_arm(l, &t->node, due);
+        t->cb(t->arg);
+        return;
+    }
+    void (*cb)(void *) = t->cb;
+    void *arg = t->arg;
+    free(t);
+    cb(arg);
+}
+
+/* ---- sleep ------------------------------------------------------------------------ */
+/* A sleep op's timer fires at min(due, task deadline); u.rw.off holds `due`. */
+int weir_time_sleep_start(weir_op *op, int64_t due)
+{
+    int r = weir__op_begin(op, WEIR__OP_SLEEP, WEIR_FOREVER);
+    if (r != 0)
+        return r < 0 ? r : 0;
+    weir_loop *l = op->task->loop;
+    op->u.rw.off = due;
+    int64_t fire_at = due < op->deadline ? due : op->deadline;
+    if (fire_at <= weir_time_now()) {
+        weir__op_done(op, due <= op->deadline ? 0 : -ETIMEDOUT);
+        return 0;
+    }
+    if (fire_at != WEIR_FOREVER)
+        weir__timer_arm(l, &op->timer, fire_at);
+    return 0;
+}
+
+int weir_time_sleep_until(int64_t deadline)
+{
+    weir_op op;
+    int r = weir_time_sleep_start(&op, deadline);
+    return r < 0 ? r : (int)weir_op_wait(&op);
+}
+
+int weir_time_sleep(int64_t ns)
+{
+    int64_t now = weir_time_now();
+    return weir_time_sleep_until(ns > WEIR_FOREVER - now ? WEIR_FOREVER : now + (ns < 0 ? 0 : ns));
+}
+
+/* ---- intervals ---------------------------------------------------------------------- */
+struct weir_interval {
+    int64_t period;
+    int64_t next_tick;
+    int64_t last_tick;
+    int cancelled;
+    weir_op *waiter;
+};
+
+weir_interval *weir_interval_new(int64_t period_ns)
+{
+    if (period_ns <= 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_interval *iv = calloc(1, sizeof(*iv));
+    if (!iv)
+        return NULL;
+    iv->period = period_ns;
+    iv->last_tick = weir_time_now();
+    iv->next_tick = iv->last_tick + period_ns;
+    return iv;
+}
+
+/* Ticks elapsed at `now` since the last one returned; advances the interval. */
+static int64_t interval_take(weir_interval *iv, int64_t now)
+{
+    int64_t n = (now - iv->last_tick) / iv->period;
+    if (n < 1)
+        n = 1;
+    iv->last_tick += n * iv->period;
+    iv->next_tick = iv->last_tick + iv->period;
+    return n;
+}
+
+int weir_interval_next_start(weir_interval *iv, weir_op *op)
+{
+    if (!iv)
+        return -EINVAL;
+    op->u.priv.ptr[0] = iv; /* before begin: finish reads it on every path */
+    int r = weir__op_begin(op, WEIR__OP_INTERVAL, WEIR_FOREVER);
+    if (r != 0)
+        return r < 0 ? r : 0;
+    if (iv->cancelled) {
+        weir__op_done(op, -ECANCELED);
+        return 0;
+    }
+    int64_t now = weir_time_now();
+    if (iv->next_tick <= now) {
+        weir__op_done(op, interval_take(iv, now));
+        return 0;
+    }
+    iv->waiter = op;
+    int64_t fire_at = iv->next_tick < op->deadline ? iv->next_tick : op->deadline;
+    weir__timer_arm(op->task->loop, &op->timer, fire_at);
+    return 0;
+}
+
+int64_t weir_interval_next(weir_interval *iv)
+{
+    weir_op op;
+    int r = weir_interval_next_start(iv, &op);
+    if (r < 0)
+        return r;
+    return weir_op_wait(&op);
+}
+
+void weir__interval_detach(weir_op *op)
+{
+    weir_interval *iv = op->u.priv.ptr[0];
+    if (iv && iv->waiter == op)
+        iv->waiter = NULL;
+}
+
+void weir_interval_cancel(weir_interval *iv)
+{
+    if (!iv)
+        return;
+    iv->cancelled = 1;
+    if (iv->waiter) {
+        weir_op *op = iv->waiter;
+        iv->waiter = NULL;
+        weir__timer_disarm(op->task->loop, &op->timer);
+        if (!(weir__op_flags(op) & WEIR__OP_DONE))
+            weir__op_done(op, -ECANCELED);
+    }
+}
+
+void weir_interval_free(weir_interval *iv)
+{
+    if (iv) {
+        weir_interval_cancel(iv);
+        free(iv);
+    }
+}
+
+/* ---- expiry ----------------------------------------------------------------------- */
+static void fire(weir_timer_node *n, void *ctx)
+{
+    weir_loop *l = ctx;
+    if (n->pad == NODE_CALLBACK) {
+        callback_fire(l, WEIR__CONTAINER_OF(n, weir_timer, node));
+        return;
+    }
+    weir_op *op = WEIR__CONTAINER_OF(n, weir_op, timer);
+    if (weir__op_flags(op) & WEIR__OP_DONE)
+        return;
+    int64_t now = weir_time_now();
+    if (op->kind == WEIR__OP_SLEEP) {
+        weir__op_done(op, op->u.rw.off <= now ? 0 : -ETIMEDOUT);
+    } else if (op->kind == WEIR__OP_INTERVAL) {
+        weir_interval *iv = op->u.priv.ptr[0];
+        if (iv->waiter == op)
+            iv->waiter = NULL;
+        if (iv->next_tick <= now)
+            weir__op_done(op, interval_take(iv, now));
+        else
+            weir__op_done(op, -ETIMEDOUT); /* the task deadline came first */
+    } else {
+        weir__op_cancel(op, WEIR__CANCEL_DEADLINE);
+    }
+}
+
+size_t weir__timers_expire(weir_loop *l)
+{
+    if (l->wheel.count == 0)
+        return 0;
+    return weir__wheel_expire(&l->wheel, weir_time_now(), fire, l);
+}
