@@ -81,8 +81,7 @@ static long parse_arg(const char *s, long dflt, long max)
     char *end;
     long v;
 
-    if (!s)
-        return dflt;
+    if (!s) return dflt;
     v = strtol(s, &end, 10);
     if (*end != '\0' || v <= 0 || v > max) {
         fprintf(stderr, "ctx_switch: bad argument '%s'\n", s);
@@ -118,8 +117,7 @@ int main(int argc, char **argv)
         remaining = r < 0 ? switches / 10 + 1 : switches;
         t0 = now_ns();
         weir__ctx_switch(&main_ctx, &a_ctx);
-        if (r >= 0)
-            ns[r] = (now_ns() - t0) / (double)switches;
+        if (r >= 0) ns[r] = (now_ns() - t0) / (double)switches;
     }
     qsort(ns, (size_t)runs, sizeof(ns[0]), cmp_double);
     printf("bench=ctx_switch impl=%s ns_per_op=%.2f runs=%ld\n", IMPL, ns[runs / 2], runs);

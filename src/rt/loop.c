@@ -30,6 +30,10 @@
 #include "io/backend.h"
 #include "rt/rt_int.h"
 
+#ifdef WEIR_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 /* The loop bound to this thread. Read through a non-inlined accessor so that
  * code running on a fiber never caches the address of another thread's
  * variable across a context switch. */
@@ -206,6 +210,9 @@ weir_loop *weir_loop_new(const weir_loop_opts *opts)
         goto fail_ctx;
     if ((err = -weir__stack_guard_thread_init()) != 0)
         goto fail_guard;
+#ifdef WEIR_TSAN
+    l->tsan_sched = __tsan_get_current_fiber();
+#endif
     tl_loop = l;
     int r = l->be->init(l);
     if (r < 0 && is_auto && l->be == &weir__backend_uring) {

@@ -95,6 +95,9 @@ struct weir_task {
 #ifdef WEIR_ASAN
             void *asan_fake;
 #endif
+#ifdef WEIR_TSAN
+            void *tsan_fiber;
+#endif
         } fiber;
         struct {
             weir_poll_fn poll;
@@ -145,6 +148,9 @@ struct weir_loop {
 #ifdef WEIR_ASAN
     const void *asan_sched_bottom;
     size_t asan_sched_size;
+#endif
+#ifdef WEIR_TSAN
+    void *tsan_sched; /* the loop thread's own TSan fiber */
 #endif
 };
 

@@ -41,6 +41,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +56,10 @@
 #define STACK_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#define STACK_DEFAULT_SIZE ((size_t)64 * 1024)
+#define STACK_DEFAULT_SIZE  ((size_t)64 * 1024)
 #define STACK_DEFAULT_CACHE 1024
-#define OVERFLOW_SLACK ((uintptr_t)64 * 1024)
-#define ALTSTACK_MIN ((size_t)64 * 1024)
+#define OVERFLOW_SLACK      ((uintptr_t)64 * 1024)
+#define ALTSTACK_MIN        ((size_t)64 * 1024)
 
 #define TLS_IE __thread __attribute__((tls_model("initial-exec")))
 
@@ -66,10 +67,17 @@
 
 static size_t page_size(void)
 {
-    static size_t cached; /* racy but idempotent: every thread stores the same */
-    if (cached == 0)
-        cached = (size_t)sysconf(_SC_PAGESIZE);
-    return cached;
+    /* Every thread computes the same value, so a relaxed cache suffices; it
+     * is atomic only to keep the benign race out of TSan reports. Lock-free,
+     * so the signal handler may read it too. */
+    static atomic_size_t cached;
+    size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+
+    if (v == 0) {
+        v = (size_t)sysconf(_SC_PAGESIZE);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
 }
 
 static weir__stack *stack_map(size_t size)
@@ -78,12 +86,10 @@ static weir__stack *stack_map(size_t size)
     weir__stack *s = malloc(sizeof(*s));
     void *map;
 
-    if (!s)
-        return NULL;
+    if (!s) return NULL;
     map = mmap(NULL, guard + size, PROT_READ | PROT_WRITE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (map == MAP_FAILED)
-        goto fail_malloc;
+    if (map == MAP_FAILED) goto fail_malloc;
     if (mprotect(map, guard, PROT_NONE) != 0) {
         int saved = errno;
         munmap(map, guard + size);
@@ -119,8 +125,7 @@ static size_t cache_limit_from_env(void)
     char *end;
     unsigned long n;
 
-    if (!v || *v == '\0')
-        return STACK_DEFAULT_CACHE;
+    if (!v || *v == '\0') return STACK_DEFAULT_CACHE;
     errno = 0;
     n = strtoul(v, &end, 10);
     if (errno != 0 || *end != '\0' || v[0] == '-')
@@ -153,8 +158,7 @@ weir__stack *weir__stack_get(weir__stack_pool *p, size_t size)
     size_t pg = page_size();
     weir__stack **link;
 
-    if (size == 0)
-        size = STACK_DEFAULT_SIZE;
+    if (size == 0) size = STACK_DEFAULT_SIZE;
     if (size > SIZE_MAX - 2 * pg) {
         errno = ENOMEM;
         return NULL;
@@ -177,8 +181,7 @@ weir__stack *weir__stack_get(weir__stack_pool *p, size_t size)
 
 void weir__stack_put(weir__stack_pool *p, weir__stack *s)
 {
-    if (!s)
-        return;
+    if (!s) return;
     if (p->cached >= p->max_cached) {
         stack_unmap(s);
         return;
@@ -212,10 +215,8 @@ static void write_all(const char *buf, size_t len)
 {
     while (len > 0) {
         ssize_t n = write(STDERR_FILENO, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
         buf += n;
         len -= (size_t)n;
     }
@@ -240,12 +241,9 @@ static int is_overflow(uintptr_t addr, const void *uctx)
 {
     uintptr_t lo = guard_lo, hi = guard_hi, sp;
 
-    if (lo == 0)
-        return 0; /* no fiber running on this thread */
-    if (addr >= lo && addr < hi)
-        return 1;
-    if (addr >= hi || lo - addr > OVERFLOW_SLACK)
-        return 0;
+    if (lo == 0) return 0; /* no fiber running on this thread */
+    if (addr >= lo && addr < hi) return 1;
+    if (addr >= hi || lo - addr > OVERFLOW_SLACK) return 0;
     /* Below the guard: only an overflow if the stack itself ran out. */
     sp = fault_sp(uctx);
     return sp == 0 || sp < hi + page_size();
@@ -279,8 +277,7 @@ static void segv_handler(int sig, siginfo_t *info, void *uctx)
     /* Default (or ignored, which the kernel overrides for real faults):
      * restore it and let the fault recur, or re-raise a sent signal. */
     signal(sig, SIG_DFL);
-    if (info->si_code <= 0)
-        raise(sig);
+    if (info->si_code <= 0) raise(sig);
 }
 
 static int install_one(int sig, struct sigaction *prev)
@@ -289,30 +286,26 @@ static int install_one(int sig, struct sigaction *prev)
 
     /* Read the previous action before installing ours, so the handler never
      * sees `prev` half-written if the signal arrives right after. */
-    if (sigaction(sig, NULL, prev) != 0)
-        return -errno;
+    if (sigaction(sig, NULL, prev) != 0) return -errno;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = segv_handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(sig, &sa, NULL) != 0)
-        return -errno;
+    if (sigaction(sig, &sa, NULL) != 0) return -errno;
     return 0;
 }
 
 static void install_handlers(void)
 {
     handler_err = install_one(SIGSEGV, &prev_segv);
-    if (handler_err == 0)
-        handler_err = install_one(SIGBUS, &prev_bus);
+    if (handler_err == 0) handler_err = install_one(SIGBUS, &prev_bus);
 }
 
 int weir__stack_guard_thread_init(void)
 {
     stack_t cur;
 
-    if (sigaltstack(NULL, &cur) != 0)
-        return -errno;
+    if (sigaltstack(NULL, &cur) != 0) return -errno;
     if (!(cur.ss_flags & SS_DISABLE)) {
         /* Someone (the application, ASan) already gave this thread an
          * alternate stack: keep it rather than pull it from under them. */
@@ -321,11 +314,9 @@ int weir__stack_guard_thread_init(void)
         stack_t ss;
         void *mem;
 
-        if (len < ALTSTACK_MIN)
-            len = ALTSTACK_MIN;
+        if (len < ALTSTACK_MIN) len = ALTSTACK_MIN;
         mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mem == MAP_FAILED)
-            return -errno;
+        if (mem == MAP_FAILED) return -errno;
         ss = (stack_t){.ss_sp = mem, .ss_size = len, .ss_flags = 0};
         if (sigaltstack(&ss, NULL) != 0) {
             int err = -errno;
@@ -345,8 +336,7 @@ void weir__stack_guard_thread_fini(void)
     stack_t cur;
 
     weir__stack_guard_enter(NULL, NULL);
-    if (!altstack_mem)
-        return;
+    if (!altstack_mem) return;
     /* Only remove the alternate stack if it is still ours. */
     if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == altstack_mem) {
         stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};

@@ -26,6 +26,12 @@
 #ifdef WEIR_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+#ifdef WEIR_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+/* Sanitizer bookkeeping for stack switches: ASan must learn the new stack's
+ * bounds, TSan the logical fiber, or their reports are noise. */
 
 /* ---- task-local storage keys (process-wide) --------------------------------- */
 static _Atomic int tls_nkeys;
@@ -295,6 +301,9 @@ static void fiber_entry(void *arg)
 #ifdef WEIR_ASAN
     __sanitizer_start_switch_fiber(NULL, l->asan_sched_bottom, l->asan_sched_size);
 #endif
+#ifdef WEIR_TSAN
+    __tsan_switch_to_fiber(l->tsan_sched, 0);
+#endif
     weir__ctx_switch(&t->u.fiber.ctx, &l->sched_ctx);
     __builtin_trap(); /* a finished fiber is never resumed */
 }
@@ -307,6 +316,9 @@ static void fiber_resume(weir_loop *l, weir_task *t)
 #ifdef WEIR_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(&fake, s->lo, s->size);
+#endif
+#ifdef WEIR_TSAN
+    __tsan_switch_to_fiber(t->u.fiber.tsan_fiber, 0);
 #endif
     weir__ctx_switch(&l->sched_ctx, &t->u.fiber.ctx);
 #ifdef WEIR_ASAN
@@ -322,6 +334,9 @@ void weir__fiber_park(void)
 #ifdef WEIR_ASAN
     __sanitizer_start_switch_fiber(&t->u.fiber.asan_fake, l->asan_sched_bottom,
                                    l->asan_sched_size);
+#endif
+#ifdef WEIR_TSAN
+    __tsan_switch_to_fiber(l->tsan_sched, 0);
 #endif
     weir__ctx_switch(&t->u.fiber.ctx, &l->sched_ctx);
     /* Resumed, possibly (in a multi-threaded runtime) on another thread: reload
@@ -376,6 +391,9 @@ void weir__task_run(weir_loop *l, weir_task *t)
             }
             weir__ctx_make(&t->u.fiber.ctx, t->u.fiber.stack->lo, t->u.fiber.stack->size,
                            fiber_entry, t);
+#ifdef WEIR_TSAN
+            t->u.fiber.tsan_fiber = __tsan_create_fiber(0);
+#endif
             t->started = 1;
         }
         fiber_resume(l, t);
@@ -383,6 +401,9 @@ void weir__task_run(weir_loop *l, weir_task *t)
         if (ready) {
             weir__stack_put(&l->stacks, t->u.fiber.stack);
             t->u.fiber.stack = NULL;
+#ifdef WEIR_TSAN
+            __tsan_destroy_fiber(t->u.fiber.tsan_fiber);
+#endif
         }
     } else {
         intptr_t res = 0;

@@ -159,10 +159,8 @@ static void run_child(void (*fn)(void), child_result *r)
     close(fds[1]);
     for (;;) {
         ssize_t n = read(fds[0], r->err + used, sizeof(r->err) - 1 - used);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
         used += (size_t)n;
     }
     r->err[used] = '\0';
@@ -184,7 +182,7 @@ static void guard_write_child(void)
     default_segv();
     weir__stack_pool_init(&p);
     s = weir__stack_get(&p, 0);
-    ((volatile char *)s->lo)[0] = 1; /* fine */
+    ((volatile char *)s->lo)[0] = 1;  /* fine */
     ((volatile char *)s->lo)[-1] = 1; /* guard page: SIGSEGV */
 }
 
@@ -209,8 +207,7 @@ __attribute__((noinline)) static int recurse_forever(int depth)
     volatile char buf[256];
 
     buf[depth & 255] = (char)depth;
-    if (depth >= depth_limit)
-        return 0;
+    if (depth >= depth_limit) return 0;
     return recurse_forever(depth + 1) + buf[(depth * 7) & 255];
 }
 

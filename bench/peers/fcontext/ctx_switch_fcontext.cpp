@@ -24,7 +24,8 @@
 
 namespace ctx = boost::context::detail;
 
-namespace {
+namespace
+{
 
 constexpr std::size_t kStackSize = 64 * 1024;
 constexpr long kMaxRuns = 101;
@@ -77,8 +78,7 @@ double now_ns()
 
 long parse_arg(const char *s, long dflt, long max)
 {
-    if (!s)
-        return dflt;
+    if (!s) return dflt;
     char *end;
     long v = std::strtol(s, &end, 10);
     if (*end != '\0' || v <= 0 || v > max) {
@@ -104,8 +104,7 @@ int main(int argc, char **argv)
         remaining = r < 0 ? switches / 10 + 1 : switches;
         double t0 = now_ns();
         ctx::jump_fcontext(a, nullptr);
-        if (r >= 0)
-            ns[r] = (now_ns() - t0) / double(switches);
+        if (r >= 0) ns[r] = (now_ns() - t0) / double(switches);
     }
     std::sort(ns, ns + runs);
     std::printf("bench=ctx_switch impl=boost-fcontext ns_per_op=%.2f runs=%ld\n", ns[runs / 2],

@@ -18,7 +18,7 @@
 #include <ucontext.h>
 
 #define STACK_SIZE ((size_t)64 * 1024)
-#define MAX_RUNS 101
+#define MAX_RUNS   101
 
 static ucontext_t main_uc, a_uc, b_uc;
 static long remaining;
@@ -83,8 +83,7 @@ static long parse_arg(const char *s, long dflt, long max)
     char *end;
     long v;
 
-    if (!s)
-        return dflt;
+    if (!s) return dflt;
     v = strtol(s, &end, 10);
     if (*end != '\0' || v <= 0 || v > max) {
         fprintf(stderr, "ctx_switch_ucontext: bad argument '%s'\n", s);
@@ -108,8 +107,7 @@ int main(int argc, char **argv)
         remaining = r < 0 ? switches / 10 + 1 : switches;
         t0 = now_ns();
         swapcontext(&main_uc, &a_uc);
-        if (r >= 0)
-            ns[r] = (now_ns() - t0) / (double)switches;
+        if (r >= 0) ns[r] = (now_ns() - t0) / (double)switches;
     }
     qsort(ns, (size_t)runs, sizeof(ns[0]), cmp_double);
     printf("bench=ctx_switch impl=ucontext ns_per_op=%.2f runs=%ld\n", ns[runs / 2], runs);

@@ -1,0 +1,62 @@
+# SPDX-License-Identifier: Apache-2.0
+# weir's top-level commands. Each works from a fresh clone: it installs the
+# Debian packages it needs (scripts/deps.sh, idempotent) and builds with CMake.
+#
+#   make run     build and run the demo
+#   make test    build the normal, ASan+UBSan, TSan and ucontext configurations
+#                and run the whole suite in each, under both I/O backends
+#   make bench   build Release and run every benchmark with its peers
+#   make build   just the normal build (build/release)
+
+JOBS ?= $(shell nproc)
+CTEST = ctest --output-on-failure -j$(JOBS)
+
+.PHONY: all deps build run test test-release test-asan test-tsan test-ucontext test-aarch64 bench clean format
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build/release/Makefile: deps
+	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc
+
+build: build/release/Makefile
+	cmake --build build/release -j$(JOBS)
+
+run: build
+	./build/release/examples/demo
+
+test-release: build
+	cd build/release && $(CTEST)
+
+test-asan: deps
+	cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	      -DWEIR_SANITIZE=address -DWEIR_BUILD_BENCH=OFF
+	cmake --build build/asan -j$(JOBS)
+	cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST)
+
+test-tsan: deps
+	cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	      -DWEIR_SANITIZE=thread -DWEIR_BUILD_BENCH=OFF
+	cmake --build build/tsan -j$(JOBS)
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(CTEST)
+
+test-ucontext: deps
+	cmake -S . -B build/ucontext -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc \
+	      -DWEIR_CONTEXT=ucontext -DWEIR_BUILD_BENCH=OFF
+	cmake --build build/ucontext -j$(JOBS)
+	cd build/ucontext && $(CTEST)
+
+test: test-release test-asan test-tsan test-ucontext
+	@echo "make test: all configurations passed"
+
+bench: deps
+	bench/run
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build

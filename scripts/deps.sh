@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Install the Debian packages weir's build, tests, demo and benchmarks need.
+# Idempotent: packages already installed are skipped (dpkg -s), and apt-get
+# runs only when something is missing. Needs root (or sudo) on a Debian host.
+set -euo pipefail
+
+pkgs=(
+  # build
+  build-essential cmake pkg-config clang
+  # I/O backend
+  liburing-dev
+  # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer)
+  libclang-rt-14-dev
+  # demo / benchmarks: load generator and peers
+  wrk golang-go libuv1-dev libboost-context-dev
+)
+[ -n "${WEIR_DEPS_EXTRA:-}" ] && pkgs+=(${WEIR_DEPS_EXTRA})
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "deps.sh: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
