@@ -31,7 +31,7 @@ test-release: build
 	cd build/release && $(CTEST)
 
 test-asan: deps
-	cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	      -DWEIR_SANITIZE=address -DWEIR_BUILD_BENCH=OFF
 	cmake --build build/asan -j$(JOBS)
 	cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -49,7 +49,10 @@ test-ucontext: deps
 	cmake --build build/ucontext -j$(JOBS)
 	cd build/ucontext && $(CTEST)
 
-test: test-release test-asan test-tsan test-ucontext
+test-aarch64: deps
+	scripts/test-aarch64.sh build/aarch64
+
+test: test-release test-asan test-tsan test-ucontext test-aarch64
 	@echo "make test: all configurations passed"
 
 bench: deps

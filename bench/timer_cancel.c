@@ -76,8 +76,7 @@ static int run_wheel(size_t n, const int64_t *deadline, const size_t *perm, doub
 {
     weir__wheel *w = malloc(sizeof(*w));
     weir_timer_node *t = calloc(n, sizeof(*t));
-    if (!w || !t)
-        return 0;
+    if (!w || !t) return 0;
     weir__wheel_init(w, 0);
     for (size_t i = 0; i < n; i++)
         t[i].deadline = deadline[i];
@@ -111,8 +110,7 @@ static int run_heap(size_t n, const int64_t *deadline, const size_t *perm, doubl
     weir__theap h;
     weir__theap_init(&h);
     weir__theap_node *t = calloc(n, sizeof(*t));
-    if (!t || weir__theap_reserve(&h, n) < 0)
-        return 0;
+    if (!t || weir__theap_reserve(&h, n) < 0) return 0;
     for (size_t i = 0; i < n; i++)
         t[i].deadline = deadline[i];
 
@@ -186,8 +184,8 @@ int main(int argc, char **argv)
     }
     for (int k = 0; k < NIMPL; k++)
         for (int op = 0; op < NOPS; op++)
-            printf("bench=timer_cancel impl=%s op=%s ns_per_op=%.1f n=%zu runs=%d\n",
-                   impls[k].name, op_names[op], median(res[k][op], runs), n, runs);
+            printf("bench=timer_cancel impl=%s op=%s ns_per_op=%.1f n=%zu runs=%d\n", impls[k].name,
+                   op_names[op], median(res[k][op], runs), n, runs);
     free(perm);
     free(deadline);
     return 0;

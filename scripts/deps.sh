@@ -14,6 +14,8 @@ pkgs=(
   libclang-rt-14-dev
   # demo / benchmarks: load generator and peers
   wrk golang-go libuv1-dev libboost-context-dev
+  # aarch64 context switch: cross compiler + qemu user emulation (scripts/test-aarch64.sh)
+  gcc-aarch64-linux-gnu qemu-user
 )
 [ -n "${WEIR_DEPS_EXTRA:-}" ] && pkgs+=(${WEIR_DEPS_EXTRA})
 

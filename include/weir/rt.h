@@ -296,6 +296,8 @@ int weir_loop_wake(weir_loop *l);
 /* Cancel the tasks still alive, let them finish, and free the loop. Must be
  * called on the loop's thread, outside any task. */
 void weir_loop_free(weir_loop *l);
+/* The loop bound to the calling thread, or NULL. */
+weir_loop *weir_loop_current(void);
 /* Name of the I/O backend in use: "uring" or "epoll". */
 const char *weir_loop_backend(const weir_loop *l);
 

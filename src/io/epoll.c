@@ -1,10 +1,597 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* epoll.c - placeholder until the epoll backend lands. */
+/*
+ * epoll.c - the epoll backend (readiness based fallback for io_uring).
+ *
+ * Every op first tries its syscall at once (read, pread, write, pwrite,
+ * readv, writev, recv/send with MSG_DONTWAIT, accept4, connect, close, or
+ * poll(fd, 0) for POLL ops). Only on EAGAIN (EINPROGRESS for connect) is it
+ * queued on its fd and interest armed; when readiness arrives the head ops
+ * are retried until one sees EAGAIN again. Ops that complete inside submit
+ * or cancel report through weir__op_done at once, as backend.h allows.
+ *
+ * Per-fd state lives in a table indexed by fd (grown by doubling up to the
+ * RLIMIT_NOFILE hard limit, at most 4M entries): three FIFO lists linked
+ * through op->next/prev - read direction (read, readv, recv, accept), write
+ * direction (write, writev, send, connect) and POLL ops - plus whether the
+ * fd is in the epoll set and which events are armed. Ops on one fd and
+ * direction complete in submission order: a new op does not jump the queue
+ * while older ones wait. On first use of an fd, O_NONBLOCK is set on it if
+ * fcntl(F_GETFL) says it lacks it (as libuv does; io.h documents this).
+ *
+ * Interest is EPOLLONESHOT. The keep-alive hot path (read -> EAGAIN -> wait
+ * -> read -> write) then costs exactly one epoll_ctl per wait: the kernel
+ * disarms the fd when it fires, so nothing has to be taken back when the
+ * waiter is satisfied, and an fd with waiters left after a dispatch is
+ * re-armed once for all directions. Level-triggered interest would need a
+ * second ctl to drop it, and edge-triggered register-once interest cannot
+ * notice an fd that the user close(2)d and whose number was reused: its
+ * registration silently vanished. With ONESHOT every arm is an explicit
+ * MOD/ADD, so ENOENT (registration gone) retries as ADD and EEXIST as MOD.
+ * A MOD re-polls the file, so readiness that arrived before arming is seen.
+ *
+ * Limits: an fd closed with close(2) (instead of weir_io_close) while ops
+ * wait on it leaves them waiting until their deadline or cancellation, and
+ * if its number is reused by a descriptor created outside weir, the
+ * O_NONBLOCK check is not repeated (accept and weir_io_close reset the
+ * state of their fd). Regular files cannot be polled (epoll_ctl says EPERM)
+ * and never return EAGAIN: their syscalls run directly, and may block the
+ * thread on disk I/O as they would anywhere else. A non-blocking connect(2)
+ * of a unix socket to a listener with a full backlog reports -EAGAIN.
+ */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "io/backend.h"
-static int ep_init(weir_loop *l) { (void)l; return -ENOSYS; }
-static void ep_fini(weir_loop *l) { (void)l; }
-static void ep_submit(weir_loop *l, weir_op *op) { (void)l; weir__op_done(op, -ENOSYS); }
-static void ep_cancel(weir_loop *l, weir_op *op) { (void)l; (void)op; }
-static int ep_wait(weir_loop *l, int64_t t) { (void)l; (void)t; return -ENOSYS; }
-const weir__backend weir__backend_epoll = {"epoll", ep_init, ep_fini, ep_submit, ep_cancel, ep_wait};
+
+#define EP_EVENTS   256
+#define EP_TAG_EFD  UINT64_MAX       /* epoll data of the loop's eventfd */
+#define EP_PENDING  INT64_MIN        /* try_op: would block, keep waiting */
+#define EP_MAX_FDS  (1 << 22)        /* table bound when RLIMIT_NOFILE is larger */
+#define EP_POLLBITS (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | \
+                     EPOLLWRBAND | EPOLLMSG | EPOLLRDHUP)
+
+/* op->backend bits */
+enum {
+    B_QUEUED = 1,     /* on one of its fd's lists */
+    B_CONNECTING = 2, /* connect() said EINPROGRESS: now wait and read SO_ERROR */
+    B_DISPATCH = 4,   /* taken off its list by a dispatch that completes it next */
+};
+
+typedef struct ep_list {
+    weir_op *head, *tail;
+} ep_list;
+
+typedef struct ep_fd {
+    ep_list rd, wr, pl; /* read direction, write direction, POLL ops */
+    uint32_t armed;     /* events armed in the kernel; 0 once ONESHOT fired */
+    uint8_t added;      /* in the epoll set (as far as we know, see ep_arm) */
+    uint8_t nb_done;    /* O_NONBLOCK ensured */
+    uint8_t regular;    /* epoll refused it (EPERM): always ready */
+} ep_fd;
+
+typedef struct ep_state {
+    int epfd;
+    int no_pwait2; /* kernel without epoll_pwait2: use epoll_wait */
+    int nfds;      /* table entries allocated */
+    int maxfds;    /* bound on the table */
+    ep_fd *fds;
+    unsigned completed; /* ops completed during the current wait */
+    struct epoll_event evs[EP_EVENTS];
+} ep_state;
+
+static ep_state *S(weir_loop *l)
+{
+    return l->be_state;
+}
+
+/* ---- lists ------------------------------------------------------------------------ */
+static void list_push(ep_list *q, weir_op *op)
+{
+    op->next = NULL;
+    op->prev = q->tail;
+    if (q->tail)
+        q->tail->next = op;
+    else
+        q->head = op;
+    q->tail = op;
+    op->backend |= B_QUEUED;
+}
+
+static void list_unlink(ep_list *q, weir_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        q->head = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        q->tail = op->prev;
+    op->next = op->prev = NULL;
+    op->backend &= (uint16_t)~B_QUEUED;
+}
+
+static ep_list *list_of(ep_fd *st, const weir_op *op)
+{
+    switch (op->kind) {
+    case WEIR__OP_WRITE:
+    case WEIR__OP_WRITEV:
+    case WEIR__OP_SEND:
+    case WEIR__OP_CONNECT:
+        return &st->wr;
+    case WEIR__OP_POLL:
+        return &st->pl;
+    default:
+        return &st->rd;
+    }
+}
+
+static int has_waiters(const ep_fd *st)
+{
+    return st->rd.head || st->wr.head || st->pl.head;
+}
+
+/* Every I/O arm of the op's union starts with the fd. */
+static int op_fd(const weir_op *op)
+{
+    return op->u.rw.fd;
+}
+
+/* ---- the fd table ----------------------------------------------------------------- */
+static ep_fd *fd_get(ep_state *s, int fd, int *err)
+{
+    if (fd < 0 || fd >= s->maxfds) {
+        *err = -EBADF;
+        return NULL;
+    }
+    if (fd >= s->nfds) {
+        long n = s->nfds ? s->nfds : 64;
+        while (n <= fd)
+            n *= 2;
+        if (n > s->maxfds)
+            n = s->maxfds;
+        ep_fd *t = realloc(s->fds, (size_t)n * sizeof(*t));
+        if (!t) {
+            *err = -ENOMEM;
+            return NULL;
+        }
+        memset(t + s->nfds, 0, (size_t)(n - s->nfds) * sizeof(*t));
+        s->fds = t;
+        s->nfds = (int)n;
+    }
+    return &s->fds[fd];
+}
+
+static int ensure_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    return 0;
+}
+
+/* ---- syscalls --------------------------------------------------------------------- */
+static int64_t try_connect(weir_op *op, uint32_t ev)
+{
+    int fd = op->u.connect.fd;
+    if (!(op->backend & B_CONNECTING)) {
+        if (connect(fd, op->u.connect.addr, op->u.connect.addrlen) == 0)
+            return 0;
+        /* EINTR: the connection goes on asynchronously, as with EINPROGRESS. */
+        if (errno == EINPROGRESS || errno == EINTR) {
+            op->backend |= B_CONNECTING;
+            return EP_PENDING;
+        }
+        return -errno;
+    }
+    int err = 0;
+    socklen_t sl = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0)
+        return -errno;
+    if (err)
+        return -err;
+    /* A connecting socket becomes writable only once established. */
+    return (ev & EPOLLOUT) ? 0 : EP_PENDING;
+}
+
+static int64_t try_poll(weir_op *op)
+{
+    struct pollfd p = {.fd = op->u.poll.fd, .events = (short)op->u.poll.events};
+    int r;
+    while ((r = poll(&p, 1, 0)) < 0 && errno == EINTR)
+        ;
+    if (r < 0)
+        return -errno;
+    if (p.revents & POLLNVAL)
+        return -EBADF;
+    return p.revents ? (int64_t)(uint16_t)p.revents : EP_PENDING;
+}
+
+/* The op's syscall, non-blocking: its result, or EP_PENDING. `ev` is the
+ * readiness that triggered a retry (0 on the first attempt). */
+static int64_t try_op(weir_op *op, uint32_t ev)
+{
+    ssize_t r;
+    for (;;) {
+        switch (op->kind) {
+        case WEIR__OP_READ:
+            r = op->u.rw.off < 0 ? read(op->u.rw.fd, op->u.rw.buf, op->u.rw.len)
+                                 : pread(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.off);
+            break;
+        case WEIR__OP_WRITE:
+            r = op->u.rw.off < 0 ? write(op->u.rw.fd, op->u.rw.buf, op->u.rw.len)
+                                 : pwrite(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.off);
+            break;
+        case WEIR__OP_READV:
+            r = readv(op->u.vec.fd, op->u.vec.iov, op->u.vec.cnt);
+            break;
+        case WEIR__OP_WRITEV:
+            r = writev(op->u.vec.fd, op->u.vec.iov, op->u.vec.cnt);
+            break;
+        case WEIR__OP_RECV:
+            r = recv(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.flags | MSG_DONTWAIT);
+            break;
+        case WEIR__OP_SEND:
+            r = send(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.flags | MSG_DONTWAIT);
+            break;
+        case WEIR__OP_ACCEPT:
+            r = accept4(op->u.accept.fd, op->u.accept.addr, op->u.accept.addrlen,
+                        op->u.accept.flags);
+            break;
+        case WEIR__OP_CONNECT:
+            return try_connect(op, ev);
+        case WEIR__OP_POLL:
+            return try_poll(op);
+        default:
+            return -EINVAL;
+        }
+        if (r >= 0)
+            return r;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return EP_PENDING;
+        return -errno;
+    }
+}
+
+/* ---- completion ------------------------------------------------------------------- */
+static void complete(ep_state *s, weir_op *op, int64_t r)
+{
+    op->backend = 0;
+    s->completed++;
+    weir__op_done(op, r);
+}
+
+/* A new accepted descriptor may reuse the number of one closed behind our
+ * back: start its state afresh (accept4 made it non-blocking). */
+static void fresh_fd(ep_state *s, int fd)
+{
+    if (fd >= 0 && fd < s->nfds && !has_waiters(&s->fds[fd]))
+        s->fds[fd] = (ep_fd){.nb_done = 1};
+}
+
+static void finish(ep_state *s, weir_op *op, int64_t r)
+{
+    if (op->kind == WEIR__OP_ACCEPT && r >= 0)
+        fresh_fd(s, (int)r);
+    complete(s, op, r);
+}
+
+/* ---- interest --------------------------------------------------------------------- */
+static uint32_t want_of(const ep_fd *st)
+{
+    uint32_t w = 0;
+    if (st->rd.head)
+        w |= EPOLLIN;
+    if (st->wr.head)
+        w |= EPOLLOUT;
+    for (const weir_op *op = st->pl.head; op; op = op->next)
+        w |= op->u.poll.events & EP_POLLBITS;
+    return w;
+}
+
+/* Arm ONESHOT interest for the fd's waiters. 0 or -errno. */
+static int ep_arm(ep_state *s, int fd, ep_fd *st)
+{
+    uint32_t want = want_of(st);
+    if (!want || (st->armed && (st->armed & want) == want))
+        return 0;
+    struct epoll_event e = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+    int op = st->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    int r = epoll_ctl(s->epfd, op, fd, &e);
+    if (r < 0 && errno == ENOENT && op == EPOLL_CTL_MOD) /* closed and reused */
+        r = epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e);
+    else if (r < 0 && errno == EEXIST && op == EPOLL_CTL_ADD)
+        r = epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &e);
+    if (r < 0) {
+        int err = errno;
+        if (err == EPERM)
+            st->regular = 1;
+        st->added = 0;
+        st->armed = 0;
+        return -err;
+    }
+    st->added = 1;
+    st->armed = want;
+    return 0;
+}
+
+static void ep_drop(ep_state *s, int fd, ep_fd *st)
+{
+    if (st->added)
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+    st->added = 0;
+    st->armed = 0;
+}
+
+/* Arming failed: nothing will tell us about readiness, so end every waiter
+ * with one last attempt (a non-pollable fd is always ready) or the error. */
+static void fail_fd(ep_state *s, int fd, int err)
+{
+    for (;;) {
+        ep_fd *st = &s->fds[fd];
+        ep_list *q = st->rd.head ? &st->rd : st->wr.head ? &st->wr : &st->pl;
+        weir_op *op = q->head;
+        if (!op)
+            return;
+        list_unlink(q, op);
+        int64_t r = try_op(op, 0);
+        if (r == EP_PENDING)
+            r = err == -EPERM ? -EAGAIN : err;
+        finish(s, op, r);
+    }
+}
+
+/* ---- backend interface ------------------------------------------------------------ */
+static void do_close(ep_state *s, weir_op *op)
+{
+    int fd = op->u.rw.fd;
+    if (fd >= 0 && fd < s->nfds) {
+        for (;;) {
+            ep_fd *st = &s->fds[fd];
+            ep_list *q = st->rd.head ? &st->rd : st->wr.head ? &st->wr : &st->pl;
+            weir_op *w = q->head;
+            if (!w)
+                break;
+            list_unlink(q, w);
+            complete(s, w, -EBADF);
+        }
+        ep_drop(s, fd, &s->fds[fd]);
+        s->fds[fd] = (ep_fd){0};
+    }
+    int r = close(fd);
+    /* Linux releases the descriptor even when close reports EINTR. */
+    weir__op_done(op, r < 0 && errno != EINTR ? -errno : 0);
+}
+
+static void ep_submit(weir_loop *l, weir_op *op)
+{
+    ep_state *s = S(l);
+    /* A wait-any part cancelled by a sibling that completed inside submit. */
+    if (weir__op_flags(op) & WEIR__OP_CANCELLING) {
+        weir__op_done(op, -ECANCELED);
+        return;
+    }
+    if (op->kind == WEIR__OP_CLOSE) {
+        do_close(s, op);
+        return;
+    }
+    int fd = op_fd(op), err = 0;
+    ep_fd *st = fd_get(s, fd, &err);
+    if (!st) {
+        weir__op_done(op, err);
+        return;
+    }
+    if (!st->nb_done) {
+        if ((err = ensure_nonblock(fd)) < 0) {
+            weir__op_done(op, err);
+            return;
+        }
+        st->nb_done = 1;
+    }
+    ep_list *q = list_of(st, op);
+    /* FIFO: while older ops of this direction wait, a new one queues behind
+     * them (their readiness event is pending). Polls consume nothing and a
+     * connect has to be issued once, so those always try. */
+    if (!q->head || op->kind == WEIR__OP_POLL || op->kind == WEIR__OP_CONNECT) {
+        int64_t r = try_op(op, 0);
+        if (r != EP_PENDING || st->regular) {
+            if (r == EP_PENDING)
+                r = -EAGAIN;
+            op->backend = 0;
+            if (op->kind == WEIR__OP_ACCEPT && r >= 0)
+                fresh_fd(s, (int)r);
+            weir__op_done(op, r);
+            return;
+        }
+    }
+    list_push(q, op);
+    if ((err = ep_arm(s, fd, st)) < 0)
+        fail_fd(s, fd, err);
+}
+
+static void ep_cancel(weir_loop *l, weir_op *op)
+{
+    ep_state *s = S(l);
+    /* Not queued: it is being completed by a dispatch right now (or already
+     * was), which reports its real result. */
+    if (!(op->backend & B_QUEUED))
+        return;
+    int fd = op_fd(op);
+    ep_fd *st = &s->fds[fd];
+    list_unlink(list_of(st, op), op);
+    if (!has_waiters(st) && st->armed)
+        ep_drop(s, fd, st);
+    op->backend = 0;
+    weir__op_done(op, -ECANCELED);
+}
+
+/* Retry the head ops of one direction until one would block again. */
+static void retry_list(ep_state *s, int fd, int write_dir, uint32_t ev)
+{
+    for (;;) {
+        ep_fd *st = &s->fds[fd];
+        ep_list *q = write_dir ? &st->wr : &st->rd;
+        weir_op *op = q->head;
+        if (!op)
+            return;
+        int64_t r = try_op(op, ev);
+        if (r == EP_PENDING)
+            return;
+        list_unlink(q, op);
+        finish(s, op, r);
+    }
+}
+
+/* Complete the POLL ops the event satisfies. They are unlinked first and
+ * completed after, because completing a wait-any part cancels its siblings,
+ * which may sit on this very list. */
+static void dispatch_polls(ep_state *s, int fd, uint32_t ev)
+{
+    ep_fd *st = &s->fds[fd];
+    weir_op *ready = NULL, **tail = &ready;
+    for (weir_op *op = st->pl.head, *nx; op; op = nx) {
+        nx = op->next;
+        uint32_t rev = ev & (op->u.poll.events | EPOLLERR | EPOLLHUP);
+        if (!rev)
+            continue;
+        list_unlink(&st->pl, op);
+        op->backend = B_DISPATCH;
+        op->result = rev;
+        *tail = op;
+        tail = &op->next;
+    }
+    while (ready) {
+        weir_op *op = ready;
+        ready = op->next;
+        op->next = NULL;
+        complete(s, op, op->result);
+    }
+}
+
+static void on_event(ep_state *s, int fd, uint32_t ev)
+{
+    if (fd < 0 || fd >= s->nfds)
+        return;
+    s->fds[fd].armed = 0; /* ONESHOT: the kernel disarmed it */
+    if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLERR | EPOLLHUP))
+        retry_list(s, fd, 0, ev);
+    if (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+        retry_list(s, fd, 1, ev);
+    if (s->fds[fd].pl.head)
+        dispatch_polls(s, fd, ev);
+    ep_fd *st = &s->fds[fd];
+    int err;
+    if (has_waiters(st) && (err = ep_arm(s, fd, st)) < 0)
+        fail_fd(s, fd, err);
+}
+
+static void drain_efd(weir_loop *l)
+{
+    uint64_t v;
+    /* One read resets an eventfd; the bound only guards against a writer
+     * storm keeping it readable forever. */
+    for (int i = 0; i < 8 && read(l->efd, &v, sizeof(v)) == (ssize_t)sizeof(v); i++)
+        ;
+    weir__loop_wake_drained(l);
+}
+
+static int ep_wait(weir_loop *l, int64_t timeout_ns)
+{
+    ep_state *s = S(l);
+    int n = -1;
+    if (!s->no_pwait2) {
+        struct timespec ts, *tp = NULL;
+        if (timeout_ns >= 0) {
+            ts.tv_sec = (time_t)(timeout_ns / WEIR_SEC);
+            ts.tv_nsec = (long)(timeout_ns % WEIR_SEC);
+            tp = &ts;
+        }
+        n = epoll_pwait2(s->epfd, s->evs, EP_EVENTS, tp, NULL);
+        if (n < 0 && errno == ENOSYS)
+            s->no_pwait2 = 1;
+    }
+    if (s->no_pwait2) {
+        int ms = -1;
+        if (timeout_ns >= 0) {
+            /* Rounded up: waking early would only spin until the deadline. */
+            int64_t m = (timeout_ns + WEIR_MSEC - 1) / WEIR_MSEC;
+            ms = m > INT32_MAX ? INT32_MAX : (int)m;
+        }
+        n = epoll_wait(s->epfd, s->evs, EP_EVENTS, ms);
+    }
+    if (n < 0)
+        return errno == EINTR ? 0 : -errno;
+    s->completed = 0;
+    for (int i = 0; i < n; i++) {
+        if (s->evs[i].data.u64 == EP_TAG_EFD)
+            drain_efd(l);
+        else
+            on_event(s, (int)s->evs[i].data.u64, s->evs[i].events);
+    }
+    return (int)s->completed;
+}
+
+static int ep_init(weir_loop *l)
+{
+    ep_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    struct rlimit rl;
+    rlim_t lim = EP_MAX_FDS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t m = rl.rlim_max != RLIM_INFINITY ? rl.rlim_max : rl.rlim_cur;
+        if (m != RLIM_INFINITY && m < lim)
+            lim = m < 64 ? 64 : m;
+    }
+    s->maxfds = (int)lim;
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) {
+        int err = errno;
+        free(s);
+        return -err;
+    }
+    /* Level-triggered: it is drained every time it fires. */
+    struct epoll_event e = {.events = EPOLLIN, .data.u64 = EP_TAG_EFD};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, l->efd, &e) < 0) {
+        int err = errno;
+        close(s->epfd);
+        free(s);
+        return -err;
+    }
+    l->be_state = s;
+    weir__log(WEIR__LOG_DEBUG, "io.epoll", "epoll backend, fd table bound %d", s->maxfds);
+    return 0;
+}
+
+static void ep_fini(weir_loop *l)
+{
+    ep_state *s = S(l);
+    if (!s)
+        return;
+    close(s->epfd);
+    free(s->fds);
+    free(s);
+    l->be_state = NULL;
+}
+
+const weir__backend weir__backend_epoll = {
+    .name = "epoll",
+    .init = ep_init,
+    .fini = ep_fini,
+    .submit = ep_submit,
+    .cancel = ep_cancel,
+    .wait = ep_wait,
+};

@@ -1,8 +1,447 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* blocking.c - placeholder until the blocking pool lands. */
+/*
+ * blocking.c - the blocking pool: runs functions that block (file I/O the
+ * backend does not cover, DNS, compression, foreign libraries) on a bounded
+ * set of threads, and completes a leaf op with each function's result.
+ *
+ * Each loop has at most one pool (l->pool), created by the first
+ * weir_blocking_start() and freed by weir_loop_free() once every task ended.
+ * Threads are started lazily, one more whenever queued jobs outnumber idle
+ * threads, up to WEIR_BLOCKING_THREADS (default 8, 1..1024); idle threads stay
+ * alive until the pool is freed. The queue holds at most WEIR_BLOCKING_QUEUE
+ * jobs (default 1024). When it is full a new job goes on a FIFO of slot
+ * waiters and its task stays suspended: that is the backpressure. A worker
+ * that takes a job from the queue moves the oldest slot waiter into the slot
+ * it freed, so jobs still start in submission order.
+ *
+ * A job lives in one of four states, changed only under the pool's mutex:
+ *
+ *     WAITING --slot freed--> QUEUED --a worker takes it--> RUNNING --fn returns--> freed
+ *        |                      |                              |
+ *        | cancel               | cancel                       | cancel
+ *        v                      v                              v
+ *      freed, op done with -ECANCELED, fn never runs        DETACHED --fn returns--> freed,
+ *                                                                        result dropped
+ *
+ * Who completes the op: the canceller while the job is WAITING or QUEUED
+ * (the job never runs) or RUNNING (the job is DETACHED and the op is done at
+ * once with -ECANCELED), otherwise the worker when fn returns. The worker
+ * claims the op by clearing op->u.blocking.job under the mutex before it
+ * calls weir__op_done; a canceller that then finds the pointer NULL knows the
+ * worker owns the op and leaves it alone. A bare compare-and-swap on a state
+ * word in the job is not enough here: the losing canceller would still have
+ * read a job the worker may already have freed. The mutex is taken anyway to
+ * move jobs between the lists, and it is never held while fn runs: each
+ * hold is a few pointer updates. The op itself is REMOTE: weir__op_done from a worker
+ * thread is allowed, and neither side touches the op after completing it
+ * (it may live on a fiber stack that is gone by then).
+ *
+ * No atomics here: the mutex orders everything the loop thread and the
+ * workers share (lists, job states, op->u.blocking.job), and the op's result
+ * reaches the task through weir__op_done's release of the DONE flag.
+ */
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "rt/rt_int.h"
-void weir__op_blocking_cancel(weir_op *op) { (void)op; }
-void weir__pool_free(struct weir__pool *p) { (void)p; }
-int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline) { (void)op; (void)fn; (void)arg; (void)deadline; return -ENOSYS; }
-int64_t weir_blocking_run(weir_blocking_fn fn, void *arg, int64_t deadline) { (void)fn; (void)arg; (void)deadline; return -ENOSYS; }
+
+enum {
+    JOB_WAITING = 1, /* on pool->waiting: no queue slot yet */
+    JOB_QUEUED,      /* on pool->queue */
+    JOB_RUNNING,     /* a worker runs fn; the op is still attached */
+    JOB_DETACHED,    /* running, but the op was cancelled: drop the result */
+};
+
+typedef struct blocking_job {
+    struct blocking_job *next, *prev; /* pool->waiting or pool->queue */
+    weir_blocking_fn fn;
+    void *arg;
+    weir_op *op;
+    int state; /* JOB_*, under pool->lock */
+} blocking_job;
+
+typedef struct job_list {
+    blocking_job *head, *tail;
+    size_t len;
+} job_list;
+
+struct weir__pool {
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t work;  /* a job was queued, or the pool is stopping */
+    job_list queue;       /* at most cap jobs */
+    job_list waiting;     /* slot waiters; non-empty only while the queue is full */
+    size_t cap;
+    size_t peak;          /* most jobs ever queued at once (test hook) */
+    unsigned max_threads; /* WEIR_BLOCKING_THREADS */
+    unsigned nthreads;    /* started so far; threads[0..nthreads) */
+    unsigned nidle;       /* blocked in pthread_cond_wait */
+    unsigned nrunning;    /* inside fn, detached jobs included */
+    int stopping;
+    int spawn_warned;
+    pthread_t *threads;
+};
+
+/* Test hooks (tests/rt/test_blocking.c declares them extern): snapshots under
+ * the lock, safe from any thread while the pool exists. */
+size_t weir__pool_queued(struct weir__pool *p);
+size_t weir__pool_waiting(struct weir__pool *p);
+size_t weir__pool_peak_queued(struct weir__pool *p);
+unsigned weir__pool_threads(struct weir__pool *p);
+
+/* ---- job lists ------------------------------------------------------------------ */
+static void list_push(job_list *q, blocking_job *j)
+{
+    j->next = NULL;
+    j->prev = q->tail;
+    if (q->tail)
+        q->tail->next = j;
+    else
+        q->head = j;
+    q->tail = j;
+    q->len++;
+}
+
+static void list_remove(job_list *q, blocking_job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        q->head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        q->tail = j->prev;
+    j->next = j->prev = NULL;
+    q->len--;
+}
+
+/* ---- workers --------------------------------------------------------------------- */
+static void *worker_main(void *arg);
+
+/* Start one more worker. Lock held. All signals are blocked in the new
+ * thread from its first instruction (set on the attribute, not by the
+ * thread itself), so process signals go to the program's own threads and
+ * never interrupt a blocking call in a job. */
+static int pool_spawn_locked(struct weir__pool *p)
+{
+    pthread_attr_t attr;
+    sigset_t all;
+    int err = pthread_attr_init(&attr);
+    if (err)
+        return -err;
+    sigfillset(&all);
+    err = pthread_attr_setsigmask_np(&attr, &all);
+    if (!err)
+        err = pthread_create(&p->threads[p->nthreads], &attr, worker_main, p);
+    pthread_attr_destroy(&attr);
+    if (err) {
+        if (!p->spawn_warned) {
+            p->spawn_warned = 1;
+            weir__log(WEIR__LOG_WARN, "rt.blocking", "cannot start a worker (%u running): %s",
+                      p->nthreads, strerror(err));
+        }
+        return -err;
+    }
+    p->nthreads++;
+    weir__log(WEIR__LOG_DEBUG, "rt.blocking", "started worker %u of %u", p->nthreads,
+              p->max_threads);
+    return 0;
+}
+
+/* Put a job in the queue (there is room) and make sure some thread will take
+ * it: wake an idle worker, and start another when the queued jobs outnumber
+ * the idle ones (a woken worker counts as idle until it runs, so two quick
+ * pushes with one idle worker start a second thread). Lock held. Returns the
+ * error of a failed thread start; the job stays queued either way, and the
+ * caller decides whether that is fatal (no worker at all). */
+static int pool_queue_locked(struct weir__pool *p, blocking_job *j)
+{
+    int r = 0;
+    j->state = JOB_QUEUED;
+    list_push(&p->queue, j);
+    if (p->queue.len > p->peak)
+        p->peak = p->queue.len;
+    if (p->queue.len > p->nidle && p->nthreads < p->max_threads && !p->stopping)
+        r = pool_spawn_locked(p);
+    if (p->nidle > 0)
+        pthread_cond_signal(&p->work);
+    return r;
+}
+
+/* A queue slot was freed: give it to the oldest slot waiter. Lock held. A
+ * worker exists whenever this runs (the slot was freed by a worker taking a
+ * job, or by a cancel of a queued job, and a job is only ever queued while a
+ * worker exists), so the promoted job will run even if no thread starts. */
+static void pool_promote_locked(struct weir__pool *p)
+{
+    blocking_job *w = p->waiting.head;
+    if (w && p->queue.len < p->cap) {
+        list_remove(&p->waiting, w);
+        (void)pool_queue_locked(p, w);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct weir__pool *p = arg;
+    pthread_setname_np(pthread_self(), "weir-blocking");
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        blocking_job *j = p->queue.head;
+        if (!j) {
+            if (p->stopping)
+                break;
+            p->nidle++;
+            pthread_cond_wait(&p->work, &p->lock);
+            p->nidle--;
+            continue;
+        }
+        list_remove(&p->queue, j);
+        j->state = JOB_RUNNING;
+        p->nrunning++;
+        pool_promote_locked(p);
+        pthread_mutex_unlock(&p->lock);
+
+        intptr_t result = j->fn(j->arg);
+
+        pthread_mutex_lock(&p->lock);
+        p->nrunning--;
+        weir_op *op = NULL;
+        if (j->state == JOB_RUNNING) {
+            /* Claim the op: from here a canceller finds no job and leaves
+             * the op to us. */
+            op = j->op;
+            op->u.blocking.job = NULL;
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (op)
+            weir__op_done(op, result); /* last touch of op: it may vanish now */
+        free(j);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* ---- pool life cycle ---------------------------------------------------------------- */
+static struct weir__pool *pool_new(void)
+{
+    struct weir__pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->max_threads = (unsigned)weir__env_long("WEIR_BLOCKING_THREADS", 8, 1, 1024);
+    p->cap = (size_t)weir__env_long("WEIR_BLOCKING_QUEUE", 1024, 1, 1L << 24);
+    /* Sized for the cap at once (8 KiB at most) so that starting a thread
+     * never has to grow an array the joiner reads. */
+    p->threads = calloc(p->max_threads, sizeof(*p->threads));
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
+    int err = pthread_mutex_init(&p->lock, NULL);
+    if (err) {
+        free(p->threads);
+        free(p);
+        errno = err;
+        return NULL;
+    }
+    err = pthread_cond_init(&p->work, NULL);
+    if (err) {
+        pthread_mutex_destroy(&p->lock);
+        free(p->threads);
+        free(p);
+        errno = err;
+        return NULL;
+    }
+    return p;
+}
+
+/* Drop jobs whose ops can no longer be completed. Every task has ended when
+ * the pool is freed, and a task cannot end while a blocking op of its is
+ * queued (waiting on the op cancels it, which dequeues the job), so this only
+ * finds jobs of a stackless task that returned without collecting its op.
+ * Their ops may be gone: never run them, never touch the ops. */
+static size_t pool_discard_locked(job_list *q)
+{
+    size_t n = 0;
+    blocking_job *j;
+    while ((j = q->head)) {
+        list_remove(q, j);
+        free(j);
+        n++;
+    }
+    return n;
+}
+
+void weir__pool_free(struct weir__pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    size_t dropped = pool_discard_locked(&p->waiting) + pool_discard_locked(&p->queue);
+    if (p->nrunning > 0)
+        weir__log(WEIR__LOG_DEBUG, "rt.blocking", "waiting for %u detached job(s) to return",
+                  p->nrunning);
+    pthread_cond_broadcast(&p->work);
+    /* Join one at a time, re-reading nthreads under the lock: nothing can start
+     * a thread once stopping is set and the queue is empty, but the loop
+     * below does not rely on it. */
+    unsigned joined = 0;
+    while (joined < p->nthreads) {
+        pthread_t t = p->threads[joined++];
+        pthread_mutex_unlock(&p->lock);
+        pthread_join(t, NULL);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (dropped)
+        weir__log(WEIR__LOG_WARN, "rt.blocking",
+                  "dropped %zu blocking job(s) whose task ended without collecting them", dropped);
+    pthread_cond_destroy(&p->work);
+    pthread_mutex_destroy(&p->lock);
+    free(p->threads);
+    free(p);
+}
+
+/* ---- the op ------------------------------------------------------------------------ */
+void weir__op_blocking_cancel(weir_op *op)
+{
+    weir_loop *l = op->task->loop;
+    struct weir__pool *p = l->pool;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    blocking_job *j = op->u.blocking.job;
+    if (!j) {
+        /* The worker claimed the op and completes it with fn's result. */
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    op->u.blocking.job = NULL;
+    switch (j->state) {
+    case JOB_WAITING:
+        list_remove(&p->waiting, j);
+        break;
+    case JOB_QUEUED:
+        list_remove(&p->queue, j);
+        pool_promote_locked(p);
+        break;
+    default: /* JOB_RUNNING: the worker frees the job when fn returns */
+        j->state = JOB_DETACHED;
+        j->op = NULL;
+        j = NULL;
+        break;
+    }
+    pthread_mutex_unlock(&p->lock);
+    free(j);
+    weir__op_done(op, -ECANCELED);
+}
+
+int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline)
+{
+    if (!op)
+        return -EINVAL;
+    if (!fn) {
+        /* As weir__op_begin does outside a task: leave the op inactive with
+         * the error as its result, so a later wait/poll reports it. */
+        op->flags = 0;
+        op->result = -EINVAL;
+        return -EINVAL;
+    }
+    int r = weir__op_begin(op, WEIR__OP_BLOCKING, deadline);
+    if (r < 0)
+        return r;
+    /* A pool thread completes it (before `r > 0` so that a cancel of an
+     * already-refused op still sees a consistent kind). */
+    op->flags |= WEIR__OP_REMOTE;
+    op->u.blocking.job = NULL;
+    if (r > 0)
+        return 0; /* already done: the task was cancelled or the deadline passed */
+
+    weir_loop *l = op->task->loop;
+    if (!l->pool && !(l->pool = pool_new())) {
+        weir__op_done(op, -ENOMEM);
+        return 0;
+    }
+    struct weir__pool *p = l->pool;
+    blocking_job *j = malloc(sizeof(*j));
+    if (!j) {
+        weir__op_done(op, -ENOMEM);
+        return 0;
+    }
+    j->fn = fn;
+    j->arg = arg;
+    j->op = op;
+    op->u.blocking.job = j;
+
+    pthread_mutex_lock(&p->lock);
+    if (p->queue.len < p->cap) {
+        r = pool_queue_locked(p, j);
+        if (p->nthreads == 0) {
+            /* Not even one thread could start: nothing would ever run it. */
+            list_remove(&p->queue, j);
+            j = NULL;
+        }
+    } else {
+        /* Full: wait for a slot. The task stays suspended on the op. */
+        j->state = JOB_WAITING;
+        list_push(&p->waiting, j);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (!j) {
+        free(op->u.blocking.job);
+        op->u.blocking.job = NULL;
+        weir__op_done(op, r < 0 ? r : -EAGAIN);
+    }
+    return 0;
+}
+
+int64_t weir_blocking_run(weir_blocking_fn fn, void *arg, int64_t deadline)
+{
+    weir_task *t = weir__task_current();
+    /* Check first: weir_op_wait refuses a stackless caller, and a started op
+     * must not be abandoned. */
+    if (!t || t->kind != WEIR__TASK_FIBER)
+        return -EINVAL;
+    weir_op op;
+    int r = weir_blocking_start(&op, fn, arg, deadline);
+    if (r < 0)
+        return r;
+    return weir_op_wait(&op);
+}
+
+/* ---- test hooks ----------------------------------------------------------------------- */
+size_t weir__pool_queued(struct weir__pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->queue.len;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+size_t weir__pool_waiting(struct weir__pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->waiting.len;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+size_t weir__pool_peak_queued(struct weir__pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->peak;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+unsigned weir__pool_threads(struct weir__pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned n = p->nthreads;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}

@@ -109,6 +109,15 @@ static void drain_remote(weir_loop *l)
 /* ---- the turn ------------------------------------------------------------------- */
 enum { UNTIL_NONE, UNTIL_NO_TASKS, UNTIL_TASK_DONE };
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static int task_is_done(weir_task *t)
 {
     return (atomic_load_explicit(&t->state, memory_order_acquire) & WEIR__T_STATE_MASK) ==
@@ -143,6 +152,18 @@ static int loop_turn(weir_loop *l, int64_t timeout_ns, int until, weir_task *tas
             if (to < 0 || d < to)
                 to = d;
         }
+    }
+    if (to != 0 && progress > 0 && l->spin_ns > 0) {
+        /* Busy a moment ago: spin briefly for a cross-thread wake before
+         * paying for a sleep + eventfd wake-up (tens of microseconds on a
+         * virtual machine). Only after a turn that did work, so an idle loop
+         * does not burn a core. */
+        int64_t until = weir_time_now() + (to > 0 && to < l->spin_ns ? to : l->spin_ns);
+        while (!atomic_load_explicit(&l->remote_pending, memory_order_acquire) &&
+               weir_time_now() < until)
+            cpu_relax();
+        if (atomic_load_explicit(&l->remote_pending, memory_order_acquire))
+            to = 0;
     }
     if (to != 0) {
         atomic_store_explicit(&l->sleeping, 1, memory_order_seq_cst);
@@ -205,6 +226,7 @@ weir_loop *weir_loop_new(const weir_loop_opts *opts)
         goto fail_efd;
     }
     weir__wheel_init(&l->wheel, weir_time_now());
+    l->spin_ns = weir__env_long("WEIR_SPIN_US", 20, 0, 10000) * 1000;
     weir__stack_pool_init(&l->stacks);
     if ((err = -weir__ctx_thread_init(&l->sched_ctx)) != 0)
         goto fail_ctx;
@@ -241,6 +263,11 @@ fail_efd:
     free(l);
     errno = err;
     return NULL;
+}
+
+weir_loop *weir_loop_current(void)
+{
+    return weir__loop_current();
 }
 
 const char *weir_loop_backend(const weir_loop *l)

@@ -141,6 +141,7 @@ struct weir_loop {
     uint64_t next_id;
     int shutting_down;
     struct weir__pool *pool; /* blocking pool, created on first use */
+    int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
     weir_loop_opts opts;
 
     /* statistics (loop thread only) */

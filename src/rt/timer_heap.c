@@ -12,8 +12,7 @@
 
 static int before(const weir__theap_entry *x, const weir__theap_entry *y)
 {
-    if (x->deadline != y->deadline)
-        return x->deadline < y->deadline;
+    if (x->deadline != y->deadline) return x->deadline < y->deadline;
     return x->node->seq < y->node->seq;
 }
 
@@ -28,8 +27,7 @@ static void sift_up(weir__theap *h, size_t i)
     weir__theap_entry e = h->a[i];
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!before(&e, &h->a[p]))
-            break;
+        if (!before(&e, &h->a[p])) break;
         put(h, i, h->a[p]);
         i = p;
     }
@@ -41,12 +39,9 @@ static void sift_down(weir__theap *h, size_t i)
     weir__theap_entry e = h->a[i];
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= h->len)
-            break;
-        if (c + 1 < h->len && before(&h->a[c + 1], &h->a[c]))
-            c++;
-        if (!before(&h->a[c], &e))
-            break;
+        if (c >= h->len) break;
+        if (c + 1 < h->len && before(&h->a[c + 1], &h->a[c])) c++;
+        if (!before(&h->a[c], &e)) break;
         put(h, i, h->a[c]);
         i = c;
     }
@@ -68,13 +63,10 @@ void weir__theap_free(weir__theap *h)
 
 int weir__theap_reserve(weir__theap *h, size_t n)
 {
-    if (n <= h->cap)
-        return 0;
-    if (n > SIZE_MAX / sizeof(*h->a))
-        return -ENOMEM;
+    if (n <= h->cap) return 0;
+    if (n > SIZE_MAX / sizeof(*h->a)) return -ENOMEM;
     weir__theap_entry *a = realloc(h->a, n * sizeof(*a));
-    if (!a)
-        return -ENOMEM;
+    if (!a) return -ENOMEM;
     h->a = a;
     h->cap = n;
     return 0;
@@ -84,8 +76,7 @@ int weir__theap_add(weir__theap *h, weir__theap_node *n)
 {
     if (h->len == h->cap) {
         int rc = weir__theap_reserve(h, h->cap ? 2 * h->cap : 64);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) return rc;
     }
     n->seq = h->seq++;
     h->a[h->len] = (weir__theap_entry){n->deadline, n};
@@ -97,8 +88,7 @@ void weir__theap_del(weir__theap *h, weir__theap_node *n)
 {
     size_t i = n->index - 1;
     n->index = 0;
-    if (i == --h->len)
-        return;
+    if (i == --h->len) return;
     put(h, i, h->a[h->len]);
     if (i > 0 && before(&h->a[i], &h->a[(i - 1) / 2]))
         sift_up(h, i);

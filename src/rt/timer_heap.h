@@ -44,7 +44,10 @@ int weir__theap_reserve(weir__theap *h, size_t n);
 int weir__theap_add(weir__theap *h, weir__theap_node *n);
 /* n must be armed. */
 void weir__theap_del(weir__theap *h, weir__theap_node *n);
-static inline int weir__theap_armed(const weir__theap_node *n) { return n->index != 0; }
+static inline int weir__theap_armed(const weir__theap_node *n)
+{
+    return n->index != 0;
+}
 /* Earliest deadline; INT64_MAX when empty. */
 int64_t weir__theap_next(const weir__theap *h);
 /* Fire every timer with deadline <= now_ns, each removed before fire(n, ctx)

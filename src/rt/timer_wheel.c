@@ -36,7 +36,10 @@
  * No busy loop: after expire(now_ns), next() is > now_ns, except when fire()
  * added timers that are already due (below), which the next expire fires.
  * (A stale bound <= now_ns after a deletion costs at most one extra expire,
- * which sorts the slot and makes the bound exact.)
+ * which sorts the slot and makes the bound exact.) One exception to "never
+ * later": a deadline before the wheel's origin (a time before the loop was
+ * made, such as INT64_MIN) is reported as the origin; both are past, and the
+ * caller can compute next - now without overflow.
  *
  * Order and re-entrancy. Within one expire call timers fire in non-decreasing
  * deadline order: each level-0 slot is merge-sorted (stable, so ties keep
@@ -53,19 +56,18 @@
  */
 #include "rt/timer_wheel.h"
 
-#define TICK_NS  UINT64_C(1000000)
-#define LVL_BITS 6
-#define TOP      (WEIR__WHEEL_LEVELS - 1)
+#define TICK_NS   UINT64_C(1000000)
+#define LVL_BITS  6
+#define TOP       (WEIR__WHEEL_LEVELS - 1)
 #define TOP_SHIFT (LVL_BITS * TOP)
 
 _Static_assert(WEIR__WHEEL_SLOTS == 1 << LVL_BITS, "64 slots per level");
-_Static_assert(WEIR__WHEEL_LEVELS * WEIR__WHEEL_SLOTS < UINT32_MAX, "slot encoding fits");
+_Static_assert((WEIR__WHEEL_LEVELS * WEIR__WHEEL_SLOTS) < UINT32_MAX, "slot encoding fits");
 
 /* Smallest tick T with origin + T ms >= d (0 for anything at or before origin). */
 static uint64_t tick_ceil(const weir__wheel *w, int64_t d)
 {
-    if (d <= w->origin)
-        return 0;
+    if (d <= w->origin) return 0;
     uint64_t diff = (uint64_t)d - (uint64_t)w->origin;
     return diff / TICK_NS + (diff % TICK_NS != 0);
 }
@@ -76,13 +78,10 @@ static uint64_t tick_ceil(const weir__wheel *w, int64_t d)
 static int64_t tick_first_ns(const weir__wheel *w, uint64_t t)
 {
     uint64_t room = (uint64_t)INT64_MAX - (uint64_t)w->origin; /* >= 0 in uint64 terms */
-    if (t == 0)
-        return w->origin;
-    if ((t - 1) > (room - 1) / TICK_NS)
-        return INT64_MAX;
+    if (t == 0) return w->origin;
+    if ((t - 1) > (room - 1) / TICK_NS) return INT64_MAX;
     uint64_t off = (t - 1) * TICK_NS + 1;
-    if (off > room)
-        return INT64_MAX;
+    if (off > room) return INT64_MAX;
     /* origin + off <= INT64_MAX; computed in uint64, the result is in range. */
     return (int64_t)((uint64_t)w->origin + off);
 }
@@ -117,8 +116,7 @@ static void link_at(weir__wheel *w, weir_timer_node *n, unsigned level, unsigned
     h->prev = n;
     n->slot = (uint32_t)(level * WEIR__WHEEL_SLOTS + idx + 1);
     w->occupied[level] |= UINT64_C(1) << idx;
-    if (level == 0 && n->deadline < h->deadline)
-        h->deadline = n->deadline;
+    if (level == 0 && n->deadline < h->deadline) h->deadline = n->deadline;
 }
 
 /* Files n relative to w->now (see the top of the file). */
@@ -135,8 +133,7 @@ static void place(weir__wheel *w, weir_timer_node *n)
         return;
     }
     uint64_t ahead = (t >> TOP_SHIFT) - (now >> TOP_SHIFT); /* >= 1 */
-    if (ahead > 63)
-        ahead = 63;
+    if (ahead > 63) ahead = 63;
     link_at(w, n, TOP, (unsigned)(((now >> TOP_SHIFT) + ahead) & 63));
 }
 
@@ -199,17 +196,14 @@ static int next_event(const weir__wheel *w, unsigned *level, uint64_t *t)
     }
     for (unsigned l = 1; l < TOP; l++) {
         uint64_t m = w->occupied[l];
-        if (!m)
-            continue;
+        if (!m) continue;
         unsigned sh = level_shift(l);
         *level = l;
-        *t = ((now >> (sh + LVL_BITS)) << (sh + LVL_BITS)) |
-             ((uint64_t)__builtin_ctzll(m) << sh);
+        *t = ((now >> (sh + LVL_BITS)) << (sh + LVL_BITS)) | ((uint64_t)__builtin_ctzll(m) << sh);
         return 1;
     }
     uint64_t m = w->occupied[TOP];
-    if (!m)
-        return 0;
+    if (!m) return 0;
     unsigned r = (unsigned)((now >> TOP_SHIFT) & 63);
     uint64_t rot = r ? (m >> r) | (m << (64 - r)) : m; /* bit j = j blocks ahead */
     *level = TOP;
@@ -222,20 +216,19 @@ int64_t weir__wheel_next(const weir__wheel *w)
     if (w->occupied[0]) {
         /* All level-0 slots lie at or after the current index, so the
          * lowest set bit is the earliest. */
-        return w->slots[0][__builtin_ctzll(w->occupied[0])].deadline;
+        int64_t d = w->slots[0][__builtin_ctzll(w->occupied[0])].deadline;
+        return d < w->origin ? w->origin : d;
     }
     unsigned level;
     uint64_t t;
-    if (!next_event(w, &level, &t))
-        return INT64_MAX;
+    if (!next_event(w, &level, &t)) return INT64_MAX;
     return tick_first_ns(w, t);
 }
 
 /* Moves the whole list of h to the tail of the private list dst. */
 static void splice_tail(weir_timer_node *dst, weir_timer_node *h)
 {
-    if (list_empty(h))
-        return;
+    if (list_empty(h)) return;
     weir_timer_node *first = h->next, *last = h->prev;
     first->prev = dst->prev;
     dst->prev->next = first;
@@ -247,13 +240,11 @@ static void splice_tail(weir_timer_node *dst, weir_timer_node *h)
 /* Moves the whole private list src to the head of h (current level-0 slot). */
 static void splice_head(weir__wheel *w, weir_timer_node *h, unsigned idx, weir_timer_node *src)
 {
-    if (list_empty(src))
-        return;
+    if (list_empty(src)) return;
     int64_t min = h->deadline;
     for (weir_timer_node *n = src->next; n != src; n = n->next) {
         n->slot = (uint32_t)(idx + 1);
-        if (n->deadline < min)
-            min = n->deadline;
+        if (n->deadline < min) min = n->deadline;
     }
     weir_timer_node *first = src->next, *last = src->prev;
     last->next = h->next;
@@ -283,21 +274,47 @@ static weir_timer_node *merge(weir_timer_node *a, weir_timer_node *b)
     return head.next;
 }
 
-/* Sorts the circular list of h by deadline, stably (bottom-up merge sort with
- * one pending run per power of two, as the Linux kernel's list_sort). */
-static void sort_list(weir_timer_node *h)
+/* Empties the list of h into a NULL-terminated chain linked by next, in list
+ * order. The nodes are usually cold and scattered over memory, so this walk
+ * is bound by cache misses; it follows next from the front and prev from the
+ * back at once, two independent pointer chases that overlap, and the callers
+ * then work on warm nodes. */
+static weir_timer_node *take_chain(weir_timer_node *h)
 {
-    weir_timer_node *n = h->next;
-    while (n->next != h && n->deadline <= n->next->deadline)
+    weir_timer_node *first = h->next, *a = first, *b = h->prev, *back = NULL;
+    if (first == h) return NULL;
+    list_init(h);
+    /* front: first .. a by their own next links; back: nodes after b. */
+    for (;;) {
+        if (a == b) {
+            a->next = back;
+            return first;
+        }
+        weir_timer_node *an = a->next, *bp = b->prev;
+        if (an == b) {
+            b->next = back;
+            return first;
+        }
+        b->next = back;
+        back = b;
+        a = an;
+        b = bp;
+    }
+}
+
+/* Sorts a chain by deadline, stably: a bottom-up merge sort with one pending
+ * run per power of two, as the Linux kernel's list_sort. */
+static weir_timer_node *sort_chain(weir_timer_node *list)
+{
+    weir_timer_node *n = list;
+    while (n && n->next && n->deadline <= n->next->deadline)
         n = n->next;
-    if (n->next == h)
-        return; /* already sorted, e.g. the part left over by the last call */
-    weir_timer_node *bins[64] = {0}, *rest = h->next;
-    h->prev->next = NULL;
+    if (!n || !n->next) return list; /* already sorted, e.g. what the last call left over */
+    weir_timer_node *bins[64] = {0};
     unsigned top = 0;
-    while (rest) {
-        weir_timer_node *run = rest;
-        rest = rest->next;
+    while (list) {
+        weir_timer_node *run = list;
+        list = list->next;
         run->next = NULL;
         unsigned i = 0;
         for (; bins[i]; i++) {
@@ -305,15 +322,19 @@ static void sort_list(weir_timer_node *h)
             bins[i] = NULL;
         }
         bins[i] = run;
-        if (i > top)
-            top = i;
+        if (i > top) top = i;
     }
     weir_timer_node *all = NULL;
     for (unsigned i = 0; i <= top; i++)
-        if (bins[i])
-            all = merge(bins[i], all);
+        if (bins[i]) all = merge(bins[i], all);
+    return all;
+}
+
+/* Links a chain into the empty private list h, restoring prev links. */
+static void chain_to_list(weir_timer_node *h, weir_timer_node *chain)
+{
     weir_timer_node *prev = h;
-    for (weir_timer_node *n = all; n; n = n->next) {
+    for (weir_timer_node *n = chain; n; n = n->next) {
         n->prev = prev;
         prev->next = n;
         prev = n;
@@ -341,10 +362,9 @@ size_t weir__wheel_expire(weir__wheel *w, int64_t now_ns,
         if (!cur_done && (w->occupied[0] >> idx & 1)) {
             weir_timer_node batch;
             list_init(&batch);
-            splice_tail(&batch, h);
+            chain_to_list(&batch, sort_chain(take_chain(h)));
             w->occupied[0] &= ~(UINT64_C(1) << idx);
             h->deadline = INT64_MAX;
-            sort_list(&batch);
             /* fire() may delete any node of batch: take the head each time. */
             while (batch.next != &batch && batch.next->deadline <= now_ns) {
                 weir_timer_node *n = batch.next;
@@ -361,8 +381,7 @@ size_t weir__wheel_expire(weir__wheel *w, int64_t now_ns,
         }
         unsigned level;
         uint64_t t;
-        if (!next_event(w, &level, &t) || t > limit)
-            break;
+        if (!next_event(w, &level, &t) || t > limit) break;
         if (w->occupied[0] >> idx & 1) { /* added by fire(), for the next call */
             splice_tail(&later, h);
             w->occupied[0] &= ~(UINT64_C(1) << idx);
@@ -372,14 +391,14 @@ size_t weir__wheel_expire(weir__wheel *w, int64_t now_ns,
         cur_done = 0;
         if (level > 0) {
             weir_timer_node *src = &w->slots[level][(t >> level_shift(level)) & 63];
-            weir_timer_node moving;
-            list_init(&moving);
-            splice_tail(&moving, src);
+            /* One pass in list order, keeping ties in insertion order. (A
+             * take_chain() pre-pass does not pay here: a higher slot can hold
+             * far more nodes than the caches, and they would be cold again.) */
+            weir_timer_node *n = src->next, *next;
+            list_init(src);
             w->occupied[level] &= ~(UINT64_C(1) << ((t >> level_shift(level)) & 63));
-            while (moving.next != &moving) {
-                weir_timer_node *n = moving.next;
-                n->prev->next = n->next;
-                n->next->prev = n->prev;
+            for (; n != src; n = next) {
+                next = n->next;
                 place(w, n);
             }
         }

@@ -85,11 +85,9 @@ static void on_fire(weir_timer_node *n, void *ctx)
     t->fires++;
     r->last_deadline = n->deadline;
     r->last_id = t->id;
-    if (r->order)
-        r->order[r->nfired] = t->id;
+    if (r->order) r->order[r->nfired] = t->id;
     r->nfired++;
-    if (r->hook)
-        r->hook(r, t);
+    if (r->hook) r->hook(r, t);
 }
 
 static size_t expire(run *r, int64_t now)
@@ -117,16 +115,14 @@ static void check_state(run *r, int64_t now)
     int64_t min = INT64_MAX;
     size_t armed = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (!weir__wheel_armed(&r->t[i].node))
-            continue;
+        if (!weir__wheel_armed(&r->t[i].node)) continue;
         armed++;
         CHECK_GT(r->t[i].node.deadline, now); /* none left behind */
-        if (r->t[i].node.deadline < min)
-            min = r->t[i].node.deadline;
+        if (r->t[i].node.deadline < min) min = r->t[i].node.deadline;
     }
     CHECK_EQ(armed, r->w->count);
     int64_t next = weir__wheel_next(r->w);
-    CHECK_LE(next, min);
+    CHECK_LE(next, min < r->w->origin ? r->w->origin : min); /* origin: see timer_wheel.c */
     if (armed)
         CHECK_GT(next, now); /* no spin: a loop would sleep until next */
     else
@@ -146,8 +142,7 @@ static const tmr *sort_base;
 static int cmp_ref(const void *a, const void *b)
 {
     const tmr *x = &sort_base[*(const size_t *)a], *y = &sort_base[*(const size_t *)b];
-    if (x->node.deadline != y->node.deadline)
-        return x->node.deadline < y->node.deadline ? -1 : 1;
+    if (x->node.deadline != y->node.deadline) return x->node.deadline < y->node.deadline ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -156,7 +151,8 @@ static int cmp_ref(const void *a, const void *b)
 TEST(wheel_basics)
 {
     weir__wheel *w = wheel_new(1000 * SEC);
-    tmr t[3]; memset(t, 0, sizeof(t));
+    tmr t[3];
+    memset(t, 0, sizeof(t));
     run r = {.w = w, .t = t, .n = 3};
     CHECK_EQ(weir__wheel_next(w), INT64_MAX);
     CHECK_EQ(w->count, 0);
@@ -192,10 +188,13 @@ TEST(wheel_basics)
     CHECK_EQ(t[0].fires, 1);
 
     /* A deadline in the past fires at the next expire, even at the same now. */
-    arm(&r, &t[2], 0);
-    CHECK_LE(weir__wheel_next(w), 0);
+    arm(&r, &t[2], 1000 * SEC + 4 * SEC);
+    CHECK_LE(weir__wheel_next(w), 1000 * SEC + 4 * SEC);
     CHECK_EQ(expire(&r, 1000 * SEC + 5 * SEC), 1);
-    CHECK_EQ(t[2].fires, 2);
+    arm(&r, &t[2], 0); /* before the origin: next() says origin, i.e. now */
+    CHECK_EQ(weir__wheel_next(w), 1000 * SEC);
+    CHECK_EQ(expire(&r, 1000 * SEC + 5 * SEC), 1);
+    CHECK_EQ(t[2].fires, 3);
     free(w);
 }
 
@@ -213,10 +212,18 @@ TEST(wheel_random_order)
     for (size_t i = 0; i < N; i++) {
         int64_t d;
         switch (rnd() % 4) {
-        case 0: d = origin + rnd_range(-5, 2000) * MS; break; /* ties */
-        case 1: d = origin + rnd_range(-SEC, 3 * SEC); break;
-        case 2: d = origin + rnd_range(0, 5 * 3600) * SEC + rnd_range(0, SEC); break;
-        default: d = origin + rnd_range(0, 70 * SEC); break;
+        case 0:
+            d = origin + rnd_range(-5, 2000) * MS;
+            break; /* ties */
+        case 1:
+            d = origin + rnd_range(-SEC, 3 * SEC);
+            break;
+        case 2:
+            d = origin + rnd_range(0, 5 * 3600) * SEC + rnd_range(0, SEC);
+            break;
+        default:
+            d = origin + rnd_range(0, 70 * SEC);
+            break;
         }
         arm(&r, &t[i], d);
         ref[i] = i;
@@ -265,11 +272,21 @@ TEST(wheel_interleaved_adds)
         for (int k = (int)(rnd() % 8); k > 0 && added < N; k--) {
             int64_t d;
             switch (rnd() % 5) {
-            case 0: d = now - rnd_range(0, 5 * MS); break;
-            case 1: d = now + rnd_range(0, MS); break;
-            case 2: d = now + rnd_range(0, 100 * MS); break;
-            case 3: d = now + rnd_range(0, 600 * SEC); break;
-            default: d = now + rnd_range(0, 3 * DAY); break;
+            case 0:
+                d = now - rnd_range(0, 5 * MS);
+                break;
+            case 1:
+                d = now + rnd_range(0, MS);
+                break;
+            case 2:
+                d = now + rnd_range(0, 100 * MS);
+                break;
+            case 3:
+                d = now + rnd_range(0, 600 * SEC);
+                break;
+            default:
+                d = now + rnd_range(0, 3 * DAY);
+                break;
             }
             arm(&r, &t[added++], d);
         }
@@ -322,8 +339,7 @@ static tmr *victims[3];
 
 static void del_hook(run *r, tmr *t)
 {
-    if (t->id != 0)
-        return;
+    if (t->id != 0) return;
     for (int i = 0; i < 3; i++) {
         weir__wheel_del(r->w, &victims[i]->node);
         victims[i]->deleted = 1;
@@ -333,7 +349,8 @@ static void del_hook(run *r, tmr *t)
 TEST(wheel_delete_from_fire)
 {
     weir__wheel *w = wheel_new(0);
-    tmr t[6]; memset(t, 0, sizeof(t));
+    tmr t[6];
+    memset(t, 0, sizeof(t));
     run r = {.w = w, .t = t, .n = 6, .hook = del_hook};
     arm(&r, &t[0], 10 * MS);     /* deletes 1, 3, 4 */
     arm(&r, &t[1], 10 * MS);     /* same slot, already detached for firing */
@@ -414,11 +431,12 @@ TEST(wheel_add_from_fire)
  * steps (next() + expire()). */
 static void far_future(int64_t origin, int jumps)
 {
-    const int64_t offs[] = {DAY,        30 * DAY,   365 * DAY,  800 * DAY, 3 * 365 * DAY,
-                            3650 * DAY, 36500 * DAY};
+    const int64_t offs[] = {DAY,           30 * DAY,   365 * DAY,  800 * DAY,
+                            3 * 365 * DAY, 3650 * DAY, 36500 * DAY};
     enum { NO = sizeof(offs) / sizeof(offs[0]), N = NO + 3 };
     weir__wheel *w = wheel_new(origin);
-    tmr t[N]; memset(t, 0, sizeof(t));
+    tmr t[N];
+    memset(t, 0, sizeof(t));
     size_t order[N];
     run r = {.w = w, .t = t, .n = N, .order = order};
     for (int i = 0; i < NO; i++)
@@ -464,7 +482,7 @@ TEST(wheel_far_future_jumps)
 {
     far_future(0, 1);
     far_future(-4 * SEC * 1000 * 1000 * 1000, 1); /* INT64_MAX: ~420 years away */
-    far_future(INT64_MIN + 5, 1);                  /* ... and ~580 years */
+    far_future(INT64_MIN + 5, 1);                 /* ... and ~580 years */
 }
 
 TEST(wheel_far_future_steps)
@@ -478,13 +496,14 @@ TEST(wheel_far_future_steps)
 TEST(wheel_extremes)
 {
     weir__wheel *w = wheel_new(INT64_MAX - 10 * MS);
-    tmr t[4]; memset(t, 0, sizeof(t));
+    tmr t[4];
+    memset(t, 0, sizeof(t));
     run r = {.w = w, .t = t, .n = 4};
     arm(&r, &t[0], INT64_MIN);
     arm(&r, &t[1], INT64_MAX);
     arm(&r, &t[2], INT64_MAX - 3 * MS);
     arm(&r, &t[3], INT64_MAX - 10 * MS);
-    CHECK_LE(weir__wheel_next(w), INT64_MIN);
+    CHECK_EQ(weir__wheel_next(w), INT64_MAX - 10 * MS); /* the origin, no overflow */
     CHECK_EQ(expire(&r, INT64_MIN), 1);
     CHECK_EQ(expire(&r, INT64_MAX - 10 * MS), 1);
     CHECK_EQ(expire(&r, INT64_MAX - 3 * MS), 1);
@@ -608,8 +627,7 @@ static void on_hfire(weir__theap_node *n, void *ctx)
     CHECK_GE(n->deadline, r->last);
     r->last = n->deadline;
     t->fires++;
-    if (r->order)
-        r->order[r->nfired] = t->id;
+    if (r->order) r->order[r->nfired] = t->id;
     r->nfired++;
     if (r->victim && weir__theap_armed(&r->victim->node)) {
         weir__theap_del(r->h, &r->victim->node);
@@ -628,8 +646,7 @@ static const htmr *hsort_base;
 static int cmp_href(const void *a, const void *b)
 {
     const htmr *x = &hsort_base[*(const size_t *)a], *y = &hsort_base[*(const size_t *)b];
-    if (x->node.deadline != y->node.deadline)
-        return x->node.deadline < y->node.deadline ? -1 : 1;
+    if (x->node.deadline != y->node.deadline) return x->node.deadline < y->node.deadline ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -682,8 +699,7 @@ TEST(heap_random_order)
         weir__theap_del(&h, &t[perm[i]].node);
     size_t m = 0;
     for (size_t i = 0; i < N; i++)
-        if (weir__theap_armed(&t[i].node))
-            ref[m++] = i;
+        if (weir__theap_armed(&t[i].node)) ref[m++] = i;
     hsort_base = t;
     qsort(ref, m, sizeof(*ref), cmp_href);
     for (int64_t now = 0; h.len; now += rnd_range(0, 3 * MS))

@@ -17,4 +17,6 @@ cp -R "$here/Cargo.toml" "$here/src" "$here/.cargo" "$out/src/"
 cd "$out/src"
 CARGO_HOME="$out/cargo-home" CARGO_TARGET_DIR="$out/target" \
   cargo build --release --offline --quiet
-cp "$out/target/release/tokioperf" "$out/tokioperf"
+# copy then rename, so a tokioperf still running keeps its old file
+cp "$out/target/release/tokioperf" "$out/tokioperf.new"
+mv -f "$out/tokioperf.new" "$out/tokioperf"
