@@ -79,7 +79,7 @@ void weir__op_done(weir_op *op, int64_t result)
     }
     weir_task *t = op->task;
     op->result = result;
-    if (op->flags & WEIR__OP_REMOTE) {
+    if (weir__op_flags(op) & WEIR__OP_REMOTE) {
         /* The waiter may see DONE, finish and free its task before we wake
          * it: hold a reference across the publication. */
         weir_task_ref(t);
