@@ -15,7 +15,7 @@
 
 #include "weir/rt.h"
 
-static int bench_runs(int dflt)
+static inline int bench_runs(int dflt)
 {
     const char *e = getenv("BENCH_RUNS");
     int n = e ? atoi(e) : 0;
@@ -24,19 +24,19 @@ static int bench_runs(int dflt)
     return n > 0 && n < 100 ? n : dflt;
 }
 
-static int bench_cmp_double(const void *a, const void *b)
+static inline int bench_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-static double bench_median(double *v, int n)
+static inline double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static long bench_peak_rss_kb(void)
+static inline long bench_peak_rss_kb(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -44,7 +44,7 @@ static long bench_peak_rss_kb(void)
 }
 
 /* "weir-uring" or "weir-epoll" for the loop of the calling thread. */
-static const char *bench_impl(void)
+static inline const char *bench_impl(void)
 {
     static char buf[32];
     weir_loop *l = weir_loop_current();

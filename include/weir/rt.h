@@ -159,6 +159,7 @@ int weir_task_cancel(weir_task *h);
 /* The running task, or NULL outside the runtime. */
 weir_task *weir_task_current(void);
 const char *weir_task_name(const weir_task *t);
+/* An identifier unique among live tasks (not reused while t is alive). */
 uint64_t weir_task_id(const weir_task *t);
 int weir_task_cancelled(void); /* current task has a cancel request */
 /* Let other tasks run; 0 or -ECANCELED. Fibers only (stackless: WEIR_YIELD). */

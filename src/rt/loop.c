@@ -53,7 +53,7 @@ __attribute__((noinline)) weir_task *weir__task_current(void)
 /* ---- live-task list ------------------------------------------------------------ */
 void weir__loop_adopt(weir_loop *l, weir_task *t)
 {
-    t->id = ++l->next_id;
+    t->flags |= WEIR__TF_ADOPTED;
     t->all_prev = NULL;
     t->all_next = l->all_head;
     if (l->all_head)
@@ -87,8 +87,8 @@ static weir_task *taskq_pop(weir__taskq *q)
     return t;
 }
 
-/* Tasks woken (or spawned) from other threads. A spawned task is not yet on
- * the live list: it has no id. */
+/* Tasks woken (or spawned) from other threads. A task spawned there is not
+ * yet on the live list. */
 static void drain_remote(weir_loop *l)
 {
     if (!atomic_load_explicit(&l->remote_pending, memory_order_acquire))
@@ -100,7 +100,7 @@ static void drain_remote(weir_loop *l)
     pthread_mutex_unlock(&l->remote_lock);
     weir_task *t;
     while ((t = taskq_pop(&q))) {
-        if (t->id == 0)
+        if (!(t->flags & WEIR__TF_ADOPTED))
             weir__loop_adopt(l, t);
         weir__task_schedule_local(l, t);
     }
@@ -318,6 +318,7 @@ void weir_loop_free(weir_loop *l)
         weir__pool_free(l->pool);
     /* Ops of cancelled tasks have all been reaped; nothing is in the kernel. */
     l->be->fini(l);
+    weir__task_cache_drain(l);
     tl_loop = NULL;
     weir__stack_guard_thread_fini();
     weir__ctx_thread_fini(&l->sched_ctx);

@@ -48,8 +48,9 @@ int weir__op_begin(weir_op *op, int kind, int64_t deadline)
     op->timer.slot = 0;
     op->timer.pad = 0;
     op->flags = WEIR__OP_ACTIVE;
-    if (t->deadline < deadline)
-        deadline = t->deadline;
+    int64_t td = weir__task_deadline(t);
+    if (td < deadline)
+        deadline = td;
     op->deadline = deadline;
     if (atomic_load_explicit(&t->cancel_req, memory_order_acquire)) {
         op->cancel_reason = WEIR__CANCEL_TASK;

@@ -61,50 +61,76 @@ typedef struct weir__defer {
 
 typedef struct weir__task_ext {
     weir__defer *defers;
+    int64_t deadline; /* weir_task_set_deadline(); WEIR_FOREVER without ext */
+    int tls_used;     /* highest key + 1 set */
     void *tls[WEIR_TLS_MAX];
-    int tls_used; /* highest key + 1 set */
 } weir__task_ext;
 
 #define WEIR__JOIN_DONE ((weir_op *)(uintptr_t)1)
 
+/* weir_task.flags (owned by the loop thread running the task) */
+enum {
+    WEIR__TF_ADOPTED = 1,     /* on its loop's live list */
+    WEIR__TF_STARTED = 2,     /* fiber context made */
+    WEIR__TF_RETURNED = 4,    /* fiber function returned */
+    WEIR__TF_CANCEL_SEEN = 8, /* ended with a cancel request pending */
+};
+
+/*
+ * The common task header; a stackless task is exactly this (96 bytes on
+ * 64-bit), a fiber is a weir__fiber_task that extends it. Rarely used state
+ * (cleanup handlers, task-locals, the task deadline) lives in `ext`,
+ * allocated on first use, so that a million small tasks stay small.
+ */
 struct weir_task {
     _Atomic uint32_t state;
     _Atomic uint32_t refs;
-    _Atomic uint8_t cancel_req; /* weir_task_cancel() was called */
-    uint8_t kind;
-    uint8_t started;      /* fiber context made / stackless polled once */
-    uint8_t cancel_seen;  /* ended after a cancel request */
-    _Atomic uint8_t foreign_join; /* a thread outside the runtime waits on done_seq */
     _Atomic uint32_t done_seq;    /* futex word for joiners outside the runtime */
+    _Atomic uint8_t cancel_req;   /* weir_task_cancel() was called */
+    _Atomic uint8_t foreign_join; /* a thread outside the runtime waits on done_seq */
+    uint8_t kind;
+    uint8_t flags; /* WEIR__TF_* */
     weir_loop *loop;
-    weir_task *next;               /* run-queue link */
+    weir_task *next;                /* run-queue link */
     weir_task *all_prev, *all_next; /* loop's list of live tasks */
     const char *name;
-    uint64_t id;
     intptr_t result;
-    int64_t deadline;             /* weir_task_set_deadline() */
-    _Atomic(weir_op *) joiner;    /* NULL, a waiting join op, or WEIR__JOIN_DONE */
+    _Atomic(weir_op *) joiner; /* NULL, a waiting join op, or WEIR__JOIN_DONE */
     weir__task_ext *ext;
     union {
-        struct {
-            weir__ctx ctx;
-            weir__stack *stack;
-            size_t stack_size;
-            weir_task_fn fn;
-            void *arg;
-#ifdef WEIR_ASAN
-            void *asan_fake;
-#endif
-#ifdef WEIR_TSAN
-            void *tsan_fiber;
-#endif
-        } fiber;
         struct {
             weir_poll_fn poll;
             void *frame;
         } sl;
+        struct {
+            weir_task_fn fn;
+            void *arg;
+        } fiber;
     } u;
 };
+
+typedef struct weir__fiber_task {
+    struct weir_task task;
+    weir__ctx ctx;
+    weir__stack *stack;
+    size_t stack_size;
+#ifdef WEIR_ASAN
+    void *asan_fake;
+#endif
+#ifdef WEIR_TSAN
+    void *tsan_fiber;
+#endif
+} weir__fiber_task;
+
+static inline weir__fiber_task *weir__fiber_of(weir_task *t)
+{
+    return (weir__fiber_task *)t;
+}
+
+static inline int64_t weir__task_deadline(const weir_task *t)
+{
+    return t->ext ? t->ext->deadline : WEIR_FOREVER;
+}
 
 /* ---- loop ------------------------------------------------------------------ */
 typedef struct weir__backend weir__backend;
@@ -138,7 +164,10 @@ struct weir_loop {
     weir_task *current;
     weir_task *all_head; /* live tasks (for shutdown) */
     size_t ntasks;
-    uint64_t next_id;
+    /* Freed task blocks kept for reuse, one list per kind (linked through
+     * `next`); spawn/join of small tasks then never reaches malloc. */
+    weir_task *cache[2];
+    size_t ncached[2];
     int shutting_down;
     struct weir__pool *pool; /* blocking pool, created on first use */
     int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
@@ -212,6 +241,7 @@ void weir__op_cancel(weir_op *op, int reason);
 /* Tasks (task.c) */
 void weir__task_schedule_local(weir_loop *l, weir_task *t);
 void weir__task_run(weir_loop *l, weir_task *t);
+void weir__task_cache_drain(weir_loop *l);
 void weir__op_join_cancel(weir_op *op);
 /* Loop bookkeeping (loop.c): the live-task list. */
 void weir__loop_adopt(weir_loop *l, weir_task *t);

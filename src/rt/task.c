@@ -51,8 +51,11 @@ int weir_tls_key_new(weir_tls_key *key, void (*dtor)(void *))
 
 static weir__task_ext *task_ext(weir_task *t)
 {
-    if (!t->ext)
+    if (!t->ext) {
         t->ext = calloc(1, sizeof(*t->ext));
+        if (t->ext)
+            t->ext->deadline = WEIR_FOREVER;
+    }
     return t->ext;
 }
 
@@ -126,14 +129,47 @@ weir_task *weir_task_ref(weir_task *t)
     return t;
 }
 
+#define TASK_CACHE_MAX 1024
+
+static size_t task_size(int kind)
+{
+    return kind == WEIR__TASK_FIBER ? sizeof(weir__fiber_task) : sizeof(weir_task);
+}
+
+/* A freed task goes back to its loop's cache when freed on that loop's
+ * thread (the cache is not locked), otherwise to free(). */
+static void task_free(weir_task *t)
+{
+    free(t->ext);
+    weir_loop *l = weir__loop_current();
+    int k = t->kind == WEIR__TASK_FIBER;
+    if (l && l == t->loop && l->ncached[k] < TASK_CACHE_MAX) {
+        t->next = l->cache[k];
+        l->cache[k] = t;
+        l->ncached[k]++;
+        return;
+    }
+    free(t);
+}
+
+void weir__task_cache_drain(weir_loop *l)
+{
+    for (int k = 0; k < 2; k++) {
+        while (l->cache[k]) {
+            weir_task *t = l->cache[k];
+            l->cache[k] = t->next;
+            free(t);
+        }
+        l->ncached[k] = 0;
+    }
+}
+
 void weir_task_unref(weir_task *t)
 {
     /* acq_rel: the last owner must see every other owner's writes before it
      * frees (the classic refcount release/acquire pairing). */
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1) {
-        free(t->ext);
-        free(t);
-    }
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+        task_free(t);
 }
 
 static void taskq_push(weir__taskq *q, weir_task *t)
@@ -215,8 +251,13 @@ static weir_task *task_new(const weir_spawn_opts *opts, int kind)
         errno = EINVAL;
         return NULL;
     }
-    weir_task *t = malloc(sizeof(*t));
-    if (!t) {
+    int k = kind == WEIR__TASK_FIBER;
+    weir_task *t;
+    if (l == weir__loop_current() && l->cache[k]) {
+        t = l->cache[k];
+        l->cache[k] = t->next;
+        l->ncached[k]--;
+    } else if (!(t = malloc(task_size(kind)))) {
         errno = ENOMEM;
         return NULL;
     }
@@ -227,7 +268,6 @@ static weir_task *task_new(const weir_spawn_opts *opts, int kind)
     t->kind = (uint8_t)kind;
     t->loop = l;
     t->name = opts && opts->name ? opts->name : "task";
-    t->deadline = WEIR_FOREVER;
     return t;
 }
 
@@ -254,16 +294,17 @@ weir_task *weir_task_spawn(weir_task_fn fn, void *arg, const weir_spawn_opts *op
     weir_task *t = task_new(opts, WEIR__TASK_FIBER);
     if (!t)
         return NULL;
+    weir__fiber_task *ft = weir__fiber_of(t);
     t->u.fiber.fn = fn;
     t->u.fiber.arg = arg;
-    t->u.fiber.stack_size = opts && opts->stack_size ? opts->stack_size : WEIR_STACK_DEFAULT;
-    t->u.fiber.stack = NULL;
+    ft->stack_size = opts && opts->stack_size ? opts->stack_size : WEIR_STACK_DEFAULT;
+    ft->stack = NULL;
     /* On the loop's own thread take the stack now so that failure is
      * reported to the spawner; from elsewhere the loop takes it later. */
     if (t->loop == weir__loop_current()) {
-        t->u.fiber.stack = weir__stack_get(&t->loop->stacks, t->u.fiber.stack_size);
-        if (!t->u.fiber.stack) {
-            free(t);
+        ft->stack = weir__stack_get(&t->loop->stacks, ft->stack_size);
+        if (!ft->stack) {
+            task_free(t);
             errno = ENOMEM;
             return NULL;
         }
@@ -291,12 +332,13 @@ weir_task *weir_task_spawn_stackless(weir_poll_fn poll, void *frame, const weir_
 static void fiber_entry(void *arg)
 {
     weir_task *t = arg;
+    weir__fiber_task *ft = weir__fiber_of(t);
 #ifdef WEIR_ASAN
     __sanitizer_finish_switch_fiber(NULL, &t->loop->asan_sched_bottom, &t->loop->asan_sched_size);
 #endif
     t->result = t->u.fiber.fn(t->u.fiber.arg);
     task_run_cleanup(t);
-    t->started = 2; /* tells the scheduler this fiber has returned */
+    t->flags |= WEIR__TF_RETURNED; /* tells the scheduler this fiber is finished */
     weir_loop *l = weir__loop_current();
 #ifdef WEIR_ASAN
     __sanitizer_start_switch_fiber(NULL, l->asan_sched_bottom, l->asan_sched_size);
@@ -304,23 +346,24 @@ static void fiber_entry(void *arg)
 #ifdef WEIR_TSAN
     __tsan_switch_to_fiber(l->tsan_sched, 0);
 #endif
-    weir__ctx_switch(&t->u.fiber.ctx, &l->sched_ctx);
+    weir__ctx_switch(&ft->ctx, &l->sched_ctx);
     __builtin_trap(); /* a finished fiber is never resumed */
 }
 
 /* Switch from the scheduler into fiber t until it parks or returns. */
 static void fiber_resume(weir_loop *l, weir_task *t)
 {
-    weir__stack *s = t->u.fiber.stack;
+    weir__fiber_task *ft = weir__fiber_of(t);
+    weir__stack *s = ft->stack;
     weir__stack_guard_enter(s, t->name);
 #ifdef WEIR_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(&fake, s->lo, s->size);
 #endif
 #ifdef WEIR_TSAN
-    __tsan_switch_to_fiber(t->u.fiber.tsan_fiber, 0);
+    __tsan_switch_to_fiber(ft->tsan_fiber, 0);
 #endif
-    weir__ctx_switch(&l->sched_ctx, &t->u.fiber.ctx);
+    weir__ctx_switch(&l->sched_ctx, &ft->ctx);
 #ifdef WEIR_ASAN
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
@@ -330,21 +373,19 @@ static void fiber_resume(weir_loop *l, weir_task *t)
 void weir__fiber_park(void)
 {
     weir_loop *l = weir__loop_current();
-    weir_task *t = l->current;
+    weir__fiber_task *ft = weir__fiber_of(l->current);
 #ifdef WEIR_ASAN
-    __sanitizer_start_switch_fiber(&t->u.fiber.asan_fake, l->asan_sched_bottom,
-                                   l->asan_sched_size);
+    __sanitizer_start_switch_fiber(&ft->asan_fake, l->asan_sched_bottom, l->asan_sched_size);
 #endif
 #ifdef WEIR_TSAN
     __tsan_switch_to_fiber(l->tsan_sched, 0);
 #endif
-    weir__ctx_switch(&t->u.fiber.ctx, &l->sched_ctx);
+    weir__ctx_switch(&ft->ctx, &l->sched_ctx);
     /* Resumed, possibly (in a multi-threaded runtime) on another thread: reload
      * the loop through the accessor rather than trusting `l`. */
 #ifdef WEIR_ASAN
     l = weir__loop_current();
-    __sanitizer_finish_switch_fiber(t->u.fiber.asan_fake, &l->asan_sched_bottom,
-                                    &l->asan_sched_size);
+    __sanitizer_finish_switch_fiber(ft->asan_fake, &l->asan_sched_bottom, &l->asan_sched_size);
 #endif
 }
 
@@ -356,16 +397,19 @@ static void futex_wake_all(_Atomic uint32_t *addr)
 static void task_finish(weir_loop *l, weir_task *t)
 {
     weir__loop_forget(l, t);
-    t->cancel_seen = atomic_load_explicit(&t->cancel_req, memory_order_acquire);
-    /* seq_cst: pairs with a foreign joiner's seq_cst read of the state after
-     * it announced itself (join_blocking). */
+    if (atomic_load_explicit(&t->cancel_req, memory_order_acquire))
+        t->flags |= WEIR__TF_CANCEL_SEEN;
+    /* seq_cst store of DONE, then seq_cst load of foreign_join; a foreign
+     * joiner does the mirror image (join_blocking). One of the two sees the
+     * other's store, so either we wake it or it never sleeps. */
     atomic_store_explicit(&t->state, WEIR__T_DONE, memory_order_seq_cst);
     weir_op *j = atomic_exchange_explicit(&t->joiner, WEIR__JOIN_DONE, memory_order_acq_rel);
     if (j)
         weir__op_done(j, 0);
-    atomic_fetch_add_explicit(&t->done_seq, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&t->foreign_join, memory_order_seq_cst))
+    if (atomic_load_explicit(&t->foreign_join, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&t->done_seq, 1, memory_order_seq_cst);
         futex_wake_all(&t->done_seq);
+    }
     weir_task_unref(t); /* the scheduler's reference */
 }
 
@@ -378,10 +422,11 @@ void weir__task_run(weir_loop *l, weir_task *t)
     l->polls++;
     int ready;
     if (t->kind == WEIR__TASK_FIBER) {
-        if (WEIR__UNLIKELY(!t->started)) {
-            if (!t->u.fiber.stack)
-                t->u.fiber.stack = weir__stack_get(&l->stacks, t->u.fiber.stack_size);
-            if (!t->u.fiber.stack) {
+        weir__fiber_task *ft = weir__fiber_of(t);
+        if (WEIR__UNLIKELY(!(t->flags & WEIR__TF_STARTED))) {
+            if (!ft->stack)
+                ft->stack = weir__stack_get(&l->stacks, ft->stack_size);
+            if (!ft->stack) {
                 weir__log(WEIR__LOG_ERROR, "rt.task", "no stack for task %s: %s", t->name,
                           strerror(errno));
                 t->result = -ENOMEM;
@@ -389,20 +434,19 @@ void weir__task_run(weir_loop *l, weir_task *t)
                 task_finish(l, t);
                 return;
             }
-            weir__ctx_make(&t->u.fiber.ctx, t->u.fiber.stack->lo, t->u.fiber.stack->size,
-                           fiber_entry, t);
+            weir__ctx_make(&ft->ctx, ft->stack->lo, ft->stack->size, fiber_entry, t);
 #ifdef WEIR_TSAN
-            t->u.fiber.tsan_fiber = __tsan_create_fiber(0);
+            ft->tsan_fiber = __tsan_create_fiber(0);
 #endif
-            t->started = 1;
+            t->flags |= WEIR__TF_STARTED;
         }
         fiber_resume(l, t);
-        ready = t->started == 2;
+        ready = (t->flags & WEIR__TF_RETURNED) != 0;
         if (ready) {
-            weir__stack_put(&l->stacks, t->u.fiber.stack);
-            t->u.fiber.stack = NULL;
+            weir__stack_put(&l->stacks, ft->stack);
+            ft->stack = NULL;
 #ifdef WEIR_TSAN
-            __tsan_destroy_fiber(t->u.fiber.tsan_fiber);
+            __tsan_destroy_fiber(ft->tsan_fiber);
 #endif
         }
     } else {
@@ -440,7 +484,7 @@ const char *weir_task_name(const weir_task *t)
 
 uint64_t weir_task_id(const weir_task *t)
 {
-    return t ? t->id : 0;
+    return (uint64_t)(uintptr_t)t;
 }
 
 int weir_task_cancelled(void)
@@ -454,8 +498,12 @@ int64_t weir_task_set_deadline(int64_t deadline)
     weir_task *t = weir__task_current();
     if (!t)
         return WEIR_FOREVER;
-    int64_t old = t->deadline;
-    t->deadline = deadline;
+    int64_t old = weir__task_deadline(t);
+    if (old == deadline)
+        return old;
+    weir__task_ext *x = task_ext(t);
+    if (x)
+        x->deadline = deadline;
     return old;
 }
 
@@ -526,7 +574,7 @@ static int join_collect(weir_task *h, intptr_t *result)
 {
     if (result)
         *result = h->result;
-    int r = h->cancel_seen ? -ECANCELED : 0;
+    int r = (h->flags & WEIR__TF_CANCEL_SEEN) ? -ECANCELED : 0;
     weir_task_unref(h);
     return r;
 }
