@@ -21,8 +21,10 @@
  *
  * Sockets used with the epoll backend are switched to O_NONBLOCK on first
  * use (as libuv does); accepted sockets come back non-blocking and
- * close-on-exec under both backends. Close an fd that has ops in flight with
- * weir_io_close(): under epoll the waiting ops then end with -EBADF. Under
+ * close-on-exec under both backends. Close every fd you used with these
+ * functions through weir_io_close(): the epoll backend keeps per-fd state
+ * that a plain close(2) would leave stale for the next fd with that number.
+ * With ops in flight, under epoll the waiting ops then end with -EBADF. Under
  * io_uring a request already in the kernel keeps its own file reference;
  * shut the socket down (shutdown(2)) or cancel the task to end it.
  */

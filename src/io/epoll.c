@@ -52,12 +52,13 @@
 
 #include "io/backend.h"
 
-#define EP_EVENTS   256
-#define EP_TAG_EFD  UINT64_MAX       /* epoll data of the loop's eventfd */
-#define EP_PENDING  INT64_MIN        /* try_op: would block, keep waiting */
-#define EP_MAX_FDS  (1 << 22)        /* table bound when RLIMIT_NOFILE is larger */
-#define EP_POLLBITS (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | \
-                     EPOLLWRBAND | EPOLLMSG | EPOLLRDHUP)
+#define EP_EVENTS  256
+#define EP_TAG_EFD UINT64_MAX /* epoll data of the loop's eventfd */
+#define EP_PENDING INT64_MIN  /* try_op: would block, keep waiting */
+#define EP_MAX_FDS (1 << 22)  /* table bound when RLIMIT_NOFILE is larger */
+#define EP_POLLBITS                                                                                \
+    (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND |       \
+     EPOLLMSG | EPOLLRDHUP)
 
 /* op->backend bits */
 enum {
@@ -278,8 +279,10 @@ static void complete(ep_state *s, weir_op *op, int64_t r)
  * back: start its state afresh (accept4 made it non-blocking). */
 static void fresh_fd(ep_state *s, int fd)
 {
-    if (fd >= 0 && fd < s->nfds && !has_waiters(&s->fds[fd]))
-        s->fds[fd] = (ep_fd){.nb_done = 1};
+    int err;
+    ep_fd *st = fd_get(s, fd, &err); /* may move the table: callers re-index */
+    if (st && !has_waiters(st))
+        *st = (ep_fd){.nb_done = 1};
 }
 
 static void finish(ep_state *s, weir_op *op, int64_t r)
@@ -328,11 +331,14 @@ static int ep_arm(ep_state *s, int fd, ep_fd *st)
     return 0;
 }
 
+/* Take back armed interest. A disarmed (fired) ONESHOT item reports nothing
+ * and is left in place, so that the next arm is a plain MOD. */
 static void ep_drop(ep_state *s, int fd, ep_fd *st)
 {
-    if (st->added)
+    if (st->added && st->armed) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
-    st->added = 0;
+        st->added = 0;
+    }
     st->armed = 0;
 }
 
@@ -368,7 +374,8 @@ static void do_close(ep_state *s, weir_op *op)
             list_unlink(q, w);
             complete(s, w, -EBADF);
         }
-        ep_drop(s, fd, &s->fds[fd]);
+        if (s->fds[fd].added) /* before the close: the number may be reused at once */
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
         s->fds[fd] = (ep_fd){0};
     }
     int r = close(fd);
@@ -394,7 +401,8 @@ static void ep_submit(weir_loop *l, weir_op *op)
         weir__op_done(op, err);
         return;
     }
-    if (!st->nb_done) {
+    /* A connect usually starts a socket's life: check it afresh. */
+    if (!st->nb_done || op->kind == WEIR__OP_CONNECT) {
         if ((err = ensure_nonblock(fd)) < 0) {
             weir__op_done(op, err);
             return;
@@ -432,8 +440,12 @@ static void ep_cancel(weir_loop *l, weir_op *op)
     int fd = op_fd(op);
     ep_fd *st = &s->fds[fd];
     list_unlink(list_of(st, op), op);
-    if (!has_waiters(st) && st->armed)
+    if (!has_waiters(st)) {
         ep_drop(s, fd, st);
+        /* An fd given up on (timeout, cancel) is often close(2)d next and
+         * its number reused: re-check O_NONBLOCK on its next use. */
+        st->nb_done = 0;
+    }
     op->backend = 0;
     weir__op_done(op, -ECANCELED);
 }

@@ -172,8 +172,15 @@ int weir_io_wait_readable_any_start(weir_op *op, weir_op *parts, const int *fds,
         p->u.poll.fd = fds[i];
         p->u.poll.events = POLLIN;
     }
-    for (int i = 0; i < nfds; i++)
+    for (int i = 0; i < nfds; i++) {
+        /* An earlier part may have completed inside submit and cancelled
+         * the rest before they reached the backend. */
+        if (weir__op_flags(&parts[i]) & WEIR__OP_CANCELLING) {
+            weir__op_done(&parts[i], -ECANCELED);
+            continue;
+        }
         l->be->submit(l, &parts[i]);
+    }
     return 0;
 }
 

@@ -77,7 +77,8 @@ static ssize_t write_all(int fd, const void *buf, size_t len)
 {
     size_t done = 0;
     while (done < len) {
-        ssize_t r = weir_io_write(fd, (const char *)buf + done, len - done, weir_time_after_ms(5000));
+        ssize_t r =
+            weir_io_write(fd, (const char *)buf + done, len - done, weir_time_after_ms(5000));
         if (r < 0)
             return r;
         done += (size_t)r;
@@ -148,8 +149,8 @@ static intptr_t blocking_read_main(void *arg)
     CHECK_GE(weir_time_now() - t0, 15 * WEIR_MSEC);
     CHECK_STR(buf, "late");
     CHECK_EQ(join(w, NULL), 4);
-    close(pp.p[0]);
-    close(pp.p[1]);
+    weir_io_close(pp.p[0]);
+    weir_io_close(pp.p[1]);
     return 0;
 }
 
@@ -179,8 +180,8 @@ static intptr_t thread_read_main(void *arg)
     void *res;
     pthread_join(th, &res);
     CHECK_EQ((intptr_t)res, 6);
-    close(pp.p[0]);
-    close(pp.p[1]);
+    weir_io_close(pp.p[0]);
+    weir_io_close(pp.p[1]);
     return 0;
 }
 
@@ -201,8 +202,8 @@ static intptr_t vec_main(void *arg)
     CHECK_EQ(weir_io_readv(p[0], in, 2, WEIR_FOREVER), 10);
     CHECK_STR(a, "abc");
     CHECK_STR(b, "defghij");
-    close(p[0]);
-    close(p[1]);
+    weir_io_close(p[0]);
+    weir_io_close(p[1]);
     return 0;
 }
 
@@ -310,7 +311,7 @@ static int tcp_listen(int family, addr *a, int backlog)
     if (bind(fd, (struct sockaddr *)&a->ss, a->len) < 0 || listen(fd, backlog) < 0 ||
         getsockname(fd, (struct sockaddr *)&a->ss, &a->len) < 0) {
         int err = errno;
-        close(fd);
+        weir_io_close(fd);
         return -err;
     }
     return fd;
@@ -422,12 +423,12 @@ static intptr_t peer_close_main(void *arg)
     signal(SIGPIPE, SIG_IGN);
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    close(sv[1]);
+    weir_io_close(sv[1]);
     char buf[8];
     CHECK_EQ(weir_io_read(sv[0], buf, sizeof(buf), weir_time_after_ms(5000)), 0);
     CHECK_EQ(weir_io_send(sv[0], "x", 1, 0, weir_time_after_ms(5000)), -EPIPE);
     CHECK_EQ(weir_io_write(sv[0], "x", 1, weir_time_after_ms(5000)), -EPIPE);
-    close(sv[0]);
+    weir_io_close(sv[0]);
 
     /* TCP: the server closes the connection right after accepting it. */
     addr a;
@@ -466,11 +467,11 @@ static intptr_t refused_main(void *arg)
     addr a;
     int lfd = tcp_listen(AF_INET, &a, 1);
     CHECK(lfd >= 0);
-    close(lfd);
+    weir_io_close(lfd);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CHECK_EQ(weir_io_connect(fd, (struct sockaddr *)&a.ss, a.len, weir_time_after_ms(5000)),
              -ECONNREFUSED);
-    close(fd);
+    weir_io_close(fd);
     return 0;
 }
 
@@ -490,7 +491,7 @@ static intptr_t deadline_main(void *arg)
     int64_t dt = weir_time_now() - t0;
     CHECK_GE(dt, 45 * WEIR_MSEC);
     CHECK_LT(dt, 2 * WEIR_SEC);
-    close(lfd);
+    weir_io_close(lfd);
 
     int p[2];
     make_pipe(p);
@@ -506,8 +507,8 @@ static intptr_t deadline_main(void *arg)
     weir_task_set_deadline(old);
     /* A deadline in the past fails at once. */
     CHECK_EQ(weir_io_read(p[0], buf, sizeof(buf), weir_time_now() - 1), -ETIMEDOUT);
-    close(p[0]);
-    close(p[1]);
+    weir_io_close(p[0]);
+    weir_io_close(p[1]);
     return 0;
 }
 
@@ -566,9 +567,9 @@ static intptr_t cancel_main(void *arg)
     int lfd = tcp_listen(AF_INET, &a, 16);
     CHECK(lfd >= 0);
     struct blocked bs[] = {
-        {K_READ, {p1[0]}, 0},   {K_ACCEPT, {lfd}, 0},
-        {K_POLL, {p1[0]}, 0},   {K_ANY, {p1[0], p2[0], p3[0]}, 0},
-        {K_RECV, {sv[0]}, 0},   {K_WRITE, {sv[1]}, 0},
+        {K_READ, {p1[0]}, 0}, {K_ACCEPT, {lfd}, 0},
+        {K_POLL, {p1[0]}, 0}, {K_ANY, {p1[0], p2[0], p3[0]}, 0},
+        {K_RECV, {sv[0]}, 0}, {K_WRITE, {sv[1]}, 0},
     };
     for (size_t i = 0; i < sizeof(bs) / sizeof(bs[0]); i++) {
         weir_task *t = spawn(blocked_op, &bs[i]);
@@ -632,8 +633,8 @@ static intptr_t cancel_race_main(void *arg)
             CHECK_EQ(weir_io_read(p[0], buf, sizeof(buf), weir_time_after_ms(1000)), 5);
             CHECK_STR(buf, "abcde");
         }
-        close(p[0]);
-        close(p[1]);
+        weir_io_close(p[0]);
+        weir_io_close(p[1]);
     }
     printf("    read won %d times, cancel won %d times\n", got, cancelled);
     return 0;
@@ -662,15 +663,15 @@ static intptr_t poll_main(void *arg)
     char buf[8];
     CHECK_EQ(weir_io_read(p[0], buf, sizeof(buf), WEIR_FOREVER), 4);
     /* Writer gone: POLLHUP is reported to a POLLIN waiter. */
-    close(p[1]);
+    weir_io_close(p[1]);
     CHECK_EQ(weir_io_poll(p[0], POLLIN, weir_time_after_ms(1000)) & POLLHUP, POLLHUP);
-    close(p[0]);
+    weir_io_close(p[0]);
     /* A reader going away while we wait: the waiting poll sees POLLERR. */
     make_pipe(p);
     CHECK_EQ(weir_io_poll(-1, POLLIN, weir_time_after_ms(1000)), -EBADF);
-    close(p[0]);
+    weir_io_close(p[0]);
     CHECK(weir_io_poll(p[1], POLLOUT, weir_time_after_ms(1000)) & POLLERR);
-    close(p[1]);
+    weir_io_close(p[1]);
     return 0;
 }
 
@@ -712,20 +713,20 @@ static intptr_t any_main(void *arg)
     for (int i = 0; i < 20; i++)
         many[i] = p[i % 4][0];
     w = spawn(write_later, (void *)(intptr_t)p[3][1]);
-    CHECK_EQ(weir_io_wait_readable_any(many, 20, weir_time_after_ms(5000)), 3);
+    CHECK_EQ(weir_io_wait_readable_any(many, 20, weir_time_after_ms(5000)) % 4, 3);
     CHECK_EQ(join(w, NULL), 1);
     CHECK_EQ(weir_io_read(p[3][0], &c, 1, WEIR_FOREVER), 1);
     /* A bad fd fails the whole wait. */
     int bad[3] = {p[1][0], 100000 - 1, p[2][0]};
     CHECK_EQ(weir_io_wait_readable_any(bad, 3, weir_time_after_ms(1000)), -EBADF);
     int closed_fd = dup(p[1][0]);
-    close(closed_fd);
+    weir_io_close(closed_fd);
     bad[1] = closed_fd;
     CHECK_EQ(weir_io_wait_readable_any(bad, 3, weir_time_after_ms(1000)), -EBADF);
     CHECK_EQ(weir_io_wait_readable_any(fds, 0, WEIR_FOREVER), -EINVAL);
     for (int i = 0; i < 4; i++) {
-        close(p[i][0]);
-        close(p[i][1]);
+        weir_io_close(p[i][0]);
+        weir_io_close(p[i][1]);
     }
     return 0;
 }
@@ -762,8 +763,8 @@ static intptr_t close_main(void *arg)
         CHECK_EQ(v, -EBADF);
     else
         CHECK(v == -EBADF || v == 0);
-    close(keep);
-    close(sv[1]);
+    weir_io_close(keep);
+    weir_io_close(sv[1]);
     return 0;
 }
 
@@ -812,16 +813,15 @@ static intptr_t stackless_main(void *arg)
     CHECK_EQ(weir_io_read(b[0], buf, sizeof(buf), weir_time_after_ms(5000)), 9);
     CHECK_STR(buf, "stackless");
     CHECK_EQ(join(t, NULL), 9);
-    /* A stackless read with a deadline times out. */
+    /* A stackless read that sees EOF. */
     struct sl_echo g = {.in = a[0], .out = b[1]};
-    g.op.flags = 0;
     t = weir_task_spawn_stackless(sl_echo_poll, &g, NULL);
-    (void)t;
-    close(a[1]);
+    CHECK(t != NULL);
+    weir_io_close(a[1]);
     CHECK_EQ(join(t, NULL), 0); /* EOF */
-    close(a[0]);
-    close(b[0]);
-    close(b[1]);
+    weir_io_close(a[0]);
+    weir_io_close(b[0]);
+    weir_io_close(b[1]);
     return 0;
 }
 
@@ -890,8 +890,8 @@ static intptr_t ownership_main(void *arg)
         char buf[16] = {0};
         CHECK_EQ(weir_io_read(p[i][0], buf, sizeof(buf), weir_time_after_ms(1000)), 6);
         CHECK_STR(buf, "owned!");
-        close(p[i][0]);
-        close(p[i][1]);
+        weir_io_close(p[i][0]);
+        weir_io_close(p[i][1]);
     }
     return 0;
 }
@@ -943,8 +943,8 @@ static intptr_t many_readers_main(void *arg)
         seen |= 1 << (c - 'A');
     }
     CHECK_EQ(seen, (1 << R) - 1);
-    close(p[0]);
-    close(p[1]);
+    weir_io_close(p[0]);
+    weir_io_close(p[1]);
     return 0;
 }
 
