@@ -38,6 +38,22 @@
 extern "C" {
 #endif
 
+/* An I/O leaf op: a weir_op plus the request's arguments. Private fields;
+ * pass it to WEIR_AWAIT / weir_op_poll / weir_op_cancel via weir_op_of(). */
+struct weir_io_op {
+    weir_op op;                      /* first */
+    struct weir_io_op *next, *prev;  /* backend wait lists */
+    struct weir_io_op *parent;       /* wait-any: the op this one is a part of */
+    union {
+        struct { int fd; int flags; void *buf; size_t len; int64_t off; } rw;
+        struct { int fd; int cnt; const struct iovec *iov; int64_t off; } vec;
+        struct { int fd; int flags; struct sockaddr *addr; socklen_t *addrlen; } accept;
+        struct { int fd; socklen_t addrlen; const struct sockaddr *addr; } connect;
+        struct { int fd; uint32_t events; } poll;
+        struct { int nfds; int first; struct weir_io_op *parts; } any;
+    } u;
+};
+
 /* read/write at the file position (off = -1) or at an offset. */
 ssize_t weir_io_read(int fd, void *buf, size_t len, int64_t deadline);
 ssize_t weir_io_write(int fd, const void *buf, size_t len, int64_t deadline);
@@ -57,22 +73,22 @@ int weir_io_poll(int fd, uint32_t events, int64_t deadline);
 /* Wait until one of fds is readable; returns its index. */
 int weir_io_wait_readable_any(const int *fds, int nfds, int64_t deadline);
 
-int weir_io_read_start(weir_op *op, int fd, void *buf, size_t len, int64_t off, int64_t deadline);
-int weir_io_write_start(weir_op *op, int fd, const void *buf, size_t len, int64_t off,
+int weir_io_read_start(weir_io_op *op, int fd, void *buf, size_t len, int64_t off, int64_t deadline);
+int weir_io_write_start(weir_io_op *op, int fd, const void *buf, size_t len, int64_t off,
                         int64_t deadline);
-int weir_io_readv_start(weir_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline);
-int weir_io_writev_start(weir_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline);
-int weir_io_recv_start(weir_op *op, int fd, void *buf, size_t len, int flags, int64_t deadline);
-int weir_io_send_start(weir_op *op, int fd, const void *buf, size_t len, int flags,
+int weir_io_readv_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline);
+int weir_io_writev_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline);
+int weir_io_recv_start(weir_io_op *op, int fd, void *buf, size_t len, int flags, int64_t deadline);
+int weir_io_send_start(weir_io_op *op, int fd, const void *buf, size_t len, int flags,
                        int64_t deadline);
-int weir_io_accept_start(weir_op *op, int fd, struct sockaddr *addr, socklen_t *addrlen,
+int weir_io_accept_start(weir_io_op *op, int fd, struct sockaddr *addr, socklen_t *addrlen,
                          int64_t deadline);
-int weir_io_connect_start(weir_op *op, int fd, const struct sockaddr *addr, socklen_t addrlen,
+int weir_io_connect_start(weir_io_op *op, int fd, const struct sockaddr *addr, socklen_t addrlen,
                           int64_t deadline);
-int weir_io_close_start(weir_op *op, int fd);
-int weir_io_poll_start(weir_op *op, int fd, uint32_t events, int64_t deadline);
+int weir_io_close_start(weir_io_op *op, int fd);
+int weir_io_poll_start(weir_io_op *op, int fd, uint32_t events, int64_t deadline);
 /* `parts` is caller-provided storage for nfds ops that lives as long as op. */
-int weir_io_wait_readable_any_start(weir_op *op, weir_op *parts, const int *fds, int nfds,
+int weir_io_wait_readable_any_start(weir_io_op *op, weir_io_op *parts, const int *fds, int nfds,
                                     int64_t deadline);
 
 #ifdef __cplusplus

@@ -84,30 +84,29 @@ typedef struct weir_timer_node {
  * Initialise it by one of the *_start() functions; it is then owned by the
  * runtime until weir_op_poll() returned WEIR_READY or weir_op_wait()
  * returned, after which it may be reused or discarded.
+ *
+ * Timers, joins, intervals and blocking jobs use a weir_op (64 bytes); I/O
+ * needs the larger weir_io_op of weir/io.h, which begins with a weir_op.
+ * WEIR_AWAIT and weir_op_of() accept either.
  */
 typedef struct weir_op {
-    weir_task *task;              /* waiter, woken on completion */
-    struct weir_op *parent;       /* wait-any: the op this one is a part of */
-    struct weir_op *next, *prev;  /* backend wait lists */
+    weir_task *task;       /* waiter, woken on completion */
     int64_t result;
-    int64_t deadline;
-    weir_timer_node timer;
-    uint32_t flags; /* WEIR__OP_* (runtime-private), accessed atomically */
+    weir_timer_node timer; /* deadline (or due time) on the loop's wheel */
+    uint32_t flags;        /* WEIR__OP_* (runtime-private), accessed atomically */
     uint8_t kind;
     uint8_t cancel_reason; /* 0, 1 = cancelled, 2 = timed out */
     uint16_t backend;      /* backend-private */
     union {
-        struct { int fd; int flags; void *buf; size_t len; int64_t off; } rw;
-        struct { int fd; int cnt; const struct iovec *iov; int64_t off; } vec;
-        struct { int fd; int flags; struct sockaddr *addr; socklen_t *addrlen; } accept;
-        struct { int fd; socklen_t addrlen; const struct sockaddr *addr; } connect;
-        struct { int fd; uint32_t events; } poll;
-        struct { int nfds; int first; struct weir_op *parts; } any;
-        struct { weir_task *target; } join;
-        struct { void *job; } blocking;
-        struct { void *ptr[4]; } priv;
+        int64_t due; /* sleep */
+        void *ptr;   /* interval, join target, blocking job */
     } u;
 } weir_op;
+
+typedef struct weir_io_op weir_io_op;
+/* The weir_op inside a weir_op * or weir_io_op *. */
+#define weir_op_of(x)                                                                              \
+    _Generic((x), weir_io_op *: (weir_op *)(void *)(x), weir_op *: (x))
 
 /* From a stackless task: WEIR_READY with *result set, or WEIR_PENDING (the
  * task is woken when the op can make progress). */
@@ -207,7 +206,7 @@ typedef struct weir_co { int line; } weir_co;
         (co)->line = __LINE__;                                                                     \
         /* fall through */                                                                         \
     case __LINE__:                                                                                 \
-        if (weir_op_poll((op), &(res)) == WEIR_PENDING)                                            \
+        if (weir_op_poll(weir_op_of(op), &(res)) == WEIR_PENDING)                                  \
             return WEIR_PENDING;                                                                   \
     } while (0)
 #define WEIR_YIELD(co)                                                                             \

@@ -4,7 +4,7 @@
  *
  * A backend turns I/O leaf ops (kinds WEIR__OP_READ .. WEIR__OP_POLL, see
  * rt_int.h) into kernel work and reports each op's end exactly once with
- * weir__op_done(op, result) on the loop thread. Two implementations pass the
+ * weir__op_done(&op->op, result) on the loop thread. Two implementations pass the
  * same test suite: uring.c (io_uring, completion based) and epoll.c
  * (readiness based). loop.c picks one from WEIR_IO=uring|epoll|auto.
  *
@@ -29,13 +29,14 @@
 #include <stdint.h>
 
 #include "rt/rt_int.h"
+#include "weir/io.h"
 
 struct weir__backend {
     const char *name;
     int (*init)(weir_loop *l);  /* 0 or -errno; sets l->be_state */
     void (*fini)(weir_loop *l); /* all ops have completed by then */
-    void (*submit)(weir_loop *l, weir_op *op);
-    void (*cancel)(weir_loop *l, weir_op *op);
+    void (*submit)(weir_loop *l, weir_io_op *op);
+    void (*cancel)(weir_loop *l, weir_io_op *op);
     int (*wait)(weir_loop *l, int64_t timeout_ns);
 };
 

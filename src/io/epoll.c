@@ -60,7 +60,7 @@
     (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND |       \
      EPOLLMSG | EPOLLRDHUP)
 
-/* op->backend bits */
+/* op->op.backend bits */
 enum {
     B_QUEUED = 1,     /* on one of its fd's lists */
     B_CONNECTING = 2, /* connect() said EINPROGRESS: now wait and read SO_ERROR */
@@ -68,7 +68,7 @@ enum {
 };
 
 typedef struct ep_list {
-    weir_op *head, *tail;
+    weir_io_op *head, *tail;
 } ep_list;
 
 typedef struct ep_fd {
@@ -95,7 +95,7 @@ static ep_state *S(weir_loop *l)
 }
 
 /* ---- lists ------------------------------------------------------------------------ */
-static void list_push(ep_list *q, weir_op *op)
+static void list_push(ep_list *q, weir_io_op *op)
 {
     op->next = NULL;
     op->prev = q->tail;
@@ -104,10 +104,10 @@ static void list_push(ep_list *q, weir_op *op)
     else
         q->head = op;
     q->tail = op;
-    op->backend |= B_QUEUED;
+    op->op.backend |= B_QUEUED;
 }
 
-static void list_unlink(ep_list *q, weir_op *op)
+static void list_unlink(ep_list *q, weir_io_op *op)
 {
     if (op->prev)
         op->prev->next = op->next;
@@ -118,12 +118,12 @@ static void list_unlink(ep_list *q, weir_op *op)
     else
         q->tail = op->prev;
     op->next = op->prev = NULL;
-    op->backend &= (uint16_t)~B_QUEUED;
+    op->op.backend &= (uint16_t)~B_QUEUED;
 }
 
-static ep_list *list_of(ep_fd *st, const weir_op *op)
+static ep_list *list_of(ep_fd *st, const weir_io_op *op)
 {
-    switch (op->kind) {
+    switch (op->op.kind) {
     case WEIR__OP_WRITE:
     case WEIR__OP_WRITEV:
     case WEIR__OP_SEND:
@@ -142,7 +142,7 @@ static int has_waiters(const ep_fd *st)
 }
 
 /* Every I/O arm of the op's union starts with the fd. */
-static int op_fd(const weir_op *op)
+static int op_fd(const weir_io_op *op)
 {
     return op->u.rw.fd;
 }
@@ -183,15 +183,15 @@ static int ensure_nonblock(int fd)
 }
 
 /* ---- syscalls --------------------------------------------------------------------- */
-static int64_t try_connect(weir_op *op, uint32_t ev)
+static int64_t try_connect(weir_io_op *op, uint32_t ev)
 {
     int fd = op->u.connect.fd;
-    if (!(op->backend & B_CONNECTING)) {
+    if (!(op->op.backend & B_CONNECTING)) {
         if (connect(fd, op->u.connect.addr, op->u.connect.addrlen) == 0)
             return 0;
         /* EINTR: the connection goes on asynchronously, as with EINPROGRESS. */
         if (errno == EINPROGRESS || errno == EINTR) {
-            op->backend |= B_CONNECTING;
+            op->op.backend |= B_CONNECTING;
             return EP_PENDING;
         }
         return -errno;
@@ -206,7 +206,7 @@ static int64_t try_connect(weir_op *op, uint32_t ev)
     return (ev & EPOLLOUT) ? 0 : EP_PENDING;
 }
 
-static int64_t try_poll(weir_op *op)
+static int64_t try_poll(weir_io_op *op)
 {
     struct pollfd p = {.fd = op->u.poll.fd, .events = (short)op->u.poll.events};
     int r;
@@ -221,11 +221,11 @@ static int64_t try_poll(weir_op *op)
 
 /* The op's syscall, non-blocking: its result, or EP_PENDING. `ev` is the
  * readiness that triggered a retry (0 on the first attempt). */
-static int64_t try_op(weir_op *op, uint32_t ev)
+static int64_t try_op(weir_io_op *op, uint32_t ev)
 {
     ssize_t r;
     for (;;) {
-        switch (op->kind) {
+        switch (op->op.kind) {
         case WEIR__OP_READ:
             r = op->u.rw.off < 0 ? read(op->u.rw.fd, op->u.rw.buf, op->u.rw.len)
                                  : pread(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.off);
@@ -268,11 +268,11 @@ static int64_t try_op(weir_op *op, uint32_t ev)
 }
 
 /* ---- completion ------------------------------------------------------------------- */
-static void complete(ep_state *s, weir_op *op, int64_t r)
+static void complete(ep_state *s, weir_io_op *op, int64_t r)
 {
-    op->backend = 0;
+    op->op.backend = 0;
     s->completed++;
-    weir__op_done(op, r);
+    weir__op_done(&op->op, r);
 }
 
 /* A new accepted descriptor may reuse the number of one closed behind our
@@ -285,9 +285,9 @@ static void fresh_fd(ep_state *s, int fd)
         *st = (ep_fd){.nb_done = 1};
 }
 
-static void finish(ep_state *s, weir_op *op, int64_t r)
+static void finish(ep_state *s, weir_io_op *op, int64_t r)
 {
-    if (op->kind == WEIR__OP_ACCEPT && r >= 0)
+    if (op->op.kind == WEIR__OP_ACCEPT && r >= 0)
         fresh_fd(s, (int)r);
     complete(s, op, r);
 }
@@ -300,7 +300,7 @@ static uint32_t want_of(const ep_fd *st)
         w |= EPOLLIN;
     if (st->wr.head)
         w |= EPOLLOUT;
-    for (const weir_op *op = st->pl.head; op; op = op->next)
+    for (const weir_io_op *op = st->pl.head; op; op = op->next)
         w |= op->u.poll.events & EP_POLLBITS;
     return w;
 }
@@ -349,7 +349,7 @@ static void fail_fd(ep_state *s, int fd, int err)
     for (;;) {
         ep_fd *st = &s->fds[fd];
         ep_list *q = st->rd.head ? &st->rd : st->wr.head ? &st->wr : &st->pl;
-        weir_op *op = q->head;
+        weir_io_op *op = q->head;
         if (!op)
             return;
         list_unlink(q, op);
@@ -361,14 +361,14 @@ static void fail_fd(ep_state *s, int fd, int err)
 }
 
 /* ---- backend interface ------------------------------------------------------------ */
-static void do_close(ep_state *s, weir_op *op)
+static void do_close(ep_state *s, weir_io_op *op)
 {
     int fd = op->u.rw.fd;
     if (fd >= 0 && fd < s->nfds) {
         for (;;) {
             ep_fd *st = &s->fds[fd];
             ep_list *q = st->rd.head ? &st->rd : st->wr.head ? &st->wr : &st->pl;
-            weir_op *w = q->head;
+            weir_io_op *w = q->head;
             if (!w)
                 break;
             list_unlink(q, w);
@@ -380,31 +380,31 @@ static void do_close(ep_state *s, weir_op *op)
     }
     int r = close(fd);
     /* Linux releases the descriptor even when close reports EINTR. */
-    weir__op_done(op, r < 0 && errno != EINTR ? -errno : 0);
+    weir__op_done(&op->op, r < 0 && errno != EINTR ? -errno : 0);
 }
 
-static void ep_submit(weir_loop *l, weir_op *op)
+static void ep_submit(weir_loop *l, weir_io_op *op)
 {
     ep_state *s = S(l);
     /* A wait-any part cancelled by a sibling that completed inside submit. */
-    if (weir__op_flags(op) & WEIR__OP_CANCELLING) {
-        weir__op_done(op, -ECANCELED);
+    if (weir__op_flags(&op->op) & WEIR__OP_CANCELLING) {
+        weir__op_done(&op->op, -ECANCELED);
         return;
     }
-    if (op->kind == WEIR__OP_CLOSE) {
+    if (op->op.kind == WEIR__OP_CLOSE) {
         do_close(s, op);
         return;
     }
     int fd = op_fd(op), err = 0;
     ep_fd *st = fd_get(s, fd, &err);
     if (!st) {
-        weir__op_done(op, err);
+        weir__op_done(&op->op, err);
         return;
     }
     /* A connect usually starts a socket's life: check it afresh. */
-    if (!st->nb_done || op->kind == WEIR__OP_CONNECT) {
+    if (!st->nb_done || op->op.kind == WEIR__OP_CONNECT) {
         if ((err = ensure_nonblock(fd)) < 0) {
-            weir__op_done(op, err);
+            weir__op_done(&op->op, err);
             return;
         }
         st->nb_done = 1;
@@ -413,15 +413,15 @@ static void ep_submit(weir_loop *l, weir_op *op)
     /* FIFO: while older ops of this direction wait, a new one queues behind
      * them (their readiness event is pending). Polls consume nothing and a
      * connect has to be issued once, so those always try. */
-    if (!q->head || op->kind == WEIR__OP_POLL || op->kind == WEIR__OP_CONNECT) {
+    if (!q->head || op->op.kind == WEIR__OP_POLL || op->op.kind == WEIR__OP_CONNECT) {
         int64_t r = try_op(op, 0);
         if (r != EP_PENDING || st->regular) {
             if (r == EP_PENDING)
                 r = -EAGAIN;
-            op->backend = 0;
-            if (op->kind == WEIR__OP_ACCEPT && r >= 0)
+            op->op.backend = 0;
+            if (op->op.kind == WEIR__OP_ACCEPT && r >= 0)
                 fresh_fd(s, (int)r);
-            weir__op_done(op, r);
+            weir__op_done(&op->op, r);
             return;
         }
     }
@@ -430,12 +430,12 @@ static void ep_submit(weir_loop *l, weir_op *op)
         fail_fd(s, fd, err);
 }
 
-static void ep_cancel(weir_loop *l, weir_op *op)
+static void ep_cancel(weir_loop *l, weir_io_op *op)
 {
     ep_state *s = S(l);
     /* Not queued: it is being completed by a dispatch right now (or already
      * was), which reports its real result. */
-    if (!(op->backend & B_QUEUED))
+    if (!(op->op.backend & B_QUEUED))
         return;
     int fd = op_fd(op);
     ep_fd *st = &s->fds[fd];
@@ -446,8 +446,8 @@ static void ep_cancel(weir_loop *l, weir_op *op)
          * its number reused: re-check O_NONBLOCK on its next use. */
         st->nb_done = 0;
     }
-    op->backend = 0;
-    weir__op_done(op, -ECANCELED);
+    op->op.backend = 0;
+    weir__op_done(&op->op, -ECANCELED);
 }
 
 /* Retry the head ops of one direction until one would block again. */
@@ -456,7 +456,7 @@ static void retry_list(ep_state *s, int fd, int write_dir, uint32_t ev)
     for (;;) {
         ep_fd *st = &s->fds[fd];
         ep_list *q = write_dir ? &st->wr : &st->rd;
-        weir_op *op = q->head;
+        weir_io_op *op = q->head;
         if (!op)
             return;
         int64_t r = try_op(op, ev);
@@ -473,23 +473,23 @@ static void retry_list(ep_state *s, int fd, int write_dir, uint32_t ev)
 static void dispatch_polls(ep_state *s, int fd, uint32_t ev)
 {
     ep_fd *st = &s->fds[fd];
-    weir_op *ready = NULL, **tail = &ready;
-    for (weir_op *op = st->pl.head, *nx; op; op = nx) {
+    weir_io_op *ready = NULL, **tail = &ready;
+    for (weir_io_op *op = st->pl.head, *nx; op; op = nx) {
         nx = op->next;
         uint32_t rev = ev & (op->u.poll.events | EPOLLERR | EPOLLHUP);
         if (!rev)
             continue;
         list_unlink(&st->pl, op);
-        op->backend = B_DISPATCH;
-        op->result = rev;
+        op->op.backend = B_DISPATCH;
+        op->op.result = rev;
         *tail = op;
         tail = &op->next;
     }
     while (ready) {
-        weir_op *op = ready;
+        weir_io_op *op = ready;
         ready = op->next;
         op->next = NULL;
-        complete(s, op, op->result);
+        complete(s, op, op->op.result);
     }
 }
 

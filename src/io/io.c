@@ -16,12 +16,13 @@
 #include "rt/rt_int.h"
 #include "weir/io.h"
 
-static int io_submit(weir_op *op, int kind, int64_t deadline)
+static int io_submit(weir_io_op *op, int kind, int64_t deadline)
 {
-    int r = weir__op_begin(op, kind, deadline);
+    int r = weir__op_begin(&op->op, kind, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
-    weir_loop *l = op->task->loop;
+    op->next = op->prev = op->parent = NULL;
+    weir_loop *l = op->op.task->loop;
     l->be->submit(l, op);
     return 0;
 }
@@ -32,7 +33,7 @@ static size_t clamp_len(size_t len)
     return len > (size_t)INT_MAX ? (size_t)INT_MAX : len;
 }
 
-int weir_io_read_start(weir_op *op, int fd, void *buf, size_t len, int64_t off, int64_t deadline)
+int weir_io_read_start(weir_io_op *op, int fd, void *buf, size_t len, int64_t off, int64_t deadline)
 {
     op->u.rw.fd = fd;
     op->u.rw.buf = buf;
@@ -42,7 +43,7 @@ int weir_io_read_start(weir_op *op, int fd, void *buf, size_t len, int64_t off, 
     return io_submit(op, WEIR__OP_READ, deadline);
 }
 
-int weir_io_write_start(weir_op *op, int fd, const void *buf, size_t len, int64_t off,
+int weir_io_write_start(weir_io_op *op, int fd, const void *buf, size_t len, int64_t off,
                         int64_t deadline)
 {
     op->u.rw.fd = fd;
@@ -53,7 +54,7 @@ int weir_io_write_start(weir_op *op, int fd, const void *buf, size_t len, int64_
     return io_submit(op, WEIR__OP_WRITE, deadline);
 }
 
-int weir_io_readv_start(weir_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline)
+int weir_io_readv_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline)
 {
     op->u.vec.fd = fd;
     op->u.vec.iov = iov;
@@ -62,7 +63,7 @@ int weir_io_readv_start(weir_op *op, int fd, const struct iovec *iov, int cnt, i
     return io_submit(op, WEIR__OP_READV, deadline);
 }
 
-int weir_io_writev_start(weir_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline)
+int weir_io_writev_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline)
 {
     op->u.vec.fd = fd;
     op->u.vec.iov = iov;
@@ -71,7 +72,7 @@ int weir_io_writev_start(weir_op *op, int fd, const struct iovec *iov, int cnt, 
     return io_submit(op, WEIR__OP_WRITEV, deadline);
 }
 
-int weir_io_recv_start(weir_op *op, int fd, void *buf, size_t len, int flags, int64_t deadline)
+int weir_io_recv_start(weir_io_op *op, int fd, void *buf, size_t len, int flags, int64_t deadline)
 {
     op->u.rw.fd = fd;
     op->u.rw.buf = buf;
@@ -81,7 +82,7 @@ int weir_io_recv_start(weir_op *op, int fd, void *buf, size_t len, int flags, in
     return io_submit(op, WEIR__OP_RECV, deadline);
 }
 
-int weir_io_send_start(weir_op *op, int fd, const void *buf, size_t len, int flags,
+int weir_io_send_start(weir_io_op *op, int fd, const void *buf, size_t len, int flags,
                        int64_t deadline)
 {
     op->u.rw.fd = fd;
@@ -92,7 +93,7 @@ int weir_io_send_start(weir_op *op, int fd, const void *buf, size_t len, int fla
     return io_submit(op, WEIR__OP_SEND, deadline);
 }
 
-int weir_io_accept_start(weir_op *op, int fd, struct sockaddr *addr, socklen_t *addrlen,
+int weir_io_accept_start(weir_io_op *op, int fd, struct sockaddr *addr, socklen_t *addrlen,
                          int64_t deadline)
 {
     op->u.accept.fd = fd;
@@ -102,7 +103,7 @@ int weir_io_accept_start(weir_op *op, int fd, struct sockaddr *addr, socklen_t *
     return io_submit(op, WEIR__OP_ACCEPT, deadline);
 }
 
-int weir_io_connect_start(weir_op *op, int fd, const struct sockaddr *addr, socklen_t addrlen,
+int weir_io_connect_start(weir_io_op *op, int fd, const struct sockaddr *addr, socklen_t addrlen,
                           int64_t deadline)
 {
     op->u.connect.fd = fd;
@@ -111,26 +112,27 @@ int weir_io_connect_start(weir_op *op, int fd, const struct sockaddr *addr, sock
     return io_submit(op, WEIR__OP_CONNECT, deadline);
 }
 
-int weir_io_close_start(weir_op *op, int fd)
+int weir_io_close_start(weir_io_op *op, int fd)
 {
     op->u.rw.fd = fd;
-    int r = weir__op_begin(op, WEIR__OP_CLOSE, WEIR_FOREVER);
+    int r = weir__op_begin(&op->op, WEIR__OP_CLOSE, WEIR_FOREVER);
     if (r < 0)
         return r;
     if (r > 0) {
         /* Cancelled task: a close still has to happen, so undo the refusal
          * and submit it anyway. */
-        op->flags = WEIR__OP_ACTIVE;
-        op->cancel_reason = WEIR__CANCEL_NONE;
-        op->result = 0;
+        op->op.flags = WEIR__OP_ACTIVE;
+        op->op.cancel_reason = WEIR__CANCEL_NONE;
+        op->op.result = 0;
     }
-    op->flags |= WEIR__OP_UNCANCELLABLE;
-    weir_loop *l = op->task->loop;
+    op->op.flags |= WEIR__OP_UNCANCELLABLE;
+    op->next = op->prev = op->parent = NULL;
+    weir_loop *l = op->op.task->loop;
     l->be->submit(l, op);
     return 0;
 }
 
-int weir_io_poll_start(weir_op *op, int fd, uint32_t events, int64_t deadline)
+int weir_io_poll_start(weir_io_op *op, int fd, uint32_t events, int64_t deadline)
 {
     op->u.poll.fd = fd;
     op->u.poll.events = events;
@@ -138,45 +140,46 @@ int weir_io_poll_start(weir_op *op, int fd, uint32_t events, int64_t deadline)
 }
 
 /* ---- wait-any ---------------------------------------------------------------------- */
-int weir_io_wait_readable_any_start(weir_op *op, weir_op *parts, const int *fds, int nfds,
+int weir_io_wait_readable_any_start(weir_io_op *op, weir_io_op *parts, const int *fds, int nfds,
                                     int64_t deadline)
 {
     if (nfds <= 0 || nfds > 4096 || !parts || !fds) {
         if (op) {
-            op->flags = 0;
-            op->result = -EINVAL;
+            op->op.flags = 0;
+            op->op.result = -EINVAL;
         }
         return -EINVAL;
     }
-    int r = weir__op_begin(op, WEIR__OP_ANY, deadline);
+    int r = weir__op_begin(&op->op, WEIR__OP_ANY, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
-    weir_loop *l = op->task->loop;
+    weir_loop *l = op->op.task->loop;
+    op->next = op->prev = op->parent = NULL;
     op->u.any.nfds = nfds;
     op->u.any.first = -1;
     op->u.any.parts = parts;
     /* `backend` counts the parts not yet reaped. */
-    op->backend = (uint16_t)nfds;
+    op->op.backend = (uint16_t)nfds;
     for (int i = 0; i < nfds; i++) {
-        weir_op *p = &parts[i];
-        p->task = op->task;
+        weir_io_op *p = &parts[i];
+        p->op.task = op->op.task;
+        p->op.result = 0;
+        p->op.kind = WEIR__OP_POLL;
+        p->op.cancel_reason = 0;
+        p->op.backend = 0;
+        p->op.timer.slot = 0;
+        p->op.timer.deadline = WEIR_FOREVER;
+        p->op.flags = WEIR__OP_ACTIVE | WEIR__OP_PART;
         p->parent = op;
         p->next = p->prev = NULL;
-        p->result = 0;
-        p->kind = WEIR__OP_POLL;
-        p->cancel_reason = 0;
-        p->backend = 0;
-        p->timer.slot = 0;
-        p->flags = WEIR__OP_ACTIVE;
-        p->deadline = WEIR_FOREVER;
         p->u.poll.fd = fds[i];
         p->u.poll.events = POLLIN;
     }
     for (int i = 0; i < nfds; i++) {
         /* An earlier part may have completed inside submit and cancelled
          * the rest before they reached the backend. */
-        if (weir__op_flags(&parts[i]) & WEIR__OP_CANCELLING) {
-            weir__op_done(&parts[i], -ECANCELED);
+        if (weir__op_flags(&parts[i].op) & WEIR__OP_CANCELLING) {
+            weir__op_done(&parts[i].op, -ECANCELED);
             continue;
         }
         l->be->submit(l, &parts[i]);
@@ -184,58 +187,59 @@ int weir_io_wait_readable_any_start(weir_op *op, weir_op *parts, const int *fds,
     return 0;
 }
 
-static void any_cancel_parts(weir_op *op)
+static void any_cancel_parts(weir_io_op *op)
 {
-    weir_loop *l = op->task->loop;
+    weir_loop *l = op->op.task->loop;
     for (int i = 0; i < op->u.any.nfds; i++) {
-        weir_op *p = &op->u.any.parts[i];
-        uint32_t f = weir__op_flags(p);
+        weir_io_op *p = &op->u.any.parts[i];
+        uint32_t f = weir__op_flags(&p->op);
         if (!(f & (WEIR__OP_DONE | WEIR__OP_CANCELLING))) {
-            __atomic_fetch_or(&p->flags, WEIR__OP_CANCELLING, __ATOMIC_RELAXED);
+            __atomic_fetch_or(&p->op.flags, WEIR__OP_CANCELLING, __ATOMIC_RELAXED);
             l->be->cancel(l, p);
         }
     }
 }
 
-void weir__op_any_part_done(weir_op *part)
+void weir__op_any_part_done(weir_op *part_op)
 {
-    weir_op *op = part->parent;
+    weir_io_op *part = weir__io_of(part_op);
+    weir_io_op *op = part->parent;
     int idx = (int)(part - op->u.any.parts);
     /* Readiness that raced with a cancel is still reported: nothing lost. */
-    if (op->u.any.first < 0 && part->result >= 0) {
+    if (op->u.any.first < 0 && part->op.result >= 0) {
         op->u.any.first = idx;
         any_cancel_parts(op);
-    } else if (op->u.any.first < 0 && part->result < 0 && part->result != -ECANCELED) {
+    } else if (op->u.any.first < 0 && part->op.result < 0 && part->op.result != -ECANCELED) {
         /* A failing fd (EBADF...) fails the whole wait. */
         op->u.any.first = INT_MAX;
-        op->result = part->result;
+        op->op.result = part->op.result;
         any_cancel_parts(op);
     }
-    if (--op->backend > 0)
+    if (--op->op.backend > 0)
         return;
     int64_t r;
     if (op->u.any.first == INT_MAX)
-        r = op->result;
+        r = op->op.result;
     else if (op->u.any.first >= 0)
         r = op->u.any.first;
     else
         r = -ECANCELED;
-    weir__op_done(op, r);
+    weir__op_done(&op->op, r);
 }
 
 void weir__op_any_cancel(weir_op *op)
 {
-    any_cancel_parts(op);
+    any_cancel_parts(weir__io_of(op));
 }
 
 /* ---- fiber forms ---------------------------------------------------------------------- */
 #define WAIT(start_call)                                                                           \
     do {                                                                                           \
-        weir_op op_;                                                                               \
+        weir_io_op op_;                                                                            \
         int r_ = start_call;                                                                       \
         if (r_ < 0)                                                                                \
             return r_;                                                                             \
-        return weir_op_wait(&op_);                                                                 \
+        return weir_op_wait(&op_.op);                                                              \
     } while (0)
 
 ssize_t weir_io_read(int fd, void *buf, size_t len, int64_t deadline)
@@ -306,13 +310,13 @@ int weir_io_wait_readable_any(const int *fds, int nfds, int64_t deadline)
 {
     if (nfds <= 0 || nfds > 4096)
         return -EINVAL;
-    weir_op small[8];
-    weir_op *parts = nfds <= 8 ? small : calloc((size_t)nfds, sizeof(*parts));
+    weir_io_op small[8];
+    weir_io_op *parts = nfds <= 8 ? small : calloc((size_t)nfds, sizeof(*parts));
     if (!parts)
         return -ENOMEM;
-    weir_op op;
+    weir_io_op op;
     int r = weir_io_wait_readable_any_start(&op, parts, fds, nfds, deadline);
-    int64_t v = r < 0 ? r : weir_op_wait(&op);
+    int64_t v = r < 0 ? r : weir_op_wait(&op.op);
     if (parts != small)
         free(parts);
     return (int)v;

@@ -36,7 +36,7 @@
 #define TAG_EFD    ((uint64_t)1) /* the loop's eventfd read */
 #define TAG_IGNORE ((uint64_t)2) /* cancel requests: their CQE is not needed */
 
-/* op->backend bits */
+/* op->op.backend bits */
 enum {
     B_BACKLOG_SUBMIT = 1, /* waiting for an SQE to be submitted */
     B_BACKLOG_CANCEL = 2, /* in the kernel; a cancel SQE is still owed */
@@ -47,7 +47,7 @@ enum {
 typedef struct uring_state {
     struct io_uring ring;
     uint64_t efd_buf;
-    weir_op *backlog_head, *backlog_tail;
+    weir_io_op *backlog_head, *backlog_tail;
     unsigned flags; /* setup flags in use */
 } uring_state;
 
@@ -58,13 +58,13 @@ static uring_state *S(weir_loop *l)
     return l->be_state;
 }
 
-static void backlog_push(uring_state *s, weir_op *op, unsigned bit)
+static void backlog_push(uring_state *s, weir_io_op *op, unsigned bit)
 {
-    if (op->backend & (B_BACKLOG_SUBMIT | B_BACKLOG_CANCEL)) {
-        op->backend |= (uint16_t)bit;
+    if (op->op.backend & (B_BACKLOG_SUBMIT | B_BACKLOG_CANCEL)) {
+        op->op.backend |= (uint16_t)bit;
         return;
     }
-    op->backend |= (uint16_t)bit;
+    op->op.backend |= (uint16_t)bit;
     op->next = NULL;
     op->prev = s->backlog_tail;
     if (s->backlog_tail)
@@ -74,7 +74,7 @@ static void backlog_push(uring_state *s, weir_op *op, unsigned bit)
     s->backlog_tail = op;
 }
 
-static void backlog_remove(uring_state *s, weir_op *op)
+static void backlog_remove(uring_state *s, weir_io_op *op)
 {
     if (op->prev)
         op->prev->next = op->next;
@@ -85,7 +85,7 @@ static void backlog_remove(uring_state *s, weir_op *op)
     else
         s->backlog_tail = op->prev;
     op->next = op->prev = NULL;
-    op->backend &= (uint16_t) ~(B_BACKLOG_SUBMIT | B_BACKLOG_CANCEL);
+    op->op.backend &= (uint16_t) ~(B_BACKLOG_SUBMIT | B_BACKLOG_CANCEL);
 }
 
 /* An SQE, flushing a full SQ once; NULL if the ring still has no room. */
@@ -100,9 +100,9 @@ static struct io_uring_sqe *get_sqe(weir_loop *l)
     return io_uring_get_sqe(&s->ring);
 }
 
-static uint32_t op_direction(const weir_op *op)
+static uint32_t op_direction(const weir_io_op *op)
 {
-    switch (op->kind) {
+    switch (op->op.kind) {
     case WEIR__OP_WRITE:
     case WEIR__OP_WRITEV:
     case WEIR__OP_SEND:
@@ -113,16 +113,16 @@ static uint32_t op_direction(const weir_op *op)
     }
 }
 
-static void prep(struct io_uring_sqe *sqe, weir_op *op)
+static void prep(struct io_uring_sqe *sqe, weir_io_op *op)
 {
     uint64_t off = op->u.rw.off < 0 ? (uint64_t)-1 : (uint64_t)op->u.rw.off;
-    if (op->backend & B_POLL_RETRY) {
+    if (op->op.backend & B_POLL_RETRY) {
         /* Every I/O arm of the op's union starts with the fd. */
         io_uring_prep_poll_add(sqe, op->u.rw.fd, op_direction(op));
         io_uring_sqe_set_data(sqe, op);
         return;
     }
-    switch (op->kind) {
+    switch (op->op.kind) {
     case WEIR__OP_READ:
         io_uring_prep_read(sqe, op->u.rw.fd, op->u.rw.buf, (unsigned)op->u.rw.len, off);
         break;
@@ -163,7 +163,7 @@ static void prep(struct io_uring_sqe *sqe, weir_op *op)
     io_uring_sqe_set_data(sqe, op);
 }
 
-static void uring_submit(weir_loop *l, weir_op *op)
+static void uring_submit(weir_loop *l, weir_io_op *op)
 {
     struct io_uring_sqe *sqe = get_sqe(l);
     if (!sqe) {
@@ -171,19 +171,19 @@ static void uring_submit(weir_loop *l, weir_op *op)
         return;
     }
     prep(sqe, op);
-    op->backend |= B_INFLIGHT;
+    op->op.backend |= B_INFLIGHT;
 }
 
-static void uring_cancel(weir_loop *l, weir_op *op)
+static void uring_cancel(weir_loop *l, weir_io_op *op)
 {
     uring_state *s = S(l);
-    if (op->backend & B_BACKLOG_SUBMIT) {
+    if (op->op.backend & B_BACKLOG_SUBMIT) {
         /* Never reached the kernel: end it here. */
         backlog_remove(s, op);
-        weir__op_done(op, -ECANCELED);
+        weir__op_done(&op->op, -ECANCELED);
         return;
     }
-    if (!(op->backend & B_INFLIGHT))
+    if (!(op->op.backend & B_INFLIGHT))
         return;
     struct io_uring_sqe *sqe = get_sqe(l);
     if (!sqe) {
@@ -209,7 +209,7 @@ static void flush_backlog(weir_loop *l)
 {
     uring_state *s = S(l);
     while (s->backlog_head) {
-        weir_op *op = s->backlog_head;
+        weir_io_op *op = s->backlog_head;
         struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
         if (!sqe) {
             io_uring_submit(&s->ring);
@@ -218,11 +218,11 @@ static void flush_backlog(weir_loop *l)
             if (!sqe)
                 return; /* still full: next turn */
         }
-        unsigned bits = op->backend & (B_BACKLOG_SUBMIT | B_BACKLOG_CANCEL);
+        unsigned bits = op->op.backend & (B_BACKLOG_SUBMIT | B_BACKLOG_CANCEL);
         backlog_remove(s, op);
         if (bits & B_BACKLOG_SUBMIT) {
             prep(sqe, op);
-            op->backend |= B_INFLIGHT;
+            op->op.backend |= B_INFLIGHT;
         } else {
             io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)op, 0);
             io_uring_sqe_set_data64(sqe, TAG_IGNORE);
@@ -230,9 +230,9 @@ static void flush_backlog(weir_loop *l)
     }
 }
 
-static int is_retryable(const weir_op *op)
+static int is_retryable(const weir_io_op *op)
 {
-    switch (op->kind) {
+    switch (op->op.kind) {
     case WEIR__OP_READ:
     case WEIR__OP_WRITE:
     case WEIR__OP_READV:
@@ -246,32 +246,32 @@ static int is_retryable(const weir_op *op)
     }
 }
 
-static void complete(weir_loop *l, weir_op *op, int res)
+static void complete(weir_loop *l, weir_io_op *op, int res)
 {
-    op->backend &= (uint16_t)~B_INFLIGHT;
-    if (op->backend & B_POLL_RETRY) {
-        op->backend &= (uint16_t)~B_POLL_RETRY;
+    op->op.backend &= (uint16_t)~B_INFLIGHT;
+    if (op->op.backend & B_POLL_RETRY) {
+        op->op.backend &= (uint16_t)~B_POLL_RETRY;
         if (res < 0) {
-            weir__op_done(op, res); /* the poll failed or was cancelled */
+            weir__op_done(&op->op, res); /* the poll failed or was cancelled */
             return;
         }
-        if (weir__op_flags(op) & WEIR__OP_CANCELLING) {
-            weir__op_done(op, -ECANCELED);
+        if (weir__op_flags(&op->op) & WEIR__OP_CANCELLING) {
+            weir__op_done(&op->op, -ECANCELED);
             return;
         }
         uring_submit(l, op); /* ready: issue the real op again */
         return;
     }
     if (res == -EAGAIN && is_retryable(op)) {
-        if (weir__op_flags(op) & WEIR__OP_CANCELLING) {
-            weir__op_done(op, -ECANCELED);
+        if (weir__op_flags(&op->op) & WEIR__OP_CANCELLING) {
+            weir__op_done(&op->op, -ECANCELED);
             return;
         }
-        op->backend |= B_POLL_RETRY;
+        op->op.backend |= B_POLL_RETRY;
         uring_submit(l, op);
         return;
     }
-    weir__op_done(op, res);
+    weir__op_done(&op->op, res);
 }
 
 static int uring_wait(weir_loop *l, int64_t timeout_ns)
@@ -303,7 +303,7 @@ static int uring_wait(weir_loop *l, int64_t timeout_ns)
             weir__loop_wake_drained(l);
             rearm = 1;
         } else if (ud != TAG_IGNORE && ud != 0) {
-            complete(l, (weir_op *)(uintptr_t)ud, cqe->res);
+            complete(l, (weir_io_op *)(uintptr_t)ud, cqe->res);
             n++;
         }
     }

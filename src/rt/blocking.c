@@ -26,7 +26,7 @@
  * Who completes the op: the canceller while the job is WAITING or QUEUED
  * (the job never runs) or RUNNING (the job is DETACHED and the op is done at
  * once with -ECANCELED), otherwise the worker when fn returns. The worker
- * claims the op by clearing op->u.blocking.job under the mutex before it
+ * claims the op by clearing op->u.ptr under the mutex before it
  * calls weir__op_done; a canceller that then finds the pointer NULL knows the
  * worker owns the op and leaves it alone. A bare compare-and-swap on a state
  * word in the job is not enough here: the losing canceller would still have
@@ -37,7 +37,7 @@
  * (it may live on a fiber stack that is gone by then).
  *
  * No atomics here: the mutex orders everything the loop thread and the
- * workers share (lists, job states, op->u.blocking.job), and the op's result
+ * workers share (lists, job states, op->u.ptr), and the op's result
  * reaches the task through weir__op_done's release of the DONE flag.
  */
 #include <errno.h>
@@ -213,7 +213,7 @@ static void *worker_main(void *arg)
             /* Claim the op: from here a canceller finds no job and leaves
              * the op to us. */
             op = j->op;
-            op->u.blocking.job = NULL;
+            op->u.ptr = NULL;
         }
         pthread_mutex_unlock(&p->lock);
         if (op)
@@ -314,13 +314,13 @@ void weir__op_blocking_cancel(weir_op *op)
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
-    blocking_job *j = op->u.blocking.job;
+    blocking_job *j = op->u.ptr;
     if (!j) {
         /* The worker claimed the op and completes it with fn's result. */
         pthread_mutex_unlock(&p->lock);
         return;
     }
-    op->u.blocking.job = NULL;
+    op->u.ptr = NULL;
     switch (j->state) {
     case JOB_WAITING:
         list_remove(&p->waiting, j);
@@ -357,7 +357,7 @@ int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t dea
     /* A pool thread completes it (before `r > 0` so that a cancel of an
      * already-refused op still sees a consistent kind). */
     op->flags |= WEIR__OP_REMOTE;
-    op->u.blocking.job = NULL;
+    op->u.ptr = NULL;
     if (r > 0)
         return 0; /* already done: the task was cancelled or the deadline passed */
 
@@ -375,7 +375,7 @@ int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t dea
     j->fn = fn;
     j->arg = arg;
     j->op = op;
-    op->u.blocking.job = j;
+    op->u.ptr = j;
 
     pthread_mutex_lock(&p->lock);
     if (p->queue.len < p->cap) {
@@ -392,8 +392,8 @@ int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t dea
     }
     pthread_mutex_unlock(&p->lock);
     if (!j) {
-        free(op->u.blocking.job);
-        op->u.blocking.job = NULL;
+        free(op->u.ptr);
+        op->u.ptr = NULL;
         weir__op_done(op, r < 0 ? r : -EAGAIN);
     }
     return 0;

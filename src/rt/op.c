@@ -39,8 +39,6 @@ int weir__op_begin(weir_op *op, int kind, int64_t deadline)
         return -EINVAL;
     }
     op->task = t;
-    op->parent = NULL;
-    op->next = op->prev = NULL;
     op->result = 0;
     op->kind = (uint8_t)kind;
     op->cancel_reason = WEIR__CANCEL_NONE;
@@ -51,7 +49,7 @@ int weir__op_begin(weir_op *op, int kind, int64_t deadline)
     int64_t td = weir__task_deadline(t);
     if (td < deadline)
         deadline = td;
-    op->deadline = deadline;
+    op->timer.deadline = deadline; /* kept even when no timer is armed */
     if (atomic_load_explicit(&t->cancel_req, memory_order_acquire)) {
         op->cancel_reason = WEIR__CANCEL_TASK;
         op->result = -ECANCELED;
@@ -72,7 +70,7 @@ int weir__op_begin(weir_op *op, int kind, int64_t deadline)
 
 void weir__op_done(weir_op *op, int64_t result)
 {
-    if (op->parent) {
+    if (weir__op_flags(op) & WEIR__OP_PART) {
         op->result = result;
         op_set(op, WEIR__OP_DONE);
         weir__op_any_part_done(op);
@@ -118,7 +116,7 @@ void weir__op_cancel(weir_op *op, int reason)
         weir__op_any_cancel(op);
         break;
     default:
-        l->be->cancel(l, op);
+        l->be->cancel(l, weir__io_of(op));
         break;
     }
 }

@@ -192,6 +192,7 @@ enum {
     WEIR__OP_CANCELLING = 1u << 3,  /* cancel requested from the source */
     WEIR__OP_REMOTE = 1u << 4,      /* may complete on another thread */
     WEIR__OP_UNCANCELLABLE = 1u << 5,
+    WEIR__OP_PART = 1u << 6, /* a wait-any part: done() reports to the parent */
 };
 
 enum {
@@ -221,6 +222,19 @@ enum { WEIR__CANCEL_NONE = 0, WEIR__CANCEL_TASK = 1, WEIR__CANCEL_DEADLINE = 2 }
 static inline uint32_t weir__op_flags(const weir_op *op)
 {
     return __atomic_load_n(&op->flags, __ATOMIC_ACQUIRE);
+}
+
+/* The effective deadline an op began with (its own or its task's). */
+static inline int64_t weir__op_deadline(const weir_op *op)
+{
+    return op->timer.deadline;
+}
+
+/* The I/O op around an op of an I/O kind (weir/io.h). */
+struct weir_io_op;
+static inline struct weir_io_op *weir__io_of(weir_op *op)
+{
+    return (struct weir_io_op *)(void *)op;
 }
 
 /* ---- runtime internals shared across files --------------------------------- */

@@ -539,7 +539,7 @@ int weir_task_join_start(weir_op *op, weir_task *h, int64_t deadline)
     if (r < 0)
         return r;
     op->flags |= WEIR__OP_REMOTE;
-    op->u.join.target = h;
+    op->u.ptr = h;
     if (r > 0)
         return 0;
     weir_op *expect = NULL;
@@ -557,7 +557,7 @@ int weir_task_join_start(weir_op *op, weir_task *h, int64_t deadline)
 /* The joiner gave up: take the op back unless the task's end already did. */
 void weir__op_join_cancel(weir_op *op)
 {
-    weir_task *h = op->u.join.target;
+    weir_task *h = op->u.ptr;
     weir_op *expect = op;
     if (atomic_compare_exchange_strong_explicit(&h->joiner, &expect, NULL, memory_order_acq_rel,
                                                 memory_order_acquire))

@@ -101,17 +101,18 @@ static void callback_fire(weir_loop *l, weir_timer *t)
 }
 
 /* ---- sleep ------------------------------------------------------------------------ */
-/* A sleep op's timer fires at min(due, task deadline); u.rw.off holds `due`. */
+/* A sleep op's timer fires at min(due, task deadline). */
 int weir_time_sleep_start(weir_op *op, int64_t due)
 {
     int r = weir__op_begin(op, WEIR__OP_SLEEP, WEIR_FOREVER);
     if (r != 0)
         return r < 0 ? r : 0;
     weir_loop *l = op->task->loop;
-    op->u.rw.off = due;
-    int64_t fire_at = due < op->deadline ? due : op->deadline;
+    op->u.due = due;
+    int64_t dl = weir__op_deadline(op);
+    int64_t fire_at = due < dl ? due : dl;
     if (fire_at <= weir_time_now()) {
-        weir__op_done(op, due <= op->deadline ? 0 : -ETIMEDOUT);
+        weir__op_done(op, due <= dl ? 0 : -ETIMEDOUT);
         return 0;
     }
     if (fire_at != WEIR_FOREVER)
@@ -171,7 +172,7 @@ int weir_interval_next_start(weir_interval *iv, weir_op *op)
 {
     if (!iv)
         return -EINVAL;
-    op->u.priv.ptr[0] = iv; /* before begin: finish reads it on every path */
+    op->u.ptr = iv; /* before begin: finish reads it on every path */
     int r = weir__op_begin(op, WEIR__OP_INTERVAL, WEIR_FOREVER);
     if (r != 0)
         return r < 0 ? r : 0;
@@ -185,7 +186,8 @@ int weir_interval_next_start(weir_interval *iv, weir_op *op)
         return 0;
     }
     iv->waiter = op;
-    int64_t fire_at = iv->next_tick < op->deadline ? iv->next_tick : op->deadline;
+    int64_t dl = weir__op_deadline(op);
+    int64_t fire_at = iv->next_tick < dl ? iv->next_tick : dl;
     weir__timer_arm(op->task->loop, &op->timer, fire_at);
     return 0;
 }
@@ -201,7 +203,7 @@ int64_t weir_interval_next(weir_interval *iv)
 
 void weir__interval_detach(weir_op *op)
 {
-    weir_interval *iv = op->u.priv.ptr[0];
+    weir_interval *iv = op->u.ptr;
     if (iv && iv->waiter == op)
         iv->waiter = NULL;
 }
@@ -241,9 +243,9 @@ static void fire(weir_timer_node *n, void *ctx)
         return;
     int64_t now = weir_time_now();
     if (op->kind == WEIR__OP_SLEEP) {
-        weir__op_done(op, op->u.rw.off <= now ? 0 : -ETIMEDOUT);
+        weir__op_done(op, op->u.due <= now ? 0 : -ETIMEDOUT);
     } else if (op->kind == WEIR__OP_INTERVAL) {
-        weir_interval *iv = op->u.priv.ptr[0];
+        weir_interval *iv = op->u.ptr;
         if (iv->waiter == op)
             iv->waiter = NULL;
         if (iv->next_tick <= now)

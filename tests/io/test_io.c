@@ -776,7 +776,7 @@ TEST(close_fd_under_reader)
 /* ---- stackless ------------------------------------------------------------------------ */
 struct sl_echo {
     weir_co co;
-    weir_op op;
+    weir_io_op op;
     int64_t res;
     int in, out; /* read from in, write what came to out */
     char buf[32];
@@ -843,7 +843,7 @@ static intptr_t short_reader(void *arg)
 
 struct sl_reader {
     weir_co co;
-    weir_op op;
+    weir_io_op op;
     int64_t res;
     int fd;
     char buf[64];

@@ -7,6 +7,9 @@
 //	goperf spawn_join                 spawn + join of 1M tiny goroutines
 //	goperf timers                     1M goroutines each in time.Sleep(0-1000 ms)
 //	goperf http_keepalive --port P    net/http hello server, GOMAXPROCS=1
+//	goperf http_raw --port P          the same server as a raw net.Conn loop
+//	                                  with the minimal parser of the libuv and
+//	                                  Tokio peers (impl=go-raw), GOMAXPROCS=1
 //
 // Every figure is one line: bench=NAME impl=go key=value ...
 // Flags: -runs N (repetitions; the median is printed), -n N (work size),
@@ -49,7 +52,7 @@ func maxRSSKB() int64 {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive [-runs N] [-n N] [-procs N] [--port P]\n", os.Args[0])
+	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive|http_raw [-runs N] [-n N] [-procs N] [--port P]\n", os.Args[0])
 	os.Exit(2)
 }
 
@@ -82,6 +85,12 @@ func main() {
 			os.Exit(2)
 		}
 		httpServer(*port)
+	case "http_raw":
+		if *port <= 0 {
+			fmt.Fprintln(os.Stderr, "http_raw needs --port P")
+			os.Exit(2)
+		}
+		rawServer(*port)
 	default:
 		usage()
 	}
@@ -206,4 +215,68 @@ func httpServer(port int) {
 		os.Exit(0)
 	}()
 	_ = srv.Serve(ln)
+}
+
+// http_raw: one goroutine per connection reading into a buffer, a request is
+// everything up to "\r\n\r\n" (no bodies: wrk sends GET), the responses for
+// one read go out in one Write.
+var rawResponse = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!")
+
+func rawServer(port int) {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "listen:", err)
+		os.Exit(1)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		os.Exit(0)
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			continue // e.g. EMFILE: keep serving the others
+		}
+		go rawConn(c)
+	}
+}
+
+func rawConn(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 4096)
+	out := make([]byte, 0, 4*len(rawResponse))
+	run := 0     // how much of "\r\n\r\n" ends the bytes seen so far
+	pending := 0 // bytes since the last complete request
+	const end = "\r\n\r\n"
+	for {
+		n, err := c.Read(buf)
+		if n == 0 || err != nil {
+			return
+		}
+		for _, ch := range buf[:n] {
+			if ch == end[run] {
+				run++
+			} else if ch == '\r' {
+				run = 1
+			} else {
+				run = 0
+			}
+			pending++
+			if run == 4 {
+				run, pending = 0, 0
+				out = append(out, rawResponse...)
+			}
+		}
+		if pending > 64*1024 {
+			return // no end of header in sight
+		}
+		if len(out) > 0 {
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+			out = out[:0]
+		}
+	}
 }
