@@ -13,11 +13,13 @@ pkgs=(
   # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer)
   libclang-rt-14-dev
   # demo / benchmarks: load generator and peers
-  wrk golang-go libuv1-dev libboost-context-dev
+  wrk golang-go libuv1-dev libboost-context-dev g++ librust-tokio-dev
   # aarch64 context switch: cross compiler + qemu user emulation (scripts/test-aarch64.sh)
   gcc-aarch64-linux-gnu qemu-user
 )
-[ -n "${WEIR_DEPS_EXTRA:-}" ] && pkgs+=(${WEIR_DEPS_EXTRA})
+# The Tokio peer builds with cargo; a rustup toolchain on PATH is fine,
+# otherwise take Debian's.
+command -v cargo >/dev/null 2>&1 || pkgs+=(cargo)
 
 missing=()
 for p in "${pkgs[@]}"; do
