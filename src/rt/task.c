@@ -427,8 +427,10 @@ void weir__task_run(weir_loop *l, weir_task *t)
             if (!ft->stack)
                 ft->stack = weir__stack_get(&l->stacks, ft->stack_size);
             if (!ft->stack) {
-                weir__log(WEIR__LOG_ERROR, "rt.task", "no stack for task %s: %s", t->name,
-                          strerror(errno));
+                weir__log(WEIR__LOG_ERROR, "rt.task",
+                          "no stack for task %s: %s (each fiber stack is two memory mappings; "
+                          "many fibers may need a higher vm.max_map_count)",
+                          t->name, strerror(errno));
                 t->result = -ENOMEM;
                 l->current = NULL;
                 task_finish(l, t);

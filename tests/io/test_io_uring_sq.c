@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "rt/rt_int.h"
@@ -85,6 +87,44 @@ TEST(tiny_sq_many_reads)
         close(p[i][0]);
         close(p[i][1]);
     }
+}
+
+/* SQPOLL is opt-in: a kernel thread polls the submission queue. */
+static intptr_t sqpoll_echo(void *arg)
+{
+    int *fds = arg;
+    for (int i = 0; i < 100; i++) {
+        char out[16], in[16] = {0};
+        int len = snprintf(out, sizeof(out), "msg %d", i);
+        CHECK_EQ(weir_io_write(fds[1], out, (size_t)len, weir_time_after_ms(5000)), len);
+        CHECK_EQ(weir_io_read(fds[0], in, sizeof(in) - 1, weir_time_after_ms(5000)), len);
+        CHECK_STR(in, out);
+    }
+    return 0;
+}
+
+TEST(sqpoll_opt_in)
+{
+    weir_loop_opts o = {.uring_sqpoll = 1};
+    const char *io = getenv("WEIR_IO");
+    if (io && strcmp(io, "epoll") == 0) {
+        printf("    skipped: WEIR_IO=epoll\n");
+        return;
+    }
+    weir_loop *l = weir_loop_new(&o);
+    if (!l) {
+        printf("    skipped: SQPOLL ring refused here (%s)\n", strerror(errno));
+        return;
+    }
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
+    weir_spawn_opts so = {.name = "sqpoll", .loop = l};
+    weir_task *t = weir_task_spawn(sqpoll_echo, fds, &so);
+    CHECK_EQ(weir_loop_run(l), 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    weir_loop_free(l);
+    close(fds[0]);
+    close(fds[1]);
 }
 
 TEST_MAIN()
