@@ -38,6 +38,9 @@ struct weir__backend {
     void (*submit)(weir_loop *l, weir_io_op *op);
     void (*cancel)(weir_loop *l, weir_io_op *op);
     int (*wait)(weir_loop *l, int64_t timeout_ns);
+    /* Submissions queued for the next wait (0 for backends that submit at
+     * once); the loop does not spin for a wake while the kernel is owed work. */
+    unsigned (*pending)(weir_loop *l);
 };
 
 extern const weir__backend weir__backend_uring;

@@ -48,7 +48,8 @@ typedef struct uring_state {
     struct io_uring ring;
     uint64_t efd_buf;
     weir_io_op *backlog_head, *backlog_tail;
-    unsigned flags; /* setup flags in use */
+    unsigned flags;          /* setup flags in use */
+    unsigned efd_unsubmitted; /* the eventfd read re-armed, not yet submitted */
 } uring_state;
 
 static _Atomic unsigned probed_flags = ~0u; /* ~0: not probed yet */
@@ -202,6 +203,7 @@ static int arm_efd(weir_loop *l)
         return -EBUSY;
     io_uring_prep_read(sqe, l->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
     io_uring_sqe_set_data64(sqe, TAG_EFD);
+    s->efd_unsubmitted = 1;
     return 0;
 }
 
@@ -291,6 +293,7 @@ static int uring_wait(weir_loop *l, int64_t timeout_ns)
     }
     if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY && r != -EAGAIN)
         return r;
+    s->efd_unsubmitted = 0; /* whatever was queued has been submitted */
 
     int n = 0, rearm = 0;
     unsigned head, seen = 0;
@@ -311,6 +314,17 @@ static int uring_wait(weir_loop *l, int64_t timeout_ns)
     if (rearm && arm_efd(l) < 0)
         return -EBUSY;
     return n;
+}
+
+static unsigned uring_pending(weir_loop *l)
+{
+    uring_state *s = S(l);
+    /* The loop's own eventfd read is not work owed to anyone. (A forced
+     * flush may have submitted it already: then ready can be 0.) */
+    unsigned ready = io_uring_sq_ready(&s->ring);
+    if (ready >= s->efd_unsubmitted)
+        ready -= s->efd_unsubmitted;
+    return ready + (s->backlog_head != NULL);
 }
 
 static int try_setup(uring_state *s, unsigned entries, unsigned flags)
@@ -384,4 +398,5 @@ const weir__backend weir__backend_uring = {
     .submit = uring_submit,
     .cancel = uring_cancel,
     .wait = uring_wait,
+    .pending = uring_pending,
 };

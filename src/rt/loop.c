@@ -153,11 +153,12 @@ static int loop_turn(weir_loop *l, int64_t timeout_ns, int until, weir_task *tas
                 to = d;
         }
     }
-    if (to != 0 && progress > 0 && l->spin_ns > 0) {
+    if (to != 0 && progress > 0 && l->spin_ns > 0 && l->be->pending(l) == 0) {
         /* Busy a moment ago: spin briefly for a cross-thread wake before
          * paying for a sleep + eventfd wake-up (tens of microseconds on a
          * virtual machine). Only after a turn that did work, so an idle loop
-         * does not burn a core. */
+         * does not burn a core, and only when no submission is waiting for
+         * the backend, so I/O is never delayed by it. */
         int64_t until = weir_time_now() + (to > 0 && to < l->spin_ns ? to : l->spin_ns);
         while (!atomic_load_explicit(&l->remote_pending, memory_order_acquire) &&
                weir_time_now() < until)
