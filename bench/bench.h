@@ -19,7 +19,8 @@ static inline int bench_runs(int dflt)
 {
     const char *e = getenv("BENCH_RUNS");
     int n = e ? atoi(e) : 0;
-    if (n <= 0 && getenv("BENCH_QUICK"))
+    const char *q = getenv("BENCH_QUICK");
+    if (n <= 0 && q && strcmp(q, "1") == 0)
         n = 3;
     return n > 0 && n < 100 ? n : dflt;
 }

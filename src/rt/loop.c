@@ -171,6 +171,7 @@ static int loop_turn(weir_loop *l, int64_t timeout_ns, int until, weir_task *tas
         if (atomic_load_explicit(&l->remote_pending, memory_order_seq_cst))
             to = 0;
     }
+    l->waits++;
     int c = l->be->wait(l, to);
     atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
     if (c < 0) {

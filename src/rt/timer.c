@@ -8,6 +8,7 @@
  * due time) or a callback timer. The loop calls weir__timers_expire() each
  * turn; the backend is asked to wait no longer than weir__wheel_next().
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -35,6 +36,7 @@ int64_t weir_time_after_ms(int64_t ms)
 
 void weir__timer_arm(weir_loop *l, weir_timer_node *n, int64_t deadline)
 {
+    assert(!weir__wheel_armed(n));
     n->deadline = deadline;
     weir__wheel_add(&l->wheel, n);
 }
@@ -115,6 +117,8 @@ int weir_time_sleep_start(weir_op *op, int64_t due)
         weir__op_done(op, due <= dl ? 0 : -ETIMEDOUT);
         return 0;
     }
+    /* begin may have armed the task deadline already: one node, one slot. */
+    weir__timer_disarm(l, &op->timer);
     if (fire_at != WEIR_FOREVER)
         weir__timer_arm(l, &op->timer, fire_at);
     return 0;
@@ -188,6 +192,7 @@ int weir_interval_next_start(weir_interval *iv, weir_op *op)
     iv->waiter = op;
     int64_t dl = weir__op_deadline(op);
     int64_t fire_at = iv->next_tick < dl ? iv->next_tick : dl;
+    weir__timer_disarm(op->task->loop, &op->timer); /* see sleep_start */
     weir__timer_arm(op->task->loop, &op->timer, fire_at);
     return 0;
 }

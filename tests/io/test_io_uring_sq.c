@@ -89,6 +89,43 @@ TEST(tiny_sq_many_reads)
     }
 }
 
+/* Batching: ops started by many tasks in one turn reach the kernel in that
+ * turn's single backend wait (one io_uring_submit), not one syscall each. */
+static intptr_t read_quietly(void *arg)
+{
+    char c;
+    return weir_io_read((int)(intptr_t)arg, &c, 1, weir_time_after_ms(10000));
+}
+
+TEST(one_submit_per_turn)
+{
+    enum { M = 50 };
+    weir_loop *l = weir_loop_new(NULL);
+    CHECK(l != NULL);
+    int fds[M][2];
+    weir_task *ts[M];
+    for (int i = 0; i < M; i++) {
+        CHECK_EQ(pipe2(fds[i], O_CLOEXEC), 0);
+        weir_spawn_opts so = {.loop = l};
+        ts[i] = weir_task_spawn(read_quietly, (void *)(intptr_t)fds[i][0], &so);
+    }
+    uint64_t waits0 = l->waits, forced0 = l->forced_submits;
+    CHECK_GE(weir_loop_poll(l, 0), M); /* every task starts its read, then one wait */
+    CHECK_EQ(l->waits - waits0, 1);
+    CHECK_EQ(l->forced_submits - forced0, 0);
+    for (int i = 0; i < M; i++)
+        CHECK_EQ(write(fds[i][1], "x", 1), 1);
+    CHECK_EQ(weir_loop_run(l), 0);
+    for (int i = 0; i < M; i++) {
+        intptr_t v = 0;
+        CHECK_EQ(weir_task_join(ts[i], &v, WEIR_FOREVER), 0);
+        CHECK_EQ(v, 1);
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    weir_loop_free(l);
+}
+
 /* SQPOLL is opt-in: a kernel thread polls the submission queue. */
 static intptr_t sqpoll_echo(void *arg)
 {
