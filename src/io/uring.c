@@ -270,6 +270,7 @@ static void complete(weir_loop *l, weir_io_op *op, int res)
             return;
         }
         op->op.backend |= B_POLL_RETRY;
+        l->io_retries++;
         uring_submit(l, op);
         return;
     }

@@ -318,6 +318,12 @@ void weir_loop_free(weir_loop *l)
             break;
     if (l->pool)
         weir__pool_free(l->pool);
+    weir__log(WEIR__LOG_DEBUG, "rt.loop",
+              "%s loop: %llu polls, %llu completions, %llu waits, %llu forced submits, "
+              "%llu I/O retries",
+              l->be->name, (unsigned long long)l->polls, (unsigned long long)l->completions,
+              (unsigned long long)l->waits, (unsigned long long)l->forced_submits,
+              (unsigned long long)l->io_retries);
     /* Ops of cancelled tasks have all been reaped; nothing is in the kernel. */
     l->be->fini(l);
     weir__task_cache_drain(l);

@@ -175,7 +175,8 @@ struct weir_loop {
 
     /* statistics (loop thread only) */
     uint64_t polls, completions, forced_submits;
-    uint64_t waits; /* backend wait calls (each one submit for io_uring) */
+    uint64_t waits;      /* backend wait calls (each one submit for io_uring) */
+    uint64_t io_retries; /* ops re-issued after -EAGAIN (io_uring + O_NONBLOCK) */
 #ifdef WEIR_ASAN
     const void *asan_sched_bottom;
     size_t asan_sched_size;
