@@ -16,6 +16,7 @@
  *   bench/peers/ucontext/ctx_switch_ucontext.c     impl=ucontext
  * built by bench/peers/fcontext/build.sh OUTDIR.
  */
+#include "bench.h"
 #include "rt/ctx.h"
 #include "rt/stack.h"
 
@@ -64,16 +65,7 @@ static void fiber_b(void *arg)
 
 static double now_ns(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return (double)weir_time_now();
 }
 
 static long parse_arg(const char *s, long dflt, long max)
@@ -119,8 +111,8 @@ int main(int argc, char **argv)
         weir__ctx_switch(&main_ctx, &a_ctx);
         if (r >= 0) ns[r] = (now_ns() - t0) / (double)switches;
     }
-    qsort(ns, (size_t)runs, sizeof(ns[0]), cmp_double);
-    printf("bench=ctx_switch impl=%s ns_per_op=%.2f runs=%ld\n", IMPL, ns[runs / 2], runs);
+    printf("bench=ctx_switch impl=%s ns_per_op=%.2f runs=%ld\n", IMPL,
+           bench_median(ns, (int)runs), runs);
 
     weir__ctx_thread_fini(&main_ctx);
     weir__stack_put(&pool, sa);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench.h"
 #include "rt/timer_heap.h"
 #include "rt/timer_wheel.h"
 
@@ -39,23 +40,10 @@ static uint64_t rnd(void) /* splitmix64 */
     return z ^ (z >> 31);
 }
 
+/* Wall clock in ns as a double (the timings are subtractions of two). */
 static double now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return (double)weir_time_now();
 }
 
 /* The fire callbacks only count, so that the figures are the structure's. */
@@ -185,7 +173,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < NIMPL; k++)
         for (int op = 0; op < NOPS; op++)
             printf("bench=timer_cancel impl=%s op=%s ns_per_op=%.1f n=%zu runs=%d\n", impls[k].name,
-                   op_names[op], median(res[k][op], runs), n, runs);
+                   op_names[op], bench_median(res[k][op], runs), n, runs);
     free(perm);
     free(deadline);
     return 0;
