@@ -86,8 +86,9 @@ typedef struct weir_timer_node {
  * returned, after which it may be reused or discarded.
  *
  * Timers, joins, intervals and blocking jobs use a weir_op (64 bytes); I/O
- * needs the larger weir_io_op of weir/io.h, which begins with a weir_op.
- * WEIR_AWAIT and weir_op_of() accept either.
+ * needs the larger weir_io_op of weir/io.h and synchronisation the
+ * weir_sync_op of weir/sync.h, each of which begins with a weir_op.
+ * WEIR_AWAIT and weir_op_of() accept any of them.
  */
 typedef struct weir_op {
     weir_task *task;       /* waiter, woken on completion */
@@ -103,10 +104,12 @@ typedef struct weir_op {
     } u;
 } weir_op;
 
-typedef struct weir_io_op weir_io_op;
-/* The weir_op inside a weir_op * or weir_io_op *. */
+typedef struct weir_io_op weir_io_op;     /* weir/io.h */
+typedef struct weir_sync_op weir_sync_op; /* weir/sync.h */
+/* The weir_op inside a weir_op *, weir_io_op * or weir_sync_op *. */
 #define weir_op_of(x)                                                                              \
-    _Generic((x), weir_io_op *: (weir_op *)(void *)(x), weir_op *: (x))
+    _Generic((x), weir_io_op *: (weir_op *)(void *)(x), weir_sync_op *: (weir_op *)(void *)(x),    \
+             weir_op *: (x))
 
 /* From a stackless task: WEIR_READY with *result set, or WEIR_PENDING (the
  * task is woken when the op can make progress). */

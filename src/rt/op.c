@@ -115,6 +115,9 @@ void weir__op_cancel(weir_op *op, int reason)
     case WEIR__OP_ANY:
         weir__op_any_cancel(op);
         break;
+    case WEIR__OP_CUSTOM:
+        ((const weir__op_vt *)op->u.ptr)->cancel(op);
+        break;
     default:
         l->be->cancel(l, weir__io_of(op));
         break;

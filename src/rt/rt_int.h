@@ -204,6 +204,7 @@ enum {
     WEIR__OP_BLOCKING,
     WEIR__OP_INTERVAL,
     WEIR__OP_ANY,
+    WEIR__OP_CUSTOM, /* cancelled through the weir__op_vt in u.ptr (sync, later layers) */
     /* I/O kinds, handled by the backend */
     WEIR__OP_IO_FIRST,
     WEIR__OP_READ = WEIR__OP_IO_FIRST,
@@ -220,6 +221,14 @@ enum {
 };
 
 enum { WEIR__CANCEL_NONE = 0, WEIR__CANCEL_TASK = 1, WEIR__CANCEL_DEADLINE = 2 };
+
+/* Operations of a WEIR__OP_CUSTOM op. cancel() runs on the waiter's loop
+ * thread when the op's deadline passes or its task is cancelled, once; it
+ * must lead to exactly one weir__op_done() (now, or later by the op's
+ * source when the source got there first). */
+typedef struct weir__op_vt {
+    void (*cancel)(weir_op *op);
+} weir__op_vt;
 
 static inline uint32_t weir__op_flags(const weir_op *op)
 {

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sync_int.h - what every synchronisation primitive shares (private): a
+ * short spinlock, an intrusive FIFO wait queue of weir_sync_ops, and the
+ * begin / complete / cancel protocol for their ops.
+ *
+ * The protocol, which every primitive follows:
+ *
+ *   wait      lock; if the primitive can satisfy the caller at once, do it,
+ *             unlock, and complete the op immediately (weir__sync_done);
+ *             otherwise queue the op and unlock. The op was begun with
+ *             weir__sync_begin, so it is REMOTE: any thread may complete it.
+ *   satisfy   (another task, any thread) lock; pop the waiter (it is then no
+ *             longer findable), do the transfer (hand over the lock, copy
+ *             the item...), unlock; then weir__sync_done(op, result). After
+ *             that call the op may be gone (a fiber's stack frame): never
+ *             touch it again.
+ *   cancel    (the waiter's loop thread, through the op's weir__op_vt) lock;
+ *             if the op is still queued, unlink it, undo any partial effect,
+ *             unlock and weir__sync_done(op, -ECANCELED); if it is not, a
+ *             satisfier popped it and will complete it: do nothing.
+ *
+ * So each op is completed exactly once, by whoever unqueued it, and the
+ * primitive's lock is never held across a completion (completions take
+ * other locks: the waiter's loop's remote queue).
+ */
+#ifndef WEIR_SYNC_INT_H
+#define WEIR_SYNC_INT_H
+
+#include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "rt/rt_int.h"
+#include "weir/sync.h"
+
+/* ---- spinlock ---------------------------------------------------------------
+ * Critical sections here are a few dozen instructions; a futex mutex would
+ * double the cost of an uncontended channel operation. After a short spin
+ * the waiter yields its CPU, so a preempted holder (2 cores, many threads)
+ * gets to run. */
+typedef struct weir__spin {
+    _Atomic int v;
+} weir__spin;
+
+static inline void weir__spin_init(weir__spin *l)
+{
+    atomic_init(&l->v, 0);
+}
+
+static inline void weir__spin_lock(weir__spin *l)
+{
+    for (;;) {
+        /* acquire: the critical section sees the previous holder's writes */
+        if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
+            return;
+        for (int i = 0; atomic_load_explicit(&l->v, memory_order_relaxed); i++) {
+            if (i >= 64) {
+                sched_yield();
+                i = 0;
+            } else {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#elif defined(__aarch64__)
+                __asm__ __volatile__("yield");
+#endif
+            }
+        }
+    }
+}
+
+static inline void weir__spin_unlock(weir__spin *l)
+{
+    /* release: publishes the critical section to the next holder */
+    atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
+/* ---- wait queue -------------------------------------------------------------- */
+typedef struct weir__waitq {
+    weir_sync_op *head, *tail;
+    size_t len;
+} weir__waitq;
+
+static inline void weir__waitq_push(weir__waitq *q, weir_sync_op *op)
+{
+    op->next = NULL;
+    op->prev = q->tail;
+    if (q->tail)
+        q->tail->next = op;
+    else
+        q->head = op;
+    q->tail = op;
+    q->len++;
+}
+
+static inline void weir__waitq_remove(weir__waitq *q, weir_sync_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        q->head = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        q->tail = op->prev;
+    op->next = op->prev = NULL;
+    q->len--;
+}
+
+static inline weir_sync_op *weir__waitq_pop(weir__waitq *q)
+{
+    weir_sync_op *op = q->head;
+    if (op)
+        weir__waitq_remove(q, op);
+    return op;
+}
+
+/* Whether op is in q (queues are short-lived; callers that need O(1) keep
+ * their own "queued" mark in op->arg or op->obj). */
+static inline int weir__waitq_contains(const weir__waitq *q, const weir_sync_op *op)
+{
+    for (const weir_sync_op *p = q->head; p; p = p->next)
+        if (p == op)
+            return 1;
+    return 0;
+}
+
+/* ---- ops ------------------------------------------------------------------------ */
+/* Begin a sync op for the current task. Returns 0 when the caller should go
+ * on (queue it or complete it), 1 when it is already complete (the task was
+ * cancelled or its deadline passed), or -EINVAL outside a task. */
+static inline int weir__sync_begin(weir_sync_op *op, const weir__op_vt *vt, void *obj,
+                                   int64_t deadline)
+{
+    op->op.u.ptr = (void *)vt; /* set first: finish/cancel read it on every path */
+    op->next = op->prev = NULL;
+    op->obj = obj;
+    op->sel = NULL;
+    op->sel_index = -1;
+    int r = weir__op_begin(&op->op, WEIR__OP_CUSTOM, deadline);
+    if (r != 0)
+        return r;
+    /* Before the op is queued anywhere: a satisfier on another thread must
+     * take the task reference that REMOTE completion implies. */
+    op->op.flags |= WEIR__OP_REMOTE;
+    return 0;
+}
+
+static inline void weir__sync_done(weir_sync_op *op, int64_t result)
+{
+    weir__op_done(&op->op, result);
+}
+
+/* The fiber form of a *_start call: start, then wait. */
+#define WEIR__SYNC_WAIT(start_call, op)                                                            \
+    do {                                                                                           \
+        int r_ = (start_call);                                                                     \
+        if (r_ < 0)                                                                                \
+            return r_;                                                                             \
+        return (int)weir_op_wait(&(op)->op);                                                       \
+    } while (0)
+
+#endif
