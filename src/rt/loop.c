@@ -126,7 +126,17 @@ static int task_is_done(weir_task *t)
 
 /* `until` says when the caller will stop turning, so that the turn in which
  * that happens does not then block in the backend. */
+static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_task *task);
+
 static int loop_turn(weir_loop *l, int64_t timeout_ns, int until, weir_task *task)
+{
+    l->in_turn = 1;
+    int r = loop_turn_inner(l, timeout_ns, until, task);
+    l->in_turn = 0;
+    return r;
+}
+
+static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_task *task)
 {
     int progress = 0;
     drain_remote(l);
@@ -281,8 +291,8 @@ static int loop_check_caller(weir_loop *l)
 {
     if (!l)
         return -EINVAL;
-    if (l != tl_loop || l->current)
-        return -EPERM; /* wrong thread, or called from inside a task */
+    if (l != tl_loop || l->current || l->in_turn)
+        return -EPERM; /* wrong thread, or from inside a task or a timer callback */
     return 0;
 }
 

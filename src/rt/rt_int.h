@@ -169,6 +169,7 @@ struct weir_loop {
     weir_task *cache[2];
     size_t ncached[2];
     int shutting_down;
+    int in_turn; /* inside loop_turn: the loop may not be re-entered */
     struct weir__pool *pool; /* blocking pool, created on first use */
     int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
     weir_loop_opts opts;

@@ -193,6 +193,7 @@ static weir_timer *iv_timer;
 static void once_cb(void *arg)
 {
     CHECK(!inside_start);
+    CHECK_EQ(weir_loop_poll(weir_loop_current(), 0), -EPERM); /* no re-entry */
     fired_once += (int)(intptr_t)arg;
 }
 static void iv_cb(void *arg)
