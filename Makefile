@@ -41,7 +41,7 @@ test-tsan: deps
 	cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	      -DWEIR_SANITIZE=thread -DWEIR_BUILD_BENCH=OFF
 	cmake --build build/tsan -j$(JOBS)
-	cd build/tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(CTEST)
+	cd build/tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp $(CTEST)
 
 test-ucontext: deps
 	cmake -S . -B build/ucontext -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc \

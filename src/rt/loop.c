@@ -341,6 +341,10 @@ void weir_loop_free(weir_loop *l)
     weir__stack_guard_thread_fini();
     weir__ctx_thread_fini(&l->sched_ctx);
     weir__stack_pool_fini(&l->stacks);
+    /* A waker on another thread may still be inside loop_wake_remote (it
+     * queued the last task, which has since ended): wait for it to leave. */
+    pthread_mutex_lock(&l->remote_lock);
+    pthread_mutex_unlock(&l->remote_lock);
     close(l->efd);
     pthread_mutex_destroy(&l->remote_lock);
     free(l);

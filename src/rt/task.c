@@ -194,11 +194,13 @@ void weir__task_schedule_local(weir_loop *l, weir_task *t)
  * remote_pending (loop.c): at least one side sees the other. */
 static void loop_wake_remote(weir_loop *l, weir_task *t)
 {
+    /* Everything under the lock, the eventfd write included: once the task
+     * is queued its loop may run it to the end and be freed, and
+     * weir_loop_free takes this lock first, so it waits for us. */
     pthread_mutex_lock(&l->remote_lock);
     if (t)
         taskq_push(&l->remote, t);
     atomic_store_explicit(&l->remote_pending, 1, memory_order_seq_cst);
-    pthread_mutex_unlock(&l->remote_lock);
     if (atomic_load_explicit(&l->sleeping, memory_order_seq_cst) &&
         !atomic_exchange_explicit(&l->wake_sent, 1, memory_order_acq_rel)) {
         uint64_t one = 1;
@@ -208,6 +210,7 @@ static void loop_wake_remote(weir_loop *l, weir_task *t)
         while (r < 0 && errno == EINTR);
         /* EAGAIN means the counter is saturated: the loop will wake anyway. */
     }
+    pthread_mutex_unlock(&l->remote_lock);
 }
 
 int weir_loop_wake(weir_loop *l)

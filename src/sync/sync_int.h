@@ -152,13 +152,32 @@ static inline void weir__sync_done(weir_sync_op *op, int64_t result)
     weir__op_done(&op->op, result);
 }
 
+/* Complete an op on its own task's thread (the waiter itself, or its cancel
+ * on its loop): the local path of weir__op_done wakes the task only if it
+ * parked, where the REMOTE path's unconditional wake would re-schedule the
+ * running task for nothing. */
+static inline void weir__sync_done_local(weir_sync_op *op, int64_t result)
+{
+    __atomic_fetch_and(&op->op.flags, ~(uint32_t)WEIR__OP_REMOTE, __ATOMIC_RELAXED);
+    weir__op_done(&op->op, result);
+}
+
+/* A *_start op satisfied at once, before weir__sync_begin: leave it
+ * inactive with its result, so weir_op_poll / weir_op_wait report it
+ * without binding a task, a timer or a wake. */
+static inline void weir__sync_ready(weir_sync_op *op, int64_t result)
+{
+    op->op.result = result;
+    __atomic_store_n(&op->op.flags, 0, __ATOMIC_RELAXED);
+}
+
 /* The fiber form of a *_start call: start, then wait. */
-#define WEIR__SYNC_WAIT(start_call, op)                                                            \
+#define WEIR__SYNC_WAIT(start_call, sop)                                                           \
     do {                                                                                           \
         int r_ = (start_call);                                                                     \
         if (r_ < 0)                                                                                \
             return r_;                                                                             \
-        return (int)weir_op_wait(&(op)->op);                                                       \
+        return (int)weir_op_wait(&(sop)->op);                                                      \
     } while (0)
 
 #endif
