@@ -116,14 +116,12 @@ static inline weir_sync_op *weir__waitq_pop(weir__waitq *q)
     return op;
 }
 
-/* Whether op is in q (queues are short-lived; callers that need O(1) keep
- * their own "queued" mark in op->arg or op->obj). */
-static inline int weir__waitq_contains(const weir__waitq *q, const weir_sync_op *op)
+/* Whether op is in q, in O(1): a popped or removed op has prev == NULL and
+ * is not the head (weir__waitq_remove clears its links). Needs q's lock, and
+ * op must be in q or in no queue at all. */
+static inline int weir__waitq_linked(const weir__waitq *q, const weir_sync_op *op)
 {
-    for (const weir_sync_op *p = q->head; p; p = p->next)
-        if (p == op)
-            return 1;
-    return 0;
+    return op->prev != NULL || q->head == op;
 }
 
 /* ---- ops ------------------------------------------------------------------------ */
