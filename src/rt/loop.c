@@ -6,8 +6,9 @@
  *
  * One turn:
  *   1. move tasks woken from other threads into the run queue;
- *   2. poll the tasks that were queued when the turn began (tasks woken
- *      during this step run next turn, so I/O is reaped between them);
+ *   2. poll queued tasks, including those woken meanwhile, up to a budget of
+ *      WEIR__TURN_BUDGET polls (so I/O is still reaped regularly when tasks
+ *      keep each other busy);
  *   3. expire due timers;
  *   4. wait in the backend - not at all if work is queued, else until the
  *      nearest timer or the caller's timeout - which also submits every op
@@ -109,6 +110,9 @@ static void drain_remote(weir_loop *l)
 /* ---- the turn ------------------------------------------------------------------- */
 enum { UNTIL_NONE, UNTIL_NO_TASKS, UNTIL_TASK_DONE };
 
+/* Polls per turn before the backend is looked at again (Tokio uses 61). */
+#define WEIR__TURN_BUDGET 64
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -140,7 +144,10 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
 {
     int progress = 0;
     drain_remote(l);
-    for (size_t n = l->runq.len; n > 0; n--) {
+    /* Tasks woken during the turn run in it too, up to the budget: two
+     * tasks passing work back and forth then cost no syscall per hop, and
+     * the backend is still polled at least every WEIR__TURN_BUDGET polls. */
+    for (int n = 0; n < WEIR__TURN_BUDGET; n++) {
         weir_task *t = taskq_pop(&l->runq);
         if (!t)
             break;

@@ -10,6 +10,12 @@
 //	goperf http_raw --port P          the same server as a raw net.Conn loop
 //	                                  with the minimal parser of the libuv and
 //	                                  Tokio peers (impl=go-raw), GOMAXPROCS=1
+//	goperf chan_pingpong              two goroutines ping-pong 1M round trips
+//	                                  over chan int64 of capacity 1 (kind=chan)
+//	                                  and 0 (kind=chan_rendezvous), and over a
+//	                                  fresh one-slot channel per hop (oneshot)
+//	goperf mutex_contention           4 goroutines x 100k sync.Mutex lock,
+//	                                  counter++, unlock (Gosched every 64)
 //
 // Every figure is one line: bench=NAME impl=go key=value ...
 // Flags: -runs N (repetitions; the median is printed), -n N (work size),
@@ -52,7 +58,7 @@ func maxRSSKB() int64 {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive|http_raw [-runs N] [-n N] [-procs N] [--port P]\n", os.Args[0])
+	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive|http_raw|chan_pingpong|mutex_contention [-runs N] [-n N] [-procs N] [--port P]\n", os.Args[0])
 	os.Exit(2)
 }
 
@@ -79,6 +85,10 @@ func main() {
 		spawnJoin(*runs, pick(*n, 1_000_000), *procs)
 	case "timers":
 		timers(*runs, pick(*n, 1_000_000), *procs)
+	case "chan_pingpong":
+		chanPingpong(*runs, pick(*n, 1_000_000), *procs)
+	case "mutex_contention":
+		mutexContention(*runs, pick(*n, 100_000), *procs)
 	case "http_keepalive":
 		if *port <= 0 {
 			fmt.Fprintln(os.Stderr, "http_keepalive needs --port P")
@@ -188,6 +198,166 @@ func timers(runs, n, procs int) {
 	}
 	fmt.Printf("bench=timers impl=go wall_s=%.3f rss_mib=%.1f timers=%d procs=%d runs=%d\n",
 		median(walls), float64(maxRSSKB())/1024.0, n, procs, runs)
+}
+
+// chan_pingpong (mirrors bench/chan_pingpong.c): the pinger (the main
+// goroutine) and the ponger (one spawned goroutine) make n round trips. The
+// clock runs from just before the pinger's first send to just after its last
+// receive, the ponger already started; no warm-up. ns_per_roundtrip is
+// wall / n. threads= is GOMAXPROCS. One line per kind:
+//
+//	kind=chan             two channels a, b of make(chan int64, 1). Round
+//	                      trip: pinger a <- i; v := <-b (checks v == i);
+//	                      ponger v := <-a; b <- v, until a is closed.
+//	kind=chan_rendezvous  the same over make(chan int64) (unbuffered).
+//	kind=oneshot          a fresh one-slot channel per hop (type msg chan
+//	                      msg, make(msg, 1)), the value passed being the
+//	                      next hop's channel: the pinger holds cur (the
+//	                      ponger waits on it); per round trip it makes reply,
+//	                      sends reply on cur and waits on reply; the ponger
+//	                      gets reply from cur, makes next, sends next on reply
+//	                      and waits on next, which the pinger receives as its
+//	                      new cur. After n trips the pinger sends nil on cur
+//	                      to end the ponger.
+type msg chan msg
+
+func chanPingpong(runs, n, procs int) {
+	for _, kind := range []string{"chan", "chan_rendezvous", "oneshot"} {
+		per := make([]float64, 0, runs)
+		for r := 0; r < runs; r++ {
+			var el time.Duration
+			if kind == "oneshot" {
+				el = pingpongOneshot(n)
+			} else {
+				capacity := 1
+				if kind == "chan_rendezvous" {
+					capacity = 0
+				}
+				el = pingpongChan(n, capacity)
+			}
+			per = append(per, float64(el.Nanoseconds())/float64(n))
+		}
+		fmt.Printf("bench=chan_pingpong impl=go kind=%s threads=%d ns_per_roundtrip=%.1f roundtrips=%d runs=%d\n",
+			kind, procs, median(per), n, runs)
+	}
+}
+
+func pingpongChan(n, capacity int) time.Duration {
+	a := make(chan int64, capacity)
+	b := make(chan int64, capacity)
+	done := make(chan int)
+	go func() {
+		hops := 0
+		for v := range a {
+			b <- v
+			hops++
+		}
+		done <- hops
+	}()
+	t0 := time.Now()
+	for i := int64(0); i < int64(n); i++ {
+		a <- i
+		if v := <-b; v != i {
+			fmt.Fprintln(os.Stderr, "chan_pingpong: wrong value")
+			os.Exit(1)
+		}
+	}
+	el := time.Since(t0)
+	close(a)
+	if hops := <-done; hops != n {
+		fmt.Fprintln(os.Stderr, "chan_pingpong: ponger saw", hops, "pings, want", n)
+		os.Exit(1)
+	}
+	return el
+}
+
+func pingpongOneshot(n int) time.Duration {
+	first := make(msg, 1)
+	done := make(chan int)
+	go func() {
+		hops := 0
+		cur := first
+		for {
+			reply := <-cur
+			if reply == nil {
+				break
+			}
+			next := make(msg, 1)
+			reply <- next
+			cur = next
+			hops++
+		}
+		done <- hops
+	}()
+	cur := first
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		reply := make(msg, 1)
+		cur <- reply
+		cur = <-reply
+	}
+	el := time.Since(t0)
+	cur <- nil
+	if hops := <-done; hops != n {
+		fmt.Fprintln(os.Stderr, "chan_pingpong: ponger made", hops, "hops, want", n)
+		os.Exit(1)
+	}
+	return el
+}
+
+// mutex_contention (mirrors bench/mutex_contention.c): one plain counter
+// guarded by one sync.Mutex; 4 goroutines, all started before the clock
+// starts (each reports ready, then blocks on a start channel) and released
+// together (close(start)); each runs iters times
+//
+//	mu.Lock(); counter++; mu.Unlock()
+//	if (i+1)%64 == 0 { runtime.Gosched() }   // outside the lock
+//
+// The clock runs from the release until the last goroutine has finished
+// (sync.WaitGroup); the run checks counter == 4*iters. ns_per_op is
+// wall / (4*iters), ops_per_s its inverse. threads= is GOMAXPROCS.
+const mutexTasks = 4
+const mutexYieldEvery = 64
+
+func mutexContention(runs, iters, procs int) {
+	per := make([]float64, 0, runs)
+	for r := 0; r < runs; r++ {
+		var mu sync.Mutex
+		var counter int64
+		var ready, done sync.WaitGroup
+		start := make(chan struct{})
+		ready.Add(mutexTasks)
+		done.Add(mutexTasks)
+		for t := 0; t < mutexTasks; t++ {
+			go func() {
+				defer done.Done()
+				ready.Done()
+				<-start
+				for i := 0; i < iters; i++ {
+					mu.Lock()
+					counter++
+					mu.Unlock()
+					if (i+1)%mutexYieldEvery == 0 {
+						runtime.Gosched()
+					}
+				}
+			}()
+		}
+		ready.Wait()
+		t0 := time.Now()
+		close(start)
+		done.Wait()
+		el := time.Since(t0)
+		if counter != int64(mutexTasks)*int64(iters) {
+			fmt.Fprintf(os.Stderr, "mutex_contention: counter %d, expected %d\n",
+				counter, int64(mutexTasks)*int64(iters))
+			os.Exit(1)
+		}
+		per = append(per, float64(el.Nanoseconds())/float64(mutexTasks*iters))
+	}
+	ns := median(per)
+	fmt.Printf("bench=mutex_contention impl=go threads=%d tasks=%d iters=%d yield_every=%d ops_per_s=%.0f ns_per_op=%.1f runs=%d\n",
+		procs, mutexTasks, iters, mutexYieldEvery, 1e9/ns, ns, runs)
 }
 
 // http_keepalive: net/http with a minimal handler, serving until SIGTERM.

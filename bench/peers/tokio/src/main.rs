@@ -8,9 +8,17 @@
 //   tokioperf http_keepalive --port P  hand-rolled HTTP/1.1 keep-alive server, current-thread
 //   tokioperf wake_latency             two tasks ping-pong over mpsc, multi-thread with 2 workers
 //                                      (mode=spawned and mode=cross, see wake_latency below)
+//   tokioperf chan_pingpong            two tasks ping-pong over mpsc::channel(1) (impl=tokio-mpsc)
+//                                      and over a chain of oneshots (impl=tokio-oneshot), 1M round
+//                                      trips, threads=1 (current-thread) and threads=2 (multi-thread,
+//                                      2 workers; mode=spawned and mode=cross, see chan_pingpong below)
+//   tokioperf mutex_contention         4 tasks x 100k tokio::sync::Mutex lock, +1, unlock (yield every 64),
+//                                      threads=1 (current-thread) and threads=2 (multi-thread, 2 workers)
 //
 // Every figure is one line: bench=NAME impl=IMPL key=value ...
-// Options: --runs N (repetitions; the median is printed), --n N (work size).
+// Options: --runs N (repetitions; the median is printed), --n N (work size),
+// --threads 1|2 (chan_pingpong, mutex_contention: only that configuration),
+// --cross-n N (chan_pingpong: round trips of the mode=cross lines, default 20,000).
 
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,11 +56,13 @@ struct Opts {
     runs: usize,
     n: usize,
     port: u16,
+    threads: usize, // chan_pingpong, mutex_contention: 1 or 2 (0: both)
+    cross_n: usize, // chan_pingpong: round trips of the threads=2 mode=cross lines
 }
 
 fn usage(prog: &str) -> ! {
     eprintln!(
-        "usage: {} spawn_join|timers|http_keepalive|wake_latency [--runs N] [--n N] [--port P]",
+        "usage: {} spawn_join|timers|http_keepalive|wake_latency|chan_pingpong|mutex_contention [--runs N] [--n N] [--threads 1|2] [--cross-n N] [--port P]",
         prog
     );
     std::process::exit(2)
@@ -63,7 +73,13 @@ fn main() {
     if args.len() < 2 {
         usage(&args[0]);
     }
-    let mut o = Opts { runs: 5, n: 0, port: 0 };
+    let mut o = Opts {
+        runs: 5,
+        n: 0,
+        port: 0,
+        threads: 0,
+        cross_n: 20_000,
+    };
     let mut i = 2;
     while i < args.len() {
         let v = args.get(i + 1).and_then(|s| s.parse::<usize>().ok());
@@ -71,6 +87,8 @@ fn main() {
             ("runs", Some(v)) => o.runs = v.max(1),
             ("n", Some(v)) => o.n = v,
             ("port", Some(v)) if v > 0 && v < 65536 => o.port = v as u16,
+            ("threads", Some(v)) if v == 1 || v == 2 => o.threads = v,
+            ("cross-n", Some(v)) if v > 0 => o.cross_n = v,
             _ => usage(&args[0]),
         }
         i += 2;
@@ -80,6 +98,8 @@ fn main() {
         "spawn_join" => spawn_join(o.runs, pick(1_000_000)),
         "timers" => timers(o.runs, pick(1_000_000)),
         "wake_latency" => wake_latency(o.runs, pick(20_000)),
+        "chan_pingpong" => chan_pingpong(o.runs, pick(1_000_000), o.cross_n, o.threads),
+        "mutex_contention" => mutex_contention(o.runs, pick(100_000), o.threads),
         "http_keepalive" => {
             if o.port == 0 {
                 eprintln!("http_keepalive needs --port P");
@@ -217,10 +237,266 @@ fn wake_latency(runs: usize, n: usize) {
     }
 }
 
+// The runtime of threads=N for chan_pingpong and mutex_contention: threads=1
+// is a current-thread runtime (everything on the calling thread), threads=2 a
+// multi-thread runtime with 2 workers.
+fn runtime_for(threads: usize) -> tokio::runtime::Runtime {
+    if threads == 1 {
+        current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    }
+}
+
+fn thread_list(threads: usize) -> Vec<usize> {
+    if threads == 0 {
+        vec![1, 2]
+    } else {
+        vec![threads]
+    }
+}
+
+// chan_pingpong: a pinger and a ponger task pass an integer back and forth.
+// Placements, one line each:
+//   threads=1              current-thread runtime; both are tokio::spawn'ed
+//                          (block_on only awaits their JoinHandles), so the
+//                          pair runs on the one thread;
+//   threads=2 mode=spawned multi-thread runtime with 2 workers, both spawned:
+//                          the scheduler places them, and Tokio's LIFO slot
+//                          keeps a ping-pong pair on one worker (as Go's
+//                          runnext does with GOMAXPROCS=2), so this is in
+//                          effect a same-thread hop;
+//   threads=2 mode=cross   the same runtime, the pinger is the block_on future
+//                          on the main thread and the ponger a spawned task on
+//                          a worker, so every hop wakes a task on another
+//                          thread (as wake_latency's mode=cross); a hop then
+//                          costs a thread wake-up (~15 us on the 2-core VM),
+//                          so this line runs cross_n round trips (default
+//                          20,000) instead of n.
+// (A block_on future on a current-thread runtime is not a task: each time it
+// is woken the runtime parks in its driver first, one epoll_wait per round
+// trip, ~1 us; hence threads=1 spawns both.)
+// The clock runs in the pinger from just before its first send to just after
+// its last receive, the ponger already spawned; no warm-up.
+// ns_per_roundtrip = wall / round trips.
+//
+//   kind=chan    impl=tokio-mpsc: two long-lived mpsc::channel::<i64>(1), a
+//                and b. Round trip: pinger a.send(i).await, ponger
+//                a.recv().await then b.send(v).await, pinger b.recv().await
+//                (checks v == i). The pinger drops a at the end, which ends
+//                the ponger's loop. (Tokio has no rendezvous mpsc, so there
+//                is no kind=chan_rendezvous line.)
+//   kind=oneshot impl=tokio-oneshot: a chain of fresh oneshot channels, one
+//                per hop, the value passed being the Sender of the next
+//                hop's channel (struct Msg(Option<oneshot::Sender<Msg>>)).
+//                The pinger holds the Sender of cur (the ponger awaits its
+//                Receiver); per round trip it creates reply, sends reply's
+//                Sender over cur and awaits reply's Receiver; the ponger gets
+//                it from cur, creates next, sends next's Sender over reply
+//                and awaits next, whose Sender the pinger receives as its new
+//                cur. So a hop = oneshot::channel() + send + the other task's
+//                await completing (a task wake) + drop, and a round trip is
+//                two hops (two oneshots, two sends, two receives). The first
+//                channel is created before the clock starts (its Receiver
+//                moved into the ponger); after n trips the pinger sends
+//                Msg(None) to end the ponger, which returns the hops it made
+//                (checked == n).
+struct Msg(Option<tokio::sync::oneshot::Sender<Msg>>);
+
+fn chan_pingpong(runs: usize, n: usize, cross_n: usize, threads: usize) {
+    for kind in ["chan", "oneshot"] {
+        for t in thread_list(threads) {
+            let rt = runtime_for(t);
+            let modes: &[&str] = if t == 1 { &[""] } else { &["spawned", "cross"] };
+            for &mode in modes {
+                let trips = if mode == "cross" { cross_n } else { n };
+                let mut per = Vec::with_capacity(runs);
+                for _ in 0..runs {
+                    let el = rt.block_on(pingpong(kind, trips, mode == "cross"));
+                    per.push(el.as_nanos() as f64 / trips as f64);
+                }
+                let impl_ = if kind == "chan" {
+                    "tokio-mpsc"
+                } else {
+                    "tokio-oneshot"
+                };
+                let mode = if mode.is_empty() {
+                    String::new()
+                } else {
+                    format!(" mode={}", mode)
+                };
+                println!(
+                    "bench=chan_pingpong impl={} kind={} threads={}{} ns_per_roundtrip={:.1} roundtrips={} runs={}",
+                    impl_,
+                    kind,
+                    t,
+                    mode,
+                    median(&per),
+                    trips,
+                    runs
+                );
+            }
+        }
+    }
+}
+
+// One run: spawn the ponger, run the pinger (inline when cross, else spawned),
+// join both, check the ponger's count; returns the pinger's clock.
+async fn pingpong(kind: &'static str, n: usize, cross: bool) -> Duration {
+    use std::future::Future;
+    use std::pin::Pin;
+    type Pinger = Pin<Box<dyn Future<Output = Duration> + Send>>;
+    let (pinger, ponger): (Pinger, tokio::task::JoinHandle<usize>) = if kind == "chan" {
+        let (a_tx, mut a_rx) = tokio::sync::mpsc::channel::<i64>(1);
+        let (b_tx, mut b_rx) = tokio::sync::mpsc::channel::<i64>(1);
+        let ponger = tokio::spawn(async move {
+            let mut hops = 0usize;
+            while let Some(v) = a_rx.recv().await {
+                if b_tx.send(v).await.is_err() {
+                    break;
+                }
+                hops += 1;
+            }
+            hops
+        });
+        let pinger = Box::pin(async move {
+            let t0 = Instant::now();
+            for i in 0..n as i64 {
+                a_tx.send(i).await.expect("ping");
+                let v = b_rx.recv().await.expect("pong");
+                assert_eq!(v, i);
+            }
+            t0.elapsed() // a_tx dropped: the ponger's recv ends
+        });
+        (pinger, ponger)
+    } else {
+        use tokio::sync::oneshot;
+        let (first_tx, first_rx) = oneshot::channel::<Msg>();
+        let ponger = tokio::spawn(async move {
+            let mut hops = 0usize;
+            let mut cur = first_rx;
+            while let Ok(Msg(Some(reply))) = cur.await {
+                let (next_tx, next_rx) = oneshot::channel::<Msg>();
+                if reply.send(Msg(Some(next_tx))).is_err() {
+                    break;
+                }
+                cur = next_rx;
+                hops += 1;
+            }
+            hops
+        });
+        let pinger = Box::pin(async move {
+            let mut cur = first_tx;
+            let t0 = Instant::now();
+            for _ in 0..n {
+                let (reply_tx, reply_rx) = oneshot::channel::<Msg>();
+                if cur.send(Msg(Some(reply_tx))).is_err() {
+                    panic!("ponger gone");
+                }
+                cur = reply_rx.await.expect("pong").0.expect("next");
+            }
+            let el = t0.elapsed();
+            let _ = cur.send(Msg(None)); // ends the ponger
+            el
+        });
+        (pinger, ponger)
+    };
+    let el = if cross {
+        pinger.await
+    } else {
+        tokio::spawn(pinger).await.expect("pinger")
+    };
+    assert_eq!(ponger.await.expect("ponger"), n);
+    el
+}
+
+// mutex_contention (mirrors bench/mutex_contention.c): one plain counter
+// guarded by one tokio::sync::Mutex (in an Arc); 4 tokio::spawn'ed tasks, all
+// started before the clock starts (each reports ready over an mpsc, then
+// awaits a start Semaphore with no permits) and released together (the
+// Semaphore is closed, which fails every pending and later acquire); each
+// runs iters times
+//
+//     *m.lock().await += 1  (the guard is dropped at once: unlock)
+//     if (i + 1) % 64 == 0 { tokio::task::yield_now().await }  (outside the lock)
+//
+// block_on awaits the 4 ready messages, starts the clock, releases the tasks
+// and awaits their JoinHandles; the clock stops after the last join. The run
+// checks counter == 4 * iters. ns_per_op = wall / (4 * iters), ops_per_s its
+// inverse. threads=1: current-thread runtime; threads=2: multi-thread runtime
+// with 2 workers (the main thread only releases and joins).
+const MUTEX_TASKS: usize = 4;
+const MUTEX_YIELD_EVERY: usize = 64;
+
+fn mutex_contention(runs: usize, iters: usize, threads: usize) {
+    use std::sync::Arc;
+    for t in thread_list(threads) {
+        let rt = runtime_for(t);
+        let mut per = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let (el, counter) = rt.block_on(async move {
+                let m = Arc::new(tokio::sync::Mutex::new(0u64));
+                let start = Arc::new(tokio::sync::Semaphore::new(0));
+                let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(MUTEX_TASKS);
+                let mut hs = Vec::with_capacity(MUTEX_TASKS);
+                for _ in 0..MUTEX_TASKS {
+                    let (m, start, ready_tx) = (m.clone(), start.clone(), ready_tx.clone());
+                    hs.push(tokio::spawn(async move {
+                        ready_tx.send(()).await.expect("ready");
+                        let _ = start.acquire().await; // Err once closed: released
+                        for i in 0..iters {
+                            *m.lock().await += 1;
+                            if (i + 1) % MUTEX_YIELD_EVERY == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                    }));
+                }
+                for _ in 0..MUTEX_TASKS {
+                    ready_rx.recv().await.expect("ready");
+                }
+                let t0 = Instant::now();
+                start.close();
+                for h in hs {
+                    h.await.expect("join");
+                }
+                let el = t0.elapsed();
+                let counter = *m.lock().await;
+                (el, counter)
+            });
+            if counter != (MUTEX_TASKS * iters) as u64 {
+                eprintln!(
+                    "mutex_contention: counter {}, expected {}",
+                    counter,
+                    MUTEX_TASKS * iters
+                );
+                std::process::exit(1);
+            }
+            per.push(el.as_nanos() as f64 / (MUTEX_TASKS * iters) as f64);
+        }
+        let ns = median(&per);
+        println!(
+            "bench=mutex_contention impl=tokio threads={} tasks={} iters={} yield_every={} ops_per_s={:.0} ns_per_op={:.1} runs={}",
+            t,
+            MUTEX_TASKS,
+            iters,
+            MUTEX_YIELD_EVERY,
+            1e9 / ns,
+            ns,
+            runs
+        );
+    }
+}
+
 // http_keepalive: minimal HTTP/1.1 server. A request is everything up to and
 // including the blank line ("\r\n\r\n"); bodies are not supported (wrk sends
 // GET). Pipelined requests are answered in order with one write.
-const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!";
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!";
 
 fn http_server(port: u16) {
     let rt = current_thread();
