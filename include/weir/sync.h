@@ -9,10 +9,13 @@
  * wherever they run. Each waiting call exists twice, like the I/O calls: a
  * blocking-style function for fibers, and a *_start form that initialises a
  * weir_sync_op for stackless tasks, awaited with WEIR_AWAIT(co, op, res).
- * Every wait takes a deadline (-ETIMEDOUT) and observes cancellation
- * (-ECANCELED); a wait that was already satisfied when the cancel arrived
- * reports its success instead (a lock granted, an item received), so nothing
- * is lost: the cancellation shows at the task's next suspension.
+ * An operation that can complete at once does so, whatever its deadline
+ * and even in a cancelled task: only an actual wait observes the deadline
+ * (-ETIMEDOUT) and cancellation (-ECANCELED). A wait that was already
+ * satisfied when the cancel arrived reports its success instead (a lock
+ * granted, an item received), so nothing is lost: the cancellation shows at
+ * the task's next suspension. Waiting calls from outside any task fail with
+ * -EINVAL (the immediate path works from anywhere).
  *
  * Objects are created with *_new (NULL + errno on failure) and freed with
  * *_free by their owner, once no task uses them; channels and oneshots are
@@ -151,7 +154,11 @@ int weir_chan_recv_start(weir_sync_op *op, weir_chan *c, void *item, int64_t dea
  * Exactly one case completes; the others have no effect (no item is taken
  * or given by them). Returns the index of that case, with its status in
  * cases[i].result (0, or -EPIPE for a closed channel), or -ETIMEDOUT /
- * -ECANCELED. A WEIR_SELECT_TIMER case completes at its `at` time. */
+ * -ECANCELED. Cases ready at once are taken in case order (a fixed priority,
+ * not random). A WEIR_SELECT_TIMER case completes at its `at` time and wins
+ * over a deadline that passes at the same time. The parts may be discarded
+ * as soon as the select is done. -ENOMEM when it cannot get memory (an
+ * unbounded send, or more than 16 distinct channels). */
 enum { WEIR_SELECT_SEND = 1, WEIR_SELECT_RECV = 2, WEIR_SELECT_TIMER = 3 };
 typedef struct weir_select_case {
     int kind;

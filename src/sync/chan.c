@@ -98,15 +98,6 @@ static inline weir__waitq *q_of(weir_chan *c, uintptr_t which)
     return which == Q_SEND ? &c->sendq : &c->recvq;
 }
 
-/* Complete an op nobody else can see yet (still inside its *_start call):
- * no waiter is parked on it, so skip the REMOTE wake that would only mark
- * the running task NOTIFIED and cost it a spurious re-poll later. */
-static void complete_now(weir_sync_op *op, int64_t result)
-{
-    op->op.flags &= ~(uint32_t)WEIR__OP_REMOTE;
-    weir__sync_done(op, result);
-}
-
 static inline weir_sync_op *sel_parent(struct weir__select *s)
 {
     return (weir_sync_op *)(void *)s;
@@ -370,13 +361,24 @@ int weir_chan_send_start(weir_sync_op *op, weir_chan *c, const void *item, int64
 {
     if (!op || !c || (!item && c->item_size))
         return bad_op(op);
+    weir_sync_op *wake = NULL;
+    int res;
+    /* Ready now: done without binding the op to the task (no deadline, no
+     * cancellation check: only an actual wait observes those). */
+    weir__spin_lock(&c->lock);
+    if (send_locked(c, item, &res, &wake)) {
+        weir__spin_unlock(&c->lock);
+        if (wake)
+            finish_waiter(wake, 0);
+        weir__sync_ready(op, res);
+        return 0;
+    }
+    weir__spin_unlock(&c->lock);
     int r = weir__sync_begin(op, &chan_vt, c, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
     op->buf = (void *)item;
     op->arg = Q_NONE;
-    weir_sync_op *wake = NULL;
-    int res;
     weir__spin_lock(&c->lock);
     if (!send_locked(c, item, &res, &wake)) {
         q_push(&c->sendq, op, Q_SEND);
@@ -386,7 +388,7 @@ int weir_chan_send_start(weir_sync_op *op, weir_chan *c, const void *item, int64
     weir__spin_unlock(&c->lock);
     if (wake)
         finish_waiter(wake, 0);
-    complete_now(op, res);
+    weir__sync_done_local(op, res);
     return 0;
 }
 
@@ -394,13 +396,22 @@ int weir_chan_recv_start(weir_sync_op *op, weir_chan *c, void *item, int64_t dea
 {
     if (!op || !c || (!item && c->item_size))
         return bad_op(op);
+    weir_sync_op *wake = NULL;
+    int res;
+    weir__spin_lock(&c->lock); /* ready now: see weir_chan_send_start */
+    if (recv_locked(c, item, &res, &wake)) {
+        weir__spin_unlock(&c->lock);
+        if (wake)
+            finish_waiter(wake, 0);
+        weir__sync_ready(op, res);
+        return 0;
+    }
+    weir__spin_unlock(&c->lock);
     int r = weir__sync_begin(op, &chan_vt, c, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
     op->buf = item;
     op->arg = Q_NONE;
-    weir_sync_op *wake = NULL;
-    int res;
     weir__spin_lock(&c->lock);
     if (!recv_locked(c, item, &res, &wake)) {
         q_push(&c->recvq, op, Q_RECV);
@@ -410,12 +421,11 @@ int weir_chan_recv_start(weir_sync_op *op, weir_chan *c, void *item, int64_t dea
     weir__spin_unlock(&c->lock);
     if (wake)
         finish_waiter(wake, 0);
-    complete_now(op, res);
+    weir__sync_done_local(op, res);
     return 0;
 }
 
-/* Fiber forms. (Not WEIR__SYNC_WAIT: its parameter `op` also captures the
- * member name in `(op)->op`.) */
+/* Fiber forms. */
 int weir_chan_send(weir_chan *c, const void *item, int64_t deadline)
 {
     weir_sync_op so;
@@ -614,10 +624,10 @@ int weir_select_start(weir_sync_op *op, weir_sync_op *parts, weir_select_case *c
         if (wake)
             finish_waiter(wake, 0);
         if (res == -ENOMEM) {
-            complete_now(op, res);
+            weir__sync_done_local(op, res);
         } else {
             cases[won].result = res;
-            complete_now(op, won);
+            weir__sync_done_local(op, won);
         }
         return 0;
     }

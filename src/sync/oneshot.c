@@ -107,6 +107,20 @@ static void oneshot_cancel(weir_op *op)
 
 static const weir__op_vt oneshot_vt = {oneshot_cancel};
 
+/* Whether a receive completes without waiting, and with what. Under lock. */
+static int oneshot_decided(const weir_oneshot *o, int64_t *res)
+{
+    if (o->state & OS_SENT)
+        *res = 0;
+    else if (o->state & OS_TX_CLOSED)
+        *res = -EPIPE;
+    else if (o->waiter)
+        *res = -EBUSY; /* one receiver only */
+    else
+        return 0;
+    return 1;
+}
+
 int weir_oneshot_recv_start(weir_sync_op *op, weir_oneshot *o, int64_t deadline)
 {
     if (!op || !o) {
@@ -116,27 +130,28 @@ int weir_oneshot_recv_start(weir_sync_op *op, weir_oneshot *o, int64_t deadline)
         }
         return -EINVAL;
     }
+    /* Decided already (sent, closed, or a second receiver): report it
+     * without binding the op to the task - only a wait observes deadlines
+     * and cancellation. Otherwise begin, then look again under the lock. */
+    int64_t res;
+    weir__spin_lock(&o->lock);
+    int decided = oneshot_decided(o, &res);
+    weir__spin_unlock(&o->lock);
+    if (decided) {
+        weir__sync_ready(op, res);
+        return 0;
+    }
     int r = weir__sync_begin(op, &oneshot_vt, o, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
     weir__spin_lock(&o->lock);
-    int st = o->state;
-    int64_t res = 0;
-    if (st & OS_SENT)
-        res = 0;
-    else if (st & OS_TX_CLOSED)
-        res = -EPIPE;
-    else if (o->waiter)
-        res = -EBUSY; /* one receiver only */
-    else {
+    if (!oneshot_decided(o, &res)) {
         o->waiter = op;
         weir__spin_unlock(&o->lock);
         return 0;
     }
     weir__spin_unlock(&o->lock);
-    /* Nobody else has seen the op: complete it without a self-wake. */
-    op->op.flags &= ~(uint32_t)WEIR__OP_REMOTE;
-    weir__sync_done(op, res);
+    weir__sync_done_local(op, res);
     return 0;
 }
 
