@@ -27,6 +27,11 @@ static void op_set(weir_op *op, uint32_t bits)
 
 int weir__op_begin(weir_op *op, int kind, int64_t deadline)
 {
+    return weir__op_begin_ex(op, kind, deadline, 0);
+}
+
+int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
+{
     weir_loop *l = weir__loop_current();
     weir_task *t = l ? l->current : NULL;
     if (!op)
@@ -46,6 +51,13 @@ int weir__op_begin(weir_op *op, int kind, int64_t deadline)
     op->timer.slot = 0;
     op->timer.pad = 0;
     op->flags = WEIR__OP_ACTIVE;
+    if (shielded) {
+        /* Neither the task's deadline nor its cancellation applies: the op
+         * ends only when its source completes it. */
+        op->flags |= WEIR__OP_UNCANCELLABLE;
+        op->timer.deadline = WEIR_FOREVER;
+        return 0;
+    }
     int64_t td = weir__task_deadline(t);
     if (td < deadline)
         deadline = td;

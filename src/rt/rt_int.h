@@ -258,6 +258,9 @@ weir_task *weir__task_current(void);
  * timer. Returns 0 when the caller should now hand the op to its source, or
  * 1 when it is already complete (cancelled). -EINVAL outside a task. */
 int weir__op_begin(weir_op *op, int kind, int64_t deadline);
+/* The same; with shielded != 0 the op ignores the task's cancellation and
+ * deadline (for cleanup that must finish, such as re-taking a mutex). */
+int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded);
 /* Complete: store result, mark DONE, wake the waiter if it parked. Loop
  * thread only unless the op is REMOTE (then any thread). */
 void weir__op_done(weir_op *op, int64_t result);

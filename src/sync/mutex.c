@@ -135,9 +135,9 @@ static int take_now(weir_mutex *m)
 /* The contended path: begin the op, then take the lock or queue, deciding
  * under the spinlock so that an unlock cannot slip between our look at the
  * state and our setting M_QUEUED. */
-static int lock_slow(weir_sync_op *op, weir_mutex *m, int64_t deadline)
+static int lock_slow(weir_sync_op *op, weir_mutex *m, int64_t deadline, int shielded)
 {
-    int r = weir__sync_begin(op, &mutex_vt, m, deadline);
+    int r = weir__sync_begin_ex(op, &mutex_vt, m, deadline, shielded);
     if (r != 0)
         return r < 0 ? r : 0; /* 1: already complete (cancelled or past deadline) */
     weir__spin_lock(&m->lock);
@@ -185,7 +185,16 @@ int weir_mutex_lock_start(weir_sync_op *op, weir_mutex *m, int64_t deadline)
         weir__sync_ready(op, 0);
         return 0;
     }
-    return lock_slow(op, m, deadline);
+    return lock_slow(op, m, deadline, 0);
+}
+
+int weir__mutex_lock_shielded(weir_mutex *m)
+{
+    if (take_now(m))
+        return 0;
+    weir_sync_op op;
+    int r = lock_slow(&op, m, WEIR_FOREVER, 1);
+    return r < 0 ? r : (int)weir_op_wait(&op.op);
 }
 
 int weir_mutex_lock(weir_mutex *m, int64_t deadline)
@@ -195,7 +204,7 @@ int weir_mutex_lock(weir_mutex *m, int64_t deadline)
     if (take_now(m))
         return 0;
     weir_sync_op op;
-    int r = lock_slow(&op, m, deadline);
+    int r = lock_slow(&op, m, deadline, 0);
     return r < 0 ? r : (int)weir_op_wait(&op.op);
 }
 

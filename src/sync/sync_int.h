@@ -128,15 +128,25 @@ static inline int weir__waitq_linked(const weir__waitq *q, const weir_sync_op *o
 /* Begin a sync op for the current task. Returns 0 when the caller should go
  * on (queue it or complete it), 1 when it is already complete (the task was
  * cancelled or its deadline passed), or -EINVAL outside a task. */
+static inline int weir__sync_begin_ex(weir_sync_op *op, const weir__op_vt *vt, void *obj,
+                                      int64_t deadline, int shielded);
+
 static inline int weir__sync_begin(weir_sync_op *op, const weir__op_vt *vt, void *obj,
                                    int64_t deadline)
+{
+    return weir__sync_begin_ex(op, vt, obj, deadline, 0);
+}
+
+/* shielded: see weir__op_begin_ex. */
+static inline int weir__sync_begin_ex(weir_sync_op *op, const weir__op_vt *vt, void *obj,
+                                      int64_t deadline, int shielded)
 {
     op->op.u.ptr = (void *)vt; /* set first: finish/cancel read it on every path */
     op->next = op->prev = NULL;
     op->obj = obj;
     op->sel = NULL;
     op->sel_index = -1;
-    int r = weir__op_begin(&op->op, WEIR__OP_CUSTOM, deadline);
+    int r = weir__op_begin_ex(&op->op, WEIR__OP_CUSTOM, deadline, shielded);
     if (r != 0)
         return r;
     /* Before the op is queued anywhere: a satisfier on another thread must
@@ -168,6 +178,10 @@ static inline void weir__sync_ready(weir_sync_op *op, int64_t result)
     op->op.result = result;
     __atomic_store_n(&op->op.flags, 0, __ATOMIC_RELAXED);
 }
+
+/* Lock m from a fiber ignoring the task's cancellation and deadline: for
+ * code that must end holding the mutex (weir_notify_wait_unlock). */
+int weir__mutex_lock_shielded(weir_mutex *m);
 
 /* The fiber form of a *_start call: start, then wait. */
 #define WEIR__SYNC_WAIT(start_call, sop)                                                           \
