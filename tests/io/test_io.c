@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/io.h"
 #include "weir/rt.h"
 
@@ -47,13 +48,6 @@ static intptr_t run_main(weir_task_fn fn, void *arg)
     CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
     weir_loop_free(l);
     return r;
-}
-
-static weir_task *spawn(weir_task_fn fn, void *arg)
-{
-    weir_task *t = weir_task_spawn(fn, arg, NULL);
-    CHECK(t != NULL);
-    return t;
 }
 
 /* Join a child; returns its value and stores the join status. */
@@ -142,7 +136,7 @@ static intptr_t blocking_read_main(void *arg)
     (void)arg;
     struct pipe_pair pp = {.delay_ms = 20};
     make_pipe(pp.p);
-    weir_task *w = spawn(delayed_writer, &pp);
+    weir_task *w = test_spawn(delayed_writer, &pp);
     int64_t t0 = weir_time_now();
     char buf[8] = {0};
     CHECK_EQ(weir_io_read(pp.p[0], buf, sizeof(buf), weir_time_after_ms(5000)), 4);
@@ -261,7 +255,7 @@ static intptr_t sockpair_main(void *arg)
     CHECK_EQ(weir_io_send(sv[0], "ping", 4, 0, WEIR_FOREVER), 4);
     CHECK_EQ(weir_io_recv(sv[1], buf, sizeof(buf), 0, WEIR_FOREVER), 4);
     CHECK_STR(buf, "ping");
-    weir_task *t = spawn(delayed_send, (void *)(intptr_t)sv[1]);
+    weir_task *t = test_spawn(delayed_send, (void *)(intptr_t)sv[1]);
     memset(buf, 0, sizeof(buf));
     /* MSG_PEEK passes through: the bytes stay for the next recv. */
     CHECK_EQ(weir_io_recv(sv[0], buf, sizeof(buf), MSG_PEEK, weir_time_after_ms(5000)), 4);
@@ -349,7 +343,7 @@ static intptr_t echo_server(void *arg)
         int fl = fcntl(c, F_GETFL);
         CHECK(fl & O_NONBLOCK);
         CHECK(fcntl(c, F_GETFD) & FD_CLOEXEC);
-        weir_task_detach(spawn(echo_handler, (void *)(intptr_t)c));
+        weir_task_detach(test_spawn(echo_handler, (void *)(intptr_t)c));
     }
     return 0;
 }
@@ -392,12 +386,12 @@ static intptr_t echo_main(void *arg)
         return 0;
     }
     struct server sv = {lfd, NCLIENTS};
-    weir_task *st = spawn(echo_server, &sv);
+    weir_task *st = test_spawn(echo_server, &sv);
     struct client cl[NCLIENTS];
     weir_task *ct[NCLIENTS];
     for (int i = 0; i < NCLIENTS; i++) {
         cl[i] = (struct client){&a, i};
-        ct[i] = spawn(echo_client, &cl[i]);
+        ct[i] = test_spawn(echo_client, &cl[i]);
     }
     for (int i = 0; i < NCLIENTS; i++)
         CHECK_EQ(join(ct[i], NULL), 0);
@@ -572,7 +566,7 @@ static intptr_t cancel_main(void *arg)
         {K_RECV, {sv[0]}, 0}, {K_WRITE, {sv[1]}, 0},
     };
     for (size_t i = 0; i < sizeof(bs) / sizeof(bs[0]); i++) {
-        weir_task *t = spawn(blocked_op, &bs[i]);
+        weir_task *t = test_spawn(blocked_op, &bs[i]);
         weir_time_sleep(10 * WEIR_MSEC); /* let it block */
         CHECK(bs[i].started);
         CHECK_EQ(weir_task_cancel(t), 0);
@@ -616,7 +610,7 @@ static intptr_t cancel_race_main(void *arg)
     for (int i = 0; i < 20; i++) {
         int p[2];
         make_pipe(p);
-        weir_task *t = spawn(reader5, p);
+        weir_task *t = test_spawn(reader5, p);
         weir_time_sleep(i % 2 ? WEIR_MSEC : 0); /* reader blocked, or only started */
         CHECK_EQ(write(p[1], "abcde", 5), 5);
         if (i % 4 >= 2)
@@ -654,7 +648,7 @@ static intptr_t poll_main(void *arg)
     CHECK_EQ(weir_io_poll(p[1], POLLOUT, weir_time_after_ms(1000)), POLLOUT);
     CHECK_EQ(weir_io_poll(p[0], POLLIN, weir_time_after_ms(20)), -ETIMEDOUT);
     struct pipe_pair pp = {{p[0], p[1]}, 10};
-    weir_task *w = spawn(delayed_writer, &pp);
+    weir_task *w = test_spawn(delayed_writer, &pp);
     int r = weir_io_poll(p[0], POLLIN, weir_time_after_ms(5000));
     CHECK_EQ(r & POLLIN, POLLIN);
     CHECK_EQ(join(w, NULL), 4);
@@ -696,7 +690,7 @@ static intptr_t any_main(void *arg)
         fds[i] = p[i][0];
     }
     CHECK_EQ(weir_io_wait_readable_any(fds, 4, weir_time_after_ms(20)), -ETIMEDOUT);
-    weir_task *w = spawn(write_later, (void *)(intptr_t)p[2][1]);
+    weir_task *w = test_spawn(write_later, (void *)(intptr_t)p[2][1]);
     CHECK_EQ(weir_io_wait_readable_any(fds, 4, weir_time_after_ms(5000)), 2);
     CHECK_EQ(join(w, NULL), 1);
     /* Already readable: at once; the others are untouched. */
@@ -712,7 +706,7 @@ static intptr_t any_main(void *arg)
     int many[20];
     for (int i = 0; i < 20; i++)
         many[i] = p[i % 4][0];
-    w = spawn(write_later, (void *)(intptr_t)p[3][1]);
+    w = test_spawn(write_later, (void *)(intptr_t)p[3][1]);
     CHECK_EQ(weir_io_wait_readable_any(many, 20, weir_time_after_ms(5000)) % 4, 3);
     CHECK_EQ(join(w, NULL), 1);
     CHECK_EQ(weir_io_read(p[3][0], &c, 1, WEIR_FOREVER), 1);
@@ -753,7 +747,7 @@ static intptr_t close_main(void *arg)
      * down when the backend (io_uring) leaves the read in flight. */
     int keep = dup(sv[0]);
     CHECK(keep >= 0);
-    weir_task *t = spawn(reader_any, (void *)(intptr_t)sv[0]);
+    weir_task *t = test_spawn(reader_any, (void *)(intptr_t)sv[0]);
     weir_time_sleep(10 * WEIR_MSEC);
     CHECK_EQ(weir_io_close(sv[0]), 0);
     weir_time_sleep(10 * WEIR_MSEC);
@@ -866,7 +860,7 @@ static intptr_t ownership_main(void *arg)
     int p[N][2];
     for (int i = 0; i < N; i++) {
         make_pipe(p[i]);
-        weir_task *t = spawn(short_reader, (void *)(intptr_t)p[i][0]);
+        weir_task *t = test_spawn(short_reader, (void *)(intptr_t)p[i][0]);
         CHECK_EQ(join(t, NULL), -ETIMEDOUT);
     }
     /* Stackless too, with the frame on the heap and freed right away: a
@@ -880,7 +874,7 @@ static intptr_t ownership_main(void *arg)
     }
     /* Reuse the fiber stacks meanwhile, then feed the pipes. */
     for (int i = 0; i < N; i++) {
-        weir_task *t = spawn(short_reader, (void *)(intptr_t)p[(i + 1) % N][1]);
+        weir_task *t = test_spawn(short_reader, (void *)(intptr_t)p[(i + 1) % N][1]);
         CHECK_EQ(join(t, NULL), -EBADF); /* write end: reading it fails */
     }
     for (int i = 0; i < N; i++)
@@ -926,7 +920,7 @@ static intptr_t many_readers_main(void *arg)
     weir_task *ts[R];
     for (int i = 0; i < R; i++) {
         rs[i] = (struct fifo_reader){p[0], 0};
-        ts[i] = spawn(fifo_read, &rs[i]);
+        ts[i] = test_spawn(fifo_read, &rs[i]);
     }
     weir_time_sleep(5 * WEIR_MSEC);
     for (int i = 0; i < R; i++) {

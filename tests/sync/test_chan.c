@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/sync.h"
 
 static const size_t caps[] = {0, 1, 16, WEIR_CHAN_UNBOUNDED};
@@ -26,27 +27,6 @@ static uint64_t rng_next(uint64_t *s)
     *s ^= *s >> 7;
     *s ^= *s << 17;
     return *s;
-}
-
-/* Run fn(arg) as a fiber on a fresh loop and return its result. */
-static intptr_t run_fiber(weir_task_fn fn, void *arg)
-{
-    weir_loop *l = weir_loop_new(NULL);
-    CHECK(l != NULL);
-    weir_task *t = weir_task_spawn(fn, arg, &(weir_spawn_opts){.loop = l, .name = "main"});
-    CHECK(t != NULL);
-    CHECK_EQ(weir_loop_run(l), 0);
-    intptr_t r = -1;
-    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
-    weir_loop_free(l);
-    return r;
-}
-
-static weir_task *spawn(weir_task_fn fn, void *arg)
-{
-    weir_task *t = weir_task_spawn(fn, arg, NULL);
-    CHECK(t != NULL);
-    return t;
 }
 
 /* Join; a task that was cancelled joins with -ECANCELED. */
@@ -72,7 +52,7 @@ static intptr_t fifo_main(void *arg)
 {
     weir_chan *c = weir_chan_new(sizeof(int), *(size_t *)arg);
     CHECK(c != NULL);
-    weir_task *p = spawn(fifo_producer, c);
+    weir_task *p = test_spawn(fifo_producer, c);
     int v, n = 0;
     while (weir_chan_recv(c, &v, WEIR_FOREVER) == 0)
         CHECK_EQ(v, n++);
@@ -87,7 +67,7 @@ TEST(fifo_single_producer_consumer)
 {
     for (size_t k = 0; k < NCAPS; k++) {
         size_t cap = caps[k];
-        CHECK_EQ(run_fiber(fifo_main, &cap), 0);
+        CHECK_EQ(test_run_main(fifo_main, &cap), 0);
     }
 }
 
@@ -186,7 +166,7 @@ static intptr_t close_main(void *arg)
     for (int i = 0; i < (int)cap; i++)
         CHECK_EQ(weir_chan_send(c, &i, WEIR_FOREVER), 0);
     struct closer s[2] = {{c, 100, 1}, {c, 101, 1}};
-    weir_task *t0 = spawn(blocked_sender, &s[0]), *t1 = spawn(blocked_sender, &s[1]);
+    weir_task *t0 = test_spawn(blocked_sender, &s[0]), *t1 = test_spawn(blocked_sender, &s[1]);
     CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
     CHECK_EQ(s[0].res, 1); /* still waiting */
     weir_chan_close(c);
@@ -207,8 +187,8 @@ static intptr_t close_main(void *arg)
     /* waiting receivers are woken with -EPIPE */
     c = weir_chan_new(sizeof(int), cap);
     struct closer r[2] = {{c, 0, 1}, {c, 0, 1}};
-    t0 = spawn(blocked_receiver, &r[0]);
-    t1 = spawn(blocked_receiver, &r[1]);
+    t0 = test_spawn(blocked_receiver, &r[0]);
+    t1 = test_spawn(blocked_receiver, &r[1]);
     CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
     weir_chan_close(c);
     join(t0);
@@ -224,7 +204,7 @@ TEST(close_semantics)
 {
     size_t bounded[] = {0, 1, 3};
     for (int k = 0; k < 3; k++)
-        CHECK_EQ(run_fiber(close_main, &bounded[k]), 0);
+        CHECK_EQ(test_run_main(close_main, &bounded[k]), 0);
 }
 
 static intptr_t deadline_main(void *arg)
@@ -259,7 +239,7 @@ static intptr_t deadline_main(void *arg)
 
 TEST(deadlines)
 {
-    CHECK_EQ(run_fiber(deadline_main, NULL), 0);
+    CHECK_EQ(test_run_main(deadline_main, NULL), 0);
 }
 
 static intptr_t cancel_victim(void *arg)
@@ -275,7 +255,7 @@ static intptr_t cancel_main(void *arg)
     (void)arg;
     weir_chan *c = weir_chan_new(sizeof(int), 0);
     struct closer s = {c, 0, 1};
-    weir_task *t = spawn(cancel_victim, &s);
+    weir_task *t = test_spawn(cancel_victim, &s);
     CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
     CHECK_EQ(weir_task_cancel(t), 0);
     join(t);
@@ -286,7 +266,7 @@ static intptr_t cancel_main(void *arg)
     CHECK_EQ(weir_chan_try_send(c, &v), -EAGAIN);
     /* a sender cancelled the same way did not deliver */
     struct closer snd = {c, 5, 1};
-    t = spawn(blocked_sender, &snd);
+    t = test_spawn(blocked_sender, &snd);
     CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
     weir_task_cancel(t);
     join(t);
@@ -298,7 +278,7 @@ static intptr_t cancel_main(void *arg)
 
 TEST(cancel_waiting_ops)
 {
-    CHECK_EQ(run_fiber(cancel_main, NULL), 0);
+    CHECK_EQ(test_run_main(cancel_main, NULL), 0);
 }
 
 /* ---- stackless ------------------------------------------------------------------------ */
@@ -643,7 +623,7 @@ static intptr_t select_ready_main(void *arg)
 
 TEST(select_ready_case)
 {
-    CHECK_EQ(run_fiber(select_ready_main, NULL), 0);
+    CHECK_EQ(test_run_main(select_ready_main, NULL), 0);
 }
 
 struct delayed_send {
@@ -675,7 +655,7 @@ static intptr_t select_block_main(void *arg)
     for (int i = 0; i < 3; i++)
         cs[i] = (weir_select_case){.kind = WEIR_SELECT_RECV, .chan = c[i], .item = &got[i]};
     struct delayed_send d = {c[1], 42, 2 * WEIR_MSEC, 0};
-    weir_task *t = spawn(delayed_sender, &d);
+    weir_task *t = test_spawn(delayed_sender, &d);
     CHECK_EQ(weir_select(cs, 3, weir_time_after_ms(5000)), 1);
     CHECK_EQ(cs[1].result, 0);
     CHECK_EQ(got[1], 42);
@@ -695,7 +675,7 @@ static intptr_t select_block_main(void *arg)
     weir_select_case one[2] = {{.kind = WEIR_SELECT_RECV, .chan = c[2], .item = &r2},
                                {.kind = WEIR_SELECT_SEND, .chan = c[1], .item = &v}};
     struct delayed_send dc = {c[2], 0, WEIR_MSEC, 1};
-    t = spawn(delayed_sender, &dc);
+    t = test_spawn(delayed_sender, &dc);
     CHECK_EQ(weir_select(one, 2, WEIR_FOREVER), 0);
     CHECK_EQ(one[0].result, -EPIPE);
     join(t);
@@ -719,7 +699,7 @@ static intptr_t select_block_main(void *arg)
 
 TEST(select_blocking_woken_by_right_channel)
 {
-    CHECK_EQ(run_fiber(select_block_main, NULL), 0);
+    CHECK_EQ(test_run_main(select_block_main, NULL), 0);
 }
 
 static intptr_t select_timer_main(void *arg)
@@ -759,7 +739,7 @@ static intptr_t select_timer_main(void *arg)
 
 TEST(select_timer_and_deadline)
 {
-    CHECK_EQ(run_fiber(select_timer_main, NULL), 0);
+    CHECK_EQ(test_run_main(select_timer_main, NULL), 0);
 }
 
 struct sel_victim {
@@ -782,7 +762,7 @@ static intptr_t select_cancel_main(void *arg)
 {
     (void)arg;
     struct sel_victim s = {weir_chan_new(sizeof(int), 0), weir_chan_new(sizeof(int), 0), 1};
-    weir_task *t = spawn(select_victim, &s);
+    weir_task *t = test_spawn(select_victim, &s);
     CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
     weir_task_cancel(t);
     join(t);
@@ -813,7 +793,7 @@ static intptr_t select_self_main(void *arg)
     weir_select_case cs[2] = {{.kind = WEIR_SELECT_SEND, .chan = c, .item = &out},
                               {.kind = WEIR_SELECT_RECV, .chan = c, .item = &in}};
     CHECK_EQ(weir_select(cs, 2, weir_time_after_ms(2)), -ETIMEDOUT);
-    weir_task *t = spawn(select_self_peer, c);
+    weir_task *t = test_spawn(select_self_peer, c);
     CHECK_EQ(weir_select(cs, 2, WEIR_FOREVER), 0);
     CHECK_EQ(in, -1);
     join(t);
@@ -823,12 +803,12 @@ static intptr_t select_self_main(void *arg)
 
 TEST(select_same_channel_both_ways)
 {
-    CHECK_EQ(run_fiber(select_self_main, NULL), 0);
+    CHECK_EQ(test_run_main(select_self_main, NULL), 0);
 }
 
 TEST(select_cancellation)
 {
-    CHECK_EQ(run_fiber(select_cancel_main, NULL), 0);
+    CHECK_EQ(test_run_main(select_cancel_main, NULL), 0);
 }
 
 /* Stackless select: a receive on two channels, then a send. */

@@ -13,20 +13,8 @@
 #include <stdatomic.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/sync.h"
-
-static intptr_t run_fiber(weir_task_fn fn, void *arg)
-{
-    weir_loop *l = weir_loop_new(NULL);
-    CHECK(l != NULL);
-    weir_task *t = weir_task_spawn(fn, arg, &(weir_spawn_opts){.loop = l});
-    CHECK(t != NULL);
-    CHECK_EQ(weir_loop_run(l), 0);
-    intptr_t r = -1;
-    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
-    weir_loop_free(l);
-    return r;
-}
 
 static intptr_t join(weir_task *t)
 {
@@ -116,7 +104,7 @@ static intptr_t waiting_main(void *arg)
 
 TEST(recv_waits_for_value_or_close)
 {
-    CHECK_EQ(run_fiber(waiting_main, NULL), 0);
+    CHECK_EQ(test_run_main(waiting_main, NULL), 0);
 }
 
 static intptr_t victim(void *arg)
@@ -148,7 +136,7 @@ static intptr_t cancel_main(void *arg)
 
 TEST(cancel_waiting_recv)
 {
-    CHECK_EQ(run_fiber(cancel_main, NULL), 0);
+    CHECK_EQ(test_run_main(cancel_main, NULL), 0);
 }
 
 struct sl_recv {
@@ -258,7 +246,7 @@ TEST(cross_thread_request_reply)
     requests = weir_chan_new(sizeof(struct request), 16);
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, responder_thread, NULL), 0);
-    CHECK_EQ(run_fiber(requester, NULL), 0);
+    CHECK_EQ(test_run_main(requester, NULL), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     int epipe_sends = 0;
     for (int i = 0; i < NREQ; i++) {

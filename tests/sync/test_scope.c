@@ -14,20 +14,8 @@
 #include <time.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/sync.h"
-
-static intptr_t run_main(weir_task_fn fn, void *arg)
-{
-    weir_loop *l = weir_loop_new(NULL);
-    CHECK(l != NULL);
-    weir_task *t = weir_task_spawn(fn, arg, &(weir_spawn_opts){.name = "main", .loop = l});
-    CHECK(t != NULL);
-    CHECK_EQ(weir_loop_run(l), 0);
-    intptr_t r = 0;
-    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
-    weir_loop_free(l);
-    return r;
-}
 
 static _Atomic int cleaned;
 static void on_cleanup(void *arg)
@@ -88,7 +76,7 @@ TEST(scope_all_succeed)
 {
     atomic_store(&sum, 0);
     atomic_store(&cleaned, 0);
-    run_main(all_ok_main, NULL);
+    test_run_main(all_ok_main, NULL);
     /* Misuse. */
     CHECK(weir_scope_new(7, WEIR_FOREVER) == NULL);
     CHECK_EQ(errno, EINVAL);
@@ -144,7 +132,7 @@ TEST(scope_failure_cancels_siblings)
 {
     atomic_store(&saw_cancel, 0);
     atomic_store(&cleaned, 0);
-    run_main(fail_main, NULL);
+    test_run_main(fail_main, NULL);
 }
 
 /* ---- COLLECT_ALL keeps the siblings running ------------------------------------------------- */
@@ -175,7 +163,7 @@ TEST(scope_collect_all)
 {
     atomic_store(&saw_cancel, 0);
     atomic_store(&sum, 0);
-    run_main(collect_main, NULL);
+    test_run_main(collect_main, NULL);
 }
 
 /* ---- deadline ----------------------------------------------------------------------------- */
@@ -209,7 +197,7 @@ TEST(scope_deadline)
 {
     atomic_store(&saw_cancel, 0);
     atomic_store(&cleaned, 0);
-    run_main(deadline_main, NULL);
+    test_run_main(deadline_main, NULL);
 }
 
 /* ---- weir_scope_cancel ---------------------------------------------------------------------- */
@@ -273,7 +261,7 @@ TEST(scope_cancel)
 {
     atomic_store(&saw_cancel, 0);
     atomic_store(&cleaned, 0);
-    run_main(cancel_main, NULL);
+    test_run_main(cancel_main, NULL);
 }
 
 /* ---- cancelling the joiner of nested scopes ------------------------------------------------- */
@@ -341,7 +329,7 @@ static intptr_t nested_main(void *arg)
 
 TEST(scope_cancel_joiner_nested)
 {
-    run_main(nested_main, NULL);
+    test_run_main(nested_main, NULL);
 }
 
 /* ---- stackless children --------------------------------------------------------------------- */
@@ -395,7 +383,7 @@ TEST(scope_stackless_children)
 {
     atomic_store(&saw_cancel, 0);
     atomic_store(&cleaned, 0);
-    run_main(stackless_main, NULL);
+    test_run_main(stackless_main, NULL);
 }
 
 /* ---- children on another thread's loop ------------------------------------------------------ */
