@@ -299,6 +299,21 @@ int weir_loop_wake(weir_loop *l);
 /* Cancel the tasks still alive, let them finish, and free the loop. Must be
  * called on the loop's thread, outside any task. */
 void weir_loop_free(weir_loop *l);
+/* Counters of one loop (per scheduler thread). Call on the loop's thread
+ * for exact figures; from elsewhere the snapshot may be slightly stale. */
+typedef struct weir_loop_stats {
+    uint64_t polls;          /* task polls (resumes of a fiber, poll calls) */
+    uint64_t completions;    /* leaf ops completed by the I/O backend */
+    uint64_t waits;          /* backend waits (io_uring: submissions) */
+    uint64_t parks;          /* waits that could block the thread */
+    uint64_t remote_wakes;   /* tasks woken from other threads */
+    uint64_t tasks_alive;    /* spawned and not yet ended */
+    uint64_t runq_len;       /* tasks ready to run now */
+    uint64_t io_retries;     /* io_uring ops re-issued after -EAGAIN */
+    uint64_t forced_submits; /* io_uring submissions forced by a full queue */
+} weir_loop_stats;
+int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st);
+
 /* The loop bound to the calling thread, or NULL. */
 weir_loop *weir_loop_current(void);
 /* Name of the I/O backend in use: "uring" or "epoll". */

@@ -101,8 +101,13 @@ static void drain_remote(weir_loop *l)
     pthread_mutex_unlock(&l->remote_lock);
     weir_task *t;
     while ((t = taskq_pop(&q))) {
-        if (!(t->flags & WEIR__TF_ADOPTED))
+        if (!(t->flags & WEIR__TF_ADOPTED)) {
             weir__loop_adopt(l, t);
+            weir__trace(l, WEIR__EV_SPAWN, t, 1);
+        } else {
+            l->remote_wakes++;
+            weir__trace(l, WEIR__EV_WAKE, t, 1);
+        }
         weir__task_schedule_local(l, t);
     }
 }
@@ -187,6 +192,8 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
         atomic_store_explicit(&l->sleeping, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&l->remote_pending, memory_order_seq_cst))
             to = 0;
+        else
+            l->parks++;
     }
     l->waits++;
     int c = l->be->wait(l, to);
@@ -267,6 +274,12 @@ weir_loop *weir_loop_new(const weir_loop_opts *opts)
                   strerror(err));
         goto fail_be;
     }
+    if ((r = weir__trace_open(l)) < 0) {
+        /* Asked for a trace and cannot write it: say so, run without. */
+        weir__log(WEIR__LOG_WARN, "rt.trace", "cannot trace to %s: %s", getenv("WEIR_TRACE"),
+                  strerror(-r));
+    }
+    weir__watchdog_add(l);
     return l;
 
 fail_be:
@@ -282,6 +295,24 @@ fail_efd:
     free(l);
     errno = err;
     return NULL;
+}
+
+int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
+{
+    if (!l || !st)
+        return -EINVAL;
+    *st = (weir_loop_stats){
+        .polls = l->polls,
+        .completions = l->completions,
+        .waits = l->waits,
+        .parks = l->parks,
+        .remote_wakes = l->remote_wakes,
+        .tasks_alive = l->ntasks,
+        .runq_len = l->runq.len,
+        .io_retries = l->io_retries,
+        .forced_submits = l->forced_submits,
+    };
+    return 0;
 }
 
 weir_loop *weir_loop_current(void)
@@ -341,6 +372,8 @@ void weir_loop_free(weir_loop *l)
               l->be->name, (unsigned long long)l->polls, (unsigned long long)l->completions,
               (unsigned long long)l->waits, (unsigned long long)l->forced_submits,
               (unsigned long long)l->io_retries);
+    weir__watchdog_remove(l);
+    weir__trace_close(l);
     /* Ops of cancelled tasks have all been reaped; nothing is in the kernel. */
     l->be->fini(l);
     weir__task_cache_drain(l);

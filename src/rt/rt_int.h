@@ -174,8 +174,16 @@ struct weir_loop {
     int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
     weir_loop_opts opts;
 
-    /* statistics (loop thread only) */
-    uint64_t polls, completions, forced_submits;
+    /* Published for the blocking watchdog (watchdog.c), written by the loop
+     * thread only: poll_seq counts task polls, running_name is the name of
+     * the task being polled (NULL between polls). Relaxed: the watchdog
+     * samples them and tolerates staleness of one period. */
+    _Atomic uint64_t poll_seq;
+    _Atomic(const char *) running_name;
+    struct weir__trace *trace; /* WEIR_TRACE: task lifecycle events, or NULL */
+
+    /* statistics (loop thread only; see weir_loop_stats) */
+    uint64_t polls, completions, forced_submits, parks, remote_wakes;
     uint64_t waits;      /* backend wait calls (each one submit for io_uring) */
     uint64_t io_retries; /* ops re-issued after -EAGAIN (io_uring + O_NONBLOCK) */
 #ifdef WEIR_ASAN
@@ -292,6 +300,34 @@ void weir__pool_free(struct weir__pool *p);
 /* Wait-any (io.c) */
 void weir__op_any_part_done(weir_op *part);
 void weir__op_any_cancel(weir_op *op);
+
+/* Tracing (trace.c). WEIR_TRACE=<file> records task lifecycle events of
+ * every loop into that file (see docs/runtime.md for the format). The hooks
+ * cost one predictable branch when tracing is off. `arg` is event-specific
+ * (WAKE: 1 when the wake came from another thread). */
+enum {
+    WEIR__EV_SPAWN = 1,
+    WEIR__EV_POLL,    /* a poll begins */
+    WEIR__EV_PENDING, /* the poll ended with the task suspended */
+    WEIR__EV_WAKE,
+    WEIR__EV_READY, /* the task ended */
+    WEIR__EV_CANCEL,
+    WEIR__EV_STEAL, /* reserved for the work-stealing scheduler */
+};
+int weir__trace_open(weir_loop *l);  /* from weir_loop_new; 0 or -errno */
+void weir__trace_close(weir_loop *l); /* from weir_loop_free: flushes */
+void weir__trace_emit(weir_loop *l, int ev, const weir_task *t, uint64_t arg);
+static inline void weir__trace(weir_loop *l, int ev, const weir_task *t, uint64_t arg)
+{
+    if (WEIR__UNLIKELY(l->trace != NULL))
+        weir__trace_emit(l, ev, t, arg);
+}
+
+/* Blocking watchdog (watchdog.c): one process-wide thread, running while
+ * any loop exists, that logs the name of a task keeping its loop's thread
+ * busy past WEIR_BLOCKING_WARN_MS (default 100), once per such poll. */
+int weir__watchdog_add(weir_loop *l);
+void weir__watchdog_remove(weir_loop *l);
 
 /* Logging (log.c): level 0 error .. 3 debug; WEIR_LOG=error|warn|info|debug */
 enum { WEIR__LOG_ERROR = 0, WEIR__LOG_WARN, WEIR__LOG_INFO, WEIR__LOG_DEBUG };

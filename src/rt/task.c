@@ -233,10 +233,12 @@ void weir_task_wake(weir_task *t)
     if (prev != WEIR__T_IDLE)
         return; /* already queued, running (will re-run) or done */
     weir_loop *l = t->loop;
-    if (l == weir__loop_current())
+    if (l == weir__loop_current()) {
+        weir__trace(l, WEIR__EV_WAKE, t, 0);
         weir__task_schedule_local(l, t);
-    else
-        loop_wake_remote(l, t);
+    } else {
+        loop_wake_remote(l, t); /* traced when the loop drains it */
+    }
 }
 
 void weir_task_wake_self(void)
@@ -282,6 +284,7 @@ static void task_start(weir_task *t)
     atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
     if (l == weir__loop_current()) {
         weir__loop_adopt(l, t);
+        weir__trace(l, WEIR__EV_SPAWN, t, 0);
         weir__task_schedule_local(l, t);
     } else {
         loop_wake_remote(l, t);
@@ -423,6 +426,10 @@ void weir__task_run(weir_loop *l, weir_task *t)
     atomic_exchange_explicit(&t->state, WEIR__T_RUNNING, memory_order_acq_rel);
     l->current = t;
     l->polls++;
+    /* relaxed: see the comment on poll_seq in rt_int.h */
+    atomic_store_explicit(&l->running_name, t->name, memory_order_relaxed);
+    atomic_store_explicit(&l->poll_seq, l->polls, memory_order_relaxed);
+    weir__trace(l, WEIR__EV_POLL, t, 0);
     int ready;
     if (t->kind == WEIR__TASK_FIBER) {
         weir__fiber_task *ft = weir__fiber_of(t);
@@ -463,10 +470,13 @@ void weir__task_run(weir_loop *l, weir_task *t)
         }
     }
     l->current = NULL;
+    atomic_store_explicit(&l->running_name, NULL, memory_order_relaxed);
     if (ready) {
+        weir__trace(l, WEIR__EV_READY, t, (uint64_t)t->result);
         task_finish(l, t);
         return;
     }
+    weir__trace(l, WEIR__EV_PENDING, t, 0);
     /* Park: RUNNING -> IDLE unless a wake arrived meanwhile (NOTIFIED). */
     uint32_t expect = WEIR__T_RUNNING;
     if (!atomic_compare_exchange_strong_explicit(&t->state, &expect, WEIR__T_IDLE,
@@ -531,6 +541,9 @@ int weir_task_cancel(weir_task *h)
     /* Release: the cancelled task's acquire load of cancel_req happens after
      * the wake below re-runs it. */
     atomic_store_explicit(&h->cancel_req, 1, memory_order_release);
+    weir_loop *l = weir__loop_current();
+    if (l && l == h->loop)
+        weir__trace(l, WEIR__EV_CANCEL, h, 0);
     weir_task_wake(h);
     return 0;
 }
