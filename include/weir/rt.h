@@ -311,6 +311,7 @@ typedef struct weir_loop_stats {
     uint64_t runq_len;       /* tasks ready to run now */
     uint64_t io_retries;     /* io_uring ops re-issued after -EAGAIN */
     uint64_t forced_submits; /* io_uring submissions forced by a full queue */
+    uint64_t coop_yields;    /* tasks made to yield by the cooperative budget */
 } weir_loop_stats;
 int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st);
 

@@ -311,6 +311,7 @@ int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
         .runq_len = l->runq.len,
         .io_retries = l->io_retries,
         .forced_submits = l->forced_submits,
+        .coop_yields = l->coop_yields,
     };
     return 0;
 }

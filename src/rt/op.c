@@ -171,31 +171,75 @@ static int op_check(weir_op *op, weir_task *t)
     return (f & WEIR__OP_DONE) != 0;
 }
 
+/*
+ * Cooperative budget. A task whose operations keep completing at once (a
+ * channel that always has an item, a socket that always has data) would
+ * never give its thread back. Each poll of a task starts with
+ * WEIR__COOP_BUDGET units (weir__task_run); every op result handed to the
+ * task spends one; once they are spent, the task is made to yield - the op
+ * keeps its result for when the task runs again. Returns 1 when the caller
+ * must yield.
+ */
+static int coop_spend(weir_task *t)
+{
+    weir_loop *l = t->loop;
+    if (WEIR__LIKELY(--l->coop_budget > 0))
+        return 0;
+    l->coop_yields++;
+    return 1;
+}
+
 int weir_op_poll(weir_op *op, int64_t *result)
 {
     weir_task *t = weir__task_current();
     if (!op || !(weir__op_flags(op) & WEIR__OP_ACTIVE)) {
-        /* Never started (the *_start call failed): report that failure. */
+        /* Completed at once by its *_start call, or never started (the call
+         * failed): the result is there. */
+        if (t && op && coop_spend(t)) {
+            weir_task_wake(t);
+            return WEIR_PENDING;
+        }
         if (result)
             *result = op ? op->result : -EINVAL;
         return WEIR_READY;
     }
     if (!t || !op_check(op, t))
         return WEIR_PENDING;
+    if (coop_spend(t)) {
+        weir_task_wake(t); /* done: collected at the next poll */
+        return WEIR_PENDING;
+    }
     int64_t r = op_finish(op);
     if (result)
         *result = r;
     return WEIR_READY;
 }
 
+/* A fiber out of budget: let the others run, then carry on. */
+static void coop_yield(weir_task *t)
+{
+    weir_task_wake(t);
+    weir__fiber_park();
+}
+
 int64_t weir_op_wait(weir_op *op)
 {
     weir_task *t = weir__task_current();
-    if (!op || !(weir__op_flags(op) & WEIR__OP_ACTIVE))
-        return op ? op->result : -EINVAL;
+    if (!op || !(weir__op_flags(op) & WEIR__OP_ACTIVE)) {
+        int64_t r = op ? op->result : -EINVAL;
+        if (t && op && t->kind == WEIR__TASK_FIBER && coop_spend(t))
+            coop_yield(t);
+        return r;
+    }
     if (!t || t->kind != WEIR__TASK_FIBER)
         return -EINVAL;
-    while (!op_check(op, t))
+    int parked = 0;
+    while (!op_check(op, t)) {
         weir__fiber_park();
-    return op_finish(op);
+        parked = 1;
+    }
+    int64_t r = op_finish(op);
+    if (!parked && coop_spend(t))
+        coop_yield(t);
+    return r;
 }

@@ -182,8 +182,10 @@ struct weir_loop {
     _Atomic(const char *) running_name;
     struct weir__trace *trace; /* WEIR_TRACE: task lifecycle events, or NULL */
 
+    int coop_budget; /* op results the running task may still take (op.c) */
+
     /* statistics (loop thread only; see weir_loop_stats) */
-    uint64_t polls, completions, forced_submits, parks, remote_wakes;
+    uint64_t polls, completions, forced_submits, parks, remote_wakes, coop_yields;
     uint64_t waits;      /* backend wait calls (each one submit for io_uring) */
     uint64_t io_retries; /* ops re-issued after -EAGAIN (io_uring + O_NONBLOCK) */
 #ifdef WEIR_ASAN
@@ -256,6 +258,10 @@ static inline struct weir_io_op *weir__io_of(weir_op *op)
 {
     return (struct weir_io_op *)(void *)op;
 }
+
+/* Op results a task may take in one poll before it must yield (as Tokio's
+ * coop budget). */
+#define WEIR__COOP_BUDGET 128
 
 /* ---- runtime internals shared across files --------------------------------- */
 weir_loop *weir__loop_current(void);

@@ -426,6 +426,7 @@ void weir__task_run(weir_loop *l, weir_task *t)
     atomic_exchange_explicit(&t->state, WEIR__T_RUNNING, memory_order_acq_rel);
     l->current = t;
     l->polls++;
+    l->coop_budget = WEIR__COOP_BUDGET;
     /* relaxed: see the comment on poll_seq in rt_int.h */
     atomic_store_explicit(&l->running_name, t->name, memory_order_relaxed);
     atomic_store_explicit(&l->poll_seq, l->polls, memory_order_relaxed);
