@@ -33,10 +33,11 @@
  *   bench=mutex_contention impl=weir-uring threads=2 tasks=4 iters=100000
  *       yield_every=64 ops_per_s=... ns_per_op=... runs=5
  *
- * weir's mutex hands the lock to the oldest waiter on unlock (no barging),
- * like Tokio's and unlike Go's in its normal mode, so under contention
- * every hand-off to a task parked on the other thread costs a cross-thread
- * wake; a brief spin before queueing keeps most acquisitions off that path.
+ * weir's mutex works like Go's: unlock normally releases the lock and wakes
+ * one waiter to compete (running tasks may barge), and only a waiter that
+ * waited over 1 ms gets strict hand-off; Tokio's mutex always hands off in
+ * FIFO order, so under contention each of its hand-offs to a task parked on
+ * another thread costs a cross-thread wake.
  *
  *   mutex_contention [iters]
  */

@@ -43,9 +43,15 @@ struct weir_sync_op {
     int pad;
 };
 
-/* ---- mutex: FIFO hand-off, no barging -------------------------------------
- * unlock() with waiters hands the lock to the oldest waiter directly, so a
- * task that keeps re-locking cannot starve the others. Not recursive. */
+/* ---- mutex: fair without convoys --------------------------------------------
+ * Normally unlock() releases the lock and wakes the oldest waiter to compete
+ * for it, so a running task may take it first (no lock convoy when tasks on
+ * several threads contend). A waiter that has waited over 1 ms switches the
+ * mutex to hand-off mode: unlock() then passes the lock directly to the
+ * oldest waiter and nobody barges, so no task starves (Go's sync.Mutex
+ * works the same way). Stackless waiters always receive the lock by
+ * hand-off. trylock() may take a released lock in normal mode, never in
+ * hand-off mode. Not recursive. */
 typedef struct weir_mutex weir_mutex;
 weir_mutex *weir_mutex_new(void);
 void weir_mutex_free(weir_mutex *m);

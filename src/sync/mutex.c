@@ -64,8 +64,8 @@
  * cancelled) and otherwise reports the cancel when it would queue again.
  *
  * Wait times are kept in the op's `arg` (the enqueue time, in ns) and
- * compared by unsigned difference, so a 32-bit uintptr_t only misjudges a
- * wait longer than 4 s as shorter (modulo 2^32 ns).
+ * compared by wrapping difference, so a 32-bit uintptr_t only misjudges a
+ * wait longer than 2 s (it may read as short).
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -137,8 +137,8 @@ static inline int try_fast(weir_mutex *m)
         return 1;
     while (!(s & (M_LOCKED | M_STARVING))) {
         /* acquire: as above */
-        if (atomic_compare_exchange_weak_explicit(&m->state, &s, s | M_LOCKED,
-                                                  memory_order_acquire, memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(&m->state, &s, s | M_LOCKED, memory_order_acquire,
+                                                  memory_order_relaxed))
             return 1;
     }
     return 0;
@@ -215,9 +215,11 @@ static int take_now(weir_mutex *m)
     return 1;
 }
 
+/* Signed difference: unlock() reads the clock before taking the spinlock,
+ * so a waiter queued meanwhile has an enqueue time after `now`. */
 static inline int waited_long(const weir_sync_op *op, int64_t now)
 {
-    return (uintptr_t)now - op->arg >= (uintptr_t)MUTEX_STARVE_NS;
+    return (intptr_t)((uintptr_t)now - op->arg) >= (intptr_t)MUTEX_STARVE_NS;
 }
 
 static void waitq_push_front(weir__waitq *q, weir_sync_op *op)
@@ -418,7 +420,7 @@ void weir_mutex_unlock(weir_mutex *m)
     } else {
         /* The waiters we saw were cancelled meanwhile, or one is woken
          * already. release: as in the fast unlock. */
-        atomic_store_explicit(&m->state, s & M_WOKEN & ~M_LOCKED, memory_order_release);
+        atomic_store_explicit(&m->state, s & ~M_LOCKED, memory_order_release);
     }
     weir__spin_unlock(&m->lock);
     if (op) {

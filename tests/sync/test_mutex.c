@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_mutex.c - the lock-like primitives of weir/sync.h: mutex, rwlock and
- * semaphore. Exclusion, FIFO hand-off without barging, try-variants,
+ * semaphore. Exclusion, the mutex's normal mode (barging, a woken waiter
+ * that loses re-queues at the front) and starvation mode (FIFO hand-off,
+ * no starvation, also across threads), try-variants,
  * deadlines and cancellation (and that the primitive still works after
  * them), stackless waiters through WEIR_AWAIT, and contention between two
  * loops on two threads with exact counting.
@@ -110,7 +112,7 @@ TEST(mutex_exclusion)
     weir_mutex_free(gm);
 }
 
-/* ---- mutex: FIFO hand-off ------------------------------------------------------- */
+/* ---- mutex: normal mode (barging) and starvation mode (FIFO hand-off) ------------ */
 static intptr_t record_locker(void *arg)
 {
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
@@ -119,7 +121,69 @@ static intptr_t record_locker(void *arg)
     return 0;
 }
 
-static intptr_t fifo_main(void *arg)
+/* record_locker as a stackless task. */
+struct sl_record {
+    weir_co co;
+    int id;
+    weir_sync_op op;
+    int64_t res;
+};
+
+static int sl_record_poll(void *p, intptr_t *out)
+{
+    struct sl_record *f = p;
+    WEIR_BEGIN(&f->co);
+    CHECK_EQ(weir_mutex_lock_start(&f->op, gm, WEIR_FOREVER), 0);
+    WEIR_AWAIT(&f->co, &f->op, f->res);
+    CHECK_EQ(f->res, 0);
+    order[norder++] = f->id;
+    weir_mutex_unlock(gm);
+    WEIR_RETURN(&f->co, out, 0);
+    WEIR_END(&f->co);
+}
+
+/* Normal mode: unlock releases the lock and wakes the oldest waiter to
+ * compete; a running task (here trylock) may take it first, and the waiter
+ * that lost goes back to the front of the queue, not behind the others. */
+static intptr_t barging_main(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
+    weir_task *t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = spawn(record_locker, (void *)(intptr_t)i);
+        settle(); /* t[i] queues before t[i + 1] */
+    }
+    norder = 0;
+    weir_mutex_unlock(gm);               /* wakes t[0], which has not run yet */
+    CHECK_EQ(weir_mutex_trylock(gm), 0); /* barging: allowed in normal mode */
+    settle();                            /* t[0] lost: queued again, at the front */
+    CHECK_EQ(norder, 0);
+    CHECK_EQ(weir_mutex_lock(gm, weir_time_now() - 1), -ETIMEDOUT); /* held */
+    weir_mutex_unlock(gm);
+    for (int i = 0; i < 3; i++)
+        join(t[i]);
+    CHECK_EQ(norder, 3);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(order[i], i);
+    CHECK_EQ(weir_mutex_trylock(gm), 0);
+    weir_mutex_unlock(gm);
+    return 0;
+}
+
+TEST(mutex_normal_mode_barging)
+{
+    gm = weir_mutex_new();
+    run_main(barging_main, NULL);
+    weir_mutex_free(gm);
+}
+
+/* Starvation mode, forced by holding the lock for longer than the 1 ms
+ * threshold while ten waiters queue: unlock hands the lock to the oldest
+ * waiter directly, trylock and lock cannot barge (lock queues behind all
+ * ten), the hand-offs go in FIFO order, and the mode ends with the last
+ * waiter. */
+static intptr_t starvation_fifo_main(void *arg)
 {
     (void)arg;
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
@@ -129,6 +193,7 @@ static intptr_t fifo_main(void *arg)
         settle(); /* t[i] queues before t[i + 1] */
     }
     CHECK_EQ(weir_mutex_trylock(gm), -EBUSY);
+    CHECK_EQ(weir_time_sleep(3 * WEIR_MSEC), 0); /* every waiter now starves */
     norder = 0;
     weir_mutex_unlock(gm);
     /* The lock went to t[0] although it has not run yet: we cannot barge. */
@@ -138,29 +203,63 @@ static intptr_t fifo_main(void *arg)
     for (int i = 0; i < 10; i++)
         CHECK_EQ(order[i], i);
     weir_mutex_unlock(gm);
+    CHECK_EQ(weir_mutex_trylock(gm), 0); /* back in normal mode, free */
+    weir_mutex_unlock(gm);
     for (int i = 0; i < 10; i++)
         join(t[i]);
+
+    /* Starvation mode with waiters that compete (fibers) and waiters that
+     * cannot (stackless: always handed the lock): still FIFO. */
+    CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
+    weir_task *u[4];
+    struct sl_record sr[4];
+    for (int i = 0; i < 4; i++) {
+        if (i % 2) {
+            sr[i] = (struct sl_record){.id = i + 20};
+            u[i] = weir_task_spawn_stackless(sl_record_poll, &sr[i], NULL);
+            CHECK(u[i] != NULL);
+        } else {
+            u[i] = spawn(record_locker, (void *)(intptr_t)(i + 20));
+        }
+        settle();
+    }
+    CHECK_EQ(weir_time_sleep(3 * WEIR_MSEC), 0);
+    norder = 0;
+    weir_mutex_unlock(gm);
+    CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
+    CHECK_EQ(norder, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(order[i], i + 20);
+    weir_mutex_unlock(gm);
+    for (int i = 0; i < 4; i++)
+        join(u[i]);
     return 0;
 }
 
-TEST(mutex_fifo_handoff)
+TEST(mutex_starvation_fifo_handoff)
 {
     gm = weir_mutex_new();
-    run_main(fifo_main, NULL);
+    run_main(starvation_fifo_main, NULL);
     weir_mutex_free(gm);
 }
 
-/* A task re-locking in a loop cannot starve a waiter: every unlock with a
- * waiter hands over, and the re-locker queues behind it. */
-static int waiter_turns;
+/* A task re-locking in a loop cannot starve a waiter: the re-locker yields
+ * while holding the lock, so the woken waiter always finds it taken again
+ * (barging) and re-queues, until it has waited 1 ms and starvation mode
+ * hands the lock over. */
+#define STARVE_BOUND_NS (50 * WEIR_MSEC) /* generous: the threshold is 1 ms */
+static int patient_done;
+static long relock_rounds;
+static int64_t patient_max_wait;
+
 static intptr_t relocker(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < 100; i++) {
+    int64_t give_up = weir_time_now() + 5 * WEIR_SEC;
+    while (!patient_done && weir_time_now() < give_up) {
         CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
-        if (i == 0)
-            settle(); /* let the other task queue */
-        order[0] = 1; /* we hold it */
+        relock_rounds++;
+        CHECK_EQ(weir_task_yield(), 0); /* the woken waiter runs, and loses */
         weir_mutex_unlock(gm);
     }
     return 0;
@@ -169,25 +268,33 @@ static intptr_t relocker(void *arg)
 static intptr_t patient(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < 50; i++) {
+    for (int i = 0; i < 5; i++) {
+        settle(); /* the re-locker holds the lock again */
+        long rounds = relock_rounds;
+        int64_t t0 = weir_time_now();
         CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
-        waiter_turns++;
+        int64_t w = weir_time_now() - t0;
+        if (w > patient_max_wait)
+            patient_max_wait = w;
+        CHECK_GT(relock_rounds - rounds, 1); /* the re-locker barged meanwhile */
         weir_mutex_unlock(gm);
     }
+    patient_done = 1;
     return 0;
 }
 
 static intptr_t starve_main(void *arg)
 {
     (void)arg;
-    waiter_turns = 0;
+    patient_done = 0;
+    relock_rounds = 0;
+    patient_max_wait = 0;
     weir_task *a = spawn(relocker, NULL);
+    settle();
     weir_task *b = spawn(patient, NULL);
-    join(a);
-    /* The re-locker never suspends except in lock(): without hand-off it
-     * would have done all 100 rounds before the waiter got one. */
-    CHECK_EQ(waiter_turns, 50);
-    join(b);
+    CHECK_EQ(join(b), 0);
+    CHECK_EQ(join(a), 0);
+    CHECK_LT(patient_max_wait, STARVE_BOUND_NS);
     return 0;
 }
 
@@ -529,6 +636,78 @@ TEST(mutex_cross_thread_deadlines)
     pthread_barrier_destroy(&xt_bar);
     CHECK_EQ(weir_mutex_trylock(gm), 0);
     weir_mutex_unlock(gm);
+    weir_mutex_free(gm);
+}
+
+/* No starvation across threads: a task on one loop re-locking in a tight
+ * loop (never suspending while it gets the lock) cannot keep a waiter on
+ * another loop out for more than a few ms. */
+static _Atomic int xt_patient_done;
+static _Atomic long xt_relocks;
+static int64_t xt_max_wait; /* written by the patient's thread only */
+
+static intptr_t xt_relocker(void *arg)
+{
+    (void)arg;
+    int64_t give_up = weir_time_now() + 10 * WEIR_SEC;
+    while (!atomic_load_explicit(&xt_patient_done, memory_order_relaxed)) {
+        CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
+        xt_counter++;
+        weir_mutex_unlock(gm);
+        long n = atomic_fetch_add_explicit(&xt_relocks, 1, memory_order_relaxed) + 1;
+        if ((n & 1023) == 0 && weir_time_now() > give_up)
+            break;
+    }
+    return 0;
+}
+
+static intptr_t xt_patient(void *arg)
+{
+    (void)arg;
+    while (atomic_load_explicit(&xt_relocks, memory_order_relaxed) < 1000)
+        CHECK_EQ(weir_time_sleep(100000), 0); /* the re-locker is going */
+    for (int i = 0; i < 20; i++) {
+        int64_t t0 = weir_time_now();
+        CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
+        int64_t w = weir_time_now() - t0;
+        xt_counter++;
+        weir_mutex_unlock(gm);
+        if (w > xt_max_wait)
+            xt_max_wait = w;
+        CHECK_EQ(weir_time_sleep(200000), 0);
+    }
+    atomic_store_explicit(&xt_patient_done, 1, memory_order_relaxed);
+    return 0;
+}
+
+static void *xt_starve_thread(void *arg)
+{
+    weir_loop *l = weir_loop_new(NULL);
+    CHECK(l != NULL);
+    weir_task *t =
+        weir_task_spawn(arg ? xt_patient : xt_relocker, NULL, &(weir_spawn_opts){.loop = l});
+    CHECK_EQ(weir_loop_run(l), 0);
+    CHECK_EQ(join(t), 0);
+    xt_free_loop(l);
+    return NULL;
+}
+
+TEST(mutex_cross_thread_no_starvation)
+{
+    gm = weir_mutex_new();
+    xt_counter = 0;
+    xt_max_wait = 0;
+    atomic_store(&xt_patient_done, 0);
+    atomic_store(&xt_relocks, 0);
+    pthread_barrier_init(&xt_bar, NULL, 2);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, xt_starve_thread, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_join(th[i], NULL), 0);
+    CHECK_EQ(xt_counter, atomic_load(&xt_relocks) + 20);
+    CHECK_LT(xt_max_wait, STARVE_BOUND_NS);
+    pthread_barrier_destroy(&xt_bar);
     weir_mutex_free(gm);
 }
 
