@@ -115,9 +115,6 @@ static void drain_remote(weir_loop *l)
 /* ---- the turn ------------------------------------------------------------------- */
 enum { UNTIL_NONE, UNTIL_NO_TASKS, UNTIL_TASK_DONE };
 
-/* Polls per turn before the backend is looked at again (Tokio uses 61). */
-#define WEIR__TURN_BUDGET 64
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

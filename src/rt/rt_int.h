@@ -259,6 +259,11 @@ static inline struct weir_io_op *weir__io_of(weir_op *op)
     return (struct weir_io_op *)(void *)op;
 }
 
+/* Polls per loop turn before the backend is looked at again (Tokio uses
+ * 61). trace.c relies on it too: after this many polls a turn waits in the
+ * backend before the next poll. */
+#define WEIR__TURN_BUDGET 64
+
 /* Op results a task may take in one poll before it must yield (as Tokio's
  * coop budget). */
 #define WEIR__COOP_BUDGET 128
