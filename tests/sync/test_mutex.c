@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/sync.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -24,27 +25,6 @@ static void settle(void)
 {
     for (int i = 0; i < 8; i++)
         CHECK_EQ(weir_task_yield(), 0);
-}
-
-/* Run fn as a fiber on a fresh loop until every task ended; fn returns 0. */
-static void run_main(weir_task_fn fn, void *arg)
-{
-    weir_loop *l = weir_loop_new(NULL);
-    CHECK(l != NULL);
-    weir_task *t = weir_task_spawn(fn, arg, &(weir_spawn_opts){.name = "main", .loop = l});
-    CHECK(t != NULL);
-    CHECK_EQ(weir_loop_run(l), 0);
-    intptr_t r = -1;
-    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
-    CHECK_EQ(r, 0);
-    weir_loop_free(l);
-}
-
-static weir_task *spawn(weir_task_fn fn, void *arg)
-{
-    weir_task *t = weir_task_spawn(fn, arg, NULL);
-    CHECK(t != NULL);
-    return t;
 }
 
 static intptr_t join(weir_task *t)
@@ -94,7 +74,7 @@ static intptr_t exclusion_main(void *arg)
     (void)arg;
     weir_task *t[16];
     for (int i = 0; i < 16; i++)
-        t[i] = spawn(incrementer, (void *)200);
+        t[i] = test_spawn(incrementer, (void *)200);
     for (int i = 0; i < 16; i++)
         CHECK_EQ(join(t[i]), 0);
     CHECK_EQ(counter, 16 * 200);
@@ -106,7 +86,7 @@ TEST(mutex_exclusion)
     gm = weir_mutex_new();
     CHECK(gm != NULL);
     counter = 0;
-    run_main(exclusion_main, NULL);
+    CHECK_EQ(test_run_main(exclusion_main, NULL), 0);
     CHECK_EQ(weir_mutex_trylock(gm), 0);
     weir_mutex_unlock(gm);
     weir_mutex_free(gm);
@@ -151,7 +131,7 @@ static intptr_t barging_main(void *arg)
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
     weir_task *t[3];
     for (int i = 0; i < 3; i++) {
-        t[i] = spawn(record_locker, (void *)(intptr_t)i);
+        t[i] = test_spawn(record_locker, (void *)(intptr_t)i);
         settle(); /* t[i] queues before t[i + 1] */
     }
     norder = 0;
@@ -174,7 +154,7 @@ static intptr_t barging_main(void *arg)
 TEST(mutex_normal_mode_barging)
 {
     gm = weir_mutex_new();
-    run_main(barging_main, NULL);
+    CHECK_EQ(test_run_main(barging_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -189,7 +169,7 @@ static intptr_t starvation_fifo_main(void *arg)
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
     weir_task *t[10];
     for (int i = 0; i < 10; i++) {
-        t[i] = spawn(record_locker, (void *)(intptr_t)i);
+        t[i] = test_spawn(record_locker, (void *)(intptr_t)i);
         settle(); /* t[i] queues before t[i + 1] */
     }
     CHECK_EQ(weir_mutex_trylock(gm), -EBUSY);
@@ -219,7 +199,7 @@ static intptr_t starvation_fifo_main(void *arg)
             u[i] = weir_task_spawn_stackless(sl_record_poll, &sr[i], NULL);
             CHECK(u[i] != NULL);
         } else {
-            u[i] = spawn(record_locker, (void *)(intptr_t)(i + 20));
+            u[i] = test_spawn(record_locker, (void *)(intptr_t)(i + 20));
         }
         settle();
     }
@@ -239,7 +219,7 @@ static intptr_t starvation_fifo_main(void *arg)
 TEST(mutex_starvation_fifo_handoff)
 {
     gm = weir_mutex_new();
-    run_main(starvation_fifo_main, NULL);
+    CHECK_EQ(test_run_main(starvation_fifo_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -289,9 +269,9 @@ static intptr_t starve_main(void *arg)
     patient_done = 0;
     relock_rounds = 0;
     patient_max_wait = 0;
-    weir_task *a = spawn(relocker, NULL);
+    weir_task *a = test_spawn(relocker, NULL);
     settle();
-    weir_task *b = spawn(patient, NULL);
+    weir_task *b = test_spawn(patient, NULL);
     CHECK_EQ(join(b), 0);
     CHECK_EQ(join(a), 0);
     CHECK_LT(patient_max_wait, STARVE_BOUND_NS);
@@ -301,7 +281,7 @@ static intptr_t starve_main(void *arg)
 TEST(mutex_no_starvation)
 {
     gm = weir_mutex_new();
-    run_main(starve_main, NULL);
+    CHECK_EQ(test_run_main(starve_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -337,11 +317,11 @@ static intptr_t deadline_main(void *arg)
 {
     (void)arg;
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
-    weir_task *a = spawn(record_locker, (void *)1);
+    weir_task *a = test_spawn(record_locker, (void *)1);
     settle();
-    weir_task *b = spawn(timed_locker, (void *)20); /* queued between a and c */
+    weir_task *b = test_spawn(timed_locker, (void *)20); /* queued between a and c */
     settle();
-    weir_task *c = spawn(record_locker, (void *)3);
+    weir_task *c = test_spawn(record_locker, (void *)3);
     settle();
     CHECK_EQ(join(b), -ETIMEDOUT);
     /* A deadline already past fails at once when the lock is held... */
@@ -362,7 +342,7 @@ static intptr_t deadline_main(void *arg)
 TEST(mutex_deadline)
 {
     gm = weir_mutex_new();
-    run_main(deadline_main, NULL);
+    CHECK_EQ(test_run_main(deadline_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -370,11 +350,11 @@ static intptr_t cancel_main(void *arg)
 {
     (void)arg;
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
-    weir_task *a = spawn(record_locker, (void *)1);
+    weir_task *a = test_spawn(record_locker, (void *)1);
     settle();
-    weir_task *b = spawn(timed_locker, (void *)-1); /* no deadline */
+    weir_task *b = test_spawn(timed_locker, (void *)-1); /* no deadline */
     settle();
-    weir_task *c = spawn(record_locker, (void *)3);
+    weir_task *c = test_spawn(record_locker, (void *)3);
     settle();
     CHECK_EQ(weir_task_cancel(b), 0);
     intptr_t r = 0;
@@ -395,7 +375,7 @@ static intptr_t cancel_main(void *arg)
 TEST(mutex_cancel)
 {
     gm = weir_mutex_new();
-    run_main(cancel_main, NULL);
+    CHECK_EQ(test_run_main(cancel_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -415,7 +395,7 @@ static intptr_t cancel_after_grant_main(void *arg)
 {
     (void)arg;
     CHECK_EQ(weir_mutex_lock(gm, WEIR_FOREVER), 0);
-    weir_task *w = spawn(granted_then_cancelled, NULL);
+    weir_task *w = test_spawn(granted_then_cancelled, NULL);
     settle();
     weir_mutex_unlock(gm); /* hands over to w, which has not run yet */
     CHECK_EQ(weir_task_cancel(w), 0);
@@ -430,7 +410,7 @@ static intptr_t cancel_after_grant_main(void *arg)
 TEST(mutex_cancel_after_grant)
 {
     gm = weir_mutex_new();
-    run_main(cancel_after_grant_main, NULL);
+    CHECK_EQ(test_run_main(cancel_after_grant_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -477,7 +457,7 @@ static intptr_t stackless_main(void *arg)
         CHECK(t[i] != NULL);
     }
     for (int i = 6; i < 10; i++)
-        t[i] = spawn(incrementer, (void *)100); /* fibers in the same queue */
+        t[i] = test_spawn(incrementer, (void *)100); /* fibers in the same queue */
     for (int i = 0; i < 10; i++)
         CHECK_EQ(join(t[i]), 0);
     CHECK_EQ(counter, 1000);
@@ -507,7 +487,7 @@ TEST(mutex_stackless)
     gm = weir_mutex_new();
     counter = 0;
     inside = 0;
-    run_main(stackless_main, NULL);
+    CHECK_EQ(test_run_main(stackless_main, NULL), 0);
     weir_mutex_free(gm);
 }
 
@@ -747,7 +727,7 @@ static intptr_t readers_overlap_main(void *arg)
     (void)arg;
     weir_task *t[4];
     for (int i = 0; i < 4; i++)
-        t[i] = spawn(reader, (void *)(intptr_t)i);
+        t[i] = test_spawn(reader, (void *)(intptr_t)i);
     for (int i = 0; i < 4; i++)
         join(t[i]);
     CHECK_EQ(max_readers, 4);
@@ -768,7 +748,7 @@ TEST(rwlock_readers_overlap)
     grw = weir_rwlock_new(1);
     CHECK(grw != NULL);
     max_readers = readers_in = writers_in = norder = 0;
-    run_main(readers_overlap_main, NULL);
+    CHECK_EQ(test_run_main(readers_overlap_main, NULL), 0);
     weir_rwlock_free(grw);
 }
 
@@ -778,7 +758,7 @@ static intptr_t rw_mixed_main(void *arg)
     (void)arg;
     weir_task *t[24];
     for (int i = 0; i < 24; i++)
-        t[i] = spawn(i % 3 == 0 ? writer : reader, (void *)(intptr_t)i);
+        t[i] = test_spawn(i % 3 == 0 ? writer : reader, (void *)(intptr_t)i);
     for (int i = 0; i < 24; i++)
         join(t[i]);
     CHECK_EQ(norder, 24);
@@ -791,7 +771,7 @@ TEST(rwlock_writer_exclusion)
     for (int pref = 0; pref <= 1; pref++) {
         grw = weir_rwlock_new(pref);
         max_readers = readers_in = writers_in = norder = 0;
-        run_main(rw_mixed_main, NULL);
+        CHECK_EQ(test_run_main(rw_mixed_main, NULL), 0);
         weir_rwlock_free(grw);
     }
 }
@@ -803,15 +783,15 @@ static intptr_t prefer_writers_main(void *arg)
     (void)arg;
     norder = 0;
     CHECK_EQ(weir_rwlock_read(grw, WEIR_FOREVER), 0); /* R0 */
-    weir_task *w1 = spawn(writer, (void *)10);
+    weir_task *w1 = test_spawn(writer, (void *)10);
     settle();
     CHECK_EQ(weir_rwlock_try_read(grw), -EBUSY); /* blocked by the waiting writer */
-    weir_task *r1 = spawn(reader, (void *)1);
-    weir_task *r2 = spawn(reader, (void *)2);
+    weir_task *r1 = test_spawn(reader, (void *)1);
+    weir_task *r2 = test_spawn(reader, (void *)2);
     settle();
-    weir_task *w2 = spawn(writer, (void *)20);
+    weir_task *w2 = test_spawn(writer, (void *)20);
     settle();
-    weir_task *r3 = spawn(reader, (void *)3);
+    weir_task *r3 = test_spawn(reader, (void *)3);
     settle();
     CHECK_EQ(norder, 0);
     weir_rwlock_unlock_read(grw); /* w1, then r1 + r2 together, then w2, then r3 */
@@ -833,7 +813,7 @@ TEST(rwlock_prefer_writers)
 {
     grw = weir_rwlock_new(1);
     max_readers = readers_in = writers_in = 0;
-    run_main(prefer_writers_main, NULL);
+    CHECK_EQ(test_run_main(prefer_writers_main, NULL), 0);
     weir_rwlock_free(grw);
 }
 
@@ -844,11 +824,11 @@ static intptr_t prefer_readers_main(void *arg)
     (void)arg;
     norder = 0;
     CHECK_EQ(weir_rwlock_read(grw, WEIR_FOREVER), 0);
-    weir_task *w1 = spawn(writer, (void *)10);
+    weir_task *w1 = test_spawn(writer, (void *)10);
     settle();
     CHECK_EQ(weir_rwlock_try_read(grw), 0); /* past the waiting writer */
     weir_rwlock_unlock_read(grw);
-    weir_task *r1 = spawn(reader, (void *)1);
+    weir_task *r1 = test_spawn(reader, (void *)1);
     settle();
     CHECK_EQ(norder, 1); /* r1 entered at once */
     CHECK_EQ(order[0], 1);
@@ -860,11 +840,11 @@ static intptr_t prefer_readers_main(void *arg)
     CHECK_EQ(order[1], 10);
     join(w1);
     norder = 0;
-    weir_task *r2 = spawn(reader, (void *)2);
+    weir_task *r2 = test_spawn(reader, (void *)2);
     settle();
-    weir_task *w2 = spawn(writer, (void *)20);
+    weir_task *w2 = test_spawn(writer, (void *)20);
     settle();
-    weir_task *r3 = spawn(reader, (void *)3);
+    weir_task *r3 = test_spawn(reader, (void *)3);
     settle();
     max_readers = 0;
     weir_rwlock_unlock_write(grw); /* r2 and r3 together, then w2 */
@@ -882,7 +862,7 @@ TEST(rwlock_prefer_readers)
 {
     grw = weir_rwlock_new(0);
     max_readers = readers_in = writers_in = 0;
-    run_main(prefer_readers_main, NULL);
+    CHECK_EQ(test_run_main(prefer_readers_main, NULL), 0);
     weir_rwlock_free(grw);
 }
 
@@ -910,9 +890,9 @@ static intptr_t rw_cancel_main(void *arg)
     norder = 0;
     for (int round = 0; round < 2; round++) {
         CHECK_EQ(weir_rwlock_read(grw, WEIR_FOREVER), 0);
-        weir_task *w = spawn(timed_writer, (void *)(intptr_t)(round ? 10 : -1));
+        weir_task *w = test_spawn(timed_writer, (void *)(intptr_t)(round ? 10 : -1));
         settle();
-        weir_task *r = spawn(reader, (void *)(intptr_t)round);
+        weir_task *r = test_spawn(reader, (void *)(intptr_t)round);
         settle();
         CHECK_EQ(norder, round); /* held back by the writer */
         if (round == 0) {
@@ -934,8 +914,8 @@ static intptr_t rw_cancel_main(void *arg)
     /* Readers waiting on a writer: cancelled, timed out; the lock works
      * afterwards. */
     CHECK_EQ(weir_rwlock_write(grw, WEIR_FOREVER), 0);
-    weir_task *rc = spawn(timed_reader, (void *)-1);
-    weir_task *rt = spawn(timed_reader, (void *)5);
+    weir_task *rc = test_spawn(timed_reader, (void *)-1);
+    weir_task *rt = test_spawn(timed_reader, (void *)5);
     settle();
     CHECK_EQ(weir_task_cancel(rc), 0);
     CHECK_EQ(weir_task_join(rc, NULL, WEIR_FOREVER), -ECANCELED);
@@ -950,7 +930,7 @@ TEST(rwlock_cancel_writer_lets_readers_in)
 {
     grw = weir_rwlock_new(1);
     max_readers = readers_in = writers_in = 0;
-    run_main(rw_cancel_main, NULL);
+    CHECK_EQ(test_run_main(rw_cancel_main, NULL), 0);
     weir_rwlock_free(grw);
 }
 
@@ -1009,7 +989,7 @@ TEST(rwlock_stackless)
 {
     grw = weir_rwlock_new(1);
     readers_in = writers_in = 0;
-    run_main(rw_stackless_main, NULL);
+    CHECK_EQ(test_run_main(rw_stackless_main, NULL), 0);
     weir_rwlock_free(grw);
 }
 
@@ -1113,9 +1093,9 @@ static intptr_t sem_fifo_main(void *arg)
 {
     (void)arg;
     norder = 0;
-    weir_task *big = spawn(sem_taker, (void *)5);
+    weir_task *big = test_spawn(sem_taker, (void *)5);
     settle();
-    weir_task *small = spawn(sem_taker, (void *)1);
+    weir_task *small = test_spawn(sem_taker, (void *)1);
     settle();
     weir_sem_release(gs, 1);
     settle();
@@ -1137,7 +1117,7 @@ static intptr_t sem_fifo_main(void *arg)
     weir_task *t[4];
     long want[4] = {1, 2, 1, 3};
     for (int i = 0; i < 4; i++) {
-        t[i] = spawn(sem_taker, (void *)(intptr_t)want[i]);
+        t[i] = test_spawn(sem_taker, (void *)(intptr_t)want[i]);
         settle();
     }
     weir_sem_release(gs, 5); /* 1 + 2 + 1 fit; 3 does not (1 left over) */
@@ -1158,7 +1138,7 @@ static intptr_t sem_fifo_main(void *arg)
 TEST(sem_fifo_no_overtaking)
 {
     gs = weir_sem_new(0);
-    run_main(sem_fifo_main, NULL);
+    CHECK_EQ(test_run_main(sem_fifo_main, NULL), 0);
     weir_sem_free(gs);
 }
 
@@ -1172,9 +1152,9 @@ static intptr_t sem_cancel_main(void *arg)
     (void)arg;
     norder = 0;
     /* 1 permit; a request for 3 waits at the head, a request for 1 behind it. */
-    weir_task *big = spawn(sem_timed, (void *)-1);
+    weir_task *big = test_spawn(sem_timed, (void *)-1);
     settle();
-    weir_task *small = spawn(sem_taker, (void *)1);
+    weir_task *small = test_spawn(sem_taker, (void *)1);
     settle();
     CHECK_EQ(norder, 0);
     CHECK_EQ(weir_task_cancel(big), 0);
@@ -1185,10 +1165,10 @@ static intptr_t sem_cancel_main(void *arg)
     CHECK_EQ(weir_sem_available(gs), 0);
     /* Deadline: nothing taken either. */
     weir_sem_release(gs, 2);
-    CHECK_EQ(join(spawn(sem_timed, (void *)10)), -ETIMEDOUT);
+    CHECK_EQ(join(test_spawn(sem_timed, (void *)10)), -ETIMEDOUT);
     CHECK_EQ(weir_sem_available(gs), 2);
     weir_sem_release(gs, 1);
-    CHECK_EQ(join(spawn(sem_timed, (void *)10)), 0);
+    CHECK_EQ(join(test_spawn(sem_timed, (void *)10)), 0);
     CHECK_EQ(weir_sem_available(gs), 0);
     return 0;
 }
@@ -1196,7 +1176,7 @@ static intptr_t sem_cancel_main(void *arg)
 TEST(sem_cancel_takes_nothing)
 {
     gs = weir_sem_new(1);
-    run_main(sem_cancel_main, NULL);
+    CHECK_EQ(test_run_main(sem_cancel_main, NULL), 0);
     weir_sem_free(gs);
 }
 
