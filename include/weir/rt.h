@@ -150,7 +150,13 @@ weir_task *weir_task_spawn_stackless(weir_poll_fn poll, void *frame, const weir_
  * 0 when the task ended normally, -ECANCELED when it was cancelled (its
  * return value is still stored); the handle is consumed. If the *joiner*
  * times out or is cancelled (-ETIMEDOUT / -ECANCELED with the task still
- * running) the handle is not consumed.
+ * running) the handle is not consumed. -EDEADLK when called on the task's
+ * own loop thread outside any task while the task still runs (nothing
+ * would run it); drive the loop instead (weir_loop_run / weir_loop_poll).
+ *
+ * Blocking-style calls like this one (and weir_time_sleep, weir_io_read,
+ * weir_mutex_lock...) are for fibers: a stackless task gets -EINVAL and uses
+ * the *_start forms.
  */
 int weir_task_join(weir_task *h, intptr_t *result, int64_t deadline);
 void weir_task_detach(weir_task *h);

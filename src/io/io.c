@@ -235,6 +235,8 @@ void weir__op_any_cancel(weir_op *op)
 /* ---- fiber forms ---------------------------------------------------------------------- */
 #define WAIT(start_call)                                                                           \
     do {                                                                                           \
+        if (weir__stackless_caller())                                                              \
+            return -EINVAL;                                                                        \
         weir_io_op op_;                                                                            \
         int r_ = start_call;                                                                       \
         if (r_ < 0)                                                                                \
@@ -308,6 +310,8 @@ int weir_io_poll(int fd, uint32_t events, int64_t deadline)
 
 int weir_io_wait_readable_any(const int *fds, int nfds, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     if (nfds <= 0 || nfds > 4096)
         return -EINVAL;
     weir_io_op small[8];

@@ -50,6 +50,7 @@ typedef struct uring_state {
     weir_io_op *backlog_head, *backlog_tail;
     unsigned flags;          /* setup flags in use */
     unsigned efd_unsubmitted; /* the eventfd read re-armed, not yet submitted */
+    int efd_armed;            /* a read of the loop's eventfd is queued or in flight */
 } uring_state;
 
 static _Atomic unsigned probed_flags = ~0u; /* ~0: not probed yet */
@@ -204,6 +205,7 @@ static int arm_efd(weir_loop *l)
     io_uring_prep_read(sqe, l->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
     io_uring_sqe_set_data64(sqe, TAG_EFD);
     s->efd_unsubmitted = 1;
+    s->efd_armed = 1;
     return 0;
 }
 
@@ -250,6 +252,10 @@ static int is_retryable(const weir_io_op *op)
 
 static void complete(weir_loop *l, weir_io_op *op, int res)
 {
+    /* A cancel still owed on the backlog is moot now, and the op is about
+     * to be handed back (its memory may be gone after done). */
+    if (op->op.backend & B_BACKLOG_CANCEL)
+        backlog_remove(S(l), op);
     op->op.backend &= (uint16_t)~B_INFLIGHT;
     if (op->op.backend & B_POLL_RETRY) {
         op->op.backend &= (uint16_t)~B_POLL_RETRY;
@@ -281,6 +287,10 @@ static int uring_wait(weir_loop *l, int64_t timeout_ns)
 {
     uring_state *s = S(l);
     flush_backlog(l);
+    /* Without a read on the eventfd, wakes from other threads cannot reach
+     * a sleeping loop: re-arm it, and do not block until that worked. */
+    if (!s->efd_armed && arm_efd(l) < 0)
+        timeout_ns = 0;
     int r;
     if (timeout_ns == 0) {
         r = io_uring_submit_and_get_events(&s->ring);
@@ -305,15 +315,18 @@ static int uring_wait(weir_loop *l, int64_t timeout_ns)
         uint64_t ud = cqe->user_data;
         if (ud == TAG_EFD) {
             weir__loop_wake_drained(l);
+            s->efd_armed = 0;
             rearm = 1;
-        } else if (ud != TAG_IGNORE && ud != 0) {
+        } else if (ud != TAG_IGNORE && ud != 0 && ud != LIBURING_UDATA_TIMEOUT) {
+            /* (LIBURING_UDATA_TIMEOUT: liburing's own timeout on kernels
+             * without IORING_FEAT_EXT_ARG.) */
             complete(l, (weir_io_op *)(uintptr_t)ud, cqe->res);
             n++;
         }
     }
     io_uring_cq_advance(&s->ring, seen);
-    if (rearm && arm_efd(l) < 0)
-        return -EBUSY;
+    if (rearm)
+        arm_efd(l); /* on failure the next wait retries it (efd_armed) */
     return n;
 }
 

@@ -359,9 +359,33 @@ void weir_loop_free(weir_loop *l)
     drain_remote(l);
     for (weir_task *t = l->all_head; t; t = t->all_next)
         weir_task_cancel(t);
-    while (l->ntasks > 0)
-        if (loop_turn(l, -1, UNTIL_NO_TASKS, NULL) < 0)
+    /* Let every cancelled task end. One that ignores its cancellation holds
+     * this up: name the stragglers once after a while, so the hang is not
+     * silent. */
+    int64_t warn_at = weir_time_now() + 5 * WEIR_SEC;
+    int warned = 0, errors = 0;
+    while (l->ntasks > 0) {
+        int64_t to = warned ? -1 : warn_at - weir_time_now();
+        if (loop_turn(l, to < 0 && !warned ? 0 : to, UNTIL_NO_TASKS, NULL) < 0 && ++errors > 100)
             break;
+        if (!warned && l->ntasks > 0 && weir_time_now() >= warn_at) {
+            warned = 1;
+            int n = 0;
+            for (weir_task *t = l->all_head; t && n < 10; t = t->all_next, n++)
+                weir__log(WEIR__LOG_WARN, "rt.loop",
+                          "loop shutdown: task '%s' has not ended 5 s after its cancellation",
+                          t->name);
+        }
+    }
+    if (l->ntasks > 0) {
+        /* The backend keeps failing: freeing the loop now would pull it from
+         * under tasks that still reference it. Leak it instead. */
+        weir__log(WEIR__LOG_ERROR, "rt.loop", "%zu tasks never ended; the loop is not freed",
+                  l->ntasks);
+        tl_loop = NULL;
+        return;
+    }
+    weir__timers_free_all(l);
     if (l->pool)
         weir__pool_free(l->pool);
     weir__log(WEIR__LOG_DEBUG, "rt.loop",

@@ -3,19 +3,23 @@
  * rt_int.h - the runtime's private state: tasks, loops, leaf ops (private).
  *
  * Task state. One atomic word per task, so that wake() from any thread and
- * the scheduler agree without a lock:
+ * the scheduler agree without a lock. It holds one of IDLE, RUNNING, DONE
+ * plus the NOTIFIED bit ("a poll is owed"):
  *
- *     IDLE ----wake----> SCHEDULED ----pick----> RUNNING ----park----> IDLE
- *                            ^                     |  \
- *                            |               wake  |   \---end---> DONE
- *                            |                     v
- *                            +--------park---- RUNNING|NOTIFIED
+ *     IDLE --wake--> IDLE|NOTIFIED (queued) --pick--> RUNNING --park--> IDLE
+ *                          ^                            |   \
+ *                          |                      wake  |    \--end--> DONE
+ *                          |                            v
+ *                          +----------park------- RUNNING|NOTIFIED
  *
- * A wake while RUNNING only sets NOTIFIED; when the task then parks, the
- * scheduler sees the flag and re-queues it instead of going IDLE. That is the
- * whole no-lost-wake-up argument: the waker and the parking scheduler race on
- * one CAS, and whichever loses sees the other's write. wake() on a SCHEDULED,
- * NOTIFIED or DONE task does nothing, which makes it idempotent.
+ * wake() is a single fetch_or of NOTIFIED; only the waker that finds the
+ * word exactly IDLE queues the task, so a task is queued at most once and
+ * wake() is idempotent. The scheduler's exchange to RUNNING clears the bit;
+ * parking is a CAS RUNNING -> IDLE that fails when a wake set NOTIFIED
+ * meanwhile, and the task is then re-queued. That is the whole
+ * no-lost-wake-up argument: the waker and the parking scheduler race on one
+ * word, and whichever comes second sees the other's write. (A wake after the
+ * end leaves DONE|NOTIFIED, which readers mask off.)
  *
  * Leaf ops. A task starts an op (weir__op_begin), the op's source completes
  * it (weir__op_done: result + DONE flag, then wake the waiter), and the task
@@ -43,7 +47,6 @@
 /* ---- task ------------------------------------------------------------------ */
 enum {
     WEIR__T_IDLE = 0,
-    WEIR__T_SCHEDULED = 1,
     WEIR__T_RUNNING = 2,
     WEIR__T_DONE = 3,
     WEIR__T_STATE_MASK = 3,
@@ -159,6 +162,7 @@ struct weir_loop {
     void *be_state;
 
     weir__wheel wheel;
+    struct weir_timer *cb_timers; /* armed callback timers (freed with the loop) */
     weir__stack_pool stacks;
     weir__ctx sched_ctx; /* the loop thread's own context */
     weir_task *current;
@@ -272,6 +276,15 @@ static inline struct weir_io_op *weir__io_of(weir_op *op)
 weir_loop *weir__loop_current(void);
 weir_task *weir__task_current(void);
 
+/* The blocking-style (fiber) calls refuse a stackless task before they
+ * start anything: they could not wait, and an op started on the caller's
+ * stack would outlive it. (Stackless tasks use the *_start forms.) */
+static inline int weir__stackless_caller(void)
+{
+    weir_task *t = weir__task_current();
+    return t && t->kind != WEIR__TASK_FIBER;
+}
+
 /* Begin an op for the current task: sets task/deadline/kind, checks for a
  * pending cancel (completes at once with -ECANCELED) and arms the deadline
  * timer. Returns 0 when the caller should now hand the op to its source, or
@@ -301,6 +314,7 @@ void weir__fiber_park(void);
 void weir__timer_arm(weir_loop *l, weir_timer_node *n, int64_t deadline);
 void weir__timer_disarm(weir_loop *l, weir_timer_node *n);
 size_t weir__timers_expire(weir_loop *l);
+void weir__timers_free_all(weir_loop *l); /* callback timers still armed */
 void weir__interval_detach(weir_op *op);
 
 /* Blocking pool (blocking.c) */

@@ -106,17 +106,24 @@ static void task_run_cleanup(weir_task *t)
     weir__task_ext *x = t->ext;
     if (!x)
         return;
-    while (x->defers) {
-        weir__defer *d = x->defers;
-        x->defers = d->next;
-        d->fn(d->arg);
-        free(d);
-    }
-    for (int i = 0; i < x->tls_used; i++) {
-        void *v = x->tls[i];
-        x->tls[i] = NULL;
-        if (v && tls_dtors[i])
-            tls_dtors[i](v);
+    /* Until nothing is left: a TLS destructor may register a handler or set
+     * a value again. */
+    for (int again = 1; again;) {
+        again = 0;
+        while (x->defers) {
+            weir__defer *d = x->defers;
+            x->defers = d->next;
+            d->fn(d->arg);
+            free(d);
+        }
+        for (int i = 0; i < x->tls_used; i++) {
+            void *v = x->tls[i];
+            x->tls[i] = NULL;
+            if (v && tls_dtors[i]) {
+                tls_dtors[i](v);
+                again = 1;
+            }
+        }
     }
     free(x);
     t->ext = NULL;
@@ -528,8 +535,8 @@ int weir_task_yield(void)
     weir_task *t = weir__task_current();
     if (!t || t->kind != WEIR__TASK_FIBER)
         return -EINVAL;
-    if (atomic_load_explicit(&t->cancel_req, memory_order_acquire))
-        return -ECANCELED;
+    /* Yield even when cancelled: a cancelled task spinning on yield must
+     * still let the loop run (shutdown cancels every task). */
     weir_task_wake(t);
     weir__fiber_park();
     return atomic_load_explicit(&t->cancel_req, memory_order_acquire) ? -ECANCELED : 0;
@@ -629,8 +636,14 @@ int weir_task_join(weir_task *h, intptr_t *result, int64_t deadline)
     if (!h)
         return -EINVAL;
     weir_task *self = weir__task_current();
-    if (!self)
+    if (!self) {
+        /* Blocking the very thread that must run the task would never end. */
+        if (h->loop == weir__loop_current() &&
+            (atomic_load_explicit(&h->state, memory_order_acquire) & WEIR__T_STATE_MASK) !=
+                WEIR__T_DONE)
+            return -EDEADLK;
         return join_blocking(h, result, deadline);
+    }
     if (self == h || self->kind != WEIR__TASK_FIBER)
         return -EINVAL;
     weir_op op;

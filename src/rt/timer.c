@@ -17,6 +17,12 @@
 
 enum { NODE_OP = 0, NODE_CALLBACK = 1 };
 
+/* a + b for b >= 0, saturating at WEIR_FOREVER. */
+static int64_t add_sat(int64_t a, int64_t b)
+{
+    return b > WEIR_FOREVER - a ? WEIR_FOREVER : a + b;
+}
+
 int64_t weir_time_now(void)
 {
     struct timespec ts;
@@ -50,6 +56,7 @@ void weir__timer_disarm(weir_loop *l, weir_timer_node *n)
 /* ---- callback timers ------------------------------------------------------------- */
 struct weir_timer {
     weir_timer_node node;
+    struct weir_timer *prev, *next; /* the loop's cb_timers */
     weir_loop *loop;
     int64_t period;
     void (*cb)(void *);
@@ -71,17 +78,38 @@ weir_timer *weir_timer_start(int64_t delay_ns, int64_t period_ns, void (*cb)(voi
     t->cb = cb;
     t->arg = arg;
     t->node.pad = NODE_CALLBACK;
+    t->next = l->cb_timers;
+    if (t->next)
+        t->next->prev = t;
+    l->cb_timers = t;
     int64_t now = weir_time_now();
     weir__timer_arm(l, &t->node, delay_ns > WEIR_FOREVER - now ? WEIR_FOREVER : now + delay_ns);
     return t;
 }
 
+static void timer_release(weir_timer *t)
+{
+    weir_loop *l = t->loop;
+    weir__timer_disarm(l, &t->node);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        l->cb_timers = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    free(t);
+}
+
 void weir_timer_cancel(weir_timer *t)
 {
-    if (!t)
-        return;
-    weir__timer_disarm(t->loop, &t->node);
-    free(t);
+    if (t)
+        timer_release(t);
+}
+
+void weir__timers_free_all(weir_loop *l)
+{
+    while (l->cb_timers)
+        timer_release(l->cb_timers);
 }
 
 static void callback_fire(weir_loop *l, weir_timer *t)
@@ -89,16 +117,16 @@ static void callback_fire(weir_loop *l, weir_timer *t)
     if (t->period > 0) {
         /* setInterval: re-arm first (relative to the due time, skipping
          * missed periods) so that the callback may cancel it. */
-        int64_t now = weir_time_now(), due = t->node.deadline + t->period;
-        if (due <= now)
-            due += ((now - due) / t->period + 1) * t->period;
+        int64_t now = weir_time_now(), due = add_sat(t->node.deadline, t->period);
+        if (due <= now) /* skip the missed periods: the next due time after now */
+            due = add_sat(now, t->period - (now - due) % t->period);
         weir__timer_arm(l, &t->node, due);
         t->cb(t->arg);
         return;
     }
     void (*cb)(void *) = t->cb;
     void *arg = t->arg;
-    free(t);
+    timer_release(t);
     cb(arg);
 }
 
@@ -126,6 +154,8 @@ int weir_time_sleep_start(weir_op *op, int64_t due)
 
 int weir_time_sleep_until(int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     weir_op op;
     int r = weir_time_sleep_start(&op, deadline);
     return r < 0 ? r : (int)weir_op_wait(&op);
@@ -157,7 +187,7 @@ weir_interval *weir_interval_new(int64_t period_ns)
         return NULL;
     iv->period = period_ns;
     iv->last_tick = weir_time_now();
-    iv->next_tick = iv->last_tick + period_ns;
+    iv->next_tick = add_sat(iv->last_tick, period_ns);
     return iv;
 }
 
@@ -167,8 +197,9 @@ static int64_t interval_take(weir_interval *iv, int64_t now)
     int64_t n = (now - iv->last_tick) / iv->period;
     if (n < 1)
         n = 1;
-    iv->last_tick += n * iv->period;
-    iv->next_tick = iv->last_tick + iv->period;
+    /* n * period <= now - last_tick, so this cannot overflow. */
+    iv->last_tick = n == 1 ? add_sat(iv->last_tick, iv->period) : iv->last_tick + n * iv->period;
+    iv->next_tick = add_sat(iv->last_tick, iv->period);
     return n;
 }
 
@@ -199,6 +230,8 @@ int weir_interval_next_start(weir_interval *iv, weir_op *op)
 
 int64_t weir_interval_next(weir_interval *iv)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     weir_op op;
     int r = weir_interval_next_start(iv, &op);
     if (r < 0)
@@ -221,6 +254,7 @@ void weir_interval_cancel(weir_interval *iv)
     if (iv->waiter) {
         weir_op *op = iv->waiter;
         iv->waiter = NULL;
+        op->u.ptr = NULL; /* the op may outlive iv (weir_interval_free) */
         weir__timer_disarm(op->task->loop, &op->timer);
         if (!(weir__op_flags(op) & WEIR__OP_DONE))
             weir__op_done(op, -ECANCELED);

@@ -343,7 +343,7 @@ static void chan_cancel(weir_op *op)
     weir__spin_unlock(&c->lock);
     /* Not queued: a satisfier popped it and completes it (with its result). */
     if (q != Q_NONE)
-        weir__sync_done(so, -ECANCELED);
+        weir__sync_done_local(so, -ECANCELED);
 }
 
 static const weir__op_vt chan_vt = {chan_cancel};
@@ -428,6 +428,8 @@ int weir_chan_recv_start(weir_sync_op *op, weir_chan *c, void *item, int64_t dea
 /* Fiber forms. */
 int weir_chan_send(weir_chan *c, const void *item, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     weir_sync_op so;
     int r = weir_chan_send_start(&so, c, item, deadline);
     return r < 0 ? r : (int)weir_op_wait(&so.op);
@@ -435,6 +437,8 @@ int weir_chan_send(weir_chan *c, const void *item, int64_t deadline)
 
 int weir_chan_recv(weir_chan *c, void *item, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     weir_sync_op so;
     int r = weir_chan_recv_start(&so, c, item, deadline);
     return r < 0 ? r : (int)weir_op_wait(&so.op);
@@ -527,6 +531,28 @@ static int cmp_chan(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The first case (in case order) that can complete now, taking effect, or
+ * -1. All the cases' channels are locked. */
+static int select_ready_locked(weir_select_case *cases, int ncases, int tidx, int *res,
+                               weir_sync_op **wake)
+{
+    int64_t now = tidx >= 0 ? weir_time_now() : 0;
+    for (int i = 0; i < ncases; i++) {
+        weir_select_case *k = &cases[i];
+        if (k->kind == WEIR_SELECT_SEND) {
+            if (send_locked(k->chan, k->item, res, wake))
+                return i;
+        } else if (k->kind == WEIR_SELECT_RECV) {
+            if (recv_locked(k->chan, k->item, res, wake))
+                return i;
+        } else if (k->at <= now) {
+            *res = 0;
+            return i;
+        }
+    }
+    return -1;
+}
+
 int weir_select_start(weir_sync_op *op, weir_sync_op *parts, weir_select_case *cases, int ncases,
                       int64_t deadline)
 {
@@ -563,6 +589,26 @@ int weir_select_start(weir_sync_op *op, weir_sync_op *parts, weir_select_case *c
         if (nd == 0 || locks[nd - 1] != locks[i])
             locks[nd++] = locks[i];
 
+    int won = -1, res = 0;
+    weir_sync_op *wake = NULL;
+    /* A case ready now is taken without binding the op to the task: only a
+     * wait observes the deadline and cancellation (as send/recv). */
+    for (int i = 0; i < nd; i++)
+        weir__spin_lock(&locks[i]->lock);
+    won = select_ready_locked(cases, ncases, tidx, &res, &wake);
+    for (int i = nd - 1; i >= 0; i--)
+        weir__spin_unlock(&locks[i]->lock);
+    if (won >= 0) {
+        if (locks != small)
+            free(locks);
+        if (wake)
+            finish_waiter(wake, 0);
+        if (res != -ENOMEM)
+            cases[won].result = res;
+        weir__sync_ready(op, res == -ENOMEM ? res : won);
+        return 0;
+    }
+
     int r = weir__sync_begin(op, &select_vt, NULL, deadline);
     if (r != 0) {
         if (locks != small)
@@ -577,22 +623,7 @@ int weir_select_start(weir_sync_op *op, weir_sync_op *parts, weir_select_case *c
 
     for (int i = 0; i < nd; i++)
         weir__spin_lock(&locks[i]->lock);
-    int64_t now = tidx >= 0 ? weir_time_now() : 0;
-    int won = -1, res = 0;
-    weir_sync_op *wake = NULL;
-    for (int i = 0; i < ncases && won < 0; i++) {
-        weir_select_case *k = &cases[i];
-        if (k->kind == WEIR_SELECT_SEND) {
-            if (send_locked(k->chan, k->item, &res, &wake))
-                won = i;
-        } else if (k->kind == WEIR_SELECT_RECV) {
-            if (recv_locked(k->chan, k->item, &res, &wake))
-                won = i;
-        } else if (k->at <= now) {
-            won = i;
-            res = 0;
-        }
-    }
+    won = select_ready_locked(cases, ncases, tidx, &res, &wake); /* again: it may have changed */
     if (won < 0) {
         /* Nothing ready: queue every part before anyone can see them. */
         for (int i = 0; i < ncases; i++) {
@@ -644,6 +675,8 @@ int weir_select_start(weir_sync_op *op, weir_sync_op *parts, weir_select_case *c
 
 int weir_select(weir_select_case *cases, int ncases, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     if (ncases < 0 || ncases > 65536)
         return -EINVAL;
     weir_sync_op small[8], op;

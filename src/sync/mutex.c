@@ -315,6 +315,8 @@ static int lock_slow(weir_sync_op *op, weir_mutex *m, int64_t deadline, int shie
  * if it is free (spinning briefly), else queue again at the front. */
 static int lock_fiber(weir_mutex *m, int64_t deadline, int shielded)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     if (take_now(m))
         return 0;
     weir_sync_op op;
@@ -376,6 +378,7 @@ void weir_mutex_unlock(weir_mutex *m)
     if (atomic_compare_exchange_strong_explicit(&m->state, &s, 0, memory_order_release,
                                                 memory_order_relaxed))
         return;
+retry:
     for (;;) {
         if (!(s & M_LOCKED)) {
             assert(!"weir_mutex_unlock of an unlocked mutex");
@@ -419,8 +422,14 @@ void weir_mutex_unlock(weir_mutex *m)
         }
     } else {
         /* The waiters we saw were cancelled meanwhile, or one is woken
-         * already. release: as in the fast unlock. */
-        atomic_store_explicit(&m->state, s & ~M_LOCKED, memory_order_release);
+         * already: plain release - but only after dropping the spinlock.
+         * Once LOCKED is clear another task may lock, unlock and free the
+         * mutex, so nothing may touch it after that store. Re-run the top
+         * loop, which also catches a waiter that queued meanwhile. relaxed:
+         * s is reloaded there. */
+        weir__spin_unlock(&m->lock);
+        s = atomic_load_explicit(&m->state, memory_order_relaxed);
+        goto retry;
     }
     weir__spin_unlock(&m->lock);
     if (op) {

@@ -157,6 +157,8 @@ int weir_oneshot_recv_start(weir_sync_op *op, weir_oneshot *o, int64_t deadline)
 
 int weir_oneshot_recv(weir_oneshot *o, intptr_t *value, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     weir_sync_op op;
     int r = weir_oneshot_recv_start(&op, o, deadline);
     if (r < 0)

@@ -258,6 +258,8 @@ int weir_rwlock_write_start(weir_sync_op *op, weir_rwlock *rw, int64_t deadline)
 
 int weir_rwlock_read(weir_rwlock *rw, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     if (!rw)
         return -EINVAL;
     if (try_read_fast(rw))
@@ -269,6 +271,8 @@ int weir_rwlock_read(weir_rwlock *rw, int64_t deadline)
 
 int weir_rwlock_write(weir_rwlock *rw, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     if (!rw)
         return -EINVAL;
     if (try_write_fast(rw))

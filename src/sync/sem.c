@@ -175,6 +175,8 @@ int weir_sem_acquire_start(weir_sync_op *op, weir_sem *s, long n, int64_t deadli
 
 int weir_sem_acquire(weir_sem *s, long n, int64_t deadline)
 {
+    if (weir__stackless_caller())
+        return -EINVAL;
     if (!s || n <= 0 || n > SEM_MAX)
         return -EINVAL;
     if (try_fast(s, n))

@@ -186,6 +186,8 @@ int weir__mutex_lock_shielded(weir_mutex *m);
 /* The fiber form of a *_start call: start, then wait. */
 #define WEIR__SYNC_WAIT(start_call, sop)                                                           \
     do {                                                                                           \
+        if (weir__stackless_caller())                                                              \
+            return -EINVAL;                                                                        \
         int r_ = (start_call);                                                                     \
         if (r_ < 0)                                                                                \
             return r_;                                                                             \

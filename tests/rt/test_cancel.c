@@ -250,4 +250,43 @@ TEST(wake_is_idempotent)
     weir_loop_free(L);
 }
 
+/* A cancelled task that keeps yielding still lets the others run. */
+static int bystander_runs;
+static intptr_t stubborn_yielder(void *arg)
+{
+    (void)arg;
+    long n = 0;
+    while (bystander_runs < 10 && n < 10000000) {
+        CHECK_EQ(weir_task_yield(), -ECANCELED);
+        n++;
+    }
+    return bystander_runs;
+}
+
+static intptr_t bystander(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 10; i++) {
+        bystander_runs++;
+        weir_task_yield();
+    }
+    return 0;
+}
+
+TEST(cancelled_yield_still_yields)
+{
+    L = weir_loop_new(NULL);
+    bystander_runs = 0;
+    weir_spawn_opts o = {.loop = L};
+    weir_task *s = weir_task_spawn(stubborn_yielder, NULL, &o);
+    weir_task_cancel(s);
+    weir_task *b = weir_task_spawn(bystander, NULL, &o);
+    CHECK_EQ(weir_loop_run(L), 0);
+    intptr_t r = 0;
+    CHECK_EQ(weir_task_join(s, &r, WEIR_FOREVER), -ECANCELED);
+    CHECK_EQ(r, 10);
+    CHECK_EQ(weir_task_join(b, NULL, WEIR_FOREVER), 0);
+    weir_loop_free(L);
+}
+
 TEST_MAIN()

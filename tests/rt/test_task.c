@@ -246,13 +246,27 @@ TEST(join_from_foreign_thread)
     weir_loop_free(l);
 }
 
-/* A foreign joiner with a deadline gives up without consuming the handle. */
+/* A foreign joiner with a deadline gives up without consuming the handle;
+ * joining on the loop's own thread outside a task would wait for ever, and
+ * is refused. */
+static void *deadline_joiner(void *p)
+{
+    struct ext_join *j = p;
+    j->rc = weir_task_join(j->t, NULL, weir_time_after_ms(5));
+    return NULL;
+}
+
 TEST(foreign_join_deadline)
 {
     weir_loop *l = weir_loop_new(NULL);
     weir_spawn_opts o = {.loop = l};
     weir_task *t = weir_task_spawn(slow_value, (void *)1, &o);
-    CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(5)), -ETIMEDOUT);
+    CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(5)), -EDEADLK);
+    struct ext_join j = {.t = t};
+    pthread_t th;
+    pthread_create(&th, NULL, deadline_joiner, &j);
+    pthread_join(th, NULL); /* the loop is not running: the task cannot end */
+    CHECK_EQ(j.rc, -ETIMEDOUT);
     CHECK_EQ(weir_loop_run(l), 0);
     intptr_t r;
     CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);

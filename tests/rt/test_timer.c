@@ -284,4 +284,70 @@ TEST(one_million_timers)
     weir_loop_free(L);
 }
 
+/* Freeing an interval while a task waits on it: the waiter gets
+ * -ECANCELED and never touches the freed interval (ASan checks). */
+static weir_interval *doomed;
+static intptr_t doomed_waiter(void *arg)
+{
+    (void)arg;
+    return (intptr_t)weir_interval_next(doomed);
+}
+
+static intptr_t doomed_freer(void *arg)
+{
+    (void)arg;
+    weir_time_sleep(WEIR_MSEC);
+    weir_interval_free(doomed);
+    doomed = NULL;
+    return 0;
+}
+
+TEST(interval_freed_under_waiter)
+{
+    L = weir_loop_new(NULL);
+    doomed = weir_interval_new(WEIR_SEC);
+    weir_spawn_opts o = on_loop("iv");
+    weir_task *w = weir_task_spawn(doomed_waiter, NULL, &o);
+    weir_task_detach(weir_task_spawn(doomed_freer, NULL, &o));
+    CHECK_EQ(weir_loop_run(L), 0);
+    intptr_t r = 0;
+    CHECK_EQ(weir_task_join(w, &r, WEIR_FOREVER), 0);
+    CHECK_EQ(r, -ECANCELED);
+    weir_loop_free(L);
+}
+
+/* Huge periods saturate instead of overflowing into "due now". */
+static int huge_fired;
+static void huge_cb(void *arg)
+{
+    (void)arg;
+    huge_fired++;
+}
+
+static intptr_t huge_user(void *arg)
+{
+    (void)arg;
+    weir_interval *iv = weir_interval_new(WEIR_FOREVER);
+    CHECK(iv != NULL);
+    CHECK_EQ(weir_interval_next_start(iv, &(weir_op){0}), 0); /* armed far away */
+    weir_interval_free(iv);
+    weir_timer *t = weir_timer_start(0, WEIR_FOREVER, huge_cb, NULL);
+    weir_time_sleep(5 * WEIR_MSEC);
+    CHECK_EQ(huge_fired, 1); /* once, not in a busy loop */
+    weir_timer_cancel(t);
+    /* One left armed is freed with the loop. */
+    CHECK(weir_timer_start(WEIR_SEC, 0, huge_cb, NULL) != NULL);
+    return 0;
+}
+
+TEST(huge_periods_saturate)
+{
+    L = weir_loop_new(NULL);
+    weir_spawn_opts o = on_loop("huge");
+    weir_task *t = weir_task_spawn(huge_user, NULL, &o);
+    CHECK_EQ(weir_loop_run(L), 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    weir_loop_free(L);
+}
+
 TEST_MAIN()

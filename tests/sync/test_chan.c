@@ -1041,4 +1041,60 @@ TEST(select_exactly_one_case_cross_thread)
     selmix_run(WEIR_CHAN_UNBOUNDED, 2);
 }
 
+/* Review fixes: a select with a case ready takes it even past its deadline
+ * (as send/recv do); fiber-only calls refuse a stackless task up front
+ * instead of leaving an op queued on its stack. */
+static intptr_t select_ready_past_deadline(void *arg)
+{
+    (void)arg;
+    weir_chan *c = weir_chan_new(sizeof(int), 1);
+    int v = 5, got = 0;
+    CHECK_EQ(weir_chan_send(c, &v, WEIR_FOREVER), 0);
+    weir_select_case cs[] = {{.kind = WEIR_SELECT_RECV, .chan = c, .item = &got}};
+    CHECK_EQ(weir_select(cs, 1, weir_time_now() - 1), 0);
+    CHECK_EQ(got, 5);
+    CHECK_EQ(weir_select(cs, 1, weir_time_now() - 1), -ETIMEDOUT); /* nothing ready */
+    weir_chan_unref(c);
+    return 0;
+}
+
+TEST(select_ready_case_wins_over_past_deadline)
+{
+    CHECK_EQ(test_run_main(select_ready_past_deadline, NULL), 0);
+}
+
+struct sl_misuse {
+    weir_chan *c;
+    int rc;
+};
+
+static int sl_misuse_poll(void *p, intptr_t *out)
+{
+    struct sl_misuse *f = p;
+    int v = 0;
+    f->rc = weir_chan_recv(f->c, &v, WEIR_FOREVER); /* fiber form: refused */
+    *out = 0;
+    return WEIR_READY;
+}
+
+static intptr_t misuse_main(void *arg)
+{
+    (void)arg;
+    struct sl_misuse f = {.c = weir_chan_new(sizeof(int), 1)};
+    weir_task *t = weir_task_spawn_stackless(sl_misuse_poll, &f, NULL);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    CHECK_EQ(f.rc, -EINVAL);
+    int v = 9;
+    CHECK_EQ(weir_chan_send(f.c, &v, WEIR_FOREVER), 0); /* nothing stale queued */
+    CHECK_EQ(weir_chan_try_recv(f.c, &v), 0);
+    CHECK_EQ(v, 9);
+    weir_chan_unref(f.c);
+    return 0;
+}
+
+TEST(fiber_form_refuses_stackless_caller)
+{
+    CHECK_EQ(test_run_main(misuse_main, NULL), 0);
+}
+
 TEST_MAIN()
