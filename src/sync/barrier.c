@@ -118,8 +118,6 @@ int weir_barrier_wait_start(weir_sync_op *op, weir_barrier *b, int64_t deadline)
 
 int weir_barrier_wait(weir_barrier *b, int64_t deadline)
 {
-    if (weir__stackless_caller())
-        return -EINVAL;
     weir_task *t = weir__task_current();
     if (!t || t->kind != WEIR__TASK_FIBER)
         return -EINVAL;

@@ -108,8 +108,6 @@ int weir_notify_wait_start(weir_sync_op *op, weir_notify *n, int64_t deadline)
 
 int weir_notify_wait(weir_notify *n, int64_t deadline)
 {
-    if (weir__stackless_caller())
-        return -EINVAL;
     if (!in_fiber()) /* the op would outlive this frame in a stackless task */
         return -EINVAL;
     weir_sync_op op;

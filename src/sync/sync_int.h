@@ -183,15 +183,4 @@ static inline void weir__sync_ready(weir_sync_op *op, int64_t result)
  * code that must end holding the mutex (weir_notify_wait_unlock). */
 int weir__mutex_lock_shielded(weir_mutex *m);
 
-/* The fiber form of a *_start call: start, then wait. */
-#define WEIR__SYNC_WAIT(start_call, sop)                                                           \
-    do {                                                                                           \
-        if (weir__stackless_caller())                                                              \
-            return -EINVAL;                                                                        \
-        int r_ = (start_call);                                                                     \
-        if (r_ < 0)                                                                                \
-            return r_;                                                                             \
-        return (int)weir_op_wait(&(sop)->op);                                                      \
-    } while (0)
-
 #endif

@@ -115,8 +115,6 @@ int weir_waitgroup_wait_start(weir_sync_op *op, weir_waitgroup *wg, int64_t dead
 
 int weir_waitgroup_wait(weir_waitgroup *wg, int64_t deadline)
 {
-    if (weir__stackless_caller())
-        return -EINVAL;
     weir_task *t = weir__task_current();
     if (!t || t->kind != WEIR__TASK_FIBER)
         return -EINVAL;
