@@ -55,6 +55,7 @@ extern "C" {
 
 typedef struct weir_loop weir_loop;
 typedef struct weir_task weir_task;
+typedef struct weir_rt weir_rt;
 
 /* ---- time ---------------------------------------------------------------
  * Times are CLOCK_MONOTONIC nanoseconds. A deadline is an absolute time;
@@ -131,7 +132,15 @@ typedef int (*weir_poll_fn)(void *frame, intptr_t *result);
 typedef struct weir_spawn_opts {
     const char *name;  /* borrowed: must outlive the task; NULL = "task" */
     size_t stack_size; /* fibers: usable stack bytes, 0 = WEIR_STACK_DEFAULT */
-    weir_loop *loop;   /* NULL = the calling task's loop (required from outside) */
+    /* Where the task runs. `loop` names one loop (a standalone loop, or one
+     * scheduler thread of a runtime: weir_rt_loop()); `rt` a multi-threaded
+     * runtime, whose threads share the task. Neither: the caller's loop or
+     * runtime (required from outside the runtime). */
+    weir_loop *loop;
+    weir_rt *rt;
+    /* Pin the task to the thread it starts on (`loop`, or the caller's):
+     * it is then resumed only there, never stolen. */
+    int pin;
 } weir_spawn_opts;
 
 /*
@@ -318,6 +327,12 @@ typedef struct weir_loop_stats {
     uint64_t io_retries;     /* io_uring ops re-issued after -EAGAIN */
     uint64_t forced_submits; /* io_uring submissions forced by a full queue */
     uint64_t coop_yields;    /* tasks made to yield by the cooperative budget */
+    /* multi-threaded runtime only (0 on a standalone loop) */
+    uint64_t steals;       /* tasks this thread stole from others */
+    uint64_t injected;     /* tasks this thread took from the injection queue */
+    uint64_t lifo_polls;   /* polls of a task taken from the LIFO slot */
+    uint64_t inject_depth; /* tasks now in the runtime's injection queue */
+    uint64_t deque_len;    /* tasks now in this thread's stealable deque */
 } weir_loop_stats;
 int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st);
 
@@ -326,9 +341,37 @@ weir_loop *weir_loop_current(void);
 /* Name of the I/O backend in use: "uring" or "epoll". */
 const char *weir_loop_backend(const weir_loop *l);
 
-/* Create a loop, run entry(argc, argv) as a fiber named "main", cancel and
- * drain what is left when it returns, and return its exit code. */
+/* Start a multi-threaded runtime (WEIR_THREADS scheduler threads, default
+ * the online cores), run entry(argc, argv) as a fiber named "main" in it,
+ * cancel and drain what is left when it returns, and return its exit code. */
 int weir_main(int (*entry)(int argc, char **argv), int argc, char **argv);
+
+/* ---- the multi-threaded runtime ------------------------------------------------
+ * N scheduler threads, each with its own loop (I/O backend, timer wheel),
+ * sharing tasks by work stealing: a task spawned or woken by a scheduler
+ * thread goes to that thread's queue, and an idle thread steals from the
+ * others. A task suspended on I/O or on an operation with a deadline
+ * resumes on the thread that started the operation; a pinned task always
+ * runs on its thread. See docs/runtime.md ("Scheduler threads"). */
+typedef struct weir_rt_opts {
+    int threads;         /* 0 = $WEIR_THREADS, else the online cores (max 256) */
+    weir_loop_opts loop; /* options of every thread's loop */
+} weir_rt_opts;
+/* Start the threads. NULL with errno set on failure. */
+weir_rt *weir_rt_new(const weir_rt_opts *opts);
+int weir_rt_threads(const weir_rt *rt);
+/* Scheduler thread i's loop (0 <= i < threads): spawn onto it (with .pin
+ * to keep the task there) or read its statistics. */
+weir_loop *weir_rt_loop(weir_rt *rt, int i);
+/* The runtime of the calling scheduler thread, or NULL. */
+weir_rt *weir_rt_current(void);
+/* The calling scheduler thread's index in its runtime, or -1. */
+int weir_rt_thread_index(void);
+/* Tasks spawned and not yet ended, across all threads. */
+uint64_t weir_rt_tasks_alive(const weir_rt *rt);
+/* Cancel the tasks still alive, wait for them to end, stop the threads and
+ * free the runtime. From a thread outside the runtime. */
+void weir_rt_free(weir_rt *rt);
 
 /* Text for any error code weir returns (negative errno). */
 const char *weir_strerror(int err);

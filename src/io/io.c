@@ -125,6 +125,7 @@ int weir_io_close_start(weir_io_op *op, int fd)
         op->op.cancel_reason = WEIR__CANCEL_NONE;
         op->op.result = 0;
     }
+    weir__op_anchor(&op->op); /* refused ops were not anchored */
     op->op.flags |= WEIR__OP_UNCANCELLABLE;
     op->next = op->prev = op->parent = NULL;
     weir_loop *l = op->op.task->loop;

@@ -51,32 +51,46 @@ __attribute__((noinline)) weir_task *weir__task_current(void)
     return l ? l->current : NULL;
 }
 
-/* ---- live-task list ------------------------------------------------------------ */
+/* ---- live-task list ------------------------------------------------------------
+ * In a runtime a task may end on another thread than the one whose list
+ * holds it (t->home), so the lists are locked there. */
 void weir__loop_adopt(weir_loop *l, weir_task *t)
 {
     t->flags |= WEIR__TF_ADOPTED;
+    t->home = l->index;
+    if (l->rt)
+        weir__spin_lock(&l->all_lock);
     t->all_prev = NULL;
     t->all_next = l->all_head;
     if (l->all_head)
         l->all_head->all_prev = t;
     l->all_head = t;
-    l->ntasks++;
-    if (l->shutting_down)
+    __atomic_store_n(&l->ntasks, l->ntasks + 1, __ATOMIC_RELAXED); /* stats read it */
+    if (l->rt)
+        weir__spin_unlock(&l->all_lock);
+    if (l->shutting_down ||
+        (l->rt && atomic_load_explicit(&l->rt->shutting_down, memory_order_seq_cst)))
         atomic_store_explicit(&t->cancel_req, 1, memory_order_release);
 }
 
 void weir__loop_forget(weir_loop *l, weir_task *t)
 {
+    if (l->rt) {
+        l = l->rt->loops[t->home];
+        weir__spin_lock(&l->all_lock);
+    }
     if (t->all_prev)
         t->all_prev->all_next = t->all_next;
     else
         l->all_head = t->all_next;
     if (t->all_next)
         t->all_next->all_prev = t->all_prev;
-    l->ntasks--;
+    __atomic_store_n(&l->ntasks, l->ntasks - 1, __ATOMIC_RELAXED);
+    if (l->rt)
+        weir__spin_unlock(&l->all_lock);
 }
 
-static weir_task *taskq_pop(weir__taskq *q)
+weir_task *weir__taskq_pop(weir__taskq *q)
 {
     weir_task *t = q->head;
     if (t) {
@@ -100,7 +114,7 @@ static void drain_remote(weir_loop *l)
     atomic_store_explicit(&l->remote_pending, 0, memory_order_relaxed);
     pthread_mutex_unlock(&l->remote_lock);
     weir_task *t;
-    while ((t = taskq_pop(&q))) {
+    while ((t = weir__taskq_pop(&q))) {
         if (!(t->flags & WEIR__TF_ADOPTED)) {
             weir__loop_adopt(l, t);
             weir__trace(l, WEIR__EV_SPAWN, t, 1);
@@ -114,15 +128,6 @@ static void drain_remote(weir_loop *l)
 
 /* ---- the turn ------------------------------------------------------------------- */
 enum { UNTIL_NONE, UNTIL_NO_TASKS, UNTIL_TASK_DONE };
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static int task_is_done(weir_task *t)
 {
@@ -142,25 +147,55 @@ static int loop_turn(weir_loop *l, int64_t timeout_ns, int until, weir_task *tas
     return r;
 }
 
+int weir__loop_turn(weir_loop *l, int64_t timeout_ns)
+{
+    return loop_turn(l, timeout_ns, UNTIL_NONE, NULL);
+}
+
 static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_task *task)
 {
     int progress = 0;
     drain_remote(l);
     /* Tasks woken during the turn run in it too, up to the budget: two
      * tasks passing work back and forth then cost no syscall per hop, and
-     * the backend is still polled at least every WEIR__TURN_BUDGET polls. */
+     * the backend is still polled at least every WEIR__TURN_BUDGET polls.
+     * The tasks already queued when the turn began (I/O completions,
+     * yields, wakes from other threads) go first. In a runtime the oldest
+     * stealable task also gets a poll each turn, then the LIFO slot, the
+     * deque and the injection queue take over (sched.c); when all of them
+     * are empty the thread steals before it ends the turn. */
+    size_t first = l->runq.len;
+    weir_task *oldest = l->rt ? weir__sched_oldest(l) : NULL;
     for (int n = 0; n < WEIR__TURN_BUDGET; n++) {
-        weir_task *t = taskq_pop(&l->runq);
+        weir_task *t;
+        if (first) {
+            first--;
+            t = weir__taskq_pop(&l->runq);
+        } else if (oldest) {
+            t = oldest;
+            oldest = NULL;
+        } else if (l->rt) {
+            t = weir__sched_next(l);
+            if (!t && weir__sched_search(l))
+                t = weir__sched_next(l);
+        } else {
+            t = weir__taskq_pop(&l->runq);
+        }
         if (!t)
             break;
         weir__task_run(l, t);
         progress++;
     }
+    if (oldest) /* the budget ran out first */
+        weir__task_schedule_local(l, oldest);
     progress += (int)weir__timers_expire(l);
 
     int64_t to = timeout_ns;
     if (l->runq.len || (until == UNTIL_NO_TASKS && l->ntasks == 0) ||
-        (until == UNTIL_TASK_DONE && task_is_done(task)))
+        (until == UNTIL_TASK_DONE && task_is_done(task)) ||
+        (l->rt && (atomic_load_explicit(&l->lifo, memory_order_relaxed) ||
+                   weir__deque_len(&l->dq) > 0 ||
+                   atomic_load_explicit(&l->rt->stop, memory_order_acquire))))
         to = 0;
     if (to != 0) {
         int64_t next = weir__wheel_next(&l->wheel);
@@ -172,7 +207,22 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
                 to = d;
         }
     }
-    if (to != 0 && progress > 0 && l->spin_ns > 0 && l->be->pending(l) == 0) {
+    if (to != 0 && l->rt && l->rt->nthreads > 1 && progress > 0 && l->spin_ns > 0 &&
+        l->be->pending(l) == 0 && weir__sched_try_search(l)) {
+        /* Out of work after a busy turn: look for more elsewhere for a
+         * moment before sleeping (at most half of the threads do). */
+        int64_t until = weir_time_now() + (to > 0 && to < l->spin_ns ? to : l->spin_ns);
+        do {
+            if (atomic_load_explicit(&l->remote_pending, memory_order_acquire) ||
+                weir__sched_search(l)) {
+                to = 0;
+                break;
+            }
+            for (int i = 0; i < 32; i++)
+                weir__cpu_relax();
+        } while (weir_time_now() < until);
+        weir__sched_end_search(l);
+    } else if (to != 0 && progress > 0 && l->spin_ns > 0 && l->be->pending(l) == 0) {
         /* Busy a moment ago: spin briefly for a cross-thread wake before
          * paying for a sleep + eventfd wake-up (tens of microseconds on a
          * virtual machine). Only after a turn that did work, so an idle loop
@@ -181,11 +231,18 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
         int64_t until = weir_time_now() + (to > 0 && to < l->spin_ns ? to : l->spin_ns);
         while (!atomic_load_explicit(&l->remote_pending, memory_order_acquire) &&
                weir_time_now() < until)
-            cpu_relax();
+            weir__cpu_relax();
         if (atomic_load_explicit(&l->remote_pending, memory_order_acquire))
             to = 0;
     }
-    if (to != 0) {
+    int parked = 0;
+    if (to != 0 && l->rt) {
+        parked = 1;
+        if (weir__sched_park_enter(l))
+            l->parks++;
+        else
+            to = 0;
+    } else if (to != 0) {
         atomic_store_explicit(&l->sleeping, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&l->remote_pending, memory_order_seq_cst))
             to = 0;
@@ -194,7 +251,10 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
     }
     l->waits++;
     int c = l->be->wait(l, to);
-    atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
+    if (parked)
+        weir__sched_park_leave(l);
+    else
+        atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
     if (c < 0) {
         weir__log(WEIR__LOG_ERROR, "io", "%s backend wait failed: %s", l->be->name,
                   strerror(-c));
@@ -298,17 +358,23 @@ int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
 {
     if (!l || !st)
         return -EINVAL;
+    weir_loop *ml = (weir_loop *)l;
     *st = (weir_loop_stats){
         .polls = l->polls,
         .completions = l->completions,
         .waits = l->waits,
         .parks = l->parks,
         .remote_wakes = l->remote_wakes,
-        .tasks_alive = l->ntasks,
+        .tasks_alive = __atomic_load_n(&l->ntasks, __ATOMIC_RELAXED),
         .runq_len = l->runq.len,
         .io_retries = l->io_retries,
         .forced_submits = l->forced_submits,
         .coop_yields = l->coop_yields,
+        .steals = l->steals,
+        .injected = l->injected,
+        .lifo_polls = l->lifo_polls,
+        .inject_depth = l->rt ? atomic_load_explicit(&l->rt->inject_len, memory_order_relaxed) : 0,
+        .deque_len = l->rt ? weir__deque_len(&ml->dq) : 0,
     };
     return 0;
 }
@@ -327,8 +393,8 @@ static int loop_check_caller(weir_loop *l)
 {
     if (!l)
         return -EINVAL;
-    if (l != tl_loop || l->current || l->in_turn)
-        return -EPERM; /* wrong thread, or from inside a task or a timer callback */
+    if (l != tl_loop || l->current || l->in_turn || l->rt)
+        return -EPERM; /* wrong thread, inside a task or a timer callback, or a runtime's */
     return 0;
 }
 
@@ -385,6 +451,12 @@ void weir_loop_free(weir_loop *l)
         tl_loop = NULL;
         return;
     }
+    weir__loop_destroy(l);
+}
+
+/* Free a loop whose tasks have all ended (its own thread). */
+void weir__loop_destroy(weir_loop *l)
+{
     weir__timers_free_all(l);
     if (l->pool)
         weir__pool_free(l->pool);
@@ -399,6 +471,8 @@ void weir_loop_free(weir_loop *l)
     /* Ops of cancelled tasks have all been reaped; nothing is in the kernel. */
     l->be->fini(l);
     weir__task_cache_drain(l);
+    if (l->rt)
+        weir__sched_fini_loop(l);
     tl_loop = NULL;
     weir__stack_guard_thread_fini();
     weir__ctx_thread_fini(&l->sched_ctx);
@@ -427,30 +501,21 @@ static intptr_t main_fiber(void *p)
 
 int weir_main(int (*entry)(int argc, char **argv), int argc, char **argv)
 {
-    weir_loop *l = weir_loop_new(NULL);
-    if (!l) {
+    weir_rt *rt = weir_rt_new(NULL);
+    if (!rt) {
         weir__log(WEIR__LOG_ERROR, "rt", "cannot create the runtime: %s", strerror(errno));
         return 1;
     }
     struct main_args a = {entry, argc, argv};
-    weir_spawn_opts o = {.name = "main", .stack_size = 256 * 1024, .loop = l};
+    weir_spawn_opts o = {.name = "main", .stack_size = 256 * 1024, .rt = rt};
     weir_task *t = weir_task_spawn(main_fiber, &a, &o);
     if (!t) {
         weir__log(WEIR__LOG_ERROR, "rt", "cannot spawn main: %s", strerror(errno));
-        weir_loop_free(l);
+        weir_rt_free(rt);
         return 1;
     }
-    int failed = 0;
-    while (!task_is_done(t))
-        if (loop_turn(l, -1, UNTIL_TASK_DONE, t) < 0) {
-            failed = 1;
-            break;
-        }
     intptr_t rc = 1;
-    if (failed)
-        weir_task_detach(t);
-    else
-        weir_task_join(t, &rc, WEIR_FOREVER);
-    weir_loop_free(l);
+    weir_task_join(t, &rc, WEIR_FOREVER);
+    weir_rt_free(rt);
     return (int)rc;
 }

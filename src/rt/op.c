@@ -56,6 +56,8 @@ int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
          * ends only when its source completes it. */
         op->flags |= WEIR__OP_UNCANCELLABLE;
         op->timer.deadline = WEIR_FOREVER;
+        if (kind != WEIR__OP_JOIN && kind != WEIR__OP_CUSTOM)
+            weir__op_anchor(op);
         return 0;
     }
     int64_t td = weir__task_deadline(t);
@@ -76,7 +78,13 @@ int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
             return 1;
         }
         weir__timer_arm(l, &op->timer, deadline);
+        weir__op_anchor(op);
     }
+    /* Everything but joins and sync ops (completed from any thread,
+     * cancelled through thread-safe paths) holds a resource of this loop;
+     * see weir__op_anchor. */
+    if (kind != WEIR__OP_JOIN && kind != WEIR__OP_CUSTOM)
+        weir__op_anchor(op);
     return 0;
 }
 
@@ -148,6 +156,8 @@ static int64_t op_finish(weir_op *op)
         weir__timer_disarm(op->task->loop, &op->timer);
     if (op->kind == WEIR__OP_INTERVAL)
         weir__interval_detach(op);
+    if (weir__op_flags(op) & WEIR__OP_ANCHORED)
+        op->task->anchors--;
     int64_t r = op->result;
     if (op->cancel_reason && (r == -ECANCELED || r == -EINTR))
         r = op->cancel_reason == WEIR__CANCEL_DEADLINE ? -ETIMEDOUT : -ECANCELED;
@@ -182,7 +192,7 @@ static int op_check(weir_op *op, weir_task *t)
  */
 static int coop_spend(weir_task *t)
 {
-    weir_loop *l = t->loop;
+    weir_loop *l = t->loop; /* the running thread's (weir__task_run) */
     if (WEIR__LIKELY(--l->coop_budget > 0))
         return 0;
     l->coop_yields++;

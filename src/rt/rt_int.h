@@ -37,6 +37,7 @@
 
 #include "weir/rt.h"
 #include "rt/ctx.h"
+#include "rt/deque.h"
 #include "rt/stack.h"
 #include "rt/timer_wheel.h"
 
@@ -77,6 +78,7 @@ enum {
     WEIR__TF_STARTED = 2,     /* fiber context made */
     WEIR__TF_RETURNED = 4,    /* fiber function returned */
     WEIR__TF_CANCEL_SEEN = 8, /* ended with a cancel request pending */
+    WEIR__TF_PINNED = 16,     /* runs only on `loop` (weir_spawn_opts.pin) */
 };
 
 /*
@@ -100,6 +102,15 @@ struct weir_task {
     intptr_t result;
     _Atomic(weir_op *) joiner; /* NULL, a waiting join op, or WEIR__JOIN_DONE */
     weir__task_ext *ext;
+    /* Multi-threaded runtime. `anchors` counts the task's ops bound to the
+     * loop that started them (I/O, timers, deadlines: see op.c); while it is
+     * non-zero, or the task is PINNED, the task is queued only on `loop`.
+     * `home` is the index of the thread whose live list holds the task.
+     * Both are written by the thread running the task; a waker reads them
+     * only after its wake found the task IDLE, which orders the reads after
+     * the task's last park. */
+    uint32_t anchors;
+    uint32_t home;
     union {
         struct {
             weir_poll_fn poll;
@@ -133,6 +144,53 @@ static inline weir__fiber_task *weir__fiber_of(weir_task *t)
 static inline int64_t weir__task_deadline(const weir_task *t)
 {
     return t->ext ? t->ext->deadline : WEIR_FOREVER;
+}
+
+/* ---- spinlock ----------------------------------------------------------------
+ * For critical sections of a few dozen instructions; a futex mutex would
+ * double the cost of an uncontended channel operation. After a short spin
+ * the waiter yields its CPU, so a preempted holder (2 cores, many threads)
+ * gets to run. */
+#include <sched.h>
+typedef struct weir__spin {
+    _Atomic int v;
+} weir__spin;
+
+static inline void weir__spin_init(weir__spin *l)
+{
+    atomic_init(&l->v, 0);
+}
+
+static inline void weir__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void weir__spin_lock(weir__spin *l)
+{
+    for (;;) {
+        /* acquire: the critical section sees the previous holder's writes */
+        if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
+            return;
+        for (int i = 0; atomic_load_explicit(&l->v, memory_order_relaxed); i++) {
+            if (i >= 64) {
+                sched_yield();
+                i = 0;
+            } else {
+                weir__cpu_relax();
+            }
+        }
+    }
+}
+
+static inline void weir__spin_unlock(weir__spin *l)
+{
+    /* release: publishes the critical section to the next holder */
+    atomic_store_explicit(&l->v, 0, memory_order_release);
 }
 
 /* ---- loop ------------------------------------------------------------------ */
@@ -178,6 +236,18 @@ struct weir_loop {
     int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
     weir_loop_opts opts;
 
+    /* Multi-threaded runtime (sched.c); rt is NULL on a standalone loop. The
+     * live list (all_head, ntasks) is then shared with the other threads
+     * (a task ends where it last ran) and guarded by all_lock. */
+    struct weir_rt *rt;
+    uint32_t index;           /* this thread's index in rt */
+    weir__spin all_lock;
+    weir__deque dq;           /* stealable: spawned and woken tasks */
+    _Atomic(weir_task *) lifo; /* the most recently woken task (sched.c) */
+    uint64_t rng;             /* victim choice */
+    int lifo_streak;          /* LIFO polls in a row */
+    uint64_t steals, injected, lifo_polls;
+
     /* Published for the blocking watchdog (watchdog.c), written by the loop
      * thread only: poll_seq counts task polls, running_name is the name of
      * the task being polled (NULL between polls). Relaxed: the watchdog
@@ -210,6 +280,7 @@ enum {
     WEIR__OP_REMOTE = 1u << 4,      /* may complete on another thread */
     WEIR__OP_UNCANCELLABLE = 1u << 5,
     WEIR__OP_PART = 1u << 6, /* a wait-any part: done() reports to the parent */
+    WEIR__OP_ANCHORED = 1u << 7, /* counted in task->anchors until finished */
 };
 
 enum {
@@ -250,6 +321,18 @@ static inline uint32_t weir__op_flags(const weir_op *op)
     return __atomic_load_n(&op->flags, __ATOMIC_ACQUIRE);
 }
 
+/* Bind the op's task to the current loop until the op is finished: the op
+ * holds something of this loop (an in-flight I/O request on its ring, a
+ * timer on its wheel, a job of its blocking pool) that only this thread may
+ * touch, so the task must be resumed here (sched.c). The task's thread. */
+static inline void weir__op_anchor(weir_op *op)
+{
+    if (!(__atomic_load_n(&op->flags, __ATOMIC_RELAXED) & WEIR__OP_ANCHORED)) {
+        __atomic_fetch_or(&op->flags, WEIR__OP_ANCHORED, __ATOMIC_RELAXED);
+        op->task->anchors++;
+    }
+}
+
 /* The effective deadline an op began with (its own or its task's). */
 static inline int64_t weir__op_deadline(const weir_op *op)
 {
@@ -271,6 +354,65 @@ static inline struct weir_io_op *weir__io_of(weir_op *op)
 /* Op results a task may take in one poll before it must yield (as Tokio's
  * coop budget). */
 #define WEIR__COOP_BUDGET 128
+
+/* ---- the multi-threaded runtime (sched.c) ----------------------------------- */
+#define WEIR__RT_MAX_THREADS 256
+
+struct weir_rt {
+    int nthreads;
+    weir_loop **loops; /* nthreads, each set by its thread before startup ends */
+    pthread_t *threads;
+    /* Injection queue: spawns and wakes from outside the runtime. */
+    pthread_mutex_t inject_lock;
+    weir__taskq inject;
+    _Atomic size_t inject_len;
+    /* Parking (see sched.c): threads about to sleep or asleep, threads
+     * searching for work, and a wake-up in flight. */
+    _Atomic int nidle;
+    _Atomic int nsearching;
+    _Atomic int notify_pending;
+    _Atomic uint32_t ntasks; /* alive; futex word for weir_rt_free */
+    _Atomic int shutting_down;
+    _Atomic int stop;
+    int use_lifo; /* WEIR_LIFO (default 1) */
+    weir_rt_opts opts;
+    /* startup */
+    pthread_mutex_t start_lock;
+    pthread_cond_t start_cond;
+    int started, start_err;
+};
+
+/* Queue a runnable (IDLE|NOTIFIED) task. `woken`: by a wake, not a spawn
+ * (decides the LIFO slot and the trace event). */
+void weir__sched_enqueue(weir_task *t, int woken);
+/* Inside a turn: the next task this thread should run, or NULL. */
+weir_task *weir__sched_next(weir_loop *l);
+/* The oldest task of l's own deque when it holds several (fairness), or NULL. */
+weir_task *weir__sched_oldest(weir_loop *l);
+/* Become one of the searching threads (at most half): 1, or 0 if too many. */
+int weir__sched_try_search(weir_loop *l);
+void weir__sched_end_search(weir_loop *l);
+/* Idle: look for work elsewhere (injection queue, other threads' deques).
+ * A task found is queued locally; returns 1 then. */
+int weir__sched_search(weir_loop *l);
+/* Park protocol around a blocking backend wait: enter returns 0 when work
+ * showed up meanwhile (do not block), 1 otherwise; leave always follows. */
+int weir__sched_park_enter(weir_loop *l);
+void weir__sched_park_leave(weir_loop *l);
+/* A task of the runtime ended. */
+void weir__sched_task_ended(struct weir_rt *rt);
+void weir__sched_fini_loop(weir_loop *l);
+
+/* One turn of a runtime thread's loop (loop.c), and its teardown once the
+ * runtime has stopped. */
+int weir__loop_turn(weir_loop *l, int64_t timeout_ns);
+void weir__loop_destroy(weir_loop *l);
+/* Wake a loop blocked in its backend (any thread). */
+void weir__loop_unpark(weir_loop *l);
+/* Queue t on loop l from another thread (remote queue). */
+void weir__loop_push_remote(weir_loop *l, weir_task *t);
+weir_task *weir__taskq_pop(weir__taskq *q);
+void weir__taskq_push(weir__taskq *q, weir_task *t);
 
 /* ---- runtime internals shared across files --------------------------------- */
 weir_loop *weir__loop_current(void);

@@ -143,14 +143,14 @@ static size_t task_size(int kind)
     return kind == WEIR__TASK_FIBER ? sizeof(weir__fiber_task) : sizeof(weir_task);
 }
 
-/* A freed task goes back to its loop's cache when freed on that loop's
- * thread (the cache is not locked), otherwise to free(). */
+/* A freed task goes to the calling thread's loop's cache (the cache is not
+ * locked: only its own thread touches it), or to free() outside a loop. */
 static void task_free(weir_task *t)
 {
     free(t->ext);
     weir_loop *l = weir__loop_current();
     int k = t->kind == WEIR__TASK_FIBER;
-    if (l && l == t->loop && l->ncached[k] < TASK_CACHE_MAX) {
+    if (l && l->ncached[k] < TASK_CACHE_MAX) {
         t->next = l->cache[k];
         l->cache[k] = t;
         l->ncached[k]++;
@@ -179,7 +179,7 @@ void weir_task_unref(weir_task *t)
         task_free(t);
 }
 
-static void taskq_push(weir__taskq *q, weir_task *t)
+void weir__taskq_push(weir__taskq *q, weir_task *t)
 {
     t->next = NULL;
     if (q->tail)
@@ -192,24 +192,32 @@ static void taskq_push(weir__taskq *q, weir_task *t)
 
 void weir__task_schedule_local(weir_loop *l, weir_task *t)
 {
-    taskq_push(&l->runq, t);
+    weir__taskq_push(&l->runq, t);
 }
 
 /* Another thread's wake: queue under the lock, then make sure the loop is not
  * asleep in its backend. The seq_cst store of remote_pending and load of
  * sleeping pair with the loop's seq_cst store of sleeping and load of
  * remote_pending (loop.c): at least one side sees the other. */
-static void loop_wake_remote(weir_loop *l, weir_task *t)
+void weir__loop_push_remote(weir_loop *l, weir_task *t)
 {
     /* Everything under the lock, the eventfd write included: once the task
      * is queued its loop may run it to the end and be freed, and
      * weir_loop_free takes this lock first, so it waits for us. */
     pthread_mutex_lock(&l->remote_lock);
     if (t)
-        taskq_push(&l->remote, t);
+        weir__taskq_push(&l->remote, t);
     atomic_store_explicit(&l->remote_pending, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&l->sleeping, memory_order_seq_cst) &&
-        !atomic_exchange_explicit(&l->wake_sent, 1, memory_order_acq_rel)) {
+    if (atomic_load_explicit(&l->sleeping, memory_order_seq_cst))
+        weir__loop_unpark(l);
+    pthread_mutex_unlock(&l->remote_lock);
+}
+
+/* One eventfd write per sleep (the backend clears wake_sent when it drains
+ * the eventfd). */
+void weir__loop_unpark(weir_loop *l)
+{
+    if (!atomic_exchange_explicit(&l->wake_sent, 1, memory_order_acq_rel)) {
         uint64_t one = 1;
         ssize_t r;
         do
@@ -217,14 +225,13 @@ static void loop_wake_remote(weir_loop *l, weir_task *t)
         while (r < 0 && errno == EINTR);
         /* EAGAIN means the counter is saturated: the loop will wake anyway. */
     }
-    pthread_mutex_unlock(&l->remote_lock);
 }
 
 int weir_loop_wake(weir_loop *l)
 {
     if (!l)
         return -EINVAL;
-    loop_wake_remote(l, NULL);
+    weir__loop_push_remote(l, NULL);
     return 0;
 }
 
@@ -239,13 +246,7 @@ void weir_task_wake(weir_task *t)
     uint32_t prev = atomic_fetch_or_explicit(&t->state, WEIR__T_NOTIFIED, memory_order_acq_rel);
     if (prev != WEIR__T_IDLE)
         return; /* already queued, running (will re-run) or done */
-    weir_loop *l = t->loop;
-    if (l == weir__loop_current()) {
-        weir__trace(l, WEIR__EV_WAKE, t, 0);
-        weir__task_schedule_local(l, t);
-    } else {
-        loop_wake_remote(l, t); /* traced when the loop drains it */
-    }
+    weir__sched_enqueue(t, 1);
 }
 
 void weir_task_wake_self(void)
@@ -258,7 +259,13 @@ void weir_task_wake_self(void)
 /* ---- spawn ------------------------------------------------------------------- */
 static weir_task *task_new(const weir_spawn_opts *opts, int kind)
 {
-    weir_loop *l = opts && opts->loop ? opts->loop : weir__loop_current();
+    weir_loop *cur = weir__loop_current();
+    weir_loop *l = opts && opts->loop ? opts->loop : cur;
+    if (opts && opts->rt && !opts->loop) {
+        /* Any thread of the runtime: the caller's if it is one. */
+        if (!cur || cur->rt != opts->rt)
+            l = opts->rt->loops[0];
+    }
     if (!l) {
         errno = EINVAL;
         return NULL;
@@ -279,6 +286,8 @@ static weir_task *task_new(const weir_spawn_opts *opts, int kind)
     atomic_init(&t->joiner, NULL);
     t->kind = (uint8_t)kind;
     t->loop = l;
+    if (opts && opts->pin)
+        t->flags |= WEIR__TF_PINNED;
     t->name = opts && opts->name ? opts->name : "task";
     return t;
 }
@@ -289,12 +298,19 @@ static void task_start(weir_task *t)
 {
     weir_loop *l = t->loop;
     atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
-    if (l == weir__loop_current()) {
-        weir__loop_adopt(l, t);
-        weir__trace(l, WEIR__EV_SPAWN, t, 0);
-        weir__task_schedule_local(l, t);
+    if (l->rt)
+        atomic_fetch_add_explicit(&l->rt->ntasks, 1, memory_order_relaxed);
+    weir_loop *cur = weir__loop_current();
+    if (cur && (cur == l || (l->rt && cur->rt == l->rt && !(t->flags & WEIR__TF_PINNED)))) {
+        /* From a thread of the same runtime: its live list, its queues. */
+        t->loop = cur;
+        weir__loop_adopt(cur, t);
+        weir__trace(cur, WEIR__EV_SPAWN, t, 0);
+        weir__sched_enqueue(t, 0);
+    } else if (l->rt && !(t->flags & WEIR__TF_PINNED)) {
+        weir__sched_enqueue(t, 0); /* the injection queue; adopted when taken */
     } else {
-        loop_wake_remote(l, t);
+        weir__loop_push_remote(l, t);
     }
 }
 
@@ -410,6 +426,7 @@ static void futex_wake_all(_Atomic uint32_t *addr)
 static void task_finish(weir_loop *l, weir_task *t)
 {
     weir__loop_forget(l, t);
+    weir_rt *rt = l->rt;
     if (atomic_load_explicit(&t->cancel_req, memory_order_acquire))
         t->flags |= WEIR__TF_CANCEL_SEEN;
     /* seq_cst store of DONE, then seq_cst load of foreign_join; a foreign
@@ -424,6 +441,8 @@ static void task_finish(weir_loop *l, weir_task *t)
         futex_wake_all(&t->done_seq);
     }
     weir_task_unref(t); /* the scheduler's reference */
+    if (rt)
+        weir__sched_task_ended(rt);
 }
 
 /* Poll one task taken from the run queue. */
@@ -431,6 +450,10 @@ void weir__task_run(weir_loop *l, weir_task *t)
 {
     /* acq_rel exchange: clears NOTIFIED and reads every waker's release. */
     atomic_exchange_explicit(&t->state, WEIR__T_RUNNING, memory_order_acq_rel);
+    /* The task now belongs to this thread (it may have been stolen). Relaxed
+     * atomic: diagnostics read it without synchronising. */
+    if (t->loop != l)
+        __atomic_store_n(&t->loop, l, __ATOMIC_RELAXED);
     l->current = t;
     l->polls++;
     l->coop_budget = WEIR__COOP_BUDGET;
@@ -489,6 +512,8 @@ void weir__task_run(weir_loop *l, weir_task *t)
     uint32_t expect = WEIR__T_RUNNING;
     if (!atomic_compare_exchange_strong_explicit(&t->state, &expect, WEIR__T_IDLE,
                                                  memory_order_acq_rel, memory_order_acquire)) {
+        /* Woken while it ran (or it yielded): the back of this thread's
+         * FIFO, so that a yield lets everything queued here run first. */
         atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
         weir__task_schedule_local(l, t);
     }
@@ -550,7 +575,7 @@ int weir_task_cancel(weir_task *h)
      * the wake below re-runs it. */
     atomic_store_explicit(&h->cancel_req, 1, memory_order_release);
     weir_loop *l = weir__loop_current();
-    if (l && l == h->loop)
+    if (l)
         weir__trace(l, WEIR__EV_CANCEL, h, 0);
     weir_task_wake(h);
     return 0;
@@ -638,7 +663,7 @@ int weir_task_join(weir_task *h, intptr_t *result, int64_t deadline)
     weir_task *self = weir__task_current();
     if (!self) {
         /* Blocking the very thread that must run the task would never end. */
-        if (h->loop == weir__loop_current() &&
+        if (__atomic_load_n(&h->loop, __ATOMIC_RELAXED) == weir__loop_current() &&
             (atomic_load_explicit(&h->state, memory_order_acquire) & WEIR__T_STATE_MASK) !=
                 WEIR__T_DONE)
             return -EDEADLK;

@@ -669,6 +669,7 @@ int weir_select_start(weir_sync_op *op, weir_sync_op *parts, weir_select_case *c
         weir_loop *l = op->op.task->loop;
         weir__timer_disarm(l, &op->op.timer);
         weir__timer_arm(l, &op->op.timer, cases[tidx].at);
+        weir__op_anchor(&op->op); /* the timer is on this loop's wheel */
     }
     return 0;
 }

@@ -35,47 +35,6 @@
 #include "rt/rt_int.h"
 #include "weir/sync.h"
 
-/* ---- spinlock ---------------------------------------------------------------
- * Critical sections here are a few dozen instructions; a futex mutex would
- * double the cost of an uncontended channel operation. After a short spin
- * the waiter yields its CPU, so a preempted holder (2 cores, many threads)
- * gets to run. */
-typedef struct weir__spin {
-    _Atomic int v;
-} weir__spin;
-
-static inline void weir__spin_init(weir__spin *l)
-{
-    atomic_init(&l->v, 0);
-}
-
-static inline void weir__spin_lock(weir__spin *l)
-{
-    for (;;) {
-        /* acquire: the critical section sees the previous holder's writes */
-        if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
-            return;
-        for (int i = 0; atomic_load_explicit(&l->v, memory_order_relaxed); i++) {
-            if (i >= 64) {
-                sched_yield();
-                i = 0;
-            } else {
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#elif defined(__aarch64__)
-                __asm__ __volatile__("yield");
-#endif
-            }
-        }
-    }
-}
-
-static inline void weir__spin_unlock(weir__spin *l)
-{
-    /* release: publishes the critical section to the next holder */
-    atomic_store_explicit(&l->v, 0, memory_order_release);
-}
-
 /* ---- wait queue -------------------------------------------------------------- */
 typedef struct weir__waitq {
     weir_sync_op *head, *tail;

@@ -1,0 +1,576 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sched.c - the multi-threaded runtime: N scheduler threads sharing tasks by
+ * work stealing.
+ *
+ * Each thread runs an ordinary loop (loop.c: backend, timer wheel, turn);
+ * this file adds what the threads share:
+ *
+ *   queues     per thread: a private FIFO run queue (loop.c's runq), a
+ *              Chase-Lev deque (deque.c; the owner pushes and pops the
+ *              bottom, thieves take the top), and a LIFO slot holding the
+ *              task most recently woken by a running task (it runs next,
+ *              while what it was sent is hot in cache). Shared: an
+ *              injection queue for spawns and wakes from outside the
+ *              runtime.
+ *   routing    weir__sched_enqueue(): a pinned task, or one with an op
+ *              still bound to the loop that started it (t->anchors: I/O,
+ *              timers, deadlines), goes to its own loop's run queue (via the
+ *              remote queue from another thread). Any other task goes to the
+ *              waking thread's LIFO slot or deque, or, from outside the
+ *              runtime, to the injection queue. So an in-flight io_uring
+ *              request is always cancelled on the ring that owns it and a
+ *              deadline timer is always disarmed on the wheel that holds
+ *              it, without locks on either.
+ *   stealing   a thread out of work takes a batch from the injection queue
+ *              or steals up to half of a random victim's deque.
+ *   parking    an idle thread sleeps in its backend; see below.
+ *
+ * Parking never loses a wake-up. A thread about to sleep increments
+ * rt->nidle and sets its `sleeping` flag (seq_cst), then looks once more at
+ * every queue. A thread that makes work stealable (push to a deque or to
+ * the injection queue) issues a seq_cst fence and then reads nidle and
+ * nsearching: if someone is idle and nobody is searching, it wakes one
+ * sleeper (eventfd) unless a wake-up is already in flight
+ * (notify_pending). In the single total order of seq_cst operations either
+ * the sleeper's re-check comes after the push (and sees it) or the
+ * pusher's read comes after the sleeper's increment (and wakes someone). A
+ * thread woken that way clears notify_pending before it searches, and wakes
+ * the next sleeper when it finds more work than it took, so wake-ups chain
+ * instead of stampeding.
+ *
+ * Searching: after a busy turn a thread spins for up to WEIR_SPIN_US
+ * looking for work before it sleeps, but at most half of the threads
+ * search at once (nsearching), so an idle runtime does not burn every core.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt/rt_int.h"
+
+#define DEQUE_CAPACITY   512
+#define INJECT_BATCH_MAX 64
+#define STEAL_BATCH_MAX  32
+#define LIFO_STREAK_MAX  3 /* LIFO polls in a row before the others get a turn */
+
+/* ---- small helpers ----------------------------------------------------------- */
+static uint64_t rng_next(weir_loop *l)
+{
+    /* xorshift64* */
+    uint64_t x = l->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    l->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* ---- notify / park --------------------------------------------------------------- */
+/* Work became stealable: wake one sleeping thread if none is looking. */
+static void notify(weir_rt *rt)
+{
+    /* seq_cst fence: orders the caller's push before the loads below (see
+     * the header comment). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rt->nidle, memory_order_seq_cst) == 0)
+        return;
+    if (atomic_load_explicit(&rt->nsearching, memory_order_seq_cst) != 0)
+        return;
+    if (atomic_exchange_explicit(&rt->notify_pending, 1, memory_order_seq_cst))
+        return; /* a woken thread is on its way */
+    weir_loop *self = weir__loop_current();
+    int n = rt->nthreads;
+    int start = self && self->rt == rt ? (int)(rng_next(self) % (uint64_t)n) : 0;
+    for (int i = 0; i < n; i++) {
+        weir_loop *w = rt->loops[(start + i) % n];
+        if (w != self && atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
+            weir__loop_unpark(w);
+            return;
+        }
+    }
+    /* The idle thread has not reached its `sleeping` store yet; its
+     * re-check after that store will see our push. */
+    atomic_store_explicit(&rt->notify_pending, 0, memory_order_seq_cst);
+}
+
+static int others_have_work(weir_loop *l)
+{
+    weir_rt *rt = l->rt;
+    if (atomic_load_explicit(&rt->inject_len, memory_order_seq_cst))
+        return 1;
+    for (int i = 0; i < rt->nthreads; i++) {
+        weir_loop *v = rt->loops[i];
+        if (v != l && weir__deque_len(&v->dq) > 0)
+            return 1;
+    }
+    return 0;
+}
+
+int weir__sched_park_enter(weir_loop *l)
+{
+    weir_rt *rt = l->rt;
+    atomic_fetch_add_explicit(&rt->nidle, 1, memory_order_seq_cst);
+    atomic_store_explicit(&l->sleeping, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&l->remote_pending, memory_order_seq_cst) || others_have_work(l) ||
+        atomic_load_explicit(&rt->stop, memory_order_seq_cst))
+        return 0;
+    return 1;
+}
+
+void weir__sched_park_leave(weir_loop *l)
+{
+    weir_rt *rt = l->rt;
+    atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&rt->nidle, 1, memory_order_seq_cst);
+    /* Possibly the thread a notify() woke: let the next notify through, then
+     * look for the work it announced. */
+    if (atomic_load_explicit(&rt->notify_pending, memory_order_relaxed)) {
+        atomic_store_explicit(&rt->notify_pending, 0, memory_order_seq_cst);
+        weir__sched_search(l);
+    }
+}
+
+/* ---- queues ----------------------------------------------------------------------- */
+static void inject_push(weir_rt *rt, weir_task *t)
+{
+    pthread_mutex_lock(&rt->inject_lock);
+    weir__taskq_push(&rt->inject, t);
+    atomic_store_explicit(&rt->inject_len, rt->inject.len, memory_order_relaxed);
+    pthread_mutex_unlock(&rt->inject_lock);
+    notify(rt);
+}
+
+/* The deque is full: move its older half to the injection queue, where the
+ * other threads will find it. */
+static void deque_overflow(weir_loop *l, weir_task *t)
+{
+    weir_rt *rt = l->rt;
+    weir__taskq q = {0};
+    size_t half = DEQUE_CAPACITY / 2;
+    for (size_t i = 0; i < half; i++) {
+        void *x = weir__deque_steal(&l->dq);
+        if (x == WEIR__DEQUE_EMPTY)
+            break;
+        if (x != WEIR__DEQUE_ABORT)
+            weir__taskq_push(&q, x);
+    }
+    weir__taskq_push(&q, t);
+    pthread_mutex_lock(&rt->inject_lock);
+    if (rt->inject.tail)
+        rt->inject.tail->next = q.head;
+    else
+        rt->inject.head = q.head;
+    rt->inject.tail = q.tail;
+    rt->inject.len += q.len;
+    atomic_store_explicit(&rt->inject_len, rt->inject.len, memory_order_relaxed);
+    pthread_mutex_unlock(&rt->inject_lock);
+}
+
+/* Make t stealable on l's deque (l is the calling thread's loop). */
+static void push_deque(weir_loop *l, weir_task *t)
+{
+    if (WEIR__UNLIKELY(weir__deque_push(&l->dq, t) < 0))
+        deque_overflow(l, t);
+    notify(l->rt);
+}
+
+void weir__sched_enqueue(weir_task *t, int woken)
+{
+    weir_loop *cur = weir__loop_current();
+    weir_loop *l = t->loop;
+    weir_rt *rt = l->rt;
+    if (!rt || t->anchors || (t->flags & WEIR__TF_PINNED)) {
+        if (l == cur) {
+            if (woken)
+                weir__trace(l, WEIR__EV_WAKE, t, 0);
+            weir__task_schedule_local(l, t);
+        } else {
+            weir__loop_push_remote(l, t); /* traced when the loop drains it */
+        }
+        return;
+    }
+    if (!cur || cur->rt != rt) {
+        inject_push(rt, t);
+        return;
+    }
+    if (woken)
+        weir__trace(cur, WEIR__EV_WAKE, t, 0);
+    if (woken && cur->current && rt->use_lifo) {
+        /* A running task woke it (it sent a message, released a lock): run
+         * it next. The task it displaces becomes stealable. */
+        weir_task *old = atomic_load_explicit(&cur->lifo, memory_order_relaxed);
+        atomic_store_explicit(&cur->lifo, t, memory_order_relaxed);
+        if (!old)
+            return;
+        t = old;
+    }
+    push_deque(cur, t);
+}
+
+static void adopt_if_new(weir_loop *l, weir_task *t)
+{
+    if (!(t->flags & WEIR__TF_ADOPTED)) {
+        weir__loop_adopt(l, t);
+        weir__trace(l, WEIR__EV_SPAWN, t, 1);
+    }
+}
+
+/* Take a share of the injection queue: the first task is returned, the
+ * rest go to l's deque. */
+static weir_task *take_inject(weir_loop *l)
+{
+    weir_rt *rt = l->rt;
+    if (!atomic_load_explicit(&rt->inject_len, memory_order_acquire))
+        return NULL;
+    weir__taskq q = {0};
+    pthread_mutex_lock(&rt->inject_lock);
+    size_t n = rt->inject.len / (size_t)rt->nthreads + 1;
+    if (n > INJECT_BATCH_MAX)
+        n = INJECT_BATCH_MAX;
+    for (size_t i = 0; i < n && rt->inject.head; i++)
+        weir__taskq_push(&q, weir__taskq_pop(&rt->inject));
+    atomic_store_explicit(&rt->inject_len, rt->inject.len, memory_order_relaxed);
+    pthread_mutex_unlock(&rt->inject_lock);
+    weir_task *first = weir__taskq_pop(&q), *t;
+    if (!first)
+        return NULL;
+    l->injected += q.len + 1;
+    adopt_if_new(l, first);
+    int pushed = 0;
+    while ((t = weir__taskq_pop(&q))) {
+        adopt_if_new(l, t);
+        if (weir__deque_push(&l->dq, t) < 0)
+            weir__task_schedule_local(l, t);
+        else
+            pushed = 1;
+    }
+    if (pushed)
+        notify(rt);
+    return first;
+}
+
+/* Steal from v: one task returned, up to half of the rest moved to l. */
+static weir_task *steal_from(weir_loop *l, weir_loop *v)
+{
+    void *x;
+    int tries = 0;
+    do
+        x = weir__deque_steal(&v->dq);
+    while (x == WEIR__DEQUE_ABORT && ++tries < 8);
+    if (x == WEIR__DEQUE_EMPTY || x == WEIR__DEQUE_ABORT)
+        return NULL;
+    size_t more = weir__deque_len(&v->dq) / 2;
+    if (more > STEAL_BATCH_MAX)
+        more = STEAL_BATCH_MAX;
+    size_t got = 1;
+    for (size_t i = 0; i < more; i++) {
+        void *y = weir__deque_steal(&v->dq);
+        if (y == WEIR__DEQUE_EMPTY || y == WEIR__DEQUE_ABORT)
+            break;
+        if (weir__deque_push(&l->dq, y) < 0)
+            weir__task_schedule_local(l, y);
+        got++;
+    }
+    l->steals += got;
+    weir__trace(l, WEIR__EV_STEAL, x, v->index);
+    return x;
+}
+
+weir_task *weir__sched_next(weir_loop *l)
+{
+    weir_task *t = atomic_load_explicit(&l->lifo, memory_order_relaxed);
+    if (t) {
+        atomic_store_explicit(&l->lifo, NULL, memory_order_relaxed);
+        if (++l->lifo_streak <= LIFO_STREAK_MAX) {
+            l->lifo_polls++;
+            return t;
+        }
+        /* Two tasks bouncing work through the slot would starve the rest:
+         * send this one to the back of the line. */
+        weir__task_schedule_local(l, t);
+    }
+    l->lifo_streak = 0;
+    void *x = weir__deque_pop(&l->dq);
+    if (x != WEIR__DEQUE_EMPTY)
+        return x;
+    if ((t = weir__taskq_pop(&l->runq)))
+        return t;
+    return take_inject(l);
+}
+
+weir_task *weir__sched_oldest(weir_loop *l)
+{
+    /* The owner takes its own deque's top: the oldest stealable task runs at
+     * least once per turn however busy the LIFO end is. */
+    if (weir__deque_len(&l->dq) < 2)
+        return NULL;
+    void *x = weir__deque_steal(&l->dq);
+    return x == WEIR__DEQUE_EMPTY || x == WEIR__DEQUE_ABORT ? NULL : x;
+}
+
+int weir__sched_search(weir_loop *l)
+{
+    weir_rt *rt = l->rt;
+    weir_task *t = take_inject(l);
+    if (!t && rt->nthreads > 1) {
+        int n = rt->nthreads;
+        int start = (int)(rng_next(l) % (uint64_t)n);
+        for (int i = 0; i < n && !t; i++) {
+            weir_loop *v = rt->loops[(start + i) % n];
+            if (v != l)
+                t = steal_from(l, v);
+        }
+    }
+    if (!t)
+        return 0;
+    weir__task_schedule_local(l, t);
+    /* More out there than we took: pass the word on. */
+    if (weir__deque_len(&l->dq) > 0 || atomic_load_explicit(&rt->inject_len, memory_order_relaxed))
+        notify(rt);
+    return 1;
+}
+
+int weir__sched_try_search(weir_loop *l)
+{
+    weir_rt *rt = l->rt;
+    int n = atomic_load_explicit(&rt->nsearching, memory_order_relaxed);
+    /* At most half of the threads search at once. */
+    while (2 * (n + 1) <= rt->nthreads) {
+        if (atomic_compare_exchange_weak_explicit(&rt->nsearching, &n, n + 1,
+                                                  memory_order_seq_cst, memory_order_relaxed))
+            return 1;
+    }
+    return 0;
+}
+
+void weir__sched_end_search(weir_loop *l)
+{
+    atomic_fetch_sub_explicit(&l->rt->nsearching, 1, memory_order_seq_cst);
+}
+
+void weir__sched_task_ended(weir_rt *rt)
+{
+    if (atomic_fetch_sub_explicit(&rt->ntasks, 1, memory_order_acq_rel) == 1)
+        futex_wake_all(&rt->ntasks);
+}
+
+/* ---- threads ------------------------------------------------------------------------ */
+struct worker_arg {
+    weir_rt *rt;
+    int index;
+};
+
+static void *worker_main(void *p)
+{
+    struct worker_arg *a = p;
+    weir_rt *rt = a->rt;
+    int idx = a->index;
+    free(a);
+    weir_loop *l = weir_loop_new(&rt->opts.loop);
+    int err = l ? 0 : errno;
+    if (l && weir__deque_init(&l->dq, DEQUE_CAPACITY) < 0) {
+        err = ENOMEM;
+        weir_loop_free(l);
+        l = NULL;
+    }
+    if (l) {
+        l->rt = rt;
+        l->index = (uint32_t)idx;
+        l->rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(idx + 1);
+        rt->loops[idx] = l;
+    }
+    pthread_mutex_lock(&rt->start_lock);
+    if (!l && !rt->start_err)
+        rt->start_err = err ? err : EINVAL;
+    rt->started++;
+    pthread_cond_broadcast(&rt->start_cond);
+    /* Wait until every thread is up (or one failed): the others' loops are
+     * read from rt->loops from now on. */
+    while (rt->started < rt->nthreads && !rt->start_err)
+        pthread_cond_wait(&rt->start_cond, &rt->start_lock);
+    pthread_mutex_unlock(&rt->start_lock);
+    if (!l)
+        return NULL;
+    while (!atomic_load_explicit(&rt->stop, memory_order_acquire))
+        if (weir__loop_turn(l, -1) < 0)
+            sched_yield(); /* logged by the turn; do not spin hard on it */
+    weir__loop_destroy(l);
+    return NULL;
+}
+
+static int env_threads(void)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online < 1)
+        online = 1;
+    if (online > WEIR__RT_MAX_THREADS)
+        online = WEIR__RT_MAX_THREADS;
+    return (int)weir__env_long("WEIR_THREADS", online, 1, WEIR__RT_MAX_THREADS);
+}
+
+static void rt_release(weir_rt *rt)
+{
+    pthread_mutex_destroy(&rt->inject_lock);
+    pthread_mutex_destroy(&rt->start_lock);
+    pthread_cond_destroy(&rt->start_cond);
+    free(rt->loops);
+    free(rt->threads);
+    free(rt);
+}
+
+weir_rt *weir_rt_new(const weir_rt_opts *opts)
+{
+    if (opts && (opts->threads < 0 || opts->threads > WEIR__RT_MAX_THREADS)) {
+        weir__log(WEIR__LOG_ERROR, "rt", "runtime threads must be 0..%d, not %d",
+                  WEIR__RT_MAX_THREADS, opts->threads);
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_rt *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return NULL;
+    if (opts)
+        rt->opts = *opts;
+    rt->nthreads = rt->opts.threads ? rt->opts.threads : env_threads();
+    rt->use_lifo = (int)weir__env_long("WEIR_LIFO", 1, 0, 1);
+    rt->loops = calloc((size_t)rt->nthreads, sizeof(*rt->loops));
+    rt->threads = calloc((size_t)rt->nthreads, sizeof(*rt->threads));
+    pthread_mutex_init(&rt->inject_lock, NULL);
+    pthread_mutex_init(&rt->start_lock, NULL);
+    pthread_cond_init(&rt->start_cond, NULL);
+    if (!rt->loops || !rt->threads) {
+        rt_release(rt);
+        errno = ENOMEM;
+        return NULL;
+    }
+    int made = 0, err = 0;
+    for (; made < rt->nthreads; made++) {
+        struct worker_arg *a = malloc(sizeof(*a));
+        if (!a) {
+            err = ENOMEM;
+            break;
+        }
+        a->rt = rt;
+        a->index = made;
+        if ((err = pthread_create(&rt->threads[made], NULL, worker_main, a)) != 0) {
+            free(a);
+            break;
+        }
+    }
+    pthread_mutex_lock(&rt->start_lock);
+    if (err && !rt->start_err)
+        rt->start_err = err;
+    while (rt->started < made && !(rt->start_err && rt->started == made))
+        pthread_cond_wait(&rt->start_cond, &rt->start_lock);
+    if (rt->start_err)
+        pthread_cond_broadcast(&rt->start_cond);
+    err = rt->start_err;
+    pthread_mutex_unlock(&rt->start_lock);
+    if (err) {
+        /* Threads that made their loop see `stop` and tear it down. */
+        atomic_store_explicit(&rt->stop, 1, memory_order_release);
+        for (int i = 0; i < made; i++)
+            if (rt->loops[i])
+                weir__loop_unpark(rt->loops[i]);
+        for (int i = 0; i < made; i++)
+            pthread_join(rt->threads[i], NULL);
+        weir__log(WEIR__LOG_ERROR, "rt", "cannot start %d scheduler threads: %s", rt->nthreads,
+                  strerror(err));
+        rt_release(rt);
+        errno = err;
+        return NULL;
+    }
+    return rt;
+}
+
+int weir_rt_threads(const weir_rt *rt)
+{
+    return rt ? rt->nthreads : 0;
+}
+
+weir_loop *weir_rt_loop(weir_rt *rt, int i)
+{
+    return rt && i >= 0 && i < rt->nthreads ? rt->loops[i] : NULL;
+}
+
+weir_rt *weir_rt_current(void)
+{
+    weir_loop *l = weir__loop_current();
+    return l ? l->rt : NULL;
+}
+
+int weir_rt_thread_index(void)
+{
+    weir_loop *l = weir__loop_current();
+    return l && l->rt ? (int)l->index : -1;
+}
+
+uint64_t weir_rt_tasks_alive(const weir_rt *rt)
+{
+    return rt ? atomic_load_explicit(&((weir_rt *)rt)->ntasks, memory_order_relaxed) : 0;
+}
+
+void weir_rt_free(weir_rt *rt)
+{
+    if (!rt)
+        return;
+    weir_loop *cur = weir__loop_current();
+    if (cur && cur->rt == rt) {
+        weir__log(WEIR__LOG_ERROR, "rt", "weir_rt_free called from one of its own threads");
+        return;
+    }
+    atomic_store_explicit(&rt->shutting_down, 1, memory_order_seq_cst);
+    /* Cancel every live task. Tasks adopted after this see shutting_down
+     * and are cancelled as they are adopted (weir__loop_adopt). */
+    for (int i = 0; i < rt->nthreads; i++) {
+        weir_loop *l = rt->loops[i];
+        weir__spin_lock(&l->all_lock);
+        for (weir_task *t = l->all_head; t; t = t->all_next)
+            weir_task_cancel(t);
+        weir__spin_unlock(&l->all_lock);
+    }
+    int64_t warn_at = weir_time_now() + 5 * WEIR_SEC;
+    int warned = 0;
+    uint32_t n;
+    while ((n = atomic_load_explicit(&rt->ntasks, memory_order_acquire)) != 0) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        syscall(SYS_futex, &rt->ntasks, FUTEX_WAIT_PRIVATE, n, &ts, NULL, 0);
+        if (!warned && weir_time_now() >= warn_at) {
+            warned = 1;
+            int shown = 0;
+            for (int i = 0; i < rt->nthreads; i++) {
+                weir_loop *l = rt->loops[i];
+                weir__spin_lock(&l->all_lock);
+                for (weir_task *t = l->all_head; t && shown < 10; t = t->all_next, shown++)
+                    weir__log(WEIR__LOG_WARN, "rt",
+                              "runtime shutdown: task '%s' has not ended 5 s after its "
+                              "cancellation",
+                              t->name);
+                weir__spin_unlock(&l->all_lock);
+            }
+        }
+    }
+    atomic_store_explicit(&rt->stop, 1, memory_order_seq_cst);
+    for (int i = 0; i < rt->nthreads; i++)
+        weir__loop_unpark(rt->loops[i]);
+    for (int i = 0; i < rt->nthreads; i++)
+        pthread_join(rt->threads[i], NULL);
+    rt_release(rt);
+}
+
+void weir__sched_fini_loop(weir_loop *l)
+{
+    weir__deque_fini(&l->dq);
+}
