@@ -380,6 +380,7 @@ struct weir_rt {
     pthread_mutex_t start_lock;
     pthread_cond_t start_cond;
     int started, start_err;
+    int nloops, nstopped, teardown; /* shutdown: see rt_stop() */
 };
 
 /* Queue a runnable (IDLE|NOTIFIED) task. `woken`: by a wake, not a spawn

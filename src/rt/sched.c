@@ -392,6 +392,8 @@ static void *worker_main(void *p)
         rt->loops[idx] = l;
     }
     pthread_mutex_lock(&rt->start_lock);
+    if (l)
+        rt->nloops++;
     if (!l && !rt->start_err)
         rt->start_err = err ? err : EINVAL;
     rt->started++;
@@ -406,8 +408,33 @@ static void *worker_main(void *p)
     while (!atomic_load_explicit(&rt->stop, memory_order_acquire))
         if (weir__loop_turn(l, -1) < 0)
             sched_yield(); /* logged by the turn; do not spin hard on it */
+    /* The other threads may still steal from our deque or write our
+     * eventfd until they too have stopped: free nothing before that. */
+    pthread_mutex_lock(&rt->start_lock);
+    rt->nstopped++;
+    pthread_cond_broadcast(&rt->start_cond);
+    while (!rt->teardown)
+        pthread_cond_wait(&rt->start_cond, &rt->start_lock);
+    pthread_mutex_unlock(&rt->start_lock);
     weir__loop_destroy(l);
     return NULL;
+}
+
+/* Stop the threads (`made` of them were created) and wait for them. */
+static void rt_stop(weir_rt *rt, int made)
+{
+    atomic_store_explicit(&rt->stop, 1, memory_order_seq_cst);
+    for (int i = 0; i < made; i++)
+        if (rt->loops[i])
+            weir__loop_unpark(rt->loops[i]);
+    pthread_mutex_lock(&rt->start_lock);
+    while (rt->nstopped < rt->nloops)
+        pthread_cond_wait(&rt->start_cond, &rt->start_lock);
+    rt->teardown = 1;
+    pthread_cond_broadcast(&rt->start_cond);
+    pthread_mutex_unlock(&rt->start_lock);
+    for (int i = 0; i < made; i++)
+        pthread_join(rt->threads[i], NULL);
 }
 
 static int env_threads(void)
@@ -480,12 +507,7 @@ weir_rt *weir_rt_new(const weir_rt_opts *opts)
     pthread_mutex_unlock(&rt->start_lock);
     if (err) {
         /* Threads that made their loop see `stop` and tear it down. */
-        atomic_store_explicit(&rt->stop, 1, memory_order_release);
-        for (int i = 0; i < made; i++)
-            if (rt->loops[i])
-                weir__loop_unpark(rt->loops[i]);
-        for (int i = 0; i < made; i++)
-            pthread_join(rt->threads[i], NULL);
+        rt_stop(rt, made);
         weir__log(WEIR__LOG_ERROR, "rt", "cannot start %d scheduler threads: %s", rt->nthreads,
                   strerror(err));
         rt_release(rt);
@@ -562,11 +584,7 @@ void weir_rt_free(weir_rt *rt)
             }
         }
     }
-    atomic_store_explicit(&rt->stop, 1, memory_order_seq_cst);
-    for (int i = 0; i < rt->nthreads; i++)
-        weir__loop_unpark(rt->loops[i]);
-    for (int i = 0; i < rt->nthreads; i++)
-        pthread_join(rt->threads[i], NULL);
+    rt_stop(rt, rt->nthreads);
     rt_release(rt);
 }
 

@@ -1,0 +1,667 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_sched.c - the multi-threaded runtime: spawn/join across threads,
+ * stealing, parking without lost wake-ups (wakes and spawns from workers
+ * and from foreign threads), wake storms, pinning, migration-safe access to
+ * the runtime's thread-locals under -O2, ops bound to the thread that
+ * started them, channel MPMC accounting, and shutdown.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "test_rt.h"
+#include "weir/io.h"
+#include "weir/sync.h"
+
+enum { THREADS = 2 };
+
+static weir_rt *rt_new(int threads)
+{
+    weir_rt_opts o = {.threads = threads};
+    weir_rt *rt = weir_rt_new(&o);
+    CHECK(rt != NULL);
+    CHECK_EQ(weir_rt_threads(rt), threads);
+    return rt;
+}
+
+/* Run fn(arg) as a fiber in rt and join it from this (foreign) thread. */
+static intptr_t rt_run(weir_rt *rt, weir_task_fn fn, void *arg)
+{
+    weir_spawn_opts o = {.name = "main", .stack_size = 256 * 1024, .rt = rt};
+    weir_task *t = weir_task_spawn(fn, arg, &o);
+    CHECK(t != NULL);
+    intptr_t r = -1;
+    CHECK_EQ(weir_task_join(t, &r, weir_time_after_ms(60000)), 0);
+    return r;
+}
+
+static void burn_us(int us)
+{
+    int64_t end = weir_time_now() + us * 1000;
+    while (weir_time_now() < end)
+        ;
+}
+
+/* Per-thread statistics, read on each thread by a task pinned there. */
+struct stats_req {
+    weir_loop_stats st;
+};
+static intptr_t read_stats(void *p)
+{
+    struct stats_req *r = p;
+    CHECK_EQ(weir_loop_stats_get(weir_loop_current(), &r->st), 0);
+    return 0;
+}
+static void rt_stats(weir_rt *rt, weir_loop_stats *sum)
+{
+    *sum = (weir_loop_stats){0};
+    for (int i = 0; i < weir_rt_threads(rt); i++) {
+        struct stats_req r;
+        weir_spawn_opts o = {.loop = weir_rt_loop(rt, i), .pin = 1};
+        weir_task *t = weir_task_spawn(read_stats, &r, &o);
+        CHECK(t != NULL);
+        CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+        sum->polls += r.st.polls;
+        sum->steals += r.st.steals;
+        sum->injected += r.st.injected;
+        sum->parks += r.st.parks;
+    }
+}
+
+/* ---- spawn / join and stealing -------------------------------------------------- */
+struct sl_frame {
+    weir_co co;
+    int n;
+    int thread;
+};
+
+static int sl_work(void *p, intptr_t *out)
+{
+    struct sl_frame *f = p;
+    burn_us(20);
+    f->thread = weir_rt_thread_index();
+    *out = f->n * 2;
+    return WEIR_READY;
+}
+
+static intptr_t fiber_work(void *arg)
+{
+    burn_us(20);
+    return (intptr_t)arg + 1;
+}
+
+enum { FANOUT = 4000 };
+static struct sl_frame frames[FANOUT];
+
+static intptr_t fanout_main(void *arg)
+{
+    (void)arg;
+    static weir_task *h[FANOUT];
+    for (int i = 0; i < FANOUT; i++) {
+        frames[i] = (struct sl_frame){.n = i, .thread = -1};
+        h[i] = i % 2 ? weir_task_spawn_stackless(sl_work, &frames[i], NULL)
+                     : weir_task_spawn(fiber_work, (void *)(intptr_t)i, NULL);
+        CHECK(h[i] != NULL);
+    }
+    int on[THREADS] = {0};
+    for (int i = 0; i < FANOUT; i++) {
+        intptr_t r;
+        CHECK_EQ(weir_task_join(h[i], &r, WEIR_FOREVER), 0);
+        if (i % 2) {
+            CHECK_EQ(r, 2 * i);
+            CHECK_GE(frames[i].thread, 0);
+            on[frames[i].thread]++;
+        } else {
+            CHECK_EQ(r, i + 1);
+        }
+    }
+    /* 80 ms of work spawned on one thread: the other must have stolen some. */
+    CHECK_GT(on[0], 0);
+    CHECK_GT(on[1], 0);
+    return 0;
+}
+
+TEST(spawn_join_fanout_is_stolen)
+{
+    weir_rt *rt = rt_new(THREADS);
+    CHECK_EQ(rt_run(rt, fanout_main, NULL), 0);
+    weir_loop_stats st;
+    rt_stats(rt, &st);
+    /* More spawns than a deque holds: some went through the injection queue. */
+    CHECK_GT(st.steals + st.injected, 0);
+    /* The last stats task is counted out just after its joiner was woken. */
+    for (int i = 0; i < 10000 && weir_rt_tasks_alive(rt) != 0; i++)
+        usleep(100);
+    CHECK_EQ(weir_rt_tasks_alive(rt), 0);
+    weir_rt_free(rt);
+}
+
+/* ---- lost wake-ups ------------------------------------------------------------------ */
+/* A task on thread 0 spawns a child and then spins (without yielding) until
+ * the child has run. Only the other, parked, thread can run the child: if
+ * the spawn's notify were lost, the parent would spin forever. */
+static _Atomic int child_ran;
+
+static intptr_t child_sets(void *arg)
+{
+    (void)arg;
+    atomic_store(&child_ran, 1);
+    return 0;
+}
+
+static intptr_t spinning_parent(void *arg)
+{
+    (void)arg;
+    atomic_store(&child_ran, 0);
+    weir_task *c = weir_task_spawn(child_sets, NULL, NULL);
+    CHECK(c != NULL);
+    int64_t give_up = weir_time_now() + 10 * WEIR_SEC;
+    while (!atomic_load(&child_ran))
+        CHECK_LT(weir_time_now(), give_up); /* the idle thread was never woken */
+    CHECK_EQ(weir_task_join(c, NULL, WEIR_FOREVER), 0);
+    return 0;
+}
+
+TEST(parked_thread_is_woken_for_stealable_work)
+{
+    weir_rt *rt = rt_new(THREADS);
+    for (int i = 0; i < 300; i++) {
+        /* Let both threads go idle, then spawn onto thread 0. */
+        if (i % 3 == 0)
+            usleep(200 + (i % 7) * 100);
+        weir_spawn_opts o = {.loop = weir_rt_loop(rt, 0), .pin = 1};
+        weir_task *t = weir_task_spawn(spinning_parent, NULL, &o);
+        CHECK(t != NULL);
+        CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(20000)), 0);
+    }
+    weir_loop_stats st;
+    rt_stats(rt, &st);
+    CHECK_GE(st.steals, 300); /* every child was stolen */
+    weir_rt_free(rt);
+}
+
+/* Foreign threads spawning into idle runtimes: every spawn must run. */
+static intptr_t bump(void *arg)
+{
+    atomic_fetch_add((_Atomic long *)arg, 1);
+    return 0;
+}
+
+struct spawner {
+    weir_rt *rt;
+    _Atomic long *count;
+    int n;
+};
+
+static void *foreign_spawner(void *p)
+{
+    struct spawner *s = p;
+    weir_spawn_opts o = {.rt = s->rt};
+    for (int i = 0; i < s->n; i++) {
+        weir_task *t = weir_task_spawn(bump, s->count, &o);
+        CHECK(t != NULL);
+        if (i % 16 == 0)
+            usleep(50); /* let the threads park in between */
+        CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(20000)), 0);
+    }
+    return NULL;
+}
+
+TEST(foreign_spawns_wake_parked_threads)
+{
+    weir_rt *rt = rt_new(THREADS);
+    _Atomic long count = 0;
+    pthread_t th[3];
+    struct spawner s = {rt, &count, 2000};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, foreign_spawner, &s), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ(atomic_load(&count), 3 * 2000);
+    weir_rt_free(rt);
+}
+
+/* ---- wake storm ------------------------------------------------------------------------ */
+/* A ring of fibers passing tokens through channels, so every hop is a wake
+ * of a task that may sit on the other thread; plus a foreign thread
+ * cancelling nothing but adding wakes through a notify. Every token must
+ * make every hop. */
+enum { RING = 32, LAPS = 400, TOKENS = 8 };
+static weir_chan *ring[RING];
+static _Atomic long hops;
+
+static intptr_t ring_member(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    int64_t v;
+    for (;;) {
+        int r = weir_chan_recv(ring[i], &v, WEIR_FOREVER);
+        if (r == -EPIPE)
+            return 0;
+        CHECK_EQ(r, 0);
+        atomic_fetch_add(&hops, 1);
+        if (v == 0)
+            continue; /* this token is finished */
+        v--;
+        CHECK_EQ(weir_chan_send(ring[(i + 1) % RING], &v, WEIR_FOREVER), 0);
+    }
+}
+
+static intptr_t storm_main(void *arg)
+{
+    (void)arg;
+    weir_task *h[RING];
+    for (int i = 0; i < RING; i++) {
+        ring[i] = weir_chan_new(sizeof(int64_t), TOKENS);
+        CHECK(ring[i] != NULL);
+    }
+    for (int i = 0; i < RING; i++)
+        h[i] = test_spawn(ring_member, (void *)(intptr_t)i);
+    for (int k = 0; k < TOKENS; k++) {
+        int64_t v = (int64_t)RING * LAPS - 1;
+        CHECK_EQ(weir_chan_send(ring[(k * 5) % RING], &v, WEIR_FOREVER), 0);
+    }
+    /* Each token makes RING * LAPS hops. */
+    while (atomic_load(&hops) < (long)TOKENS * RING * LAPS)
+        CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
+    for (int i = 0; i < RING; i++)
+        weir_chan_close(ring[i]);
+    for (int i = 0; i < RING; i++)
+        CHECK_EQ(weir_task_join(h[i], NULL, WEIR_FOREVER), 0);
+    for (int i = 0; i < RING; i++)
+        weir_chan_unref(ring[i]);
+    CHECK_EQ(atomic_load(&hops), (long)TOKENS * RING * LAPS);
+    return 0;
+}
+
+TEST(wake_storm_ring)
+{
+    weir_rt *rt = rt_new(THREADS);
+    atomic_store(&hops, 0);
+    CHECK_EQ(rt_run(rt, storm_main, NULL), 0);
+    weir_rt_free(rt);
+}
+
+/* ---- pinning and migration ------------------------------------------------------------- */
+static pthread_t worker_thread[THREADS];
+
+static intptr_t note_thread(void *arg)
+{
+    (void)arg;
+    int i = weir_rt_thread_index();
+    CHECK_GE(i, 0);
+    worker_thread[i] = pthread_self();
+    return 0;
+}
+
+static void note_threads(weir_rt *rt)
+{
+    for (int i = 0; i < THREADS; i++) {
+        weir_spawn_opts o = {.loop = weir_rt_loop(rt, i), .pin = 1};
+        weir_task *t = weir_task_spawn(note_thread, NULL, &o);
+        CHECK(t != NULL);
+        CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    }
+}
+
+/* The runtime's view of "where am I" must match the OS thread after every
+ * suspension. Kept out of line and compiled at -O2 like the rest of the
+ * suite: a compiler that cached a thread-local's address across the
+ * context switch inside weir_notify_wait would read the old thread's
+ * values here. */
+static weir_rt *mig_rt;
+
+__attribute__((noinline)) static int check_where(void)
+{
+    int i = weir_rt_thread_index();
+    CHECK_GE(i, 0);
+    CHECK(weir_loop_current() == weir_rt_loop(mig_rt, i));
+    CHECK(weir_rt_current() == mig_rt);
+    CHECK(pthread_equal(pthread_self(), worker_thread[i]));
+    return i;
+}
+
+enum { BOUNCES = 3000 };
+struct bouncer {
+    weir_notify *go;
+    int pinned_to; /* -1: free to move */
+    long moves;
+    _Atomic int done;
+};
+
+static intptr_t bouncer_fn(void *p)
+{
+    struct bouncer *b = p;
+    int where = check_where();
+    for (int k = 0; k < BOUNCES; k++) {
+        CHECK_EQ(weir_notify_wait(b->go, WEIR_FOREVER), 0);
+        int now = check_where();
+        if (b->pinned_to >= 0)
+            CHECK_EQ(now, b->pinned_to);
+        if (now != where)
+            b->moves++;
+        where = now;
+        if (k % 64 == 0)
+            burn_us(30); /* long enough that the waker's thread goes idle and steals */
+    }
+    atomic_store(&b->done, 1);
+    return 0;
+}
+
+/* Wakes the bouncers from thread `self` until they are done. */
+struct waker_arg {
+    struct bouncer *b;
+    int nb;
+};
+
+static intptr_t waker_fn(void *p)
+{
+    struct waker_arg *w = p;
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < w->nb; i++) {
+            if (atomic_load(&w->b[i].done))
+                continue;
+            live++;
+            weir_notify_one(w->b[i].go);
+        }
+        if (!live)
+            return 0;
+        weir_task_yield();
+    }
+}
+
+TEST(pinned_never_moves_unpinned_migrates_safely)
+{
+    weir_rt *rt = rt_new(THREADS);
+    mig_rt = rt;
+    note_threads(rt);
+    struct bouncer b[4];
+    weir_task *h[4], *wk[THREADS];
+    for (int i = 0; i < 4; i++) {
+        b[i] = (struct bouncer){.go = weir_notify_new(), .pinned_to = i < 2 ? i : -1};
+        CHECK(b[i].go != NULL);
+        weir_spawn_opts o = {.name = "bouncer", .rt = rt};
+        if (i < 2) {
+            o.loop = weir_rt_loop(rt, i);
+            o.pin = 1;
+        }
+        h[i] = weir_task_spawn(bouncer_fn, &b[i], &o);
+        CHECK(h[i] != NULL);
+    }
+    /* One waker pinned to each thread: a woken unpinned bouncer lands in
+     * the waker's thread's queue, so it keeps changing threads. */
+    struct waker_arg wa = {b, 4};
+    for (int i = 0; i < THREADS; i++) {
+        weir_spawn_opts o = {.name = "waker", .loop = weir_rt_loop(rt, i), .pin = 1};
+        wk[i] = weir_task_spawn(waker_fn, &wa, &o);
+        CHECK(wk[i] != NULL);
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(weir_task_join(h[i], NULL, weir_time_after_ms(60000)), 0);
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ(weir_task_join(wk[i], NULL, weir_time_after_ms(60000)), 0);
+    CHECK_EQ(b[0].moves, 0);
+    CHECK_EQ(b[1].moves, 0);
+    /* The test saw migrations, so check_where() was exercised across them. */
+    CHECK_GT(b[2].moves + b[3].moves, 0);
+    for (int i = 0; i < 4; i++)
+        weir_notify_free(b[i].go);
+    weir_rt_free(rt);
+}
+
+/* ---- ops bound to their thread ----------------------------------------------------------- */
+/* A fiber waiting in a read (io_uring request on its thread's ring, or an
+ * epoll registration) or a sleep with a deadline resumes on the thread that
+ * started the op, whoever wakes it; a cancel from the other thread reaches
+ * the in-flight request. */
+struct anchored {
+    int fds[2];
+    _Atomic int reading;
+    int before, after;
+    int cancel_res;
+};
+
+static intptr_t anchored_reader(void *p)
+{
+    struct anchored *a = p;
+    char c;
+    a->before = weir_rt_thread_index();
+    atomic_store(&a->reading, 1);
+    int64_t r = weir_io_read(a->fds[0], &c, 1, weir_time_after_ms(20000));
+    CHECK_EQ(r, 1);
+    a->after = weir_rt_thread_index();
+    CHECK_EQ(a->after, a->before);
+    /* A sleep with a deadline stays too. */
+    int t0 = weir_rt_thread_index();
+    CHECK_EQ(weir_time_sleep(2 * WEIR_MSEC), 0);
+    CHECK_EQ(weir_rt_thread_index(), t0);
+    /* Now a read that is cancelled from elsewhere. */
+    atomic_store(&a->reading, 2);
+    a->cancel_res = (int)weir_io_read(a->fds[0], &c, 1, WEIR_FOREVER);
+    CHECK_EQ(weir_rt_thread_index(), t0);
+    return 0;
+}
+
+TEST(io_and_timer_ops_resume_on_their_thread)
+{
+    weir_rt *rt = rt_new(THREADS);
+    for (int round = 0; round < 20; round++) {
+        struct anchored a = {0};
+        CHECK_EQ(pipe(a.fds), 0);
+        weir_spawn_opts o = {.rt = rt};
+        weir_task *t = weir_task_spawn(anchored_reader, &a, &o);
+        CHECK(t != NULL);
+        while (atomic_load(&a.reading) != 1)
+            usleep(100);
+        usleep(500);
+        CHECK_EQ(write(a.fds[1], "x", 1), 1);
+        while (atomic_load(&a.reading) != 2)
+            usleep(100);
+        usleep(500);
+        CHECK_EQ(weir_task_cancel(t), 0); /* from a foreign thread */
+        CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(20000)), -ECANCELED);
+        CHECK_EQ(a.cancel_res, -ECANCELED);
+        close(a.fds[0]);
+        close(a.fds[1]);
+    }
+    weir_rt_free(rt);
+}
+
+/* ---- channels: MPMC accounting under cancellation --------------------------------------- */
+enum { PRODUCERS = 4, CONSUMERS = 4, ITEMS = 20000 };
+static _Atomic unsigned char seen[PRODUCERS * ITEMS];
+static _Atomic long received;
+
+struct mpmc {
+    weir_chan *ch;
+    int id;
+};
+
+static intptr_t producer(void *p)
+{
+    struct mpmc *m = p;
+    for (int i = 0; i < ITEMS; i++) {
+        int64_t v = (int64_t)m->id * ITEMS + i;
+        int r;
+        /* Short deadlines: some sends time out and are retried; a timed-out
+         * send must not have delivered its item. */
+        while ((r = weir_chan_send(m->ch, &v, weir_time_after_ms(1))) == -ETIMEDOUT)
+            ;
+        CHECK_EQ(r, 0);
+    }
+    return 0;
+}
+
+static intptr_t consumer(void *p)
+{
+    struct mpmc *m = p;
+    for (;;) {
+        int64_t v;
+        int r = weir_chan_recv(m->ch, &v, weir_time_after_ms(1));
+        if (r == -ETIMEDOUT)
+            continue; /* a timed-out receive must not have consumed an item */
+        if (r == -EPIPE)
+            return 0;
+        CHECK_EQ(r, 0);
+        CHECK_GE(v, 0);
+        CHECK_LT(v, PRODUCERS * ITEMS);
+        CHECK_EQ(atomic_fetch_add(&seen[v], 1), 0);
+        atomic_fetch_add(&received, 1);
+    }
+}
+
+static intptr_t mpmc_main(void *arg)
+{
+    (void)arg;
+    struct mpmc pm[PRODUCERS], cm[CONSUMERS];
+    weir_chan *ch = weir_chan_new(sizeof(int64_t), 16);
+    CHECK(ch != NULL);
+    weir_task *ph[PRODUCERS], *chh[CONSUMERS];
+    for (int i = 0; i < CONSUMERS; i++) {
+        cm[i] = (struct mpmc){ch, i};
+        chh[i] = test_spawn(consumer, &cm[i]);
+    }
+    for (int i = 0; i < PRODUCERS; i++) {
+        pm[i] = (struct mpmc){ch, i};
+        ph[i] = test_spawn(producer, &pm[i]);
+    }
+    for (int i = 0; i < PRODUCERS; i++)
+        CHECK_EQ(weir_task_join(ph[i], NULL, WEIR_FOREVER), 0);
+    weir_chan_close(ch);
+    for (int i = 0; i < CONSUMERS; i++)
+        CHECK_EQ(weir_task_join(chh[i], NULL, WEIR_FOREVER), 0);
+    weir_chan_unref(ch);
+    CHECK_EQ(atomic_load(&received), PRODUCERS * ITEMS);
+    for (int i = 0; i < PRODUCERS * ITEMS; i++)
+        CHECK_EQ(atomic_load(&seen[i]), 1);
+    return 0;
+}
+
+TEST(chan_mpmc_exact_across_threads)
+{
+    weir_rt *rt = rt_new(THREADS);
+    CHECK_EQ(rt_run(rt, mpmc_main, NULL), 0);
+    weir_rt_free(rt);
+}
+
+/* ---- mutex across threads ------------------------------------------------------------------ */
+static weir_mutex *mx;
+static long guarded; /* plain: the mutex is what makes this race-free */
+
+static intptr_t locker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5000; i++) {
+        CHECK_EQ(weir_mutex_lock(mx, WEIR_FOREVER), 0);
+        long v = guarded;
+        if (i % 100 == 0)
+            weir_task_yield(); /* hold it across a suspension now and then */
+        guarded = v + 1;
+        weir_mutex_unlock(mx);
+    }
+    return 0;
+}
+
+static intptr_t mutex_main(void *arg)
+{
+    (void)arg;
+    mx = weir_mutex_new();
+    CHECK(mx != NULL);
+    guarded = 0;
+    weir_task *h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = test_spawn(locker, NULL);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(weir_task_join(h[i], NULL, WEIR_FOREVER), 0);
+    CHECK_EQ(guarded, 4 * 5000);
+    weir_mutex_free(mx);
+    return 0;
+}
+
+TEST(mutex_across_threads)
+{
+    weir_rt *rt = rt_new(THREADS);
+    CHECK_EQ(rt_run(rt, mutex_main, NULL), 0);
+    weir_rt_free(rt);
+}
+
+/* ---- shutdown ------------------------------------------------------------------------------ */
+static _Atomic int cleanups;
+
+static void count_cleanup(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&cleanups, 1);
+}
+
+static intptr_t stuck(void *arg)
+{
+    weir_chan *ch = arg;
+    weir_task_defer(count_cleanup, NULL);
+    int64_t v;
+    return weir_chan_recv(ch, &v, WEIR_FOREVER); /* never sent: cancelled at shutdown */
+}
+
+static intptr_t sleeper(void *arg)
+{
+    (void)arg;
+    weir_task_defer(count_cleanup, NULL);
+    return weir_time_sleep(3600 * WEIR_SEC);
+}
+
+TEST(free_cancels_live_tasks)
+{
+    weir_rt *rt = rt_new(THREADS);
+    weir_chan *ch = weir_chan_new(sizeof(int64_t), 0);
+    atomic_store(&cleanups, 0);
+    weir_spawn_opts o = {.rt = rt};
+    for (int i = 0; i < 50; i++) {
+        weir_task *t = weir_task_spawn(i % 2 ? stuck : sleeper, ch, &o);
+        CHECK(t != NULL);
+        weir_task_detach(t);
+    }
+    while (weir_rt_tasks_alive(rt) != 50)
+        usleep(100);
+    usleep(2000);
+    weir_rt_free(rt);
+    CHECK_EQ(atomic_load(&cleanups), 50);
+    weir_chan_unref(ch);
+}
+
+TEST(bad_arguments)
+{
+    weir_rt_opts o = {.threads = -1};
+    errno = 0;
+    CHECK(weir_rt_new(&o) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    o.threads = 100000;
+    CHECK(weir_rt_new(&o) == NULL);
+    CHECK(weir_rt_loop(NULL, 0) == NULL);
+    CHECK_EQ(weir_rt_thread_index(), -1);
+    CHECK(weir_rt_current() == NULL);
+    weir_rt *rt = rt_new(1);
+    CHECK(weir_rt_loop(rt, 1) == NULL);
+    /* A runtime thread's loop is driven by the runtime, not by the caller. */
+    CHECK_EQ(weir_loop_poll(weir_rt_loop(rt, 0), 0), -EPERM);
+    weir_rt_free(rt);
+}
+
+/* One thread: spawn, injection and join paths without stealing. */
+TEST(single_thread_runtime)
+{
+    weir_rt *rt = rt_new(1);
+    weir_spawn_opts o = {.rt = rt};
+    _Atomic long count = 0;
+    weir_task *h[100];
+    for (int i = 0; i < 100; i++)
+        CHECK((h[i] = weir_task_spawn(bump, &count, &o)) != NULL);
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(weir_task_join(h[i], NULL, WEIR_FOREVER), 0);
+    CHECK_EQ(atomic_load(&count), 100);
+    weir_rt_free(rt);
+}
+
+TEST_MAIN()
