@@ -3,12 +3,14 @@
  * demo.c - weir's runtime at work in one process: an HTTP/1.1 keep-alive
  * server (a fiber per connection) and a load of client fibers hammering it
  * over loopback, a once-a-second progress line from an interval timer, and
- * the final requests/s. Everything runs on one thread, on the I/O backend
- * chosen by WEIR_IO (uring by default).
+ * the final requests/s. Everything runs on weir's scheduler threads
+ * (WEIR_THREADS, default one per core; connections spread by work
+ * stealing), on the I/O backend chosen by WEIR_IO (uring by default).
  *
  *   demo [seconds] [connections]     defaults: 5 s, 64 connections
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,7 +18,7 @@
 
 static uint16_t port;
 static int64_t stop_at;
-static uint64_t completed, failed;
+static _Atomic uint64_t completed, failed; /* bumped from every thread */
 
 /* One keep-alive client: request, read the whole response, repeat. */
 static intptr_t client(void *arg)
@@ -101,10 +103,10 @@ static int demo_main(int argc, char **argv)
     weir_task_cancel(server);
     weir_task_join(server, NULL, WEIR_FOREVER);
     weir_io_close(lfd);
-    printf("weir demo: %llu requests in %.2f s = %.0f req/s on one thread (%llu failed "
+    printf("weir demo: %llu requests in %.2f s = %.0f req/s on %d scheduler threads (%llu failed "
            "connections)\n",
            (unsigned long long)completed, secs, (double)completed / secs,
-           (unsigned long long)failed);
+           weir_rt_threads(weir_rt_current()), (unsigned long long)failed);
     return completed > 0 && failed == 0 ? 0 : 1;
 }
 
