@@ -4,8 +4,10 @@
  * backend does not cover, DNS, compression, foreign libraries) on a bounded
  * set of threads, and completes a leaf op with each function's result.
  *
- * Each loop has at most one pool (l->pool), created by the first
- * weir_blocking_start() and freed by weir_loop_free() once every task ended.
+ * Each standalone loop has at most one pool (l->pool), and so does each
+ * multi-threaded runtime (rt->pool, shared by its threads), created by the
+ * first weir_blocking_start() and freed with the loop or runtime once every
+ * task ended.
  * Threads are started lazily, one more whenever queued jobs outnumber idle
  * threads, up to WEIR_BLOCKING_THREADS (default 8, 1..1024); idle threads stay
  * alive until the pool is freed. The queue holds at most WEIR_BLOCKING_QUEUE
@@ -307,10 +309,28 @@ void weir__pool_free(struct weir__pool *p)
 }
 
 /* ---- the op ------------------------------------------------------------------------ */
+/* The pool of l (its runtime's when it has one); created when `make`. */
+static struct weir__pool *loop_pool(weir_loop *l, int make)
+{
+    if (!l->rt) {
+        if (!l->pool && make)
+            l->pool = pool_new();
+        return l->pool;
+    }
+    weir_rt *rt = l->rt;
+    struct weir__pool *p = __atomic_load_n(&rt->pool, __ATOMIC_ACQUIRE);
+    if (p || !make)
+        return p;
+    pthread_mutex_lock(&rt->inject_lock);
+    if (!(p = rt->pool) && (p = pool_new()))
+        __atomic_store_n(&rt->pool, p, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&rt->inject_lock);
+    return p;
+}
+
 void weir__op_blocking_cancel(weir_op *op)
 {
-    weir_loop *l = op->task->loop;
-    struct weir__pool *p = l->pool;
+    struct weir__pool *p = loop_pool(op->task->loop, 0);
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
@@ -361,12 +381,11 @@ int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t dea
     if (r > 0)
         return 0; /* already done: the task was cancelled or the deadline passed */
 
-    weir_loop *l = op->task->loop;
-    if (!l->pool && !(l->pool = pool_new())) {
+    struct weir__pool *p = loop_pool(op->task->loop, 1);
+    if (!p) {
         weir__op_done(op, -ENOMEM);
         return 0;
     }
-    struct weir__pool *p = l->pool;
     blocking_job *j = malloc(sizeof(*j));
     if (!j) {
         weir__op_done(op, -ENOMEM);

@@ -375,6 +375,7 @@ struct weir_rt {
     _Atomic int shutting_down;
     _Atomic int stop;
     int use_lifo; /* WEIR_LIFO (default 1) */
+    struct weir__pool *pool; /* blocking pool shared by the threads (blocking.c) */
     weir_rt_opts opts;
     /* startup */
     pthread_mutex_t start_lock;

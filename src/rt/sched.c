@@ -449,6 +449,8 @@ static int env_threads(void)
 
 static void rt_release(weir_rt *rt)
 {
+    if (rt->pool)
+        weir__pool_free(rt->pool); /* every task has ended: no job is awaited */
     pthread_mutex_destroy(&rt->inject_lock);
     pthread_mutex_destroy(&rt->start_lock);
     pthread_cond_destroy(&rt->start_cond);

@@ -588,6 +588,42 @@ TEST(mutex_across_threads)
     weir_rt_free(rt);
 }
 
+/* ---- blocking pool shared by the threads -------------------------------------------------- */
+static intptr_t slow_double(void *arg)
+{
+    usleep(200);
+    return (intptr_t)arg * 2;
+}
+
+static intptr_t blocking_user(void *arg)
+{
+    intptr_t base = (intptr_t)arg;
+    for (intptr_t i = 0; i < 20; i++)
+        CHECK_EQ(weir_blocking_run(slow_double, (void *)(base + i), WEIR_FOREVER), 2 * (base + i));
+    /* A deadline that passes while the job runs: the wait ends, the job's
+     * result is dropped. */
+    CHECK_EQ(weir_blocking_run(slow_double, NULL, weir_time_now() + 10 * 1000), -ETIMEDOUT);
+    return 0;
+}
+
+static intptr_t blocking_main(void *arg)
+{
+    (void)arg;
+    weir_task *h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = test_spawn(blocking_user, (void *)(intptr_t)(i * 100));
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(weir_task_join(h[i], NULL, WEIR_FOREVER), 0);
+    return 0;
+}
+
+TEST(blocking_pool_from_every_thread)
+{
+    weir_rt *rt = rt_new(THREADS);
+    CHECK_EQ(rt_run(rt, blocking_main, NULL), 0);
+    weir_rt_free(rt);
+}
+
 /* ---- shutdown ------------------------------------------------------------------------------ */
 static _Atomic int cleanups;
 
