@@ -624,6 +624,68 @@ TEST(blocking_pool_from_every_thread)
     weir_rt_free(rt);
 }
 
+/* ---- scopes across threads ------------------------------------------------------------------ */
+/* Children spread over both threads end and wake the joiner from either
+ * thread; the joiner's deadline timer must be cancelled on its own
+ * thread. Nested scopes: a failure deep down cancels the whole tree. */
+static intptr_t scope_leaf(void *arg)
+{
+    intptr_t kind = (intptr_t)arg;
+    burn_us(50);
+    if (kind == 1)
+        return -EIO; /* the failure */
+    if (kind == 2)
+        return weir_time_sleep(3600 * WEIR_SEC); /* cancelled by the failure */
+    return 0;
+}
+
+static intptr_t scope_mid(void *arg)
+{
+    intptr_t fail = (intptr_t)arg;
+    weir_scope *s = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, weir_time_after_ms(30000));
+    CHECK(s != NULL);
+    for (int i = 0; i < 8; i++)
+        CHECK(weir_scope_spawn(s, scope_leaf, (void *)(intptr_t)(fail && i == 5 ? 1 : i % 2 ? 2 : 0),
+                               NULL) != NULL);
+    weir_scope_result res;
+    int r = weir_scope_join(s, &res);
+    weir_scope_free(s);
+    return r;
+}
+
+static intptr_t scope_main(void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < 30; round++) {
+        weir_scope *s = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, weir_time_after_ms(30000));
+        CHECK(s != NULL);
+        for (int i = 0; i < 4; i++)
+            CHECK(weir_scope_spawn(s, scope_mid, (void *)(intptr_t)(i == 2), NULL) != NULL);
+        weir_scope_result res;
+        int r = weir_scope_join(s, &res);
+        CHECK_EQ(r, -EIO);
+        CHECK_EQ(res.first_index, 2);
+        CHECK_EQ(res.first_error, -EIO);
+        weir_scope_free(s);
+    }
+    /* A scope whose deadline passes while children sleep on other threads. */
+    weir_scope *s = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, weir_time_after_ms(20));
+    for (int i = 0; i < 6; i++)
+        CHECK(weir_scope_spawn(s, scope_leaf, (void *)(intptr_t)2, NULL) != NULL);
+    weir_scope_result res;
+    CHECK_EQ(weir_scope_join(s, &res), -ETIMEDOUT);
+    CHECK_EQ(res.cancelled, 6);
+    weir_scope_free(s);
+    return 0;
+}
+
+TEST(scope_trees_across_threads)
+{
+    weir_rt *rt = rt_new(THREADS);
+    CHECK_EQ(rt_run(rt, scope_main, NULL), 0);
+    weir_rt_free(rt);
+}
+
 /* ---- shutdown ------------------------------------------------------------------------------ */
 static _Atomic int cleanups;
 
