@@ -281,7 +281,10 @@ void weir_interval_free(weir_interval *iv);
  * callback will not run again. */
 typedef struct weir_timer weir_timer;
 weir_timer *weir_timer_start(int64_t delay_ns, int64_t period_ns, void (*cb)(void *), void *arg);
-void weir_timer_cancel(weir_timer *t);
+/* 0, or -EPERM when called from another thread than the timer's loop (a
+ * runtime keeps the task that started a timer on that thread until the
+ * timer fires or is cancelled, so a task may always cancel its own). */
+int weir_timer_cancel(weir_timer *t);
 
 /* ---- blocking pool ------------------------------------------------------------
  * Runs fn(arg) on a bounded pool of threads (WEIR_BLOCKING_THREADS, default
@@ -315,7 +318,8 @@ int weir_loop_wake(weir_loop *l);
  * called on the loop's thread, outside any task. */
 void weir_loop_free(weir_loop *l);
 /* Counters of one loop (per scheduler thread). Call on the loop's thread
- * for exact figures; from elsewhere the snapshot may be slightly stale. */
+ * for exact figures; from elsewhere the snapshot may be slightly stale and
+ * runq_len reads 0. */
 typedef struct weir_loop_stats {
     uint64_t polls;          /* task polls (resumes of a fiber, poll calls) */
     uint64_t completions;    /* leaf ops completed by the I/O backend */

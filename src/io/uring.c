@@ -97,7 +97,7 @@ static struct io_uring_sqe *get_sqe(weir_loop *l)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
     if (sqe)
         return sqe;
-    l->forced_submits++;
+    WEIR__STAT_ADD(l->forced_submits, 1);
     io_uring_submit(&s->ring);
     return io_uring_get_sqe(&s->ring);
 }
@@ -217,7 +217,7 @@ static void flush_backlog(weir_loop *l)
         struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
         if (!sqe) {
             io_uring_submit(&s->ring);
-            l->forced_submits++;
+            WEIR__STAT_ADD(l->forced_submits, 1);
             sqe = io_uring_get_sqe(&s->ring);
             if (!sqe)
                 return; /* still full: next turn */
@@ -276,7 +276,7 @@ static void complete(weir_loop *l, weir_io_op *op, int res)
             return;
         }
         op->op.backend |= B_POLL_RETRY;
-        l->io_retries++;
+        WEIR__STAT_ADD(l->io_retries, 1);
         uring_submit(l, op);
         return;
     }

@@ -119,7 +119,7 @@ static void drain_remote(weir_loop *l)
             weir__loop_adopt(l, t);
             weir__trace(l, WEIR__EV_SPAWN, t, 1);
         } else {
-            l->remote_wakes++;
+            WEIR__STAT_ADD(l->remote_wakes, 1);
             weir__trace(l, WEIR__EV_WAKE, t, 1);
         }
         weir__task_schedule_local(l, t);
@@ -156,6 +156,8 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
 {
     int progress = 0;
     drain_remote(l);
+    if (l->rt)
+        weir__sched_turn_begin(l);
     /* Tasks woken during the turn run in it too, up to the budget: two
      * tasks passing work back and forth then cost no syscall per hop, and
      * the backend is still polled at least every WEIR__TURN_BUDGET polls.
@@ -239,7 +241,7 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
     if (to != 0 && l->rt) {
         parked = 1;
         if (weir__sched_park_enter(l))
-            l->parks++;
+            WEIR__STAT_ADD(l->parks, 1);
         else
             to = 0;
     } else if (to != 0) {
@@ -247,9 +249,9 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
         if (atomic_load_explicit(&l->remote_pending, memory_order_seq_cst))
             to = 0;
         else
-            l->parks++;
+            WEIR__STAT_ADD(l->parks, 1);
     }
-    l->waits++;
+    WEIR__STAT_ADD(l->waits, 1);
     int c = l->be->wait(l, to);
     if (parked)
         weir__sched_park_leave(l);
@@ -260,7 +262,7 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
                   strerror(-c));
         return c;
     }
-    l->completions += (uint64_t)c;
+    WEIR__STAT_ADD(l->completions, (uint64_t)c);
     progress += c;
     progress += (int)weir__timers_expire(l);
     drain_remote(l);
@@ -360,19 +362,20 @@ int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
         return -EINVAL;
     weir_loop *ml = (weir_loop *)l;
     *st = (weir_loop_stats){
-        .polls = l->polls,
-        .completions = l->completions,
-        .waits = l->waits,
-        .parks = l->parks,
-        .remote_wakes = l->remote_wakes,
+        .polls = WEIR__STAT_GET(l->polls),
+        .completions = WEIR__STAT_GET(l->completions),
+        .waits = WEIR__STAT_GET(l->waits),
+        .parks = WEIR__STAT_GET(l->parks),
+        .remote_wakes = WEIR__STAT_GET(l->remote_wakes),
         .tasks_alive = __atomic_load_n(&l->ntasks, __ATOMIC_RELAXED),
-        .runq_len = l->runq.len,
-        .io_retries = l->io_retries,
-        .forced_submits = l->forced_submits,
-        .coop_yields = l->coop_yields,
-        .steals = l->steals,
-        .injected = l->injected,
-        .lifo_polls = l->lifo_polls,
+        /* the run queue is the loop thread's own: not readable elsewhere */
+        .runq_len = pthread_equal(l->thread, pthread_self()) ? l->runq.len : 0,
+        .io_retries = WEIR__STAT_GET(l->io_retries),
+        .forced_submits = WEIR__STAT_GET(l->forced_submits),
+        .coop_yields = WEIR__STAT_GET(l->coop_yields),
+        .steals = WEIR__STAT_GET(l->steals),
+        .injected = WEIR__STAT_GET(l->injected),
+        .lifo_polls = WEIR__STAT_GET(l->lifo_polls),
         .inject_depth = l->rt ? atomic_load_explicit(&l->rt->inject_len, memory_order_relaxed) : 0,
         .deque_len = l->rt ? weir__deque_len(&ml->dq) : 0,
     };

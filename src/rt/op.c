@@ -146,8 +146,25 @@ void weir__op_cancel(weir_op *op, int reason)
 
 void weir_op_cancel(weir_op *op)
 {
-    if (op)
+    if (!op)
+        return;
+    weir_loop *l = weir__loop_current();
+    if (l && op->task && __atomic_load_n(&op->task->loop, __ATOMIC_RELAXED) == l &&
+        (l->current == op->task || !l->rt)) {
         weir__op_cancel(op, WEIR__CANCEL_TASK);
+        return;
+    }
+    /* From another thread (or another task of a runtime, which may run
+     * anywhere): the op's source belongs to the waiter's thread. Flag the
+     * request and wake the waiter; its op_check() cancels the op there.
+     * The caller guarantees the op is still active (as for any cancel). */
+    uint32_t f = weir__op_flags(op);
+    if (!(f & WEIR__OP_ACTIVE) || (f & WEIR__OP_DONE))
+        return;
+    weir_task *t = weir_task_ref(op->task);
+    op_set(op, WEIR__OP_CANCEL_REQ);
+    weir_task_wake(t);
+    weir_task_unref(t);
 }
 
 static int64_t op_finish(weir_op *op)
@@ -172,7 +189,13 @@ static int op_check(weir_op *op, weir_task *t)
     uint32_t f = weir__op_flags(op);
     if (f & WEIR__OP_DONE)
         return 1;
-    if (!(f & WEIR__OP_CANCELLING) && atomic_load_explicit(&t->cancel_req, memory_order_acquire)) {
+    if (!(f & WEIR__OP_CANCELLING) &&
+        (atomic_load_explicit(&t->cancel_req, memory_order_acquire) ||
+         (f & WEIR__OP_CANCEL_REQ) ||
+         (op->kind == WEIR__OP_INTERVAL && weir__interval_cancelled(op)))) {
+        /* A cancel of the task, of this op from another thread
+         * (weir_op_cancel), or of the interval it waits on: carried out
+         * here, on the thread that owns the op. */
         weir__op_cancel(op, WEIR__CANCEL_TASK);
         if (weir__op_flags(op) & WEIR__OP_DONE)
             return 1;
@@ -195,7 +218,7 @@ static int coop_spend(weir_task *t)
     weir_loop *l = t->loop; /* the running thread's (weir__task_run) */
     if (WEIR__LIKELY(--l->coop_budget > 0))
         return 0;
-    l->coop_yields++;
+    WEIR__STAT_ADD(l->coop_yields, 1);
     return 1;
 }
 

@@ -271,6 +271,13 @@ struct weir_loop {
 #endif
 };
 
+/* Statistics counters: written by their loop's thread only, read by
+ * weir_loop_stats_get() from any thread. Relaxed atomic accesses (plain
+ * loads and stores on the machines weir runs on) keep those reads
+ * race-free without a locked instruction on the hot path. */
+#define WEIR__STAT_ADD(field, n) __atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
+#define WEIR__STAT_GET(field)    __atomic_load_n(&(field), __ATOMIC_RELAXED)
+
 /* ---- leaf op flags ----------------------------------------------------------- */
 enum {
     WEIR__OP_ACTIVE = 1u << 0,      /* started, not yet collected */
@@ -281,6 +288,7 @@ enum {
     WEIR__OP_UNCANCELLABLE = 1u << 5,
     WEIR__OP_PART = 1u << 6, /* a wait-any part: done() reports to the parent */
     WEIR__OP_ANCHORED = 1u << 7, /* counted in task->anchors until finished */
+    WEIR__OP_CANCEL_REQ = 1u << 8, /* weir_op_cancel() from another thread */
 };
 
 enum {
@@ -387,6 +395,10 @@ struct weir_rt {
 /* Queue a runnable (IDLE|NOTIFIED) task. `woken`: by a wake, not a spawn
  * (decides the LIFO slot and the trace event). */
 void weir__sched_enqueue(weir_task *t, int woken);
+/* A task that ran here goes back in line (yield, woken while running). */
+void weir__sched_requeue(weir_loop *l, weir_task *t);
+/* Start of a turn: take a share of the injection queue. */
+void weir__sched_turn_begin(weir_loop *l);
 /* Inside a turn: the next task this thread should run, or NULL. */
 weir_task *weir__sched_next(weir_loop *l);
 /* The oldest task of l's own deque when it holds several (fairness), or NULL. */
@@ -460,6 +472,7 @@ void weir__timer_disarm(weir_loop *l, weir_timer_node *n);
 size_t weir__timers_expire(weir_loop *l);
 void weir__timers_free_all(weir_loop *l); /* callback timers still armed */
 void weir__interval_detach(weir_op *op);
+int weir__interval_cancelled(const weir_op *op);
 
 /* Blocking pool (blocking.c) */
 struct weir__pool;

@@ -132,24 +132,26 @@ int weir__sched_park_enter(weir_loop *l)
 void weir__sched_park_leave(weir_loop *l)
 {
     weir_rt *rt = l->rt;
-    atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
+    atomic_store_explicit(&l->sleeping, 0, memory_order_seq_cst);
     atomic_fetch_sub_explicit(&rt->nidle, 1, memory_order_seq_cst);
     /* Possibly the thread a notify() woke: let the next notify through, then
-     * look for the work it announced. */
-    if (atomic_load_explicit(&rt->notify_pending, memory_order_relaxed)) {
-        atomic_store_explicit(&rt->notify_pending, 0, memory_order_seq_cst);
+     * look for the work it announced. (seq_cst exchange: a notify that read
+     * our `sleeping` as 1 set the flag before that read.) */
+    if (atomic_exchange_explicit(&rt->notify_pending, 0, memory_order_seq_cst))
         weir__sched_search(l);
-    }
 }
 
 /* ---- queues ----------------------------------------------------------------------- */
 static void inject_push(weir_rt *rt, weir_task *t)
 {
+    /* notify() under the lock: once the task can be taken (the lock is
+     * released) it may run to its end and the runtime be freed; no worker
+     * can take it before we are done with rt. */
     pthread_mutex_lock(&rt->inject_lock);
     weir__taskq_push(&rt->inject, t);
     atomic_store_explicit(&rt->inject_len, rt->inject.len, memory_order_relaxed);
-    pthread_mutex_unlock(&rt->inject_lock);
     notify(rt);
+    pthread_mutex_unlock(&rt->inject_lock);
 }
 
 /* The deque is full: move its older half to the injection queue, where the
@@ -246,7 +248,7 @@ static weir_task *take_inject(weir_loop *l)
     weir_task *first = weir__taskq_pop(&q), *t;
     if (!first)
         return NULL;
-    l->injected += q.len + 1;
+    WEIR__STAT_ADD(l->injected, q.len + 1);
     adopt_if_new(l, first);
     int pushed = 0;
     while ((t = weir__taskq_pop(&q))) {
@@ -283,9 +285,34 @@ static weir_task *steal_from(weir_loop *l, weir_loop *v)
             weir__task_schedule_local(l, y);
         got++;
     }
-    l->steals += got;
+    WEIR__STAT_ADD(l->steals, got);
     weir__trace(l, WEIR__EV_STEAL, x, v->index);
     return x;
+}
+
+/* Put a task that ran on this thread back in line: the private run queue,
+ * or - when other threads are idle and the task may move - the deque,
+ * where an idle thread will steal it (a thread with two yielding tasks
+ * would otherwise keep both while the other thread sleeps). */
+void weir__sched_requeue(weir_loop *l, weir_task *t)
+{
+    weir_rt *rt = l->rt;
+    if (rt && !t->anchors && !(t->flags & WEIR__TF_PINNED) &&
+        atomic_load_explicit(&rt->nidle, memory_order_relaxed) > 0)
+        push_deque(l, t);
+    else
+        weir__task_schedule_local(l, t);
+}
+
+void weir__sched_turn_begin(weir_loop *l)
+{
+    /* Once per turn, whatever the local queues hold, so that spawns and
+     * wakes from outside the runtime are not starved by local work. */
+    if (atomic_load_explicit(&l->rt->inject_len, memory_order_relaxed)) {
+        weir_task *t = take_inject(l);
+        if (t)
+            weir__task_schedule_local(l, t);
+    }
 }
 
 weir_task *weir__sched_next(weir_loop *l)
@@ -294,12 +321,12 @@ weir_task *weir__sched_next(weir_loop *l)
     if (t) {
         atomic_store_explicit(&l->lifo, NULL, memory_order_relaxed);
         if (++l->lifo_streak <= LIFO_STREAK_MAX) {
-            l->lifo_polls++;
+            WEIR__STAT_ADD(l->lifo_polls, 1);
             return t;
         }
         /* Two tasks bouncing work through the slot would starve the rest:
          * send this one to the back of the line. */
-        weir__task_schedule_local(l, t);
+        weir__sched_requeue(l, t);
     }
     l->lifo_streak = 0;
     void *x = weir__deque_pop(&l->dq);
@@ -337,7 +364,7 @@ int weir__sched_search(weir_loop *l)
         return 0;
     weir__task_schedule_local(l, t);
     /* More out there than we took: pass the word on. */
-    if (weir__deque_len(&l->dq) > 0 || atomic_load_explicit(&rt->inject_len, memory_order_relaxed))
+    if (weir__deque_len(&l->dq) > 0 || others_have_work(l))
         notify(rt);
     return 1;
 }
@@ -357,7 +384,11 @@ int weir__sched_try_search(weir_loop *l)
 
 void weir__sched_end_search(weir_loop *l)
 {
-    atomic_fetch_sub_explicit(&l->rt->nsearching, 1, memory_order_seq_cst);
+    /* The last searcher to leave hands over: a notify() that saw it
+     * searching did not wake anyone, so wake someone for what is left. */
+    if (atomic_fetch_sub_explicit(&l->rt->nsearching, 1, memory_order_seq_cst) == 1 &&
+        others_have_work(l))
+        notify(l->rt);
 }
 
 void weir__sched_task_ended(weir_rt *rt)
@@ -402,10 +433,13 @@ static void *worker_main(void *p)
      * read from rt->loops from now on. */
     while (rt->started < rt->nthreads && !rt->start_err)
         pthread_cond_wait(&rt->start_cond, &rt->start_lock);
+    int failed = rt->start_err != 0;
     pthread_mutex_unlock(&rt->start_lock);
     if (!l)
         return NULL;
-    while (!atomic_load_explicit(&rt->stop, memory_order_acquire))
+    /* Another thread failed to start: rt->loops has holes, so do not turn
+     * (a turn may steal from every loop); just wait to be torn down. */
+    while (!failed && !atomic_load_explicit(&rt->stop, memory_order_acquire))
         if (weir__loop_turn(l, -1) < 0)
             sched_yield(); /* logged by the turn; do not spin hard on it */
     /* The other threads may still steal from our deque or write our

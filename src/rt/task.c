@@ -455,7 +455,7 @@ void weir__task_run(weir_loop *l, weir_task *t)
     if (t->loop != l)
         __atomic_store_n(&t->loop, l, __ATOMIC_RELAXED);
     l->current = t;
-    l->polls++;
+    WEIR__STAT_ADD(l->polls, 1);
     l->coop_budget = WEIR__COOP_BUDGET;
     /* relaxed: see the comment on poll_seq in rt_int.h */
     atomic_store_explicit(&l->running_name, t->name, memory_order_relaxed);
@@ -513,9 +513,10 @@ void weir__task_run(weir_loop *l, weir_task *t)
     if (!atomic_compare_exchange_strong_explicit(&t->state, &expect, WEIR__T_IDLE,
                                                  memory_order_acq_rel, memory_order_acquire)) {
         /* Woken while it ran (or it yielded): the back of this thread's
-         * FIFO, so that a yield lets everything queued here run first. */
+         * FIFO, so that a yield lets everything queued here run first (or
+         * the deque, for an idle thread to take; sched.c). */
         atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
-        weir__task_schedule_local(l, t);
+        weir__sched_requeue(l, t);
     }
 }
 

@@ -58,6 +58,7 @@ struct weir_timer {
     weir_timer_node node;
     struct weir_timer *prev, *next; /* the loop's cb_timers */
     weir_loop *loop;
+    weir_task *owner; /* the task that started it (a reference), or NULL */
     int64_t period;
     void (*cb)(void *);
     void *arg;
@@ -78,6 +79,13 @@ weir_timer *weir_timer_start(int64_t delay_ns, int64_t period_ns, void (*cb)(voi
     t->cb = cb;
     t->arg = arg;
     t->node.pad = NODE_CALLBACK;
+    if (l->current) {
+        /* The timer is on this thread's wheel: in a runtime the task that
+         * started it stays on this thread until it fires or is cancelled,
+         * so that its weir_timer_cancel() runs here (sched.c). */
+        t->owner = weir_task_ref(l->current);
+        t->owner->anchors++;
+    }
     t->next = l->cb_timers;
     if (t->next)
         t->next->prev = t;
@@ -97,13 +105,21 @@ static void timer_release(weir_timer *t)
         l->cb_timers = t->next;
     if (t->next)
         t->next->prev = t->prev;
+    if (t->owner) {
+        t->owner->anchors--;
+        weir_task_unref(t->owner);
+    }
     free(t);
 }
 
-void weir_timer_cancel(weir_timer *t)
+int weir_timer_cancel(weir_timer *t)
 {
-    if (t)
-        timer_release(t);
+    if (!t)
+        return -EINVAL;
+    if (t->loop != weir__loop_current())
+        return -EPERM; /* the wheel belongs to another thread */
+    timer_release(t);
+    return 0;
 }
 
 void weir__timers_free_all(weir_loop *l)
@@ -168,13 +184,30 @@ int weir_time_sleep(int64_t ns)
 }
 
 /* ---- intervals ---------------------------------------------------------------------- */
+/*
+ * An interval may be cancelled or freed from any thread while a task on
+ * another thread waits on it. The waiter's op is anchored to its loop
+ * (op.c), and only that loop touches the op's timer; so a cancel does not
+ * complete the op itself: it sets `cancelled` and wakes the waiting task,
+ * whose op_check() then cancels the op on its own thread. `lock` guards
+ * `waiter`; `refs` (the user's, plus one per waiting op) keeps the interval
+ * alive until the last waiter has let go of it.
+ */
 struct weir_interval {
     int64_t period;
     int64_t next_tick;
     int64_t last_tick;
-    int cancelled;
+    weir__spin lock;
+    _Atomic int cancelled;
+    _Atomic int refs;
     weir_op *waiter;
 };
+
+static void interval_unref(weir_interval *iv)
+{
+    if (atomic_fetch_sub_explicit(&iv->refs, 1, memory_order_acq_rel) == 1)
+        free(iv);
+}
 
 weir_interval *weir_interval_new(int64_t period_ns)
 {
@@ -186,6 +219,8 @@ weir_interval *weir_interval_new(int64_t period_ns)
     if (!iv)
         return NULL;
     iv->period = period_ns;
+    weir__spin_init(&iv->lock);
+    atomic_init(&iv->refs, 1);
     iv->last_tick = weir_time_now();
     iv->next_tick = add_sat(iv->last_tick, period_ns);
     return iv;
@@ -207,20 +242,26 @@ int weir_interval_next_start(weir_interval *iv, weir_op *op)
 {
     if (!iv)
         return -EINVAL;
-    op->u.ptr = iv; /* before begin: finish reads it on every path */
+    op->u.ptr = NULL; /* finish reads it on every path */
     int r = weir__op_begin(op, WEIR__OP_INTERVAL, WEIR_FOREVER);
     if (r != 0)
         return r < 0 ? r : 0;
-    if (iv->cancelled) {
+    atomic_fetch_add_explicit(&iv->refs, 1, memory_order_relaxed);
+    op->u.ptr = iv; /* holds that reference until finish */
+    if (atomic_load_explicit(&iv->cancelled, memory_order_acquire)) {
         weir__op_done(op, -ECANCELED);
         return 0;
     }
+    /* The ticks themselves are the waiter's business (one waiter at a
+     * time, on the waiter's thread); the lock covers `waiter` only. */
     int64_t now = weir_time_now();
     if (iv->next_tick <= now) {
         weir__op_done(op, interval_take(iv, now));
         return 0;
     }
+    weir__spin_lock(&iv->lock);
     iv->waiter = op;
+    weir__spin_unlock(&iv->lock);
     int64_t dl = weir__op_deadline(op);
     int64_t fire_at = iv->next_tick < dl ? iv->next_tick : dl;
     weir__timer_disarm(op->task->loop, &op->timer); /* see sleep_start */
@@ -242,22 +283,34 @@ int64_t weir_interval_next(weir_interval *iv)
 void weir__interval_detach(weir_op *op)
 {
     weir_interval *iv = op->u.ptr;
-    if (iv && iv->waiter == op)
+    if (!iv)
+        return;
+    weir__spin_lock(&iv->lock);
+    if (iv->waiter == op)
         iv->waiter = NULL;
+    weir__spin_unlock(&iv->lock);
+    op->u.ptr = NULL;
+    interval_unref(iv);
+}
+
+int weir__interval_cancelled(const weir_op *op)
+{
+    const weir_interval *iv = op->u.ptr;
+    return iv && atomic_load_explicit(&((weir_interval *)iv)->cancelled, memory_order_acquire);
 }
 
 void weir_interval_cancel(weir_interval *iv)
 {
     if (!iv)
         return;
-    iv->cancelled = 1;
-    if (iv->waiter) {
-        weir_op *op = iv->waiter;
-        iv->waiter = NULL;
-        op->u.ptr = NULL; /* the op may outlive iv (weir_interval_free) */
-        weir__timer_disarm(op->task->loop, &op->timer);
-        if (!(weir__op_flags(op) & WEIR__OP_DONE))
-            weir__op_done(op, -ECANCELED);
+    atomic_store_explicit(&iv->cancelled, 1, memory_order_release);
+    weir__spin_lock(&iv->lock);
+    weir_task *t = iv->waiter ? weir_task_ref(iv->waiter->task) : NULL;
+    weir__spin_unlock(&iv->lock);
+    if (t) {
+        /* Its op_check() sees `cancelled` and ends the wait, on its thread. */
+        weir_task_wake(t);
+        weir_task_unref(t);
     }
 }
 
@@ -265,7 +318,7 @@ void weir_interval_free(weir_interval *iv)
 {
     if (iv) {
         weir_interval_cancel(iv);
-        free(iv);
+        interval_unref(iv);
     }
 }
 
@@ -284,10 +337,14 @@ static void fire(weir_timer_node *n, void *ctx)
     if (op->kind == WEIR__OP_SLEEP) {
         weir__op_done(op, op->u.due <= now ? 0 : -ETIMEDOUT);
     } else if (op->kind == WEIR__OP_INTERVAL) {
-        weir_interval *iv = op->u.ptr;
+        weir_interval *iv = op->u.ptr; /* referenced by the op */
+        weir__spin_lock(&iv->lock);
         if (iv->waiter == op)
             iv->waiter = NULL;
-        if (iv->next_tick <= now)
+        weir__spin_unlock(&iv->lock);
+        if (atomic_load_explicit(&iv->cancelled, memory_order_acquire))
+            weir__op_done(op, -ECANCELED);
+        else if (iv->next_tick <= now)
             weir__op_done(op, interval_take(iv, now));
         else
             weir__op_done(op, -ETIMEDOUT); /* the task deadline came first */

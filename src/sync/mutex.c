@@ -306,7 +306,7 @@ static int lock_slow(weir_sync_op *op, weir_mutex *m, int64_t deadline, int shie
         }
     }
     weir__spin_unlock(&m->lock);
-    set_owner(m, op->op.task->loop);
+    set_owner(m, __atomic_load_n(&op->op.task->loop, __ATOMIC_RELAXED));
     weir__sync_done_local(op, 0);
     return 0;
 }
@@ -434,7 +434,7 @@ retry:
     weir__spin_unlock(&m->lock);
     if (op) {
         if (grant)
-            set_owner(m, op->op.task->loop); /* before done: op may vanish then */
+            set_owner(m, __atomic_load_n(&op->op.task->loop, __ATOMIC_RELAXED)); /* before done: op may vanish then */
         weir__sync_done(op, grant ? 0 : WEIR__MUTEX_RETRY);
     }
 }

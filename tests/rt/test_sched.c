@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_rt.h"
@@ -684,6 +686,221 @@ TEST(scope_trees_across_threads)
     weir_rt *rt = rt_new(THREADS);
     CHECK_EQ(rt_run(rt, scope_main, NULL), 0);
     weir_rt_free(rt);
+}
+
+/* ---- fairness: yields, the injection queue, idle threads ---------------------------------- */
+static _Atomic int spin_stop;
+static _Atomic long spin_on[THREADS];
+
+static intptr_t yielder(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&spin_stop)) {
+        burn_us(20);
+        atomic_fetch_add(&spin_on[weir_rt_thread_index()], 1);
+        weir_task_yield();
+    }
+    return 0;
+}
+
+TEST(yielding_tasks_do_not_starve_injection_or_idle_threads)
+{
+    for (int pinned = 0; pinned < 2; pinned++) {
+        weir_rt *rt = rt_new(THREADS);
+        atomic_store(&spin_stop, 0);
+        weir_task *y[THREADS];
+        for (int i = 0; i < THREADS; i++) {
+            weir_spawn_opts o = {.name = "yielder", .rt = rt};
+            if (pinned) {
+                o.loop = weir_rt_loop(rt, i);
+                o.pin = 1;
+            }
+            y[i] = weir_task_spawn(yielder, NULL, &o);
+            CHECK(y[i] != NULL);
+        }
+        usleep(20000);
+        /* Every thread is busy with a task that always has more to do:
+         * a spawn from outside must still get its turn promptly. */
+        for (int k = 0; k < 20; k++) {
+            _Atomic long c = 0;
+            weir_spawn_opts o = {.rt = rt};
+            weir_task *t = weir_task_spawn(bump, &c, &o);
+            CHECK(t != NULL);
+            CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(2000)), 0);
+            CHECK_EQ(atomic_load(&c), 1);
+        }
+        for (int i = 0; i < THREADS; i++)
+            atomic_store(&spin_on[i], 0);
+        usleep(50000);
+        /* Two yielding tasks, two threads: each thread runs one of them
+         * (unpinned, they were spawned together and one got stolen). */
+        for (int i = 0; i < THREADS; i++)
+            CHECK_GT(atomic_load(&spin_on[i]), 0);
+        atomic_store(&spin_stop, 1);
+        for (int i = 0; i < THREADS; i++)
+            CHECK_EQ(weir_task_join(y[i], NULL, weir_time_after_ms(5000)), 0);
+        weir_rt_free(rt);
+    }
+}
+
+/* ---- timers and intervals across threads -------------------------------------------------- */
+struct iv_case {
+    weir_interval *iv;
+    _Atomic int waiting;
+    int64_t res;
+};
+
+static intptr_t interval_waiter(void *p)
+{
+    struct iv_case *c = p;
+    CHECK_GE(weir_interval_next(c->iv), 1); /* a tick first (maybe several, missed) */
+    atomic_store(&c->waiting, 1);
+    c->res = weir_interval_next(c->iv); /* an hour: cancelled from elsewhere */
+    return 0;
+}
+
+static void cb_count(void *arg)
+{
+    atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+struct timer_case {
+    weir_notify *go;
+    _Atomic int fired;
+    weir_timer *tm;
+};
+
+static intptr_t timer_owner(void *p)
+{
+    struct timer_case *c = p;
+    int before = weir_rt_thread_index();
+    weir_timer *tm = weir_timer_start(3600 * WEIR_SEC, 0, cb_count, &c->fired);
+    CHECK(tm != NULL);
+    __atomic_store_n(&c->tm, tm, __ATOMIC_RELEASE);
+    /* Woken from the other thread, but the timer keeps the task here. */
+    CHECK_EQ(weir_notify_wait(c->go, WEIR_FOREVER), 0);
+    CHECK_EQ(weir_rt_thread_index(), before);
+    CHECK_EQ(weir_timer_cancel(c->tm), 0);
+    /* Without a timer it may move again; nothing else to check. */
+    return 0;
+}
+
+static intptr_t timer_main(void *arg)
+{
+    weir_rt *rt = arg;
+    for (int round = 0; round < 50; round++) {
+        struct timer_case c = {.go = weir_notify_new()};
+        weir_spawn_opts o = {.loop = weir_rt_loop(rt, round % 2), .pin = 0};
+        weir_task *t = weir_task_spawn(timer_owner, &c, &o);
+        CHECK(t != NULL);
+        weir_time_sleep(WEIR_MSEC / 4);
+        weir_notify_one(c.go);
+        CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+        CHECK_EQ(atomic_load(&c.fired), 0);
+        weir_notify_free(c.go);
+    }
+    return 0;
+}
+
+TEST(timers_and_intervals_across_threads)
+{
+    weir_rt *rt = rt_new(THREADS);
+    for (int k = 0; k < 30; k++) {
+        struct iv_case c = {.iv = weir_interval_new(WEIR_MSEC)};
+        CHECK(c.iv != NULL);
+        weir_spawn_opts o = {.rt = rt};
+        weir_task *t = weir_task_spawn(interval_waiter, &c, &o);
+        CHECK(t != NULL);
+        while (!atomic_load(&c.waiting))
+            usleep(50);
+        /* Now it waits on the 1 ms period: lengthen nothing, just cancel
+         * (or free) it from this foreign thread at some point. */
+        usleep((useconds_t)(k % 5) * 300);
+        if (k % 2)
+            weir_interval_cancel(c.iv);
+        else
+            weir_interval_free(c.iv);
+        CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(5000)), 0);
+        CHECK(c.res >= 1 || c.res == -ECANCELED); /* a tick may win the race */
+        if (k % 2)
+            weir_interval_free(c.iv);
+    }
+    CHECK_EQ(rt_run(rt, timer_main, rt), 0);
+    /* A timer cancelled from a thread that does not own it: refused. */
+    struct timer_case c = {.go = weir_notify_new()};
+    weir_spawn_opts o = {.rt = rt};
+    weir_task *t = weir_task_spawn(timer_owner, &c, &o);
+    CHECK(t != NULL);
+    while (!__atomic_load_n(&c.tm, __ATOMIC_ACQUIRE))
+        usleep(50);
+    CHECK_EQ(weir_timer_cancel(c.tm), -EPERM);
+    CHECK_EQ(weir_timer_cancel(NULL), -EINVAL);
+    weir_notify_one(c.go);
+    CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(5000)), 0);
+    weir_notify_free(c.go);
+    weir_rt_free(rt);
+}
+
+/* weir_op_cancel from another thread: the request is carried out on the
+ * thread that owns the op (here an io_uring read or epoll wait). */
+struct opc {
+    int fds[2];
+    weir_io_op op;
+    _Atomic int started;
+    int64_t res;
+};
+
+static intptr_t op_owner(void *p)
+{
+    struct opc *c = p;
+    char ch;
+    CHECK_EQ(weir_io_read_start(&c->op, c->fds[0], &ch, 1, -1, WEIR_FOREVER), 0);
+    atomic_store(&c->started, 1);
+    c->res = weir_op_wait(weir_op_of(&c->op));
+    return 0;
+}
+
+TEST(op_cancel_from_another_thread)
+{
+    weir_rt *rt = rt_new(THREADS);
+    for (int k = 0; k < 20; k++) {
+        struct opc c = {0};
+        CHECK_EQ(pipe(c.fds), 0);
+        weir_spawn_opts o = {.rt = rt};
+        weir_task *t = weir_task_spawn(op_owner, &c, &o);
+        CHECK(t != NULL);
+        while (!atomic_load(&c.started))
+            usleep(50);
+        usleep(200);
+        weir_op_cancel(weir_op_of(&c.op));
+        CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(5000)), 0);
+        CHECK_EQ(c.res, -ECANCELED);
+        close(c.fds[0]);
+        close(c.fds[1]);
+    }
+    weir_rt_free(rt);
+}
+
+/* A thread that cannot start (no file descriptors left for its loop) makes
+ * weir_rt_new fail cleanly instead of running a half-made runtime. In a
+ * child process, so the descriptor limit stays there. */
+TEST(startup_failure_is_an_error)
+{
+    pid_t pid = fork();
+    CHECK_GE(pid, 0);
+    if (pid == 0) {
+        struct rlimit rl = {24, 24};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(2);
+        weir_rt_opts o = {.threads = 16};
+        errno = 0;
+        weir_rt *rt = weir_rt_new(&o);
+        _exit(rt == NULL && errno != 0 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
 }
 
 /* ---- shutdown ------------------------------------------------------------------------------ */
