@@ -337,6 +337,8 @@ typedef struct weir_loop_stats {
     uint64_t lifo_polls;   /* polls of a task taken from the LIFO slot */
     uint64_t inject_depth; /* tasks now in the runtime's injection queue */
     uint64_t deque_len;    /* tasks now in this thread's stealable deque */
+    uint64_t lifo_rescues; /* runtime-wide: tasks moved out of the LIFO slot of a
+                              thread stuck in one poll (by the watchdog) */
 } weir_loop_stats;
 int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st);
 

@@ -284,6 +284,14 @@ static const weir__backend *pick_backend(const char *want, int *is_auto)
 
 weir_loop *weir_loop_new(const weir_loop_opts *opts)
 {
+    return weir__loop_new_rt(opts, NULL, 0);
+}
+
+/* A loop for scheduler thread `index` of rt (NULL: a standalone loop). The
+ * runtime fields are set before anything else (the watchdog) can see the
+ * loop. */
+weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, weir_rt *rt, int index)
+{
     if (tl_loop) {
         errno = EBUSY; /* one loop per thread */
         return NULL;
@@ -338,6 +346,17 @@ weir_loop *weir_loop_new(const weir_loop_opts *opts)
         weir__log(WEIR__LOG_WARN, "rt.trace", "cannot trace to %s: %s", getenv("WEIR_TRACE"),
                   strerror(-r));
     }
+    if (rt) {
+        if (weir__deque_init(&l->dq, WEIR__DEQUE_CAPACITY) < 0) {
+            err = ENOMEM;
+            weir__trace_close(l);
+            l->be->fini(l);
+            goto fail_be;
+        }
+        l->rt = rt;
+        l->index = (uint32_t)index;
+        l->rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(index + 1);
+    }
     weir__watchdog_add(l);
     return l;
 
@@ -378,6 +397,7 @@ int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
         .lifo_polls = WEIR__STAT_GET(l->lifo_polls),
         .inject_depth = l->rt ? atomic_load_explicit(&l->rt->inject_len, memory_order_relaxed) : 0,
         .deque_len = l->rt ? weir__deque_len(&ml->dq) : 0,
+        .lifo_rescues = l->rt ? atomic_load_explicit(&l->rt->lifo_rescues, memory_order_relaxed) : 0,
     };
     return 0;
 }

@@ -365,6 +365,7 @@ static inline struct weir_io_op *weir__io_of(weir_op *op)
 
 /* ---- the multi-threaded runtime (sched.c) ----------------------------------- */
 #define WEIR__RT_MAX_THREADS 256
+#define WEIR__DEQUE_CAPACITY 512
 
 struct weir_rt {
     int nthreads;
@@ -383,6 +384,7 @@ struct weir_rt {
     _Atomic int shutting_down;
     _Atomic int stop;
     int use_lifo; /* WEIR_LIFO (default 1) */
+    _Atomic uint64_t lifo_rescues; /* tasks the watchdog moved out of a stalled LIFO slot */
     struct weir__pool *pool; /* blocking pool shared by the threads (blocking.c) */
     weir_rt_opts opts;
     /* startup */
@@ -415,11 +417,13 @@ int weir__sched_park_enter(weir_loop *l);
 void weir__sched_park_leave(weir_loop *l);
 /* A task of the runtime ended. */
 void weir__sched_task_ended(struct weir_rt *rt);
+void weir__sched_rescue_lifo(weir_loop *l);
 void weir__sched_fini_loop(weir_loop *l);
 
 /* One turn of a runtime thread's loop (loop.c), and its teardown once the
  * runtime has stopped. */
 int weir__loop_turn(weir_loop *l, int64_t timeout_ns);
+weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, struct weir_rt *rt, int index);
 void weir__loop_destroy(weir_loop *l);
 /* Wake a loop blocked in its backend (any thread). */
 void weir__loop_unpark(weir_loop *l);

@@ -54,7 +54,7 @@
 
 #include "rt/rt_int.h"
 
-#define DEQUE_CAPACITY   512
+#define DEQUE_CAPACITY   WEIR__DEQUE_CAPACITY
 #define INJECT_BATCH_MAX 64
 #define STEAL_BATCH_MAX  32
 #define LIFO_STREAK_MAX  3 /* LIFO polls in a row before the others get a turn */
@@ -212,8 +212,10 @@ void weir__sched_enqueue(weir_task *t, int woken)
     if (woken && cur->current && rt->use_lifo) {
         /* A running task woke it (it sent a message, released a lock): run
          * it next. The task it displaces becomes stealable. */
-        weir_task *old = atomic_load_explicit(&cur->lifo, memory_order_relaxed);
-        atomic_store_explicit(&cur->lifo, t, memory_order_relaxed);
+        /* Exchange, not load + store: the watchdog may take the slot's task
+         * (weir__sched_rescue_lifo). acq_rel: the task's state travels
+         * with it to whoever takes it. */
+        weir_task *old = atomic_exchange_explicit(&cur->lifo, t, memory_order_acq_rel);
         if (!old)
             return;
         t = old;
@@ -317,9 +319,10 @@ void weir__sched_turn_begin(weir_loop *l)
 
 weir_task *weir__sched_next(weir_loop *l)
 {
-    weir_task *t = atomic_load_explicit(&l->lifo, memory_order_relaxed);
+    weir_task *t = atomic_load_explicit(&l->lifo, memory_order_relaxed) ?
+                       atomic_exchange_explicit(&l->lifo, NULL, memory_order_acq_rel) :
+                       NULL;
     if (t) {
-        atomic_store_explicit(&l->lifo, NULL, memory_order_relaxed);
         if (++l->lifo_streak <= LIFO_STREAK_MAX) {
             WEIR__STAT_ADD(l->lifo_polls, 1);
             return t;
@@ -391,6 +394,24 @@ void weir__sched_end_search(weir_loop *l)
         notify(l->rt);
 }
 
+/* The watchdog saw l stuck in one poll with a task waiting in its LIFO
+ * slot, which no other thread can steal: hand that task to the injection
+ * queue, where an idle thread will find it. (The stall Tokio's LIFO slot is
+ * known for; here it lasts one or two watchdog periods at most.) Any
+ * thread. */
+void weir__sched_rescue_lifo(weir_loop *l)
+{
+    if (!atomic_load_explicit(&l->lifo, memory_order_relaxed))
+        return;
+    weir_task *t = atomic_exchange_explicit(&l->lifo, NULL, memory_order_acq_rel);
+    if (t) {
+        weir__log(WEIR__LOG_DEBUG, "rt.sched", "task '%s' moved out of a stalled thread's LIFO slot",
+                  t->name);
+        atomic_fetch_add_explicit(&l->rt->lifo_rescues, 1, memory_order_relaxed);
+        inject_push(l->rt, t);
+    }
+}
+
 void weir__sched_task_ended(weir_rt *rt)
 {
     if (atomic_fetch_sub_explicit(&rt->ntasks, 1, memory_order_acq_rel) == 1)
@@ -409,19 +430,10 @@ static void *worker_main(void *p)
     weir_rt *rt = a->rt;
     int idx = a->index;
     free(a);
-    weir_loop *l = weir_loop_new(&rt->opts.loop);
+    weir_loop *l = weir__loop_new_rt(&rt->opts.loop, rt, idx);
     int err = l ? 0 : errno;
-    if (l && weir__deque_init(&l->dq, DEQUE_CAPACITY) < 0) {
-        err = ENOMEM;
-        weir_loop_free(l);
-        l = NULL;
-    }
-    if (l) {
-        l->rt = rt;
-        l->index = (uint32_t)idx;
-        l->rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(idx + 1);
+    if (l)
         rt->loops[idx] = l;
-    }
     pthread_mutex_lock(&rt->start_lock);
     if (l)
         rt->nloops++;

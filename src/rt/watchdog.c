@@ -123,6 +123,11 @@ static void wd_sample(wd_entry *e, int64_t now, int64_t threshold_ns)
         e->since = now;
         return;
     }
+    /* Same poll as one period ago: a task woken into this thread's LIFO
+     * slot meanwhile would wait for the whole stall; let another thread
+     * have it. */
+    if (l->rt)
+        weir__sched_rescue_lifo(l);
     int64_t blocked = now - e->since;
     if (e->reported || blocked < threshold_ns)
         return;

@@ -743,6 +743,53 @@ TEST(yielding_tasks_do_not_starve_injection_or_idle_threads)
     }
 }
 
+/* A task woken into the LIFO slot of a thread that then stays in one long
+ * poll is not stuck there: the watchdog hands it to the idle thread. */
+struct lifo_case {
+    weir_notify *go;
+    _Atomic int ran;
+};
+
+static intptr_t lifo_wakee(void *p)
+{
+    struct lifo_case *c = p;
+    CHECK_EQ(weir_notify_wait(c->go, WEIR_FOREVER), 0);
+    atomic_store(&c->ran, 1);
+    return 0;
+}
+
+static intptr_t lifo_hog(void *p)
+{
+    struct lifo_case *c = p;
+    weir_notify_one(c->go); /* the wakee lands in this thread's LIFO slot */
+    int64_t give_up = weir_time_now() + 3 * WEIR_SEC;
+    while (!atomic_load(&c->ran)) /* hog the thread until the wakee ran elsewhere */
+        CHECK_LT(weir_time_now(), give_up);
+    return 0;
+}
+
+TEST(lifo_slot_of_a_stalled_thread_is_rescued)
+{
+    weir_rt *rt = rt_new(THREADS);
+    for (int k = 0; k < 3; k++) {
+        struct lifo_case c = {.go = weir_notify_new()};
+        weir_spawn_opts o = {.loop = weir_rt_loop(rt, 0), .pin = 1};
+        weir_spawn_opts u = {.rt = rt};
+        weir_task *w = weir_task_spawn(lifo_wakee, &c, &u);
+        CHECK(w != NULL);
+        usleep(20000); /* parked on the notify */
+        weir_task *h = weir_task_spawn(lifo_hog, &c, &o);
+        CHECK(h != NULL);
+        CHECK_EQ(weir_task_join(h, NULL, weir_time_after_ms(10000)), 0);
+        CHECK_EQ(weir_task_join(w, NULL, weir_time_after_ms(10000)), 0);
+        weir_notify_free(c.go);
+    }
+    weir_loop_stats st;
+    CHECK_EQ(weir_loop_stats_get(weir_rt_loop(rt, 0), &st), 0);
+    CHECK_GE(st.lifo_rescues, 1); /* at least once the slot was where it waited */
+    weir_rt_free(rt);
+}
+
 /* ---- timers and intervals across threads -------------------------------------------------- */
 struct iv_case {
     weir_interval *iv;
