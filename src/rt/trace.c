@@ -40,7 +40,10 @@
  *    4 WAKE        1: woken from another thread          task
  *    5 READY       the task's result, saturated to s16   task
  *    6 CANCEL      0                                     task
- *    7 STEAL       victim loop index (reserved)          task
+ *    7 STEAL       the victim's scheduler-thread index   task
+ *                  in its runtime (not a loop index;
+ *                  weir_rt_thread_index()); written by
+ *                  the thief's loop
  *   16 LOOP        0                                     kernel thread id
  *   17 TIME        0                                     absolute CLOCK_MONOTONIC ns
  *   18 NAME        name length n (1..255)                name id (1..32767)
