@@ -498,7 +498,7 @@ enum {
     WEIR__EV_WAKE,
     WEIR__EV_READY, /* the task ended */
     WEIR__EV_CANCEL,
-    WEIR__EV_STEAL, /* reserved for the work-stealing scheduler */
+    WEIR__EV_STEAL, /* taken from another thread's deque (arg: its index) */
 };
 int weir__trace_open(weir_loop *l);  /* from weir_loop_new; 0 or -errno */
 void weir__trace_close(weir_loop *l); /* from weir_loop_free: flushes */

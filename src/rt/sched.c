@@ -285,6 +285,7 @@ static weir_task *steal_from(weir_loop *l, weir_loop *v)
             break;
         if (weir__deque_push(&l->dq, y) < 0)
             weir__task_schedule_local(l, y);
+        weir__trace(l, WEIR__EV_STEAL, y, v->index);
         got++;
     }
     WEIR__STAT_ADD(l->steals, got);
