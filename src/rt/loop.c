@@ -354,6 +354,7 @@ weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, weir_rt *rt, int index)
             goto fail_be;
         }
         l->rt = rt;
+        l->stacks.shared = &rt->stacks;
         l->index = (uint32_t)index;
         l->rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(index + 1);
     }

@@ -386,6 +386,7 @@ struct weir_rt {
     int use_lifo; /* WEIR_LIFO (default 1) */
     _Atomic uint64_t lifo_rescues; /* tasks the watchdog moved out of a stalled LIFO slot */
     struct weir__pool *pool; /* blocking pool shared by the threads (blocking.c) */
+    weir__stack_shared stacks; /* fiber stacks traded between the threads' pools */
     weir_rt_opts opts;
     /* startup */
     pthread_mutex_t start_lock;

@@ -498,6 +498,7 @@ static void rt_release(weir_rt *rt)
 {
     if (rt->pool)
         weir__pool_free(rt->pool); /* every task has ended: no job is awaited */
+    weir__stack_shared_fini(&rt->stacks);
     pthread_mutex_destroy(&rt->inject_lock);
     pthread_mutex_destroy(&rt->start_lock);
     pthread_cond_destroy(&rt->start_cond);
@@ -524,6 +525,7 @@ weir_rt *weir_rt_new(const weir_rt_opts *opts)
     rt->loops = calloc((size_t)rt->nthreads, sizeof(*rt->loops));
     rt->threads = calloc((size_t)rt->nthreads, sizeof(*rt->threads));
     pthread_mutex_init(&rt->inject_lock, NULL);
+    weir__stack_shared_init(&rt->stacks);
     pthread_mutex_init(&rt->start_lock, NULL);
     pthread_cond_init(&rt->start_cond, NULL);
     if (!rt->loops || !rt->threads) {

@@ -138,6 +138,89 @@ void weir__stack_pool_init(weir__stack_pool *p)
     p->free_list = NULL;
     p->cached = 0;
     p->max_cached = cache_limit_from_env();
+    p->shared = NULL;
+}
+
+/* Pools of a runtime keep at most this many stacks of their own and trade
+ * the rest with the shared pool this many at a time. */
+#define POOL_LOCAL_MAX 128
+#define POOL_BATCH     32
+
+void weir__stack_shared_init(weir__stack_shared *sh)
+{
+    pthread_mutex_init(&sh->lock, NULL);
+    sh->free_list = NULL;
+    sh->cached = 0;
+    sh->max_cached = cache_limit_from_env();
+}
+
+void weir__stack_shared_fini(weir__stack_shared *sh)
+{
+    weir__stack *s = sh->free_list;
+    while (s) {
+        weir__stack *next = s->next;
+        stack_unmap(s);
+        s = next;
+    }
+    sh->free_list = NULL;
+    sh->cached = 0;
+    pthread_mutex_destroy(&sh->lock);
+}
+
+/* Move up to POOL_BATCH stacks of `size` from the shared pool to p. */
+static void pool_refill(weir__stack_pool *p, size_t size)
+{
+    weir__stack_shared *sh = p->shared;
+    int n = 0;
+    pthread_mutex_lock(&sh->lock);
+    for (weir__stack **link = &sh->free_list; *link && n < POOL_BATCH;) {
+        weir__stack *s = *link;
+        if (s->size != size) {
+            link = &s->next;
+            continue;
+        }
+        *link = s->next;
+        sh->cached--;
+        s->next = p->free_list;
+        p->free_list = s;
+        p->cached++;
+        n++;
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
+/* p is full: hand a batch to the shared pool (which unmaps beyond its own
+ * limit). */
+static void pool_spill(weir__stack_pool *p)
+{
+    weir__stack_shared *sh = p->shared;
+    weir__stack *batch = NULL, *drop = NULL;
+    for (int n = 0; n < POOL_BATCH && p->free_list; n++) {
+        weir__stack *s = p->free_list;
+        p->free_list = s->next;
+        p->cached--;
+        s->next = batch;
+        batch = s;
+    }
+    pthread_mutex_lock(&sh->lock);
+    while (batch) {
+        weir__stack *s = batch;
+        batch = s->next;
+        if (sh->cached < sh->max_cached) {
+            s->next = sh->free_list;
+            sh->free_list = s;
+            sh->cached++;
+        } else {
+            s->next = drop;
+            drop = s;
+        }
+    }
+    pthread_mutex_unlock(&sh->lock);
+    while (drop) {
+        weir__stack *s = drop;
+        drop = s->next;
+        stack_unmap(s);
+    }
 }
 
 void weir__stack_pool_fini(weir__stack_pool *p)
@@ -167,14 +250,19 @@ weir__stack *weir__stack_get(weir__stack_pool *p, size_t size)
 
     /* Linear, but a loop's fibers nearly all use the default size, so the
      * head matches; a mixed-size pool costs at most max_cached steps. */
-    for (link = &p->free_list; *link; link = &(*link)->next) {
-        weir__stack *s = *link;
-        if (s->size == size) {
-            *link = s->next;
-            s->next = NULL;
-            p->cached--;
-            return s;
+    for (int again = p->shared != NULL;; again = 0) {
+        for (link = &p->free_list; *link; link = &(*link)->next) {
+            weir__stack *s = *link;
+            if (s->size == size) {
+                *link = s->next;
+                s->next = NULL;
+                p->cached--;
+                return s;
+            }
         }
+        if (!again)
+            break;
+        pool_refill(p, size);
     }
     return stack_map(size);
 }
@@ -182,6 +270,8 @@ weir__stack *weir__stack_get(weir__stack_pool *p, size_t size)
 void weir__stack_put(weir__stack_pool *p, weir__stack *s)
 {
     if (!s) return;
+    if (p->shared && p->cached >= POOL_LOCAL_MAX)
+        pool_spill(p);
     if (p->cached >= p->max_cached) {
         stack_unmap(s);
         return;

@@ -12,6 +12,7 @@
 #ifndef WEIR_RT_STACK_H
 #define WEIR_RT_STACK_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 typedef struct weir__stack {
@@ -22,11 +23,26 @@ typedef struct weir__stack {
     size_t size; /* usable bytes, a multiple of the page size */
 } weir__stack;
 
+/* Stacks shared by the pools of a runtime's threads: a fiber takes its
+ * stack from its spawner's pool and gives it back to the pool of the thread
+ * it ends on, so without this one thread's pool would keep mapping stacks
+ * and another's keep unmapping them. Pools trade with it in batches. */
+typedef struct weir__stack_shared {
+    pthread_mutex_t lock;
+    weir__stack *free_list;
+    size_t cached;
+    size_t max_cached;
+} weir__stack_shared;
+
 typedef struct weir__stack_pool {
     weir__stack *free_list;
     size_t cached;     /* stacks on the free list */
-    size_t max_cached; /* beyond this, put() unmaps */
+    size_t max_cached; /* beyond this, put() unmaps (or moves to `shared`) */
+    weir__stack_shared *shared; /* NULL on a standalone loop */
 } weir__stack_pool;
+
+void weir__stack_shared_init(weir__stack_shared *sh);
+void weir__stack_shared_fini(weir__stack_shared *sh); /* unmaps */
 
 void weir__stack_pool_init(weir__stack_pool *p);
 void weir__stack_pool_fini(weir__stack_pool *p); /* unmaps cached stacks */
