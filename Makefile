@@ -4,14 +4,18 @@
 #
 #   make run     build and run the demo
 #   make test    build the normal, ASan+UBSan, TSan and ucontext configurations
-#                and run the whole suite in each, under both I/O backends
+#                and run the whole suite in each, under both I/O backends; run
+#                every fuzz target for a bounded time
+#   make test-fuzz  build the libFuzzer targets (build/fuzz) and run each for
+#                FUZZ_SECONDS (default 20) from its seed corpus in fuzz/corpus/
 #   make bench   build Release and run every benchmark with its peers
 #   make build   just the normal build (build/release)
 
 JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
 CTEST = ctest --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-ucontext test-aarch64 bench clean format
+.PHONY: all deps build run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz bench clean format
 
 all: build
 
@@ -52,7 +56,13 @@ test-ucontext: deps
 test-aarch64: deps
 	scripts/test-aarch64.sh build/aarch64
 
-test: test-release test-asan test-tsan test-ucontext test-aarch64
+test-fuzz: deps
+	cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	      -DWEIR_SANITIZE=address -DWEIR_FUZZ=ON -DWEIR_BUILD_TESTS=OFF -DWEIR_BUILD_BENCH=OFF
+	cmake --build build/fuzz -j$(JOBS)
+	fuzz/run.sh build/fuzz $(FUZZ_SECONDS)
+
+test: test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz
 	@echo "make test: all configurations passed"
 
 bench: deps
