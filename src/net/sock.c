@@ -12,22 +12,29 @@
  * of a family the machine lacks simply fails to connect and the next one
  * is tried.
  *
- * The lookup's state lives in a heap job shared by the waiting task and the
- * pool thread, because a wait that times out or is cancelled returns while
- * getaddrinfo may still be running and writing into it. Ownership moves by
- * one atomic state word: the thread that comes second frees the job.
+ * A name's lookup runs in a heap job, because the task that asked may give
+ * up (deadline, cancellation) while getaddrinfo still runs and writes into
+ * it. The wait on the pool is made by a small detached helper fiber, not by
+ * the asking task: the pool drops a job whose wait is cancelled while it is
+ * still queued, without running it, and gives no way to free its argument
+ * then, so a cancelled wait could not tell "dropped" (free the job) from
+ * "about to start" (the pool thread will use it). The helper never gives up
+ * (only the runtime's shutdown cancels it), so every job runs; one whose
+ * asker has left is skipped at once when it reaches a thread. Three parties
+ * share the job:
  *
- *     PENDING --thread starts--> RUNNING --lookup done--> DONE
- *        |                          |                       |
- *        | waiter leaves            | waiter leaves         | waiter collects: waiter frees
- *        v                          v
- *     ABANDONED: the thread frees it when (if) it runs   ABANDONED: the thread frees it
+ *   - the asker and the helper each hold a reference (job->refs); the asker
+ *     waits on a oneshot the helper sends when the lookup is over, and on
+ *     giving up marks the job abandoned and drops its reference;
+ *   - the helper and the pool thread hand the helper's reference over by
+ *     one state word (job->lookup) when the helper is cancelled mid-lookup:
  *
- * One case has no second party: a wait cancelled while the job was still in
- * the pool's queue, which the pool then drops without running it. The
- * waiter cannot tell that apart from a job a thread is about to start, so
- * it leaves the job alone, and that job (about 2 KiB) leaks. The blocking
- * pool has no hook to release an argument it never ran; see docs/net.md.
+ *       PENDING --thread starts--> RUNNING --lookup over--> DONE (helper carries on)
+ *          |                          |
+ *          | helper cancelled         | helper cancelled
+ *          v                          v
+ *       HELPER_GONE: the pool thread drops the helper's reference when it
+ *       runs the job, or (dropped at shutdown) never: a one-time leak.
  *
  * Sockets are created close-on-exec and blocking; the epoll backend makes
  * them non-blocking on first use (weir/io.h), io_uring does not need it.
@@ -49,6 +56,7 @@
 #include "rt/rt_int.h"
 #include "weir/io.h"
 #include "weir/net.h"
+#include "weir/sync.h"
 
 /* ---- helpers -------------------------------------------------------------------------- */
 static int fiber_caller(void)
@@ -150,35 +158,85 @@ static int parse_plain_literal(const char *host, int port, weir_net_addr *a)
 }
 
 /* ---- resolution on the blocking pool -------------------------------------------------- */
-enum { JOB_PENDING, JOB_RUNNING, JOB_DONE, JOB_ABANDONED };
+/* The helper's hold on the job, shared with the lookup on the pool thread
+ * (see the file comment). */
+enum { LOOKUP_PENDING, LOOKUP_RUNNING, LOOKUP_DONE, LOOKUP_HELPER_GONE };
 
 typedef struct resolve_job {
-    atomic_int state; /* JOB_*: see the file comment */
+    atomic_int refs;      /* the waiter's and the helper's */
+    atomic_int abandoned; /* the waiter gave up: a lookup not yet started is skipped */
+    atomic_int lookup;    /* LOOKUP_*, between the helper and the pool thread */
+    weir_oneshot *done;   /* the helper tells the waiter the lookup is over */
     int flags, max;
-    int result; /* count or -errno, written by the pool thread before DONE */
+    int result; /* count or -errno; read by the waiter only after `done` */
     char service[8];
     weir_net_addr addrs[WEIR_NET_RESOLVE_MAX];
     char host[]; /* NUL-terminated */
 } resolve_job;
 
-static intptr_t resolve_job_run(void *arg)
+static void job_unref(resolve_job *j)
+{
+    /* acq_rel: every access by the party letting go happens before the
+     * free by the last one. */
+    if (atomic_fetch_sub_explicit(&j->refs, 1, memory_order_acq_rel) == 1)
+        free(j);
+}
+
+/* On a pool thread. */
+static intptr_t lookup_run(void *arg)
 {
     resolve_job *j = arg;
-    int expect = JOB_PENDING;
-    /* Acquire on failure: the waiter left first (its exchange released
-     * everything it did with the job), so the free below comes after. On
-     * success the pool's queue lock already ordered the job's fields. */
-    if (!atomic_compare_exchange_strong_explicit(&j->state, &expect, JOB_RUNNING,
-                                                 memory_order_acq_rel, memory_order_acquire)) {
-        free(j); /* abandoned before it started: nobody else will free it */
+    int expect = LOOKUP_PENDING;
+    /* Acquire on failure: the helper left (shutdown) and handed us its
+     * reference; release on success is not needed (the pool's queue lock
+     * already ordered the job's fields before this thread saw it). */
+    if (!atomic_compare_exchange_strong_explicit(&j->lookup, &expect, LOOKUP_RUNNING,
+                                                 memory_order_acquire, memory_order_acquire)) {
+        job_unref(j);
         return -ECANCELED;
     }
-    j->result = gai_resolve(j->host, j->service, j->flags, j->addrs, j->max);
-    /* Release: publishes result/addrs to a waiter that collects them.
-     * Acquire: if the waiter left meanwhile, its last accesses happen
-     * before our free. */
-    if (atomic_exchange_explicit(&j->state, JOB_DONE, memory_order_acq_rel) == JOB_ABANDONED)
-        free(j);
+    /* Relaxed is enough: skipping is only an optimisation, and a stale
+     * read just does a lookup nobody waits for. */
+    if (atomic_load_explicit(&j->abandoned, memory_order_relaxed))
+        j->result = -ECANCELED;
+    else
+        j->result = gai_resolve(j->host, j->service, j->flags, j->addrs, j->max);
+    /* acq_rel: release publishes the result to the helper when it is still
+     * waiting (it also gets it through the pool's op completion); acquire
+     * pairs with the helper's exchange when it left first. */
+    if (atomic_exchange_explicit(&j->lookup, LOOKUP_DONE, memory_order_acq_rel) ==
+        LOOKUP_HELPER_GONE) {
+        job_unref(j); /* the helper's reference, handed to us */
+    }
+    return 0;
+}
+
+/* A detached fiber that waits on the pool for the lookup, always to its
+ * end, so that the job is never dropped from the pool's queue unrun. */
+static intptr_t lookup_helper(void *arg)
+{
+    resolve_job *j = arg;
+    int64_t r = weir_blocking_run(lookup_run, j, WEIR_FOREVER);
+    int prev = LOOKUP_DONE;
+    if (r < 0) {
+        /* Refused by the pool (no thread, no memory: the job never ran), or
+         * this fiber was cancelled, which only the runtime shutting down
+         * does: the job may still run, or be dropped from the queue. */
+        prev = atomic_exchange_explicit(&j->lookup, LOOKUP_HELPER_GONE, memory_order_acq_rel);
+        if (prev == LOOKUP_PENDING && r != -ECANCELED && r != -ETIMEDOUT) {
+            j->result = (int)r; /* refused: it will never run, the job is ours */
+            prev = LOOKUP_DONE;
+        }
+    }
+    if (prev == LOOKUP_DONE) {
+        weir_oneshot_send(j->done, 0); /* -EPIPE when the waiter left: fine */
+        job_unref(j);
+    } else {
+        /* The pool thread runs it or is about to: our reference is now its
+         * (a queued job dropped at shutdown leaks here, once). The waiter
+         * sees the sender gone. */
+        weir_oneshot_close_tx(j->done);
+    }
     return 0;
 }
 
@@ -187,8 +245,6 @@ static int resolve_on_pool(const char *host, const char *service, int flags, wei
 {
     if (!fiber_caller())
         return -EINVAL; /* a loop thread may not block, and only fibers wait */
-    /* Refuse a wait that would end at once before queueing anything: it
-     * would leave a job that may never run (see the file comment). */
     if (weir_task_cancelled())
         return -ECANCELED;
     if (deadline != WEIR_FOREVER && deadline <= weir_time_now())
@@ -197,32 +253,47 @@ static int resolve_on_pool(const char *host, const char *service, int flags, wei
     resolve_job *j = malloc(sizeof(*j) + hl + 1);
     if (!j)
         return -ENOMEM;
-    atomic_init(&j->state, JOB_PENDING);
+    atomic_init(&j->refs, 2);
+    atomic_init(&j->abandoned, 0);
+    atomic_init(&j->lookup, LOOKUP_PENDING);
     j->flags = flags;
     j->max = max < WEIR_NET_RESOLVE_MAX ? max : WEIR_NET_RESOLVE_MAX;
     j->result = -EIO;
     memcpy(j->service, service, sizeof(j->service));
     memcpy(j->host, host, hl + 1);
-
-    int64_t r = weir_blocking_run(resolve_job_run, j, deadline);
-    /* acq_rel: acquire to read the thread's results when it is DONE;
-     * release so that, when the thread frees the job after us, our accesses
-     * come first. */
-    int prev = atomic_exchange_explicit(&j->state, JOB_ABANDONED, memory_order_acq_rel);
-    if (prev == JOB_DONE) {
-        /* Finished, even if the wait itself timed out at the last moment:
-         * the answer is here, use it (as a read that completed before its
-         * cancellation reports its bytes). */
-        int n = j->result;
-        if (n > 0)
-            memcpy(out, j->addrs, (size_t)n * sizeof(*out));
+    j->done = weir_oneshot_new();
+    if (!j->done) {
         free(j);
-        return n;
+        return -ENOMEM;
     }
-    if (prev == JOB_PENDING && r != -ETIMEDOUT && r != -ECANCELED)
-        free(j); /* refused by the pool (no thread, no memory): never queued */
-    /* Otherwise the pool thread frees it, if it ever runs. */
-    return r < 0 ? (int)r : -EIO;
+    weir_spawn_opts o = {.name = "net.resolve"};
+    weir_task *h = weir_task_spawn(lookup_helper, j, &o);
+    if (!h) {
+        int err = errno ? -errno : -ENOMEM;
+        weir_oneshot_close_tx(j->done);
+        weir_oneshot_close_rx(j->done);
+        free(j);
+        return err;
+    }
+    weir_task_detach(h);
+
+    intptr_t ignored;
+    int r = weir_oneshot_recv(j->done, &ignored, deadline);
+    if (r == 0) {
+        /* The helper's send orders the lookup's writes before this read. */
+        r = j->result;
+        if (r > 0)
+            memcpy(out, j->addrs, (size_t)r * sizeof(*out));
+    } else {
+        /* Timed out or cancelled (or -EPIPE: the helper was cancelled). A
+         * lookup still queued is then skipped when it reaches a thread. */
+        atomic_store_explicit(&j->abandoned, 1, memory_order_relaxed);
+        if (r == -EPIPE)
+            r = -ECANCELED;
+    }
+    weir_oneshot_close_rx(j->done);
+    job_unref(j);
+    return r;
 }
 
 /* Resolve host:port for connect (flags 0) or bind (AI_PASSIVE). */

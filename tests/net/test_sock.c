@@ -306,6 +306,60 @@ TEST(resolve_many_concurrently)
     CHECK_EQ(test_run_main(resolve_many_main, NULL), 0);
 }
 
+/*
+ * Lookups whose asker gives up while they wait for a pool thread: with one
+ * thread, kept busy, a lookup times out (or is cancelled) in the queue. Its
+ * job is neither lost nor leaked (ASan's leak check runs at exit), and the
+ * next lookup still works once the thread is free.
+ */
+static intptr_t hog(void *arg)
+{
+    (void)arg;
+    usleep(300 * 1000); /* on the pool thread */
+    return 7;
+}
+
+static intptr_t hog_task(void *arg)
+{
+    (void)arg;
+    return (intptr_t)weir_blocking_run(hog, NULL, WEIR_FOREVER);
+}
+
+static intptr_t resolve_forever(void *arg)
+{
+    (void)arg;
+    weir_net_addr a[2];
+    return weir_net_resolve("localhost", 80, a, 2, WEIR_FOREVER);
+}
+
+static intptr_t abandoned_main(void *arg)
+{
+    (void)arg;
+    weir_task *h = test_spawn(hog_task, NULL);
+    weir_time_sleep(30 * WEIR_MSEC); /* the hog has the only thread */
+    weir_net_addr a[2];
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir_net_resolve("localhost", 80, a, 2, after_ms(50)), -ETIMEDOUT);
+    CHECK_LT(weir_time_now() - t0, 250 * WEIR_MSEC);
+    weir_task *c = test_spawn(resolve_forever, NULL);
+    weir_time_sleep(10 * WEIR_MSEC);
+    CHECK_EQ(weir_task_cancel(c), 0);
+    intptr_t v = 0;
+    CHECK_EQ(weir_task_join(c, &v, WEIR_FOREVER), -ECANCELED);
+    CHECK_EQ(v, -ECANCELED);
+    /* Waits behind the hog, then resolves. */
+    CHECK_GE(weir_net_resolve("localhost", 80, a, 2, after_ms(10000)), 1);
+    CHECK_EQ(join(h), 7);
+    return 0;
+}
+
+TEST(resolve_abandoned_in_queue)
+{
+    setenv("WEIR_BLOCKING_THREADS", "1", 1);
+    CHECK_EQ(test_run_main(abandoned_main, NULL), 0);
+    unsetenv("WEIR_BLOCKING_THREADS");
+}
+
 /* A name the resolver does not know: -ENXIO (or a temporary failure where
  * DNS is unreachable), never a crash, with a readable message. */
 static intptr_t unknown_host_main(void *arg)
