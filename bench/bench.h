@@ -2,12 +2,15 @@
 /*
  * bench.h - helpers shared by weir's benchmark programs: run counts, the
  * median of a few runs, peak RSS, and the impl= label (weir-uring /
- * weir-epoll, from the loop's backend). Every benchmark prints lines of
- * key=value pairs starting with `bench=NAME impl=IMPL`.
+ * weir-epoll, from the loop's backend), and for the multi-threaded runtime
+ * the thread count and the scheduler counters summed over its threads.
+ * Every benchmark prints lines of key=value pairs starting with
+ * `bench=NAME impl=IMPL`.
  */
 #ifndef WEIR_BENCH_H
 #define WEIR_BENCH_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,74 @@ static inline const char *bench_impl(void)
     static char buf[32];
     weir_loop *l = weir_loop_current();
     snprintf(buf, sizeof(buf), "weir-%s", l ? weir_loop_backend(l) : "none");
+    return buf;
+}
+
+/* A positive integer argument or environment value: `s` parsed whole, or
+ * `dflt` when s is NULL; -1 when s is not a positive integer. */
+static inline long bench_parse_long(const char *s, long dflt)
+{
+    if (!s)
+        return dflt;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    return errno || end == s || *end || v <= 0 ? -1 : v;
+}
+
+/* Scheduler threads of a multi-threaded benchmark: $WEIR_THREADS (what
+ * weir_rt_new would use for threads=0), else `dflt` - not the online cores,
+ * so that a run on a bigger machine measures the same thing. */
+static inline int bench_threads(int dflt)
+{
+    long n = bench_parse_long(getenv("WEIR_THREADS"), dflt);
+    return n > 0 && n <= 256 ? (int)n : dflt;
+}
+
+/* "weir-uring" or "weir-epoll" for the loops of a runtime (any thread). */
+static inline const char *bench_impl_rt(weir_rt *rt)
+{
+    static char buf[32];
+    weir_loop *l = weir_rt_loop(rt, 0);
+    snprintf(buf, sizeof(buf), "weir-%s", l ? weir_loop_backend(l) : "none");
+    return buf;
+}
+
+/* The scheduler counters of rt summed over its threads, and thread i's
+ * polls in polls[i] (when polls is not NULL). Call from outside the runtime
+ * once the measured work is done (its threads idle), so the figures are
+ * final. */
+static inline void bench_rt_stats(weir_rt *rt, weir_loop_stats *sum, uint64_t *polls)
+{
+    memset(sum, 0, sizeof(*sum));
+    for (int i = 0; i < weir_rt_threads(rt); i++) {
+        weir_loop_stats st;
+        if (weir_loop_stats_get(weir_rt_loop(rt, i), &st) < 0)
+            continue;
+        sum->polls += st.polls;
+        sum->parks += st.parks;
+        sum->steals += st.steals;
+        sum->injected += st.injected;
+        sum->lifo_polls += st.lifo_polls;
+        sum->remote_wakes += st.remote_wakes;
+        if (polls)
+            polls[i] = st.polls;
+    }
+}
+
+/* "p0/p1/..." for the per-thread polls of bench_rt_stats. */
+static inline const char *bench_fmt_polls(const uint64_t *polls, int n)
+{
+    static char buf[256];
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && off < sizeof(buf); i++) {
+        int k = snprintf(buf + off, sizeof(buf) - off, "%s%llu", i ? "/" : "",
+                         (unsigned long long)polls[i]);
+        if (k < 0)
+            break;
+        off += (size_t)k;
+    }
     return buf;
 }
 

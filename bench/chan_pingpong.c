@@ -33,11 +33,22 @@
  * GOMAXPROCS=1). threads=2: ping on a loop on the main thread, pong on a
  * second loop on its own thread (Tokio multi_thread with 2 workers, each
  * task spawned so that they run on different workers as far as Tokio lets
- * you; Go GOMAXPROCS=2). Time runs from ping's first send to its last
- * receive; ns_per_roundtrip = that time / N. Each configuration runs
- * `runs` times (BENCH_RUNS, default 5) and the median is printed:
+ * you; Go GOMAXPROCS=2). threads=2 mode=rt: both tasks spawned from the
+ * main thread into one multi-threaded runtime of 2 scheduler threads
+ * (weir_rt_new, threads=2; spawn with .rt, so they enter through the
+ * injection queue), which places them as it likes - with its LIFO slot
+ * (WEIR_LIFO=1, the default) a task woken by a running task runs next on
+ * the waker's thread, so the pair usually shares one thread; this is the
+ * line to set beside Tokio's `threads=2 mode=spawned` and Go's threads=2.
+ * The main thread joins both (blocking). Time runs from ping's first send
+ * to its last receive; ns_per_roundtrip = that time / N. Each configuration
+ * runs `runs` times (BENCH_RUNS, default 5) and the median is printed:
  *
  *   bench=chan_pingpong impl=weir-uring kind=chan threads=1 ns_per_roundtrip=... runs=5
+ *
+ * The mode=rt lines add the counters of their runtime (a fresh one per
+ * kind) over their runs (see spawn_join_mt.c): polls per thread, steals,
+ * lifo_polls, remote_wakes.
  *
  *   chan_pingpong [round_trips]      default 200000 (BENCH_QUICK=1: 50000)
  */
@@ -188,6 +199,54 @@ static double run_once(weir_loop *l, int kind, int threads)
     return (double)s.ns / (double)trips;
 }
 
+/* threads=2 mode=rt: both tasks in the 2-thread runtime rt. */
+static double run_rt(weir_rt *rt, int kind)
+{
+    struct shared s = {.kind = kind};
+    size_t cap = kind == K_RENDEZVOUS ? 0 : 1;
+    s.a = weir_chan_new(sizeof(int64_t), cap);
+    s.b = weir_chan_new(sizeof(int64_t), cap);
+    s.first = kind == K_ONESHOT ? weir_oneshot_new() : NULL;
+    if (!s.a || !s.b || (kind == K_ONESHOT && !s.first))
+        abort();
+    weir_spawn_opts o = {.rt = rt};
+    struct ping pf = {.s = &s};
+    struct pong qf = {.s = &s};
+    weir_task *pt = weir_task_spawn_stackless(ping_poll, &pf, &o);
+    weir_task *qt = weir_task_spawn_stackless(pong_poll, &qf, &o);
+    if (!pt || !qt)
+        abort();
+    if (weir_task_join(pt, NULL, WEIR_FOREVER) != 0 || weir_task_join(qt, NULL, WEIR_FOREVER) != 0)
+        abort();
+    weir_chan_unref(s.a);
+    weir_chan_unref(s.b);
+    return (double)s.ns / (double)trips;
+}
+
+/* The mode=rt line, on a runtime of its own (made and freed here, so that
+ * its idle threads never share the machine with the other lines). */
+static int rt_line(int kind, int runs)
+{
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    if (!rt) {
+        perror("weir_rt_new");
+        return -1;
+    }
+    weir_loop_stats st;
+    uint64_t polls[2];
+    double v[100];
+    for (int r = 0; r < runs; r++)
+        v[r] = run_rt(rt, kind);
+    bench_rt_stats(rt, &st, polls);
+    printf("bench=chan_pingpong impl=%s kind=%s threads=2 mode=rt ns_per_roundtrip=%.1f runs=%d "
+           "polls=%s steals=%llu lifo_polls=%llu remote_wakes=%llu\n",
+           bench_impl_rt(rt), kind_name[kind], bench_median(v, runs), runs,
+           bench_fmt_polls(polls, 2), (unsigned long long)st.steals,
+           (unsigned long long)st.lifo_polls, (unsigned long long)st.remote_wakes);
+    weir_rt_free(rt);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *q = getenv("BENCH_QUICK");
@@ -212,6 +271,9 @@ int main(int argc, char **argv)
                    "runs=%d\n",
                    bench_impl(), kind_name[kind], threads, bench_median(v, runs), runs);
         }
+        if (rt_line(kind, runs) < 0)
+            return 1;
+        fflush(stdout);
     }
     weir_loop_free(l);
     return 0;

@@ -16,11 +16,17 @@
 //	                                  fresh one-slot channel per hop (oneshot)
 //	goperf mutex_contention           4 goroutines x 100k sync.Mutex lock,
 //	                                  counter++, unlock (Gosched every 64)
+//	goperf spawn_join_mt              spawn + join of 1M goroutines in batches
+//	                                  of 1000, GOMAXPROCS=2 (-procs N)
+//	goperf scaling                    fan-out of 200k CPU-bound goroutines
+//	                                  (~3.5 us each), GOMAXPROCS=1 then 2 (-procs N)
 //
 // Every figure is one line: bench=NAME impl=go key=value ...
 // Flags: -runs N (repetitions; the median is printed), -n N (work size),
 // -procs N (GOMAXPROCS, default 1 so the runtime is single-threaded like
-// weir's and Tokio's current-thread peers).
+// weir's and Tokio's current-thread peers; spawn_join_mt and scaling, which
+// measure a multi-threaded runtime, default to 2), -batch N (spawn_join_mt),
+// -iters N (scaling).
 package main
 
 import (
@@ -58,7 +64,7 @@ func maxRSSKB() int64 {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive|http_raw|chan_pingpong|mutex_contention [-runs N] [-n N] [-procs N] [--port P]\n", os.Args[0])
+	fmt.Fprintf(os.Stderr, "usage: %s ctx_switch|spawn_join|timers|http_keepalive|http_raw|chan_pingpong|mutex_contention|spawn_join_mt|scaling [-runs N] [-n N] [-procs N] [-batch N] [-iters N] [--port P]\n", os.Args[0])
 	os.Exit(2)
 }
 
@@ -70,11 +76,19 @@ func main() {
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	runs := fs.Int("runs", 5, "repetitions (median printed)")
 	n := fs.Int("n", 0, "work size (0: the benchmark's default)")
-	procs := fs.Int("procs", 1, "GOMAXPROCS")
+	procs := fs.Int("procs", 0, "GOMAXPROCS (0: 1, or 2 for spawn_join_mt and scaling)")
 	port := fs.Int("port", 0, "http_keepalive: port to listen on (127.0.0.1)")
+	batch := fs.Int("batch", 1000, "spawn_join_mt: tasks spawned before they are joined")
+	iters := fs.Int("iters", 2000, "scaling: xorshift rounds per task")
 	_ = fs.Parse(os.Args[2:])
 	if *runs < 1 {
 		*runs = 1
+	}
+	if *procs <= 0 {
+		*procs = 1
+		if name == "spawn_join_mt" || name == "scaling" {
+			*procs = 2
+		}
 	}
 	runtime.GOMAXPROCS(*procs)
 
@@ -89,6 +103,10 @@ func main() {
 		chanPingpong(*runs, pick(*n, 1_000_000), *procs)
 	case "mutex_contention":
 		mutexContention(*runs, pick(*n, 100_000), *procs)
+	case "spawn_join_mt":
+		spawnJoinMT(*runs, pick(*n, 1_000_000), *batch, *procs)
+	case "scaling":
+		scaling(*runs, pick(*n, 200_000), *iters, *procs)
 	case "http_keepalive":
 		if *port <= 0 {
 			fmt.Fprintln(os.Stderr, "http_keepalive needs --port P")
@@ -172,6 +190,152 @@ func spawnJoin(runs, n, procs int) {
 	}
 	fmt.Printf("bench=spawn_join impl=go ns_per_task=%.1f tasks=%d procs=%d rss_kb=%d runs=%d\n",
 		median(per), n, procs, maxRSSKB(), runs)
+}
+
+// spawn_join_mt (mirrors bench/spawn_join_mt.c): with GOMAXPROCS=procs, the
+// main goroutine does one untimed warm-up run and then `runs` timed runs of:
+// for each batch of `batch` goroutines, spawn them (goroutine i yields
+// i + 1), then join them and add up the results. Go has no join handle, so
+// two joins, one line each:
+//
+//	join=waitgroup  one sync.WaitGroup per batch: goroutine i stores i + 1 in
+//	                a slice and calls Done; main Waits, then sums the slice.
+//	join=chan       one `chan int64` of capacity 1 per goroutine (made by
+//	                main before the `go`), which the goroutine sends i + 1
+//	                on; main receives them in spawn order - a join handle.
+//
+// The clock runs from the first spawn to the last join of a run;
+// ns_per_task = wall / n (median). peak_rss_mib is the process maximum, so
+// the join=chan line (second) covers both.
+func spawnJoinMT(runs, n, batch, procs int) {
+	if batch <= 0 || n%batch != 0 {
+		fmt.Fprintln(os.Stderr, "spawn_join_mt: -batch must divide -n")
+		os.Exit(2)
+	}
+	want := int64(n/batch) * int64(batch) * int64(batch+1) / 2
+	out := make([]int64, batch)
+	chans := make([]chan int64, batch)
+	joins := map[string]func() int64{
+		"waitgroup": func() int64 {
+			var sum int64
+			var wg sync.WaitGroup
+			for done := 0; done < n; done += batch {
+				wg.Add(batch)
+				for i := 0; i < batch; i++ {
+					go func(i int) {
+						out[i] = int64(i) + 1
+						wg.Done()
+					}(i)
+				}
+				wg.Wait()
+				for i := 0; i < batch; i++ {
+					sum += out[i]
+				}
+			}
+			return sum
+		},
+		"chan": func() int64 {
+			var sum int64
+			for done := 0; done < n; done += batch {
+				for i := 0; i < batch; i++ {
+					c := make(chan int64, 1)
+					chans[i] = c
+					go func(i int, c chan int64) {
+						c <- int64(i) + 1
+					}(i, c)
+				}
+				for i := 0; i < batch; i++ {
+					sum += <-chans[i]
+				}
+			}
+			return sum
+		},
+	}
+	for _, join := range []string{"waitgroup", "chan"} {
+		f := joins[join]
+		per := make([]float64, 0, runs)
+		for r := -1; r < runs; r++ { // r == -1: warm-up
+			t0 := time.Now()
+			sum := f()
+			el := time.Since(t0)
+			if sum != want {
+				fmt.Fprintln(os.Stderr, "spawn_join_mt: wrong sum")
+				os.Exit(1)
+			}
+			if r >= 0 {
+				per = append(per, float64(el.Nanoseconds())/float64(n))
+			}
+		}
+		fmt.Printf("bench=spawn_join_mt impl=go join=%s threads=%d tasks=%d batch=%d ns_per_task=%.1f peak_rss_mib=%.1f runs=%d\n",
+			join, procs, n, batch, median(per), float64(maxRSSKB())/1024.0, runs)
+	}
+}
+
+// scaling (mirrors bench/scaling.c): the CPU-bound work of one task, a
+// serial xorshift64 chain the compiler cannot shorten.
+func scalingWork(seed uint64, iters int) uint64 {
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := 0; i < iters; i++ {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	return x
+}
+
+// scaling: GOMAXPROCS=1, then GOMAXPROCS=procs. The main goroutine does one
+// untimed warm-up run and `runs` timed runs of: spawn n goroutines, goroutine
+// i storing scalingWork(i, iters) in out[i], wait for all (sync.WaitGroup),
+// then add up out (wrapping) into the checksum. The clock runs from the
+// first spawn to the end of the Wait; wall_ms is the median; the procs line
+// prints speedup = wall(1) / wall(procs). checksum must equal weir's.
+func scaling(runs, n, iters, procs int) {
+	out := make([]uint64, n)
+	run := func() (time.Duration, uint64) {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func(i int) {
+				out[i] = scalingWork(uint64(i), iters)
+				wg.Done()
+			}(i)
+		}
+		wg.Wait()
+		el := time.Since(t0)
+		var sum uint64
+		for _, v := range out {
+			sum += v
+		}
+		return el, sum
+	}
+	var base float64
+	threads := []int{1}
+	if procs > 1 {
+		threads = append(threads, procs)
+	}
+	for _, t := range threads {
+		runtime.GOMAXPROCS(t)
+		_, checksum := run() // warm-up
+		per := make([]float64, 0, runs)
+		for r := 0; r < runs; r++ {
+			el, sum := run()
+			if sum != checksum {
+				fmt.Fprintln(os.Stderr, "scaling: checksum differs between runs")
+				os.Exit(1)
+			}
+			per = append(per, float64(el.Nanoseconds())/1e6)
+		}
+		ms := median(per)
+		speedup := ""
+		if t == 1 {
+			base = ms
+		} else {
+			speedup = fmt.Sprintf(" speedup=%.2f", base/ms)
+		}
+		fmt.Printf("bench=scaling impl=go threads=%d tasks=%d iters=%d wall_ms=%.1f us_per_task=%.3f%s checksum=%016x runs=%d\n",
+			t, n, iters, ms, ms*1e3/float64(n), speedup, checksum, runs)
+	}
 }
 
 // timers: n goroutines, each sleeping a random 0-1000 ms; wall time from the

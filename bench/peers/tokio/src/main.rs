@@ -14,11 +14,17 @@
 //                                      2 workers; mode=spawned and mode=cross, see chan_pingpong below)
 //   tokioperf mutex_contention         4 tasks x 100k tokio::sync::Mutex lock, +1, unlock (yield every 64),
 //                                      threads=1 (current-thread) and threads=2 (multi-thread, 2 workers)
+//   tokioperf spawn_join_mt            1M tokio::spawn + JoinHandle await in batches of 1000 from a task
+//                                      on a multi-thread runtime with 2 workers (--threads N)
+//   tokioperf scaling                  fan-out of 200k CPU-bound tasks (~3.5 us each) on a multi-thread
+//                                      runtime with 1 worker, then 2 (--threads N)
 //
 // Every figure is one line: bench=NAME impl=IMPL key=value ...
 // Options: --runs N (repetitions; the median is printed), --n N (work size),
-// --threads 1|2 (chan_pingpong, mutex_contention: only that configuration),
-// --cross-n N (chan_pingpong: round trips of the mode=cross lines, default 20,000).
+// --threads 1|2 (chan_pingpong, mutex_contention: only that configuration;
+// spawn_join_mt, scaling: the worker count, default 2, any N),
+// --cross-n N (chan_pingpong: round trips of the mode=cross lines, default 20,000),
+// --batch N (spawn_join_mt, default 1000), --iters N (scaling, default 2000).
 
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,13 +62,15 @@ struct Opts {
     runs: usize,
     n: usize,
     port: u16,
-    threads: usize, // chan_pingpong, mutex_contention: 1 or 2 (0: both)
+    threads: usize, // chan_pingpong, mutex_contention: 1 or 2 (0: both); else workers
     cross_n: usize, // chan_pingpong: round trips of the threads=2 mode=cross lines
+    batch: usize,   // spawn_join_mt: tasks spawned before they are joined
+    iters: usize,   // scaling: xorshift rounds per task
 }
 
 fn usage(prog: &str) -> ! {
     eprintln!(
-        "usage: {} spawn_join|timers|http_keepalive|wake_latency|chan_pingpong|mutex_contention [--runs N] [--n N] [--threads 1|2] [--cross-n N] [--port P]",
+        "usage: {} spawn_join|timers|http_keepalive|wake_latency|chan_pingpong|mutex_contention|spawn_join_mt|scaling [--runs N] [--n N] [--threads N] [--cross-n N] [--batch N] [--iters N] [--port P]",
         prog
     );
     std::process::exit(2)
@@ -79,6 +87,8 @@ fn main() {
         port: 0,
         threads: 0,
         cross_n: 20_000,
+        batch: 1000,
+        iters: 2000,
     };
     let mut i = 2;
     while i < args.len() {
@@ -87,19 +97,28 @@ fn main() {
             ("runs", Some(v)) => o.runs = v.max(1),
             ("n", Some(v)) => o.n = v,
             ("port", Some(v)) if v > 0 && v < 65536 => o.port = v as u16,
-            ("threads", Some(v)) if v == 1 || v == 2 => o.threads = v,
+            ("threads", Some(v)) if (1..=256).contains(&v) => o.threads = v,
             ("cross-n", Some(v)) if v > 0 => o.cross_n = v,
+            ("batch", Some(v)) if v > 0 => o.batch = v,
+            ("iters", Some(v)) if v > 0 => o.iters = v,
             _ => usage(&args[0]),
         }
         i += 2;
     }
     let pick = |def: usize| if o.n > 0 { o.n } else { def };
+    let two = |name: &str| name == "chan_pingpong" || name == "mutex_contention";
+    if two(args[1].as_str()) && o.threads > 2 {
+        usage(&args[0]);
+    }
+    let workers = if o.threads > 0 { o.threads } else { 2 };
     match args[1].as_str() {
         "spawn_join" => spawn_join(o.runs, pick(1_000_000)),
         "timers" => timers(o.runs, pick(1_000_000)),
         "wake_latency" => wake_latency(o.runs, pick(20_000)),
         "chan_pingpong" => chan_pingpong(o.runs, pick(1_000_000), o.cross_n, o.threads),
         "mutex_contention" => mutex_contention(o.runs, pick(100_000), o.threads),
+        "spawn_join_mt" => spawn_join_mt(o.runs, pick(1_000_000), o.batch, workers),
+        "scaling" => scaling(o.runs, pick(200_000), o.iters, workers),
         "http_keepalive" => {
             if o.port == 0 {
                 eprintln!("http_keepalive needs --port P");
@@ -138,6 +157,142 @@ fn spawn_join(runs: usize, n: usize) {
         max_rss_kb(),
         runs
     );
+}
+
+fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+// spawn_join_mt (mirrors bench/spawn_join_mt.c): a multi-thread runtime with
+// `threads` workers; a main task (tokio::spawn'ed, so it runs on a worker;
+// block_on only awaits it) does one untimed warm-up run and `runs` timed
+// runs of: for each batch, tokio::spawn `batch` tasks (task i yields i + 1),
+// keeping the JoinHandles, then await them in spawn order and add up the
+// results (checked). The clock runs from the first spawn to the last join;
+// ns_per_task = wall / n (median); peak_rss_mib from getrusage.
+fn spawn_join_mt(runs: usize, n: usize, batch: usize, threads: usize) {
+    if n % batch != 0 {
+        eprintln!("spawn_join_mt: --batch must divide --n");
+        std::process::exit(2);
+    }
+    let rt = multi_thread(threads);
+    let want = (n / batch) as u64 * (batch as u64 * (batch as u64 + 1) / 2);
+    let per = rt.block_on(async move {
+        tokio::spawn(async move {
+            let mut hs = Vec::with_capacity(batch);
+            let mut per = Vec::with_capacity(runs);
+            for r in 0..=runs {
+                // r == 0: warm-up
+                let t0 = Instant::now();
+                let mut sum = 0u64;
+                for _ in 0..n / batch {
+                    for i in 0..batch as u64 {
+                        hs.push(tokio::spawn(async move { i + 1 }));
+                    }
+                    for h in hs.drain(..) {
+                        sum += h.await.expect("join");
+                    }
+                }
+                let el = t0.elapsed();
+                assert_eq!(sum, want);
+                if r > 0 {
+                    per.push(el.as_nanos() as f64 / n as f64);
+                }
+            }
+            per
+        })
+        .await
+        .expect("main")
+    });
+    println!(
+        "bench=spawn_join_mt impl=tokio threads={} tasks={} batch={} ns_per_task={:.1} peak_rss_mib={:.1} runs={}",
+        threads,
+        n,
+        batch,
+        median(&per),
+        max_rss_kb() as f64 / 1024.0,
+        runs
+    );
+}
+
+// scaling (mirrors bench/scaling.c): the CPU-bound work of one task, a
+// serial xorshift64 chain the compiler cannot shorten.
+fn scaling_work(seed: u64, iters: usize) -> u64 {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    for _ in 0..iters {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    x
+}
+
+// scaling: a multi-thread runtime with 1 worker, then one with `threads`
+// workers. A main task (spawned onto a worker) does one untimed warm-up run
+// and `runs` timed runs of: tokio::spawn n tasks, task i returning
+// scaling_work(i, iters), keeping the JoinHandles; then await them in spawn
+// order, adding up the results (wrapping) into the checksum. The clock runs
+// from the first spawn to the last join; wall_ms is the median; the second
+// line prints speedup = wall(1) / wall(threads). checksum must equal weir's.
+fn scaling(runs: usize, n: usize, iters: usize, threads: usize) {
+    let mut base = 0.0;
+    let mut list = vec![1];
+    if threads > 1 {
+        list.push(threads);
+    }
+    for t in list {
+        let rt = multi_thread(t);
+        let (per, checksum) = rt.block_on(async move {
+            tokio::spawn(async move {
+                let mut hs = Vec::with_capacity(n);
+                let mut per = Vec::with_capacity(runs);
+                let mut checksum = 0u64;
+                for r in 0..=runs {
+                    // r == 0: warm-up
+                    let t0 = Instant::now();
+                    for i in 0..n as u64 {
+                        hs.push(tokio::spawn(async move { scaling_work(i, iters) }));
+                    }
+                    let mut sum = 0u64;
+                    for h in hs.drain(..) {
+                        sum = sum.wrapping_add(h.await.expect("join"));
+                    }
+                    let el = t0.elapsed();
+                    if r == 0 {
+                        checksum = sum;
+                    } else {
+                        assert_eq!(sum, checksum, "checksum differs between runs");
+                        per.push(el.as_nanos() as f64 / 1e6);
+                    }
+                }
+                (per, checksum)
+            })
+            .await
+            .expect("main")
+        });
+        let ms = median(&per);
+        let speedup = if t == 1 {
+            base = ms;
+            String::new()
+        } else {
+            format!(" speedup={:.2}", base / ms)
+        };
+        println!(
+            "bench=scaling impl=tokio threads={} tasks={} iters={} wall_ms={:.1} us_per_task={:.3}{} checksum={:016x} runs={}",
+            t,
+            n,
+            iters,
+            ms,
+            ms * 1e3 / n as f64,
+            speedup,
+            checksum,
+            runs
+        );
+    }
 }
 
 // timers: n tasks, each sleeping a random 0-1000 ms; wall time from the first
