@@ -396,7 +396,8 @@ ssize_t weir_frame_read(int fd, weir_frame_parser *p, weir_frame *out, int64_t d
  */
 int weir_frame_write(int fd, const void *frame, size_t len, int64_t deadline);
 /* Write the frame kind + body (len bytes) without building it: the header
- * and the body go out together. Same results as weir_frame_write(). */
+ * and the body go out together. Same results as weir_frame_write(), and
+ * -EMSGSIZE for a body the u32 length cannot describe. */
 int weir_frame_send(int fd, uint8_t kind, const void *body, size_t len, int64_t deadline);
 
 #ifdef __cplusplus

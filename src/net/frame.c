@@ -34,6 +34,10 @@
 #include "weir/io.h"
 #include "weir/net.h"
 
+/* Frames of up to 4 GiB are sized in size_t without overflow checks on the
+ * additions below (header + payload, length + bytes). */
+_Static_assert(SIZE_MAX > UINT32_MAX, "frame sizes need a 64-bit size_t");
+
 /* ---- big-endian helpers --------------------------------------------------------- */
 static void be32_put(uint8_t *p, uint32_t v)
 {
@@ -646,8 +650,10 @@ int weir_frame_write(int fd, const void *frame, size_t len, int64_t deadline)
 
 int weir_frame_send(int fd, uint8_t kind, const void *body, size_t len, int64_t deadline)
 {
-    if ((len && !body) || len > UINT32_MAX - 1)
+    if (len && !body)
         return -EINVAL;
+    if (len > UINT32_MAX - 1)
+        return -EMSGSIZE; /* the length field cannot say it */
     uint8_t head[WEIR_FRAME_HEADER + 1];
     be32_put(head, (uint32_t)(len + 1));
     head[WEIR_FRAME_HEADER] = kind;

@@ -1152,6 +1152,7 @@ static intptr_t write_failures_main(void *arg)
     CHECK_EQ(weir_frame_write(sv[0], bad, 4, after_ms(100)), -EINVAL);
     CHECK_EQ(weir_frame_write(sv[0], NULL, 9, after_ms(100)), -EINVAL);
     CHECK_EQ(weir_frame_send(sv[0], 1, NULL, 3, after_ms(100)), -EINVAL);
+    CHECK_EQ(weir_frame_send(sv[0], 1, body, (size_t)UINT32_MAX, after_ms(100)), -EMSGSIZE);
     CHECK_EQ(weir_frame_send(-1, 1, "x", 1, after_ms(100)), -EBADF);
     free(body);
     CHECK_EQ(weir_io_close(sv[0]), 0);
