@@ -246,6 +246,10 @@ struct weir_loop {
     _Atomic(weir_task *) lifo; /* the most recently woken task (sched.c) */
     uint64_t rng;             /* victim choice */
     int lifo_streak;          /* LIFO polls in a row */
+    int in_finish;            /* inside task_finish: a joiner it wakes may take the LIFO slot */
+    /* Tasks spawned from this thread and tasks ended on it (this thread
+     * writes them; weir_rt_tasks_alive() sums them over the threads). */
+    uint64_t spawned, ended;
     uint64_t steals, injected, lifo_polls;
 
     /* Published for the blocking watchdog (watchdog.c), written by the loop
@@ -365,7 +369,7 @@ static inline struct weir_io_op *weir__io_of(weir_op *op)
 
 /* ---- the multi-threaded runtime (sched.c) ----------------------------------- */
 #define WEIR__RT_MAX_THREADS 256
-#define WEIR__DEQUE_CAPACITY 512
+#define WEIR__DEQUE_CAPACITY 1024
 
 struct weir_rt {
     int nthreads;
@@ -380,7 +384,7 @@ struct weir_rt {
     _Atomic int nidle;
     _Atomic int nsearching;
     _Atomic int notify_pending;
-    _Atomic uint32_t ntasks; /* alive; futex word for weir_rt_free */
+    _Atomic uint64_t foreign_spawned; /* spawns from outside the runtime */
     _Atomic int shutting_down;
     _Atomic int stop;
     int use_lifo; /* WEIR_LIFO (default 1) */
@@ -416,8 +420,8 @@ int weir__sched_search(weir_loop *l);
  * showed up meanwhile (do not block), 1 otherwise; leave always follows. */
 int weir__sched_park_enter(weir_loop *l);
 void weir__sched_park_leave(weir_loop *l);
-/* A task of the runtime ended. */
-void weir__sched_task_ended(struct weir_rt *rt);
+/* Count a spawn into rt by the calling thread. */
+void weir__sched_task_spawned(struct weir_rt *rt);
 void weir__sched_rescue_lifo(weir_loop *l);
 void weir__sched_fini_loop(weir_loop *l);
 

@@ -44,11 +44,8 @@
  * search at once (nsearching), so an idle runtime does not burn every core.
  */
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,15 +68,12 @@ static uint64_t rng_next(weir_loop *l)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-static void futex_wake_all(_Atomic uint32_t *addr)
-{
-    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 /* ---- notify / park --------------------------------------------------------------- */
 /* Work became stealable: wake one sleeping thread if none is looking. */
 static void notify(weir_rt *rt)
 {
+    if (rt->nthreads == 1 && weir__loop_current() == rt->loops[0])
+        return; /* nobody else to wake */
     /* seq_cst fence: orders the caller's push before the loads below (see
      * the header comment). */
     atomic_thread_fence(memory_order_seq_cst);
@@ -159,6 +153,10 @@ static void inject_push(weir_rt *rt, weir_task *t)
 static void deque_overflow(weir_loop *l, weir_task *t)
 {
     weir_rt *rt = l->rt;
+    if (rt->nthreads == 1) {
+        weir__task_schedule_local(l, t); /* nobody to share with */
+        return;
+    }
     weir__taskq q = {0};
     size_t half = DEQUE_CAPACITY / 2;
     for (size_t i = 0; i < half; i++) {
@@ -209,7 +207,7 @@ void weir__sched_enqueue(weir_task *t, int woken)
     }
     if (woken)
         weir__trace(cur, WEIR__EV_WAKE, t, 0);
-    if (woken && cur->current && rt->use_lifo) {
+    if (woken && (cur->current || cur->in_finish) && rt->use_lifo) {
         /* A running task woke it (it sent a message, released a lock): run
          * it next. The task it displaces becomes stealable. */
         /* Exchange, not load + store: the watchdog may take the slot's task
@@ -329,8 +327,10 @@ weir_task *weir__sched_next(weir_loop *l)
             return t;
         }
         /* Two tasks bouncing work through the slot would starve the rest:
-         * send this one to the back of the line. */
-        weir__sched_requeue(l, t);
+         * send this one to the back of this thread's line (not the deque:
+         * the pair would then be split across threads, every hop a
+         * cross-thread wake). */
+        weir__task_schedule_local(l, t);
     }
     l->lifo_streak = 0;
     void *x = weir__deque_pop(&l->dq);
@@ -413,10 +413,35 @@ void weir__sched_rescue_lifo(weir_loop *l)
     }
 }
 
-void weir__sched_task_ended(weir_rt *rt)
+void weir__sched_task_spawned(weir_rt *rt)
 {
-    if (atomic_fetch_sub_explicit(&rt->ntasks, 1, memory_order_acq_rel) == 1)
-        futex_wake_all(&rt->ntasks);
+    weir_loop *cur = weir__loop_current();
+    if (cur && cur->rt == rt)
+        WEIR__STAT_ADD(cur->spawned, 1);
+    else
+        atomic_fetch_add_explicit(&rt->foreign_spawned, 1, memory_order_relaxed);
+}
+
+/* Tasks alive: spawns minus ends, each counted by the thread that did it
+ * (no shared counter on the spawn/end path). The counters are monotonic, so
+ * two identical scans in a row are a consistent snapshot (as of the moment
+ * between them); retry until that happens. */
+static uint64_t rt_alive(const weir_rt *rt)
+{
+    uint64_t prev_s = UINT64_MAX, prev_e = UINT64_MAX;
+    for (;;) {
+        uint64_t s = atomic_load_explicit(&((weir_rt *)rt)->foreign_spawned, memory_order_acquire);
+        uint64_t e = 0;
+        for (int i = 0; i < rt->nthreads; i++) {
+            weir_loop *l = rt->loops[i];
+            s += __atomic_load_n(&l->spawned, __ATOMIC_ACQUIRE);
+            e += __atomic_load_n(&l->ended, __ATOMIC_ACQUIRE);
+        }
+        if (s == prev_s && e == prev_e)
+            return s - e;
+        prev_s = s;
+        prev_e = e;
+    }
 }
 
 /* ---- threads ------------------------------------------------------------------------ */
@@ -592,7 +617,7 @@ int weir_rt_thread_index(void)
 
 uint64_t weir_rt_tasks_alive(const weir_rt *rt)
 {
-    return rt ? atomic_load_explicit(&((weir_rt *)rt)->ntasks, memory_order_relaxed) : 0;
+    return rt ? rt_alive(rt) : 0;
 }
 
 void weir_rt_free(weir_rt *rt)
@@ -616,10 +641,9 @@ void weir_rt_free(weir_rt *rt)
     }
     int64_t warn_at = weir_time_now() + 5 * WEIR_SEC;
     int warned = 0;
-    uint32_t n;
-    while ((n = atomic_load_explicit(&rt->ntasks, memory_order_acquire)) != 0) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        syscall(SYS_futex, &rt->ntasks, FUTEX_WAIT_PRIVATE, n, &ts, NULL, 0);
+    while (rt_alive(rt) != 0) {
+        struct timespec ts = {0, 200 * 1000}; /* shutdown only: polling is fine */
+        nanosleep(&ts, NULL);
         if (!warned && weir_time_now() >= warn_at) {
             warned = 1;
             int shown = 0;

@@ -299,12 +299,15 @@ static void task_start(weir_task *t)
     weir_loop *l = t->loop;
     atomic_store_explicit(&t->state, WEIR__T_IDLE | WEIR__T_NOTIFIED, memory_order_relaxed);
     if (l->rt)
-        atomic_fetch_add_explicit(&l->rt->ntasks, 1, memory_order_relaxed);
+        weir__sched_task_spawned(l->rt);
     weir_loop *cur = weir__loop_current();
     if (cur && (cur == l || (l->rt && cur->rt == l->rt && !(t->flags & WEIR__TF_PINNED)))) {
-        /* From a thread of the same runtime: its live list, its queues. */
+        /* From a thread of the same runtime: its queues. A runtime's task
+         * joins the live list of the thread that first runs it (task_run),
+         * so that a stolen task never touches its spawner's list. */
         t->loop = cur;
-        weir__loop_adopt(cur, t);
+        if (!cur->rt)
+            weir__loop_adopt(cur, t);
         weir__trace(cur, WEIR__EV_SPAWN, t, 0);
         weir__sched_enqueue(t, 0);
     } else if (l->rt && !(t->flags & WEIR__TF_PINNED)) {
@@ -426,7 +429,9 @@ static void futex_wake_all(_Atomic uint32_t *addr)
 static void task_finish(weir_loop *l, weir_task *t)
 {
     weir__loop_forget(l, t);
-    weir_rt *rt = l->rt;
+    if (l->rt)
+        WEIR__STAT_ADD(l->ended, 1);
+    l->in_finish = 1;
     if (atomic_load_explicit(&t->cancel_req, memory_order_acquire))
         t->flags |= WEIR__TF_CANCEL_SEEN;
     /* seq_cst store of DONE, then seq_cst load of foreign_join; a foreign
@@ -440,9 +445,8 @@ static void task_finish(weir_loop *l, weir_task *t)
         atomic_fetch_add_explicit(&t->done_seq, 1, memory_order_seq_cst);
         futex_wake_all(&t->done_seq);
     }
+    l->in_finish = 0;
     weir_task_unref(t); /* the scheduler's reference */
-    if (rt)
-        weir__sched_task_ended(rt);
 }
 
 /* Poll one task taken from the run queue. */
@@ -454,6 +458,8 @@ void weir__task_run(weir_loop *l, weir_task *t)
      * atomic: diagnostics read it without synchronising. */
     if (t->loop != l)
         __atomic_store_n(&t->loop, l, __ATOMIC_RELAXED);
+    if (WEIR__UNLIKELY(!(t->flags & WEIR__TF_ADOPTED)))
+        weir__loop_adopt(l, t); /* a runtime's task, on its first run */
     l->current = t;
     WEIR__STAT_ADD(l->polls, 1);
     l->coop_budget = WEIR__COOP_BUDGET;

@@ -305,7 +305,22 @@ void weir_interval_cancel(weir_interval *iv)
         return;
     atomic_store_explicit(&iv->cancelled, 1, memory_order_release);
     weir__spin_lock(&iv->lock);
-    weir_task *t = iv->waiter ? weir_task_ref(iv->waiter->task) : NULL;
+    weir_op *op = iv->waiter;
+    weir_loop *cur = weir__loop_current();
+    if (op && cur && __atomic_load_n(&op->task->loop, __ATOMIC_RELAXED) == cur) {
+        /* On the waiter's own thread (its op is anchored here): end the wait
+         * now, and release the op's hold on the interval, as the op may be
+         * abandoned with its task. */
+        iv->waiter = NULL;
+        op->u.ptr = NULL;
+        weir__spin_unlock(&iv->lock);
+        weir__timer_disarm(cur, &op->timer);
+        if (!(weir__op_flags(op) & WEIR__OP_DONE))
+            weir__op_done(op, -ECANCELED);
+        interval_unref(iv);
+        return;
+    }
+    weir_task *t = op ? weir_task_ref(op->task) : NULL;
     weir__spin_unlock(&iv->lock);
     if (t) {
         /* Its op_check() sees `cancelled` and ends the wait, on its thread. */
