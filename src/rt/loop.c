@@ -52,33 +52,26 @@ __attribute__((noinline)) weir_task *weir__task_current(void)
 }
 
 /* ---- live-task list ------------------------------------------------------------
- * In a runtime a task may end on another thread than the one whose list
- * holds it (t->home), so the lists are locked there. */
+ * Each loop's list is touched by its own thread only. In a runtime a task
+ * may end on another thread than the one whose list holds it (t->home):
+ * that thread hands it back through the home's `forgets` queue. */
 void weir__loop_adopt(weir_loop *l, weir_task *t)
 {
     t->flags |= WEIR__TF_ADOPTED;
     t->home = l->index;
-    if (l->rt)
-        weir__spin_lock(&l->all_lock);
     t->all_prev = NULL;
     t->all_next = l->all_head;
     if (l->all_head)
         l->all_head->all_prev = t;
     l->all_head = t;
     __atomic_store_n(&l->ntasks, l->ntasks + 1, __ATOMIC_RELAXED); /* stats read it */
-    if (l->rt)
-        weir__spin_unlock(&l->all_lock);
     if (l->shutting_down ||
         (l->rt && atomic_load_explicit(&l->rt->shutting_down, memory_order_seq_cst)))
         atomic_store_explicit(&t->cancel_req, 1, memory_order_release);
 }
 
-void weir__loop_forget(weir_loop *l, weir_task *t)
+static void list_unlink(weir_loop *l, weir_task *t)
 {
-    if (l->rt) {
-        l = l->rt->loops[t->home];
-        weir__spin_lock(&l->all_lock);
-    }
     if (t->all_prev)
         t->all_prev->all_next = t->all_next;
     else
@@ -86,8 +79,38 @@ void weir__loop_forget(weir_loop *l, weir_task *t)
     if (t->all_next)
         t->all_next->all_prev = t->all_prev;
     __atomic_store_n(&l->ntasks, l->ntasks - 1, __ATOMIC_RELAXED);
-    if (l->rt)
-        weir__spin_unlock(&l->all_lock);
+}
+
+int weir__loop_forget(weir_loop *l, weir_task *t)
+{
+    if (l->rt && t->home != l->index) {
+        weir_loop *h = l->rt->loops[t->home];
+        pthread_mutex_lock(&h->remote_lock);
+        weir__taskq_push(&h->forgets, t);
+        atomic_store_explicit(&h->remote_pending, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&h->sleeping, memory_order_seq_cst))
+            weir__loop_unpark(h);
+        pthread_mutex_unlock(&h->remote_lock);
+        return 0;
+    }
+    list_unlink(l, t);
+    return 1;
+}
+
+/* Shutdown of a runtime: cancel every task on this thread's list, or name
+ * the first ten still alive. */
+static void loop_cancel_all(weir_loop *l)
+{
+    for (weir_task *t = l->all_head; t; t = t->all_next)
+        weir_task_cancel(t);
+}
+
+static void loop_report_stragglers(weir_loop *l)
+{
+    int n = 0;
+    for (weir_task *t = l->all_head; t && n < 10; t = t->all_next, n++)
+        weir__log(WEIR__LOG_WARN, "rt",
+                  "runtime shutdown: task '%s' has not ended 5 s after its cancellation", t->name);
 }
 
 weir_task *weir__taskq_pop(weir__taskq *q)
@@ -109,11 +132,20 @@ static void drain_remote(weir_loop *l)
     if (!atomic_load_explicit(&l->remote_pending, memory_order_acquire))
         return;
     pthread_mutex_lock(&l->remote_lock);
-    weir__taskq q = l->remote;
+    weir__taskq q = l->remote, f = l->forgets;
     l->remote = (weir__taskq){0};
+    l->forgets = (weir__taskq){0};
     atomic_store_explicit(&l->remote_pending, 0, memory_order_relaxed);
     pthread_mutex_unlock(&l->remote_lock);
     weir_task *t;
+    while ((t = weir__taskq_pop(&f))) { /* ended on other threads */
+        list_unlink(l, t);
+        weir_task_unref(t); /* the scheduler's reference, handed over */
+    }
+    if (l->rt && atomic_exchange_explicit(&l->cancel_all, 0, memory_order_acq_rel))
+        loop_cancel_all(l);
+    if (l->rt && atomic_exchange_explicit(&l->report_stragglers, 0, memory_order_acq_rel))
+        loop_report_stragglers(l);
     while ((t = weir__taskq_pop(&q))) {
         if (!(t->flags & WEIR__TF_ADOPTED)) {
             weir__loop_adopt(l, t);
@@ -354,7 +386,8 @@ weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, weir_rt *rt, int index)
             goto fail_be;
         }
         l->rt = rt;
-        l->stacks.shared = &rt->stacks;
+        if (rt->nthreads > 1)
+            l->stacks.shared = &rt->stacks;
         l->index = (uint32_t)index;
         l->rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(index + 1);
     }
@@ -481,6 +514,10 @@ void weir_loop_free(weir_loop *l)
 /* Free a loop whose tasks have all ended (its own thread). */
 void weir__loop_destroy(weir_loop *l)
 {
+    /* Tasks that ended on other threads of a runtime, handed back after
+     * this thread's last turn (every thread has stopped turning by now). */
+    atomic_store_explicit(&l->remote_pending, 1, memory_order_relaxed);
+    drain_remote(l);
     weir__timers_free_all(l);
     if (l->pool)
         weir__pool_free(l->pool);

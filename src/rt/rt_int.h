@@ -236,12 +236,15 @@ struct weir_loop {
     int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
     weir_loop_opts opts;
 
-    /* Multi-threaded runtime (sched.c); rt is NULL on a standalone loop. The
-     * live list (all_head, ntasks) is then shared with the other threads
-     * (a task ends where it last ran) and guarded by all_lock. */
+    /* Multi-threaded runtime (sched.c); rt is NULL on a standalone loop.
+     * The live list (all_head, ntasks) stays this thread's own: a task that
+     * ends on another thread is handed back in `forgets` (under
+     * remote_lock), and shutdown asks each thread to cancel its own tasks
+     * (cancel_all) and to name those that do not end (report_stragglers). */
     struct weir_rt *rt;
     uint32_t index;           /* this thread's index in rt */
-    weir__spin all_lock;
+    weir__taskq forgets;
+    _Atomic int cancel_all, report_stragglers;
     weir__deque dq;           /* stealable: spawned and woken tasks */
     _Atomic(weir_task *) lifo; /* the most recently woken task (sched.c) */
     uint64_t rng;             /* victim choice */
@@ -469,9 +472,11 @@ void weir__task_schedule_local(weir_loop *l, weir_task *t);
 void weir__task_run(weir_loop *l, weir_task *t);
 void weir__task_cache_drain(weir_loop *l);
 void weir__op_join_cancel(weir_op *op);
-/* Loop bookkeeping (loop.c): the live-task list. */
+/* Loop bookkeeping (loop.c): the live-task list. forget() returns 1 when
+ * the task was unlinked here (the caller drops the scheduler's reference),
+ * 0 when it was handed to its home thread, which drops it. */
 void weir__loop_adopt(weir_loop *l, weir_task *t);
-void weir__loop_forget(weir_loop *l, weir_task *t);
+int weir__loop_forget(weir_loop *l, weir_task *t);
 /* Suspend the current fiber until woken. */
 void weir__fiber_park(void);
 

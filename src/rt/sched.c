@@ -181,6 +181,11 @@ static void deque_overflow(weir_loop *l, weir_task *t)
 /* Make t stealable on l's deque (l is the calling thread's loop). */
 static void push_deque(weir_loop *l, weir_task *t)
 {
+    if (l->rt->nthreads == 1) {
+        /* Nobody to steal: the plain FIFO is cheaper than the deque. */
+        weir__task_schedule_local(l, t);
+        return;
+    }
     if (WEIR__UNLIKELY(weir__deque_push(&l->dq, t) < 0))
         deque_overflow(l, t);
     notify(l->rt);
@@ -210,11 +215,16 @@ void weir__sched_enqueue(weir_task *t, int woken)
     if (woken && (cur->current || cur->in_finish) && rt->use_lifo) {
         /* A running task woke it (it sent a message, released a lock): run
          * it next. The task it displaces becomes stealable. */
-        /* Exchange, not load + store: the watchdog may take the slot's task
-         * (weir__sched_rescue_lifo). acq_rel: the task's state travels
-         * with it to whoever takes it. */
-        weir_task *old = atomic_exchange_explicit(&cur->lifo, t, memory_order_acq_rel);
-        if (!old)
+        /* An empty slot is only ever filled by its owner: a plain store
+         * (release: the task's state travels with it to whoever takes it).
+         * A full one is exchanged, as the watchdog may be taking its task
+         * (weir__sched_rescue_lifo). */
+        weir_task *old = atomic_load_explicit(&cur->lifo, memory_order_relaxed);
+        if (!old) {
+            atomic_store_explicit(&cur->lifo, t, memory_order_release);
+            return;
+        }
+        if (!(old = atomic_exchange_explicit(&cur->lifo, t, memory_order_acq_rel)))
             return;
         t = old;
     }
@@ -630,14 +640,12 @@ void weir_rt_free(weir_rt *rt)
         return;
     }
     atomic_store_explicit(&rt->shutting_down, 1, memory_order_seq_cst);
-    /* Cancel every live task. Tasks adopted after this see shutting_down
-     * and are cancelled as they are adopted (weir__loop_adopt). */
+    /* Each thread cancels the tasks on its own live list; tasks adopted
+     * after this see shutting_down and are cancelled as they are adopted
+     * (weir__loop_adopt). */
     for (int i = 0; i < rt->nthreads; i++) {
-        weir_loop *l = rt->loops[i];
-        weir__spin_lock(&l->all_lock);
-        for (weir_task *t = l->all_head; t; t = t->all_next)
-            weir_task_cancel(t);
-        weir__spin_unlock(&l->all_lock);
+        atomic_store_explicit(&rt->loops[i]->cancel_all, 1, memory_order_release);
+        weir__loop_push_remote(rt->loops[i], NULL);
     }
     int64_t warn_at = weir_time_now() + 5 * WEIR_SEC;
     int warned = 0;
@@ -646,16 +654,9 @@ void weir_rt_free(weir_rt *rt)
         nanosleep(&ts, NULL);
         if (!warned && weir_time_now() >= warn_at) {
             warned = 1;
-            int shown = 0;
             for (int i = 0; i < rt->nthreads; i++) {
-                weir_loop *l = rt->loops[i];
-                weir__spin_lock(&l->all_lock);
-                for (weir_task *t = l->all_head; t && shown < 10; t = t->all_next, shown++)
-                    weir__log(WEIR__LOG_WARN, "rt",
-                              "runtime shutdown: task '%s' has not ended 5 s after its "
-                              "cancellation",
-                              t->name);
-                weir__spin_unlock(&l->all_lock);
+                atomic_store_explicit(&rt->loops[i]->report_stragglers, 1, memory_order_release);
+                weir__loop_push_remote(rt->loops[i], NULL);
             }
         }
     }

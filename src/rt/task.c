@@ -428,7 +428,6 @@ static void futex_wake_all(_Atomic uint32_t *addr)
 
 static void task_finish(weir_loop *l, weir_task *t)
 {
-    weir__loop_forget(l, t);
     if (l->rt)
         WEIR__STAT_ADD(l->ended, 1);
     l->in_finish = 1;
@@ -446,7 +445,10 @@ static void task_finish(weir_loop *l, weir_task *t)
         futex_wake_all(&t->done_seq);
     }
     l->in_finish = 0;
-    weir_task_unref(t); /* the scheduler's reference */
+    /* Off the live list last: it keeps the scheduler's reference (handed
+     * to the task's home thread when that is another one). */
+    if (weir__loop_forget(l, t))
+        weir_task_unref(t);
 }
 
 /* Poll one task taken from the run queue. */
