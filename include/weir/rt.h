@@ -118,7 +118,10 @@ int weir_op_poll(weir_op *op, int64_t *result);
 /* From a fiber: park until the op is done; returns its result. */
 int64_t weir_op_wait(weir_op *op);
 /* Ask for the op to end early with -ECANCELED. Asynchronous: the op is done
- * only when weir_op_poll/wait says so. */
+ * only when weir_op_poll/wait says so. From another thread or task the
+ * caller must know the op is still in flight (its waiter cannot finish it
+ * meanwhile): an op that may already be collected - its frame gone - must
+ * not be touched; cancel the task through its handle instead. */
 void weir_op_cancel(weir_op *op);
 
 /* ---- tasks --------------------------------------------------------------- */

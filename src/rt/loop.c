@@ -87,9 +87,9 @@ int weir__loop_forget(weir_loop *l, weir_task *t)
         weir_loop *h = l->rt->loops[t->home];
         pthread_mutex_lock(&h->remote_lock);
         weir__taskq_push(&h->forgets, t);
-        atomic_store_explicit(&h->remote_pending, 1, memory_order_seq_cst);
-        if (atomic_load_explicit(&h->sleeping, memory_order_seq_cst))
-            weir__loop_unpark(h);
+        /* No wake-up: the unlink can wait for the home thread's next turn
+         * (its teardown drains the queue in any case). */
+        atomic_store_explicit(&h->remote_pending, 1, memory_order_release);
         pthread_mutex_unlock(&h->remote_lock);
         return 0;
     }

@@ -64,7 +64,7 @@ int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
     if (td < deadline)
         deadline = td;
     op->timer.deadline = deadline; /* kept even when no timer is armed */
-    if (atomic_load_explicit(&t->cancel_req, memory_order_acquire)) {
+    if (weir__task_cancel_requested(t)) {
         op->cancel_reason = WEIR__CANCEL_TASK;
         op->result = -ECANCELED;
         op->flags |= WEIR__OP_DONE;
@@ -174,7 +174,7 @@ static int64_t op_finish(weir_op *op)
     if (op->kind == WEIR__OP_INTERVAL)
         weir__interval_detach(op);
     if (weir__op_flags(op) & WEIR__OP_ANCHORED)
-        op->task->anchors--;
+        weir__task_anchor(op->task, -1);
     int64_t r = op->result;
     if (op->cancel_reason && (r == -ECANCELED || r == -EINTR))
         r = op->cancel_reason == WEIR__CANCEL_DEADLINE ? -ETIMEDOUT : -ECANCELED;
@@ -190,7 +190,7 @@ static int op_check(weir_op *op, weir_task *t)
     if (f & WEIR__OP_DONE)
         return 1;
     if (!(f & WEIR__OP_CANCELLING) &&
-        (atomic_load_explicit(&t->cancel_req, memory_order_acquire) ||
+        (weir__task_cancel_requested(t) ||
          (f & WEIR__OP_CANCEL_REQ) ||
          (op->kind == WEIR__OP_INTERVAL && weir__interval_cancelled(op)))) {
         /* A cancel of the task, of this op from another thread

@@ -340,11 +340,25 @@ static inline uint32_t weir__op_flags(const weir_op *op)
  * holds something of this loop (an in-flight I/O request on its ring, a
  * timer on its wheel, a job of its blocking pool) that only this thread may
  * touch, so the task must be resumed here (sched.c). The task's thread. */
+/* t->anchors is written by the thread of the loop the task is anchored to
+ * (only that one runs it meanwhile; a callback timer's release may run
+ * there while the task is parked) and read by wakers on any thread:
+ * relaxed atomic accesses, no read-modify-write needed. */
+static inline void weir__task_anchor(weir_task *t, int delta)
+{
+    __atomic_store_n(&t->anchors, t->anchors + (uint32_t)delta, __ATOMIC_RELAXED);
+}
+
+static inline uint32_t weir__task_anchors(const weir_task *t)
+{
+    return __atomic_load_n(&t->anchors, __ATOMIC_RELAXED);
+}
+
 static inline void weir__op_anchor(weir_op *op)
 {
     if (!(__atomic_load_n(&op->flags, __ATOMIC_RELAXED) & WEIR__OP_ANCHORED)) {
         __atomic_fetch_or(&op->flags, WEIR__OP_ANCHORED, __ATOMIC_RELAXED);
-        op->task->anchors++;
+        weir__task_anchor(op->task, 1);
     }
 }
 
@@ -401,6 +415,22 @@ struct weir_rt {
     int started, start_err;
     int nloops, nstopped, teardown; /* shutdown: see rt_stop() */
 };
+
+/* Whether the running task t has a cancel request. A runtime being shut
+ * down counts as one for every task: the request otherwise travels through
+ * the thread holding the task on its live list, which a busy task may keep
+ * from passing it on. */
+static inline int weir__task_cancel_requested(weir_task *t)
+{
+    if (atomic_load_explicit(&t->cancel_req, memory_order_acquire))
+        return 1;
+    struct weir_rt *rt = t->loop->rt;
+    if (WEIR__UNLIKELY(rt && atomic_load_explicit(&rt->shutting_down, memory_order_relaxed))) {
+        atomic_store_explicit(&t->cancel_req, 1, memory_order_release);
+        return 1;
+    }
+    return 0;
+}
 
 /* Queue a runnable (IDLE|NOTIFIED) task. `woken`: by a wake, not a spawn
  * (decides the LIFO slot and the trace event). */

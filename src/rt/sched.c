@@ -196,7 +196,7 @@ void weir__sched_enqueue(weir_task *t, int woken)
     weir_loop *cur = weir__loop_current();
     weir_loop *l = t->loop;
     weir_rt *rt = l->rt;
-    if (!rt || t->anchors || (t->flags & WEIR__TF_PINNED)) {
+    if (!rt || weir__task_anchors(t) || (t->flags & WEIR__TF_PINNED)) {
         if (l == cur) {
             if (woken)
                 weir__trace(l, WEIR__EV_WAKE, t, 0);
@@ -308,7 +308,7 @@ static weir_task *steal_from(weir_loop *l, weir_loop *v)
 void weir__sched_requeue(weir_loop *l, weir_task *t)
 {
     weir_rt *rt = l->rt;
-    if (rt && !t->anchors && !(t->flags & WEIR__TF_PINNED) &&
+    if (rt && !weir__task_anchors(t) && !(t->flags & WEIR__TF_PINNED) &&
         atomic_load_explicit(&rt->nidle, memory_order_relaxed) > 0)
         push_deque(l, t);
     else
@@ -655,6 +655,13 @@ void weir_rt_free(weir_rt *rt)
         if (!warned && weir_time_now() >= warn_at) {
             warned = 1;
             for (int i = 0; i < rt->nthreads; i++) {
+                /* A thread stuck in one task cannot answer the request
+                 * below: name what it runs from here. */
+                const char *name =
+                    atomic_load_explicit(&rt->loops[i]->running_name, memory_order_relaxed);
+                if (name)
+                    weir__log(WEIR__LOG_WARN, "rt",
+                              "runtime shutdown: thread %d is still running task '%s'", i, name);
                 atomic_store_explicit(&rt->loops[i]->report_stragglers, 1, memory_order_release);
                 weir__loop_push_remote(rt->loops[i], NULL);
             }

@@ -547,7 +547,7 @@ uint64_t weir_task_id(const weir_task *t)
 int weir_task_cancelled(void)
 {
     weir_task *t = weir__task_current();
-    return t && atomic_load_explicit(&t->cancel_req, memory_order_acquire);
+    return t && weir__task_cancel_requested(t);
 }
 
 int64_t weir_task_set_deadline(int64_t deadline)
@@ -573,7 +573,7 @@ int weir_task_yield(void)
      * still let the loop run (shutdown cancels every task). */
     weir_task_wake(t);
     weir__fiber_park();
-    return atomic_load_explicit(&t->cancel_req, memory_order_acquire) ? -ECANCELED : 0;
+    return weir__task_cancel_requested(t) ? -ECANCELED : 0;
 }
 
 int weir_task_cancel(weir_task *h)

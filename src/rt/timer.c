@@ -84,7 +84,7 @@ weir_timer *weir_timer_start(int64_t delay_ns, int64_t period_ns, void (*cb)(voi
          * started it stays on this thread until it fires or is cancelled,
          * so that its weir_timer_cancel() runs here (sched.c). */
         t->owner = weir_task_ref(l->current);
-        t->owner->anchors++;
+        weir__task_anchor(t->owner, 1);
     }
     t->next = l->cb_timers;
     if (t->next)
@@ -106,7 +106,7 @@ static void timer_release(weir_timer *t)
     if (t->next)
         t->next->prev = t->prev;
     if (t->owner) {
-        t->owner->anchors--;
+        weir__task_anchor(t->owner, -1);
         weir_task_unref(t->owner);
     }
     free(t);

@@ -353,7 +353,7 @@ int weir_scope_join(weir_scope *s, weir_scope_result *res)
         else if (!(jt.timer = weir_timer_start(deadline - now, 0, join_timer_cb, &jt)))
             jt.fired = 1; /* no memory for the timer: end the scope now rather than never */
         else
-            self->anchors++; /* the timer is on this loop's wheel: stay here (sched.c) */
+            weir__task_anchor(self, 1); /* the timer is on this loop's wheel: stay here (sched.c) */
     }
     int anchored = jt.timer != NULL;
 
@@ -396,7 +396,7 @@ int weir_scope_join(weir_scope *s, weir_scope_result *res)
     if (jt.timer)
         weir_timer_cancel(jt.timer);
     if (anchored)
-        self->anchors--;
+        weir__task_anchor(self, -1);
 
     /* Every child has ended (its cleanup handlers ran); give the handles
      * back - the scheduler holds its own reference until each task is done. */
