@@ -264,4 +264,72 @@ TEST(cross_thread_request_reply)
     weir_chan_unref(requests);
 }
 
+/* A send racing a receive's deadline on another thread, many times: the
+ * parked receive is completed exactly once - with the value, or timed out,
+ * after which the value is still there for try_recv. */
+enum { RACE_ROUNDS = 3000 };
+static weir_oneshot *race_os[RACE_ROUNDS];
+static _Atomic int race_round = -1;
+
+static void race_spin(int ns)
+{
+    int64_t end = weir_time_now() + ns;
+    while (weir_time_now() < end)
+        ;
+}
+
+static intptr_t race_receiver(void *arg)
+{
+    (void)arg;
+    int timeouts = 0;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        atomic_store(&race_round, i);
+        intptr_t v = -1;
+        int r = weir_oneshot_recv(race_os[i], &v, weir_time_now() + (i % 7) * 3000);
+        if (r == 0) {
+            CHECK_EQ(v, i);
+        } else {
+            CHECK_EQ(r, -ETIMEDOUT);
+            timeouts++;
+            while ((r = weir_oneshot_try_recv(race_os[i], &v)) == -EAGAIN)
+                weir_task_yield();
+            CHECK_EQ(r, 0);
+            CHECK_EQ(v, i);
+        }
+        weir_oneshot_close_rx(race_os[i]);
+    }
+    return timeouts;
+}
+
+static intptr_t race_sender(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        while (atomic_load(&race_round) < i)
+            ;
+        race_spin((i % 5) * 2000);
+        CHECK_EQ(weir_oneshot_send(race_os[i], i), 0);
+    }
+    return 0;
+}
+
+TEST(send_races_receive_deadline_across_threads)
+{
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    CHECK(rt != NULL);
+    for (int i = 0; i < RACE_ROUNDS; i++)
+        CHECK((race_os[i] = weir_oneshot_new()) != NULL);
+    weir_spawn_opts r = {.name = "receiver", .loop = weir_rt_loop(rt, 0), .pin = 1};
+    weir_spawn_opts s = {.name = "sender", .loop = weir_rt_loop(rt, 1), .pin = 1};
+    weir_task *rt_h = weir_task_spawn(race_receiver, NULL, &r);
+    weir_task *st_h = weir_task_spawn(race_sender, NULL, &s);
+    CHECK(rt_h && st_h);
+    CHECK_EQ(weir_task_join(st_h, NULL, weir_time_after_ms(60000)), 0);
+    intptr_t timeouts = -1;
+    CHECK_EQ(weir_task_join(rt_h, &timeouts, weir_time_after_ms(60000)), 0);
+    CHECK_GT(timeouts, 0); /* both outcomes happened */
+    CHECK_LT(timeouts, RACE_ROUNDS);
+    weir_rt_free(rt);
+}
+
 TEST_MAIN()
