@@ -601,14 +601,29 @@ static intptr_t slow_double(void *arg)
     return (intptr_t)arg * 2;
 }
 
+/* Runs until *arg is set (at most 10 s): one static flag per user, so it
+ * outlives the job, which may still be running when its user has ended. */
+static _Atomic int job_release[8];
+
+static intptr_t held_job(void *arg)
+{
+    _Atomic int *release = arg;
+    for (int i = 0; i < 100000 && !atomic_load(release); i++)
+        usleep(100);
+    return 1;
+}
+
 static intptr_t blocking_user(void *arg)
 {
     intptr_t base = (intptr_t)arg;
     for (intptr_t i = 0; i < 20; i++)
         CHECK_EQ(weir_blocking_run(slow_double, (void *)(base + i), WEIR_FOREVER), 2 * (base + i));
     /* A deadline that passes while the job runs: the wait ends, the job's
-     * result is dropped. */
-    CHECK_EQ(weir_blocking_run(slow_double, NULL, weir_time_now() + 10 * 1000), -ETIMEDOUT);
+     * result is dropped. The job runs until released, so the deadline
+     * always comes first. */
+    _Atomic int *release = &job_release[base / 100];
+    CHECK_EQ(weir_blocking_run(held_job, (void *)release, weir_time_after_ms(2)), -ETIMEDOUT);
+    atomic_store(release, 1);
     return 0;
 }
 
@@ -735,7 +750,7 @@ TEST(yielding_tasks_do_not_starve_injection_or_idle_threads)
         }
         for (int i = 0; i < THREADS; i++)
             atomic_store(&spin_on[i], 0);
-        usleep(50000);
+        usleep(200000);
         /* Two yielding tasks, two threads: each thread runs one of them
          * (unpinned, they were spawned together and one got stolen). */
         for (int i = 0; i < THREADS; i++)
@@ -751,12 +766,13 @@ TEST(yielding_tasks_do_not_starve_injection_or_idle_threads)
  * poll is not stuck there: the watchdog hands it to the idle thread. */
 struct lifo_case {
     weir_notify *go;
-    _Atomic int ran;
+    _Atomic int ran, waiting;
 };
 
 static intptr_t lifo_wakee(void *p)
 {
     struct lifo_case *c = p;
+    atomic_store(&c->waiting, 1);
     CHECK_EQ(weir_notify_wait(c->go, WEIR_FOREVER), 0);
     atomic_store(&c->ran, 1);
     return 0;
@@ -781,7 +797,9 @@ TEST(lifo_slot_of_a_stalled_thread_is_rescued)
         weir_spawn_opts u = {.rt = rt};
         weir_task *w = weir_task_spawn(lifo_wakee, &c, &u);
         CHECK(w != NULL);
-        usleep(20000); /* parked on the notify */
+        while (!atomic_load(&c.waiting))
+            usleep(100);
+        usleep(20000); /* parked on the notify by now */
         weir_task *h = weir_task_spawn(lifo_hog, &c, &o);
         CHECK(h != NULL);
         CHECK_EQ(weir_task_join(h, NULL, weir_time_after_ms(10000)), 0);
