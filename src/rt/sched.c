@@ -42,6 +42,14 @@
  * Searching: after a busy turn a thread spins for up to WEIR_SPIN_US
  * looking for work before it sleeps, but at most half of the threads
  * search at once (nsearching), so an idle runtime does not burn every core.
+ * The last searcher to stop hands over to a sleeper if work is left.
+ *
+ * Also here: requeueing (a yielded task goes to the private FIFO, or to the
+ * deque while another thread is idle), the watchdog's rescue of a task
+ * stuck in the LIFO slot of a thread that stays in one poll, the per-thread
+ * spawn/end counters behind weir_rt_tasks_alive(), and start-up and
+ * shutdown (the threads stop together before any loop is freed). A
+ * one-thread runtime skips the deque and notifications altogether.
  */
 #include <errno.h>
 #include <stdlib.h>
