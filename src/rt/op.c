@@ -30,6 +30,15 @@ int weir__op_begin(weir_op *op, int kind, int64_t deadline)
     return weir__op_begin_ex(op, kind, deadline, 0);
 }
 
+/* Whether an op of this kind holds a resource of the loop that starts it
+ * (see weir__op_anchor). Joins and sync ops do not: they are completed from
+ * any thread and cancelled through thread-safe paths; only their deadline
+ * timer, when they have one, binds them. */
+static int kind_bound_to_loop(int kind)
+{
+    return kind != WEIR__OP_JOIN && kind != WEIR__OP_CUSTOM;
+}
+
 int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
 {
     weir_loop *l = weir__loop_current();
@@ -56,7 +65,7 @@ int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
          * ends only when its source completes it. */
         op->flags |= WEIR__OP_UNCANCELLABLE;
         op->timer.deadline = WEIR_FOREVER;
-        if (kind != WEIR__OP_JOIN && kind != WEIR__OP_CUSTOM)
+        if (kind_bound_to_loop(kind))
             weir__op_anchor(op);
         return 0;
     }
@@ -70,6 +79,7 @@ int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
         op->flags |= WEIR__OP_DONE;
         return 1;
     }
+    int armed = 0;
     if (deadline != WEIR_FOREVER) {
         if (deadline <= weir_time_now()) {
             op->cancel_reason = WEIR__CANCEL_DEADLINE;
@@ -78,12 +88,9 @@ int weir__op_begin_ex(weir_op *op, int kind, int64_t deadline, int shielded)
             return 1;
         }
         weir__timer_arm(l, &op->timer, deadline);
-        weir__op_anchor(op);
+        armed = 1;
     }
-    /* Everything but joins and sync ops (completed from any thread,
-     * cancelled through thread-safe paths) holds a resource of this loop;
-     * see weir__op_anchor. */
-    if (kind != WEIR__OP_JOIN && kind != WEIR__OP_CUSTOM)
+    if (armed || kind_bound_to_loop(kind))
         weir__op_anchor(op);
     return 0;
 }

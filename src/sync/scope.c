@@ -45,9 +45,9 @@
  * The scope's deadline (with the joining task's own deadline, if earlier) is
  * enforced by join: a callback timer on the joiner's loop wakes it, and it
  * cancels every child and returns -ETIMEDOUT. While that timer is armed the
- * joining task is anchored to its loop (t->anchors), so that in a
- * multi-threaded runtime it is resumed there and cancels the timer on the
- * thread that owns it. Children are not interrupted
+ * joining task is anchored to its loop (weir_timer_start does that for the
+ * task that starts a timer), so that in a multi-threaded runtime it is
+ * resumed there and cancels the timer on the thread that owns it. Children are not interrupted
  * by the deadline before join is called.
  *
  * Ownership: the scope holds the join handles. weir_scope_spawn() returns a
@@ -352,10 +352,7 @@ int weir_scope_join(weir_scope *s, weir_scope_result *res)
             jt.fired = 1;
         else if (!(jt.timer = weir_timer_start(deadline - now, 0, join_timer_cb, &jt)))
             jt.fired = 1; /* no memory for the timer: end the scope now rather than never */
-        else
-            weir__task_anchor(self, 1); /* the timer is on this loop's wheel: stay here (sched.c) */
     }
-    int anchored = jt.timer != NULL;
 
     scope_child *list;
     weir_scope_result out;
@@ -395,8 +392,6 @@ int weir_scope_join(weir_scope *s, weir_scope_result *res)
     }
     if (jt.timer)
         weir_timer_cancel(jt.timer);
-    if (anchored)
-        weir__task_anchor(self, -1);
 
     /* Every child has ended (its cleanup handlers ran); give the handles
      * back - the scheduler holds its own reference until each task is done. */
