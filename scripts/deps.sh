@@ -8,12 +8,16 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential cmake pkg-config clang
-  # I/O backend
-  liburing-dev
+  # I/O backend; JSON for the HTTP server (jansson)
+  liburing-dev libjansson-dev
   # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer)
   libclang-rt-14-dev
   # demo / benchmarks: load generator and peers
   wrk golang-go libuv1-dev libboost-context-dev g++ librust-tokio-dev
+  # HTTP tests and benchmarks: nginx (the client's peer; the echo module
+  # gives slow and chunked responses), curl (a real client for the server),
+  # libcurl's multi interface (the http_client peer)
+  nginx-light libnginx-mod-http-echo curl libcurl4-openssl-dev
   # aarch64 context switch: cross compiler + qemu user emulation (scripts/test-aarch64.sh)
   gcc-aarch64-linux-gnu qemu-user
 )

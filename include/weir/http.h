@@ -273,6 +273,12 @@ int weir_http_put_last_chunk(weir_http_buf *b, const weir_http_header *trailers,
 /* The standard reason phrase of a status ("Not Found"), or "" if unknown. */
 const char *weir_http_status_text(int status);
 
+/* ---- client --------------------------------------------------------------------------- */
+/* ---- end client ----------------------------------------------------------------------- */
+
+/* ---- server --------------------------------------------------------------------------- */
+/* ---- end server ----------------------------------------------------------------------- */
+
 #ifdef __cplusplus
 }
 #endif
