@@ -269,14 +269,404 @@ int weir_http_put_content(weir_http_buf *b, const void *data, size_t n);
 int weir_http_put_chunked(weir_http_buf *b);
 int weir_http_put_chunk(weir_http_buf *b, const void *data, size_t n);
 int weir_http_put_last_chunk(weir_http_buf *b, const weir_http_header *trailers, size_t n);
+/* Bytes as they are, unchecked: for something already serialized (a header
+ * block kept from earlier puts, a body written without framing). */
+int weir_http_put_raw(weir_http_buf *b, const void *data, size_t n);
 
 /* The standard reason phrase of a status ("Not Found"), or "" if unknown. */
 const char *weir_http_status_text(int status);
 
 /* ---- client --------------------------------------------------------------------------- */
+/*
+ * weir_http_client sends HTTP/1.1 requests over a pool of keep-alive
+ * connections, one pool per scheme://host:port. It is shared freely by
+ * tasks on every thread of a runtime: the pools are guarded by a lock that
+ * is never held across a suspension, and a request over a pool's cap waits
+ * on a FIFO weir_sem (weir/sync.h), so connections are handed to waiters
+ * oldest first.
+ *
+ * A request (weir_http_client_do) goes: parse the URL; take a permit of the
+ * pool (at most max_conns connections per host:port, counting the idle
+ * ones; over the cap the request waits, or fails with -EBUSY at once when
+ * the client was made with fast_fail); take the most recently used idle
+ * connection, closing any idle past idle_ms, or connect a new one; send the
+ * request; read the whole response into a weir_http_client_resp. The
+ * connection goes back to the pool only when the response was read to its
+ * end, both sides allowed keep-alive and no byte is left over; after any
+ * error, a timeout or a cancellation it is closed, never reused.
+ *
+ * A pooled connection the server closed while it sat idle shows as EOF,
+ * -ECONNRESET or -EPIPE before the first byte of the response. Such a
+ * request is sent once more on a fresh connection when it can be replayed:
+ * an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE, or any
+ * request carrying an Idempotency-Key header) whose body, if any, is a
+ * buffer. A streamed body (body_fn) and a POST are never sent twice: they
+ * fail with -ECONNRESET.
+ *
+ * The deadline of a request is absolute and covers everything: the wait for
+ * a permit, name resolution, connect, sending, and the whole response.
+ *
+ * Transports. http:// uses the built-in plain TCP transport
+ * (weir_net_connect, then weir_io_recv/send). https:// uses the transport
+ * given in weir_http_client_opts.https (TLS is not part of weir yet); a
+ * client without one fails https:// requests with -EPROTONOSUPPORT, and
+ * resp->error says why. A transport's functions run in the requesting
+ * fiber and may suspend.
+ *
+ * Errors, besides those of weir/net.h, weir/io.h and the parser (table at
+ * the top of this header, for the response):
+ *
+ *   -EINVAL           a malformed URL (no http:// or https://, an empty or
+ *                     invalid host, a userinfo part "user@", a bad port, a
+ *                     control character, space or non-ASCII byte in the
+ *                     path), a bad request field (a method that is not a
+ *                     token, both body and body_fn, a Content-Length,
+ *                     Transfer-Encoding or invalid header field given by
+ *                     the caller), or a call from outside a fiber
+ *   -EPROTONOSUPPORT  a scheme other than http and https, or https:// with
+ *                     no transport configured
+ *   -EBUSY            fast_fail: the pool of that host:port is at its cap
+ *   -ETIMEDOUT        the deadline passed (waiting, connecting, sending or
+ *                     reading)
+ *   -ECANCELED        the task was cancelled
+ *   -EMSGSIZE         the response body is over max_response (the
+ *                     connection is closed)
+ *   -ECONNRESET       the server closed the connection before the response
+ *                     was complete
+ *
+ * On failure resp->error holds a short static text of what went wrong.
+ */
+#include "net.h"
+
+/* A connection-oriented byte stream for the client. connect() opens a
+ * connection to host:port (host as in the URL, without [brackets]) and
+ * stores it in *conn; read() returns bytes read (> 0), 0 at EOF, or a
+ * negative errno; write() returns bytes written (> 0) or a negative errno;
+ * close() releases the connection (it may be called from outside a fiber
+ * by weir_http_client_free). Every call gets the request's absolute
+ * deadline. ctx is passed to connect() as it is. */
+typedef struct weir_http_transport {
+    int (*connect)(void *ctx, const char *host, int port, int64_t deadline, void **conn);
+    ssize_t (*read)(void *conn, void *buf, size_t len, int64_t deadline);
+    ssize_t (*write)(void *conn, const void *buf, size_t len, int64_t deadline);
+    void (*close)(void *conn);
+    void *ctx;
+} weir_http_transport;
+
+/* The built-in plain TCP transport (what http:// uses). A wrapper such as a
+ * TLS layer may call it for the socket underneath. */
+extern const weir_http_transport weir_http_tcp_transport;
+
+#define WEIR_HTTP_CLIENT_MAX_CONNS    16
+#define WEIR_HTTP_CLIENT_MAX_RESPONSE (16u << 20) /* body bytes: 16 MiB */
+#define WEIR_HTTP_CLIENT_IDLE_MS      30000
+
+/* Options of a client; a zero field takes the default shown. */
+typedef struct weir_http_client_opts {
+    int max_conns;       /* connections per host:port, idle ones included: 16 */
+    int fast_fail;       /* over the cap: fail with -EBUSY at once instead of waiting */
+    size_t max_response; /* response body bytes: 16 MiB; past it -EMSGSIZE */
+    weir_http_limits limits; /* response head caps (max_body is replaced by max_response) */
+    int64_t idle_ms;     /* an idle connection older than this is closed, not reused: 30 s */
+    /* "Authorization: Bearer <token>" on every request that has no
+     * Authorization field of its own. NULL: $WEIR_AUTH_TOKEN when set and
+     * non-empty (read once, by weir_http_client_new); "": none. Copied. */
+    const char *bearer_token;
+    /* The transport for https:// URLs; borrowed, must outlive the client.
+     * NULL: https:// requests fail with -EPROTONOSUPPORT. */
+    const weir_http_transport *https;
+    const char *user_agent; /* User-Agent field: "weir/<version>"; "": none. Copied. */
+} weir_http_client_opts;
+
+typedef struct weir_http_client weir_http_client;
+
+/* A client; opts may be NULL (defaults). NULL with errno set: EINVAL for a
+ * negative or out-of-range option, ENOMEM. Needs no runtime. */
+weir_http_client *weir_http_client_new(const weir_http_client_opts *opts);
+/*
+ * Close the idle connections and free the client. No request may be in
+ * flight (a fiber still inside weir_http_client_do() would use freed
+ * memory): join the tasks that use the client first. Call it from a fiber
+ * where possible; from elsewhere the TCP transport closes with close(2).
+ */
+void weir_http_client_free(weir_http_client *c);
+
+/* A streamed request body (sent chunked): write up to cap bytes into buf
+ * and return how many (> 0), 0 at the end of the body, or a negative errno
+ * to abort the request (the connection is closed). Called in the
+ * requesting fiber; it may suspend. */
+typedef ssize_t (*weir_http_body_fn)(void *arg, void *buf, size_t cap);
+
+typedef struct weir_http_client_req {
+    const char *method; /* any token; NULL = "GET". HEAD reads no body */
+    const char *url;    /* http://host[:port][/path][?query]; a #fragment is dropped */
+    /* Extra header fields, sent in order. Host (replaces the URL's) and
+     * Authorization (replaces the bearer token) may be given; Connection:
+     * close makes the connection one-off. Content-Length and
+     * Transfer-Encoding may not: the client frames the body itself. */
+    const weir_http_header *headers;
+    size_t nheaders;
+    /* A body buffer, sent with Content-Length (POST and PUT without one send
+     * "Content-Length: 0"), or a streamed body sent chunked; not both.
+     * Borrowed for the call. */
+    const void *body;
+    size_t body_len;
+    weir_http_body_fn body_fn;
+    void *body_arg;
+    int64_t deadline; /* absolute (weir_time_after_ms); 0 = WEIR_FOREVER */
+} weir_http_client_req;
+
+/*
+ * A response, owned by the caller once weir_http_client_do() filled it:
+ * free it with weir_http_client_resp_free(). Header names and values are
+ * copies, each also NUL-terminated (p[len] == '\0'); the body is malloc'd
+ * and NUL-terminated (body[body_len] == '\0', body never NULL after
+ * success), convenient for text. Fields past `priv` are private.
+ */
+typedef struct weir_http_client_resp {
+    int status;                 /* 100..999 */
+    int version_minor;          /* 0 (HTTP/1.0) or 1 (HTTP/1.1) */
+    weir_http_header *headers;  /* in arrival order */
+    size_t nheaders;
+    weir_http_header *trailers; /* chunked trailer fields */
+    size_t ntrailers;
+    char *body;
+    size_t body_len;
+    /* After a failure: a short static text of the cause ("" on success). */
+    const char *error;
+    struct {
+        void *fields; /* one block: the arrays and the strings */
+    } priv;
+} weir_http_client_resp;
+
+/*
+ * Send the request and read the whole response into *resp (always
+ * initialised: after a failure it holds nothing to free, but freeing it is
+ * harmless). Returns 0 for any complete response, whatever its status, or a
+ * negative errno (see above). Fibers only: -EINVAL from elsewhere.
+ */
+int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
+                        weir_http_client_resp *resp);
+/* GET url; deadline absolute (0 = none). */
+int weir_http_get(weir_http_client *c, const char *url, int64_t deadline,
+                  weir_http_client_resp *resp);
+/* POST body[0..len) to url with a Content-Type (NULL: none). */
+int weir_http_post(weir_http_client *c, const char *url, const char *content_type,
+                   const void *body, size_t len, int64_t deadline, weir_http_client_resp *resp);
+
+/* Free what a response holds and zero it; safe on a zeroed response. */
+void weir_http_client_resp_free(weir_http_client_resp *resp);
+/* The value of the first header field named `name` (case-insensitive),
+ * NUL-terminated, or NULL. Valid until the response is freed. */
+const char *weir_http_client_resp_header(const weir_http_client_resp *resp, const char *name);
+
+/* Counters summed over every host:port, for monitoring and tests. */
+typedef struct weir_http_client_stats {
+    uint64_t requests;   /* requests that got a complete response */
+    uint64_t opened;     /* connections opened */
+    uint64_t reused;     /* requests sent on a pooled connection */
+    uint64_t waits;      /* requests that waited for a connection (over the cap) */
+    uint64_t fast_fails; /* requests refused with -EBUSY */
+    uint64_t retries;    /* requests sent again after a stale pooled connection */
+    uint64_t expired;    /* idle connections closed past idle_ms */
+    uint64_t open_now;   /* connections open now, idle or in use */
+    uint64_t idle_now;   /* connections idle in the pools now */
+} weir_http_client_stats;
+/* Fill *st; works from any thread. 0 or -EINVAL. */
+int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
 /* ---- end client ----------------------------------------------------------------------- */
 
-/* ---- server --------------------------------------------------------------------------- */
+/* ---- server ---------------------------------------------------------------------------
+ *
+ * An HTTP/1.1 server on the runtime: a fiber per connection, keep-alive and
+ * pipelining, routes matched in registration order, handlers that may wait
+ * (they run in the connection's fiber). Everything a client sends is
+ * bounded: head and body caps (weir_http_limits; the body is read into
+ * memory, 1 MiB by default), a deadline for the head once its first byte has
+ * arrived (a client trickling a header cannot hold a connection), one for
+ * the body, one for a response write and one for an idle keep-alive
+ * connection, and a cap on open connections. A request that breaks a rule
+ * gets its 4xx/5xx answer (a JSON body {"error": ..., "status": ...}) and
+ * the connection is closed.
+ *
+ * Routes. A pattern is a path whose segments are literals, ":name"
+ * parameters (one non-empty segment) or, as the last segment only, "*" (any
+ * tail, empty included). weir_http_req_param(req, "name") gives a
+ * parameter's raw (still percent-encoded) value and "*" the tail. The first
+ * route, in registration order, whose pattern and method match wins. A path
+ * that matches only routes of other methods is 405 with an Allow header; a
+ * HEAD request is served by the GET route when no HEAD route matches (the
+ * body is dropped); no match at all is 404.
+ *
+ * Authentication. When a bearer token is configured (the option, or the
+ * environment variable named by auth_env, WEIR_AUTH_TOKEN by default, read
+ * when the server is made) every request must carry "Authorization: Bearer
+ * <token>" or gets 401 before any handler runs. OPTIONS requests pass (a
+ * CORS preflight carries no credentials); routes registered with the
+ * WEIR_HTTP_PUBLIC flag pass too. An empty or unset variable leaves auth
+ * off.
+ *
+ * Static files. weir_http_route_static() serves a directory under a
+ * wildcard pattern: the tail is percent-decoded, "." and ".." segments and
+ * NUL bytes are refused, and the file is opened beneath the directory with
+ * openat2(RESOLVE_BENEATH), so neither ".." nor a symbolic link can reach
+ * outside it. A directory serves its index.html; content types come from
+ * the file extension. With WEIR_HTTP_STATIC_SPA a missing path without an
+ * extension serves the root's index.html (a single-page application's
+ * deep links); a missing asset with an extension stays 404.
+ *
+ * Metrics. With opts.metrics set the server counts requests by method
+ * (weir_http_requests_total), responses by status class
+ * (weir_http_responses_total), request durations
+ * (weir_http_request_duration_seconds) and open connections
+ * (weir_http_connections); weir_http_route_metrics() serves any registry
+ * in the Prometheus text format.
+ *
+ * Threads. A server runs on the runtime of the fiber that starts it: with
+ * several scheduler threads each thread gets its own listening socket
+ * (SO_REUSEPORT, the kernel spreads connections) and accept loop, so
+ * connections start on the thread that accepted them; handlers may run on
+ * any thread. Routes are registered before weir_http_server_start() and are
+ * read-only afterwards.
+ */
+struct json_t; /* jansson's value type (<jansson.h>) */
+struct weir_metrics;
+
+typedef struct weir_http_server weir_http_server;
+typedef struct weir_http_res weir_http_res;
+
+#define WEIR_HTTP_MAX_PARAMS 16 /* ":name" segments (and "*") in one pattern */
+
+/* A parameter captured from the path: name from the pattern, value a slice of
+ * the request path (not percent-decoded). */
+typedef struct weir_http_param {
+    const char *name;
+    weir_http_str value;
+} weir_http_param;
+
+/* A request as a handler sees it; valid until the handler returns. */
+typedef struct weir_http_req {
+    weir_http_str method;       /* "GET", ... */
+    weir_http_str target;       /* the request-target as sent */
+    weir_http_str path;         /* target up to '?' (not decoded) */
+    weir_http_str query;        /* after '?', without it; empty when none */
+    int version_minor;          /* 0 or 1 */
+    const weir_http_header *headers;
+    size_t nheaders;
+    const uint8_t *body;        /* the whole body (chunked bodies joined) */
+    size_t body_len;
+    weir_http_param params[WEIR_HTTP_MAX_PARAMS];
+    size_t nparams;
+    const char *peer;           /* "127.0.0.1:50312" */
+    weir_http_server *server;
+} weir_http_req;
+
+/* A handler answers through res (one of the weir_http_res_send family,
+ * after any weir_http_res_header). It returns 0, or a negative errno: when
+ * no answer was given that is a 500 naming the error. Returning without an
+ * answer is a 500 as well. It runs in the connection's fiber and may wait
+ * (I/O, locks, a client request); the request's deadlines do not apply to
+ * it. */
+typedef int (*weir_http_handler)(weir_http_req *req, weir_http_res *res, void *arg);
+
+/* Route flags. */
+enum {
+    WEIR_HTTP_PUBLIC = 1,     /* no bearer token needed */
+    WEIR_HTTP_STATIC_SPA = 2, /* static: extensionless misses serve index.html */
+};
+
+typedef struct weir_http_server_opts {
+    const char *host;          /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */
+    int port;                  /* 0: a free port (weir_http_server_port) */
+    weir_http_limits limits;   /* request caps; 0 fields take the parser's defaults, but
+                                  max_body defaults to WEIR_HTTP_SERVER_MAX_BODY */
+    int64_t header_timeout_ms; /* head complete this long after its first byte: 10 s */
+    int64_t body_timeout_ms;   /* body complete this long after the head: 30 s */
+    int64_t idle_timeout_ms;   /* keep-alive connection idle before it is closed: 60 s */
+    int64_t write_timeout_ms;  /* one response written: 30 s */
+    int max_conns;             /* open connections; more are answered 503 and closed: 10000 */
+    const char *auth_env;      /* env var holding the bearer token: NULL = "WEIR_AUTH_TOKEN",
+                                  "" = none */
+    const char *auth_token;    /* a token given directly (wins over auth_env) */
+    struct weir_metrics *metrics; /* request metrics go here (NULL: none) */
+    size_t stack_size;         /* connection fibers: 0 = 64 KiB */
+    int listeners;             /* accept loops: 0 = one per scheduler thread */
+} weir_http_server_opts;
+
+#define WEIR_HTTP_SERVER_MAX_BODY (1u << 20)
+
+typedef struct weir_http_server_stats {
+    uint64_t accepted;  /* connections accepted */
+    uint64_t open;      /* connections open now */
+    uint64_t rejected;  /* answered 503 over max_conns */
+    uint64_t requests;  /* requests answered (any status) */
+    uint64_t errors;    /* requests refused by the server: 4xx/5xx before a handler */
+    uint64_t timeouts;  /* connections closed by a header, body or write deadline */
+} weir_http_server_stats;
+
+/* A server with no routes; NULL with errno (ENOMEM, EINVAL for bad options).
+ * Needs no runtime until it is started. */
+weir_http_server *weir_http_server_new(const weir_http_server_opts *opts);
+
+/* Add a route: method NULL or "*" for any method, flags WEIR_HTTP_PUBLIC.
+ * 0, -EINVAL for a malformed pattern (not starting with '/', an empty
+ * ":" name, "*" not last, too many parameters), -EBUSY once started. */
+int weir_http_route(weir_http_server *s, const char *method, const char *pattern,
+                    weir_http_handler h, void *arg, int flags);
+/* Serve files under dir for GET and HEAD; the pattern ends in "*". The
+ * directory is opened now (-ENOENT, -ENOTDIR...). flags: WEIR_HTTP_STATIC_SPA,
+ * WEIR_HTTP_PUBLIC. */
+int weir_http_route_static(weir_http_server *s, const char *pattern, const char *dir, int flags);
+/* GET path renders the registry in the Prometheus text format. */
+int weir_http_route_metrics(weir_http_server *s, const char *path, struct weir_metrics *m,
+                            int flags);
+
+/* Listen and start accepting on the caller's runtime. Fibers only. 0 or a
+ * negative errno (-EADDRINUSE, ...). */
+int weir_http_server_start(weir_http_server *s);
+/* The port listened on (after start), or -ENOTCONN. */
+int weir_http_server_port(const weir_http_server *s);
+/* Stop accepting, close idle connections, let requests in progress finish
+ * until the deadline, then cancel the rest; returns when every connection
+ * has ended: 0, or -ETIMEDOUT when some had to be cancelled. Fibers only. */
+int weir_http_server_stop(weir_http_server *s, int64_t deadline);
+/* Free a server that was never started or has been stopped. */
+void weir_http_server_free(weir_http_server *s);
+void weir_http_server_stats_get(const weir_http_server *s, weir_http_server_stats *st);
+
+/* The parameter called name ("*" for the wildcard tail), or NULL. */
+const weir_http_str *weir_http_req_param(const weir_http_req *r, const char *name);
+/* The first header field called name (case-insensitive), or NULL. */
+const weir_http_str *weir_http_req_header(const weir_http_req *r, const char *name);
+/* The query parameter called name, percent-decoded ('+' as space) into buf
+ * as a C string: its length, -ENOENT when absent, -ENOSPC when it needs more
+ * than cap bytes, -EBADMSG for bad %-escapes or a NUL. */
+ssize_t weir_http_req_query(const weir_http_req *r, const char *name, char *buf, size_t cap);
+/* The body parsed as JSON (a new reference the caller decrefs), or NULL
+ * with a message in err (may be NULL) when it is not JSON. */
+struct json_t *weir_http_req_json(const weir_http_req *r, char *err, size_t errcap);
+
+/* Percent-decode s[0..n) into out (cap bytes, NUL added): the decoded length,
+ * -EBADMSG for a bad escape or a NUL byte, -ENOSPC when out is too small.
+ * plus_space: '+' decodes to ' ' (query strings). */
+ssize_t weir_http_pct_decode(const char *s, size_t n, char *out, size_t cap, int plus_space);
+
+/* Add a response header field (before the send call). 0 or -EINVAL (not a
+ * token, CR/LF in the value, or a field the server writes itself:
+ * Content-Length, Transfer-Encoding, Connection), -ENOMEM, -EALREADY after
+ * the answer was given. */
+int weir_http_res_header(weir_http_res *r, const char *name, const char *value);
+/* The answer: status, Content-Type (NULL: none) and body (copied). 0,
+ * -EALREADY when one was given, -EINVAL for a status outside 200..999
+ * (1xx are not answers), -ENOMEM. */
+int weir_http_res_send(weir_http_res *r, int status, const char *content_type, const void *body,
+                       size_t n);
+/* text/plain; charset=utf-8. */
+int weir_http_res_text(weir_http_res *r, int status, const char *text);
+/* application/json: v serialized compactly (v is not consumed). */
+int weir_http_res_json(weir_http_res *r, int status, const struct json_t *v);
+/* application/json {"error": message, "status": status}. */
+int weir_http_res_error(weir_http_res *r, int status, const char *message);
 /* ---- end server ----------------------------------------------------------------------- */
 
 #ifdef __cplusplus

@@ -782,6 +782,13 @@ static int put(weir_http_buf *b, const void *s, size_t n)
     return 0;
 }
 
+int weir_http_put_raw(weir_http_buf *b, const void *data, size_t n)
+{
+    if (!data && n)
+        return b->err ? b->err : (b->err = -EINVAL);
+    return put(b, data, n);
+}
+
 static int puts_(weir_http_buf *b, const char *s)
 {
     return put(b, s, strlen(s));

@@ -1,0 +1,1213 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_http_server.c - the HTTP/1.1 server (weir/http.h): routes with
+ * parameters and wildcards, 404/405/HEAD, keep-alive and pipelining, JSON,
+ * bearer-token auth, static files and escapes out of their directory,
+ * /metrics, request limits, the header/body/idle deadlines against slow
+ * clients, the connection cap, handler failures, stop (graceful and
+ * forced) and a two-thread runtime.
+ *
+ * Clients: curl (a real client, run as a child process and waited for on
+ * the blocking pool so the loop keeps serving) and raw sockets sending
+ * malformed, oversized and slow requests. CTest runs it under both I/O
+ * backends; under ASan it also proves nothing leaks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "test_rt.h"
+#include "weir/http.h"
+#include "weir/io.h"
+#include "weir/metrics.h"
+#include "weir/net.h"
+#include "weir/rt.h"
+#include "weir/sync.h"
+
+extern char **environ;
+
+static int64_t after_ms(int64_t ms)
+{
+    return weir_time_after_ms(ms);
+}
+
+/* ---- handlers ------------------------------------------------------------------------- */
+static _Atomic int handler_runs;
+
+static int h_hello(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)arg;
+    handler_runs++;
+    return weir_http_res_text(res, 200, "Hello, World!");
+}
+
+static int h_user(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    handler_runs++;
+    const weir_http_str *id = weir_http_req_param(req, "id");
+    const weir_http_str *post = weir_http_req_param(req, "post");
+    json_t *v = json_pack("{s:s%,s:s%}", "id", id->p, id->len, "post", post ? post->p : "",
+                          post ? post->len : 0);
+    int e = weir_http_res_json(res, 200, v);
+    json_decref(v);
+    return e;
+}
+
+static int h_user_list(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)arg;
+    return weir_http_res_text(res, 200, "users");
+}
+
+static int h_tail(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    const weir_http_str *t = weir_http_req_param(req, "*");
+    return weir_http_res_send(res, 200, "text/plain", t->p, t->len);
+}
+
+/* Echo the body back, with a header saying how it came. */
+static int h_echo(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    handler_runs++;
+    CHECK_EQ(weir_http_res_header(res, "X-Method", "yes"), 0);
+    char m[16];
+    snprintf(m, sizeof(m), "%.*s", (int)req->method.len, req->method.p);
+    CHECK_EQ(weir_http_res_header(res, "X-Echo-Method", m), 0);
+    return weir_http_res_send(res, 200, "application/octet-stream", req->body, req->body_len);
+}
+
+/* JSON in, JSON out: {"a": n, "b": m} -> {"sum": n+m}. */
+static int h_sum(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char err[160];
+    json_t *in = weir_http_req_json(req, err, sizeof(err));
+    if (!in)
+        return weir_http_res_error(res, 400, err);
+    json_int_t a = 0, b = 0;
+    if (json_unpack(in, "{s:I,s:I}", "a", &a, "b", &b) != 0) {
+        json_decref(in);
+        return weir_http_res_error(res, 422, "want {\"a\": int, \"b\": int}");
+    }
+    json_decref(in);
+    json_t *out = json_pack("{s:I}", "sum", a + b);
+    int e = weir_http_res_json(res, 200, out);
+    json_decref(out);
+    return e;
+}
+
+static int h_query(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char v[64];
+    ssize_t n = weir_http_req_query(req, "q", v, sizeof(v));
+    if (n == -ENOENT)
+        return weir_http_res_text(res, 200, "(none)");
+    if (n < 0)
+        return weir_http_res_error(res, 400, weir_strerror((int)n));
+    return weir_http_res_text(res, 200, v);
+}
+
+static int h_fail(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)res, (void)arg;
+    return -EIO;
+}
+
+static int h_silent(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)res, (void)arg;
+    return 0;
+}
+
+static int h_twice(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)arg;
+    CHECK_EQ(weir_http_res_header(res, "Bad Name", "x"), -EINVAL);
+    CHECK_EQ(weir_http_res_header(res, "X-Ok", "a\r\nInjected: 1"), -EINVAL);
+    CHECK_EQ(weir_http_res_header(res, "Content-Length", "5"), -EINVAL);
+    CHECK_EQ(weir_http_res_send(res, 100, NULL, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_res_text(res, 200, "first"), 0);
+    CHECK_EQ(weir_http_res_text(res, 200, "second"), -EALREADY);
+    CHECK_EQ(weir_http_res_header(res, "X-Late", "x"), -EALREADY);
+    return 0;
+}
+
+/* Sleeps arg milliseconds (a slow handler for the stop tests). */
+static _Atomic int slow_started, slow_finished;
+static int h_slow(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    slow_started++;
+    int r = weir_time_sleep((int64_t)(intptr_t)arg * WEIR_MSEC);
+    if (r < 0)
+        return r;
+    slow_finished++;
+    return weir_http_res_text(res, 200, "slept");
+}
+
+/* ---- a raw client --------------------------------------------------------------------- */
+static ssize_t send_str(int fd, const char *s, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = weir_io_send(fd, s + done, n - done, MSG_NOSIGNAL, after_ms(5000));
+        if (w < 0)
+            return w;
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+static int connect_to(int port)
+{
+    int fd = weir_net_connect("127.0.0.1", port, after_ms(5000));
+    CHECK_GE(fd, 0);
+    return fd;
+}
+
+typedef struct reply {
+    int status;
+    int keep_alive;
+    char body[8192];
+    size_t body_len;
+    char head[2048]; /* "name: value\n" lines */
+} reply;
+
+/* Read one response; 0, or the error that ended it (-ECONNRESET: closed). */
+static int read_reply(int fd, weir_http_parser *p, char *buf, size_t cap, size_t *have,
+                      reply *out, int head_only)
+{
+    memset(out, 0, sizeof(*out));
+    if (head_only)
+        weir_http_parser_no_body(p);
+    for (;;) {
+        weir_http_event ev;
+        ssize_t n = weir_http_parse(p, buf, *have, &ev);
+        if (n < 0)
+            return (int)n;
+        if (ev.kind == WEIR_HTTP_HEAD) {
+            out->status = p->status;
+            out->keep_alive = p->keep_alive;
+            size_t o = 0;
+            for (size_t i = 0; i < p->nheaders && o < sizeof(out->head) - 1; i++)
+                o += (size_t)snprintf(out->head + o, sizeof(out->head) - o, "%.*s: %.*s\n",
+                                      (int)p->headers[i].name.len, p->headers[i].name.p,
+                                      (int)p->headers[i].value.len, p->headers[i].value.p);
+        } else if (ev.kind == WEIR_HTTP_BODY) {
+            size_t k = ev.len < sizeof(out->body) - 1 - out->body_len
+                           ? ev.len
+                           : sizeof(out->body) - 1 - out->body_len;
+            memcpy(out->body + out->body_len, ev.data, k);
+            out->body_len += k;
+        }
+        /* Drop what was consumed (after using the event's slice of it). */
+        memmove(buf, buf + n, *have - (size_t)n);
+        *have -= (size_t)n;
+        if (ev.kind == WEIR_HTTP_DONE) {
+            return 0;
+        } else if (ev.kind == WEIR_HTTP_NEED_MORE) { /* everything consumed: have is 0 */
+            ssize_t r = weir_io_recv(fd, buf + *have, cap - *have, 0, after_ms(5000));
+            if (r < 0)
+                return (int)r;
+            if (r == 0) {
+                int e = weir_http_parser_eof(p);
+                return e == 1 ? 0 : -ECONNRESET;
+            }
+            *have += (size_t)r;
+        }
+    }
+}
+
+/* One request on a new connection; the reply, and whether the server then
+ * closed (peer_closed: EOF within 2 s). */
+static int exchange(int port, const char *req, size_t len, reply *out, int *peer_closed)
+{
+    int fd = connect_to(port);
+    CHECK_EQ(send_str(fd, req, len), (ssize_t)len);
+    weir_http_parser p;
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    char buf[16384];
+    size_t have = 0;
+    int e = read_reply(fd, &p, buf, sizeof(buf), &have, out, strncmp(req, "HEAD ", 5) == 0);
+    if (peer_closed) {
+        char c;
+        ssize_t r = weir_io_recv(fd, &c, 1, 0, after_ms(2000));
+        *peer_closed = r == 0 || r == -ECONNRESET;
+    }
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+    return e;
+}
+
+static int get_status(int port, const char *req)
+{
+    reply r;
+    CHECK_EQ(exchange(port, req, strlen(req), &r, NULL), 0);
+    return r.status;
+}
+
+/* ---- curl ----------------------------------------------------------------------------- */
+typedef struct curl_job {
+    char *argv[40];
+    int argc;
+    char out[8192]; /* what curl wrote to stdout (-w and the body) */
+    int status;     /* exit status */
+} curl_job;
+
+static intptr_t curl_run(void *arg)
+{
+    curl_job *j = arg;
+    char path[] = "/tmp/weir-curl-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -errno;
+    unlink(path);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd, 1);
+    pid_t pid;
+    int e = posix_spawnp(&pid, "curl", &fa, NULL, j->argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (e) {
+        close(fd);
+        return -e;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    j->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    ssize_t n = pread(fd, j->out, sizeof(j->out) - 1, 0);
+    j->out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    return 0;
+}
+
+/* Run curl with the given arguments (NULL-terminated) on the blocking pool;
+ * the loop keeps serving meanwhile. Returns curl's stdout. */
+static curl_job *curl(const char *first, ...)
+{
+    static curl_job j;
+    memset(&j, 0, sizeof(j));
+    j.argv[j.argc++] = "curl";
+    j.argv[j.argc++] = "-s";
+    j.argv[j.argc++] = "-S";
+    j.argv[j.argc++] = "--max-time";
+    j.argv[j.argc++] = "20";
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && j.argc < 39; a = va_arg(ap, const char *))
+        j.argv[j.argc++] = (char *)a;
+    va_end(ap);
+    j.argv[j.argc] = NULL;
+    CHECK_EQ(weir_blocking_run(curl_run, &j, WEIR_FOREVER), 0);
+    return &j;
+}
+
+static int have_curl(void)
+{
+    return system("curl --version >/dev/null 2>&1") == 0;
+}
+
+/* ---- a server for the tests ------------------------------------------------------------- */
+static weir_http_server *make_server(const weir_http_server_opts *o)
+{
+    weir_http_server *s = weir_http_server_new(o);
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "GET", "/hello", h_hello, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/users", h_user_list, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/users/:id", h_user, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/users/:id/posts/:post", h_user, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/files/*", h_tail, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "POST", "/echo", h_echo, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "PUT", "/echo", h_echo, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "POST", "/sum", h_sum, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/query", h_query, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/fail", h_fail, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/silent", h_silent, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/twice", h_twice, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/slow", h_slow, (void *)(intptr_t)300, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/health", h_hello, NULL, WEIR_HTTP_PUBLIC), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    CHECK_GT(weir_http_server_port(s), 0);
+    return s;
+}
+
+static void finish(weir_http_server *s)
+{
+    CHECK_EQ(weir_http_server_stop(s, after_ms(5000)), 0);
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.open, 0);
+    weir_http_server_free(s);
+}
+
+/* ---- routes --------------------------------------------------------------------------- */
+static intptr_t routes_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = make_server(NULL);
+    int port = weir_http_server_port(s);
+    reply r;
+
+    const char *q = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "Hello, World!");
+    CHECK(strstr(r.head, "Content-Type: text/plain; charset=utf-8\n") != NULL);
+    CHECK(strstr(r.head, "Date: ") != NULL);
+    CHECK(r.keep_alive);
+
+    q = "GET /users/42 HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "{\"id\":\"42\",\"post\":\"\"}");
+    CHECK(strstr(r.head, "Content-Type: application/json\n") != NULL);
+
+    q = "GET /users/7/posts/abc%20d HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "{\"id\":\"7\",\"post\":\"abc%20d\"}");
+
+    q = "GET /users HTTP/1.1\r\nHost: x\r\n\r\n"; /* a literal beats nothing */
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "users");
+
+    q = "GET /files/a/b/c.txt?x=1 HTTP/1.1\r\nHost: x\r\n\r\n"; /* wildcard, query cut */
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "a/b/c.txt");
+    q = "GET /files HTTP/1.1\r\nHost: x\r\n\r\n"; /* empty tail */
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body_len, 0);
+    q = "GET http://example.com/files/abs HTTP/1.1\r\nHost: x\r\n\r\n"; /* absolute-form */
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "abs");
+
+    /* Misses. */
+    CHECK_EQ(get_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"), 404);
+    CHECK_EQ(get_status(port, "GET /users/ HTTP/1.1\r\nHost: x\r\n\r\n"), 404);
+    CHECK_EQ(get_status(port, "GET /users/1/posts HTTP/1.1\r\nHost: x\r\n\r\n"), 404);
+    CHECK_EQ(get_status(port, "GET /hello/ HTTP/1.1\r\nHost: x\r\n\r\n"), 404);
+    CHECK_EQ(get_status(port, "GET hello HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
+    q = "DELETE /echo HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 405);
+    CHECK(strstr(r.head, "Allow: POST, PUT\n") != NULL);
+    CHECK(strstr(r.body, "\"status\":405") != NULL);
+
+    /* HEAD is served by GET, without the body but with its length. */
+    q = "HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK(strstr(r.head, "Content-Length: 13\n") != NULL);
+    CHECK_EQ(r.body_len, 0);
+
+    /* OPTIONS: 204 with what the path allows. */
+    q = "OPTIONS /echo HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 204);
+    CHECK(strstr(r.head, "Allow: POST, PUT\n") != NULL);
+    CHECK_EQ(get_status(port, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"), 204);
+
+    /* Query decoding. */
+    q = "GET /query?a=1&q=hello+w%6Frld%21 HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "hello world!");
+    q = "GET /query?q=%zz HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 400);
+    q = "GET /query HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "(none)");
+
+    /* Handlers that fail, say nothing, or misuse the response. */
+    q = "GET /fail HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 500);
+    CHECK(strstr(r.body, "handler failed") != NULL);
+    q = "GET /silent HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 500);
+    CHECK(strstr(r.body, "no answer") != NULL);
+    q = "GET /twice HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "first");
+    CHECK(strstr(r.head, "X-Late") == NULL);
+
+    /* JSON in and out. */
+    q = "POST /sum HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n{\"a\":2,\"b\":40}";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_STR(r.body, "{\"sum\":42}");
+    q = "POST /sum HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n{\"a\"";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 400);
+    CHECK(strstr(r.body, "not JSON") != NULL);
+
+    /* Routes cannot change once started; bad patterns are refused. */
+    CHECK_EQ(weir_http_route(s, "GET", "/late", h_hello, NULL, 0), -EBUSY);
+    finish(s);
+
+    weir_http_server *b = weir_http_server_new(NULL);
+    CHECK_EQ(weir_http_route(b, "GET", "nope", h_hello, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "GET", "/a/*/b", h_hello, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "GET", "/a/:", h_hello, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "GET", "/a/b*", h_hello, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "G ET", "/a", h_hello, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "GET", "/a", NULL, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "GET", "/:a/:b/:c/:d/:e/:f/:g/:h/:i/:j/:k/:l/:m/:n/:o/:p/:q",
+                             h_hello, NULL, 0),
+             -EINVAL);
+    CHECK_EQ(weir_http_route_static(b, "/s", "/tmp", 0), -EINVAL);
+    CHECK_EQ(weir_http_route_static(b, "/s/*", "/nonexistent-dir-weir", 0), -ENOENT);
+    CHECK_EQ(weir_http_server_port(b), -ENOTCONN);
+    weir_http_server_free(b);
+    errno = 0;
+    CHECK(weir_http_server_new(&(weir_http_server_opts){.port = 70000}) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    return 0;
+}
+
+TEST(routes_params_and_misses)
+{
+    test_run_main(routes_main, NULL);
+}
+
+static intptr_t pct_main(void *arg)
+{
+    (void)arg;
+    char out[16];
+    CHECK_EQ(weir_http_pct_decode("a%20b", 5, out, sizeof(out), 0), 3);
+    CHECK_STR(out, "a b");
+    CHECK_EQ(weir_http_pct_decode("a+b", 3, out, sizeof(out), 0), 3);
+    CHECK_STR(out, "a+b");
+    CHECK_EQ(weir_http_pct_decode("a+b", 3, out, sizeof(out), 1), 3);
+    CHECK_STR(out, "a b");
+    CHECK_EQ(weir_http_pct_decode("%4", 2, out, sizeof(out), 0), -EBADMSG);
+    CHECK_EQ(weir_http_pct_decode("%g0", 3, out, sizeof(out), 0), -EBADMSG);
+    CHECK_EQ(weir_http_pct_decode("a%00", 4, out, sizeof(out), 0), -EBADMSG);
+    CHECK_EQ(weir_http_pct_decode("abcd", 4, out, 4, 0), -ENOSPC);
+    CHECK_EQ(weir_http_pct_decode("abc", 3, out, 4, 0), 3);
+    CHECK_EQ(weir_http_pct_decode("", 0, out, 1, 0), 0);
+    return 0;
+}
+
+TEST(percent_decoding)
+{
+    test_run_main(pct_main, NULL);
+}
+
+/* ---- keep-alive and pipelining ----------------------------------------------------------- */
+static intptr_t keepalive_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = make_server(NULL);
+    int port = weir_http_server_port(s);
+    int fd = connect_to(port);
+    weir_http_parser p;
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    char buf[16384];
+    size_t have = 0;
+    reply r;
+    /* Sequential requests on one connection. */
+    for (int i = 0; i < 20; i++) {
+        const char *q = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+        CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 200);
+    }
+    /* Three pipelined in one write, one of them with a chunked body. */
+    const char *three = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        "3\r\nabc\r\n4;ext=1\r\ndefg\r\n0\r\nTrailer: t\r\n\r\n"
+                        "GET /users/9 HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(send_str(fd, three, strlen(three)), (ssize_t)strlen(three));
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "Hello, World!");
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "abcdefg");
+    CHECK(strstr(r.head, "X-Echo-Method: POST\n") != NULL);
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "{\"id\":\"9\",\"post\":\"\"}");
+    /* "Connection: close" is honoured: answered, then closed. */
+    const char *last = "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    CHECK_EQ(send_str(fd, last, strlen(last)), (ssize_t)strlen(last));
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK(!r.keep_alive);
+    CHECK(strstr(r.head, "Connection: close\n") != NULL);
+    char c;
+    CHECK_EQ(weir_io_recv(fd, &c, 1, 0, after_ms(2000)), 0);
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+
+    /* HTTP/1.0: closes unless asked to keep alive. */
+    reply r10;
+    int closed = 0;
+    const char *q10 = "GET /hello HTTP/1.0\r\n\r\n";
+    CHECK_EQ(exchange(port, q10, strlen(q10), &r10, &closed), 0);
+    CHECK_EQ(r10.status, 200);
+    CHECK(closed);
+    q10 = "GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    CHECK_EQ(exchange(port, q10, strlen(q10), &r10, &closed), 0);
+    CHECK(strstr(r10.head, "Connection: keep-alive\n") != NULL);
+    CHECK(!closed);
+
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.accepted, 3);
+    CHECK_EQ(st.requests, 26);
+    finish(s);
+    return 0;
+}
+
+TEST(keepalive_and_pipelining)
+{
+    test_run_main(keepalive_main, NULL);
+}
+
+/* ---- malformed, oversized and slow requests ------------------------------------------------ */
+static void expect_refused(int port, const char *req, size_t len, int status)
+{
+    reply r;
+    int closed = 0;
+    CHECK_EQ(exchange(port, req, len, &r, &closed), 0);
+    if (r.status != status)
+        fprintf(stderr, "request %.40s...: status %d, want %d\n", req, r.status, status);
+    CHECK_EQ(r.status, status);
+    CHECK(closed);
+    CHECK(strstr(r.head, "Connection: close\n") != NULL);
+    char want[32];
+    snprintf(want, sizeof(want), "\"status\":%d", status);
+    CHECK(strstr(r.body, want) != NULL);
+}
+
+static intptr_t malformed_main(void *arg)
+{
+    (void)arg;
+    weir_http_server_opts o = {.limits = {.max_body = 1024, .max_header_bytes = 4096, .max_start_line = 2048},
+                               .header_timeout_ms = 300,
+                               .body_timeout_ms = 300,
+                               .idle_timeout_ms = 400};
+    weir_http_server *s = make_server(&o);
+    int port = weir_http_server_port(s);
+    int runs = handler_runs;
+
+    const char *q = "GARBAGE\r\n\r\n";
+    expect_refused(port, q, strlen(q), 400);
+    q = "GET / HTTP/2.0\r\nHost: x\r\n\r\n";
+    expect_refused(port, q, strlen(q), 505);
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n";
+    expect_refused(port, q, strlen(q), 501);
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+    expect_refused(port, q, strlen(q), 400); /* smuggling shape */
+    q = "GET /hello HTTP/1.1\r\n\r\n";
+    expect_refused(port, q, strlen(q), 400); /* no Host in 1.1 */
+    q = "GET /hello HTTP/1.1\nHost: x\n\n";
+    expect_refused(port, q, strlen(q), 400); /* bare LF */
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nExpect: magic\r\n\r\n"), 417);
+
+    /* A body over max_body is refused from its Content-Length, unread. */
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+    expect_refused(port, q, strlen(q), 413);
+    /* ... and a chunked one when it grows past the cap. */
+    static char big[4096];
+    int n = snprintf(big, sizeof(big),
+                     "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "400\r\n%01024d\r\n1\r\nx\r\n0\r\n\r\n",
+                     0);
+    expect_refused(port, big, (size_t)n, 413);
+    /* A URI over the start-line cap, a header block over its cap. */
+    static char uri[10000];
+    n = snprintf(uri, sizeof(uri), "GET /%03000d HTTP/1.1\r\nHost: x\r\n\r\n", 0);
+    expect_refused(port, uri, (size_t)n, 414);
+    static char hdr[8192];
+    n = snprintf(hdr, sizeof(hdr), "GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: %05000d\r\n\r\n", 0);
+    expect_refused(port, hdr, (size_t)n, 431);
+    CHECK_EQ(handler_runs, runs); /* no handler saw any of these */
+
+    /* Slow head: 408 after header_timeout, then closed. */
+    int fd = connect_to(port);
+    const char *part = "GET /hello HTTP/1.1\r\nHost: x\r\n";
+    CHECK_EQ(send_str(fd, part, strlen(part)), (ssize_t)strlen(part));
+    int64_t t0 = weir_time_now();
+    weir_http_parser p;
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    char buf[4096];
+    size_t have = 0;
+    reply r;
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_EQ(r.status, 408);
+    int64_t took = weir_time_now() - t0;
+    CHECK_GE(took, 250 * WEIR_MSEC);
+    CHECK_LT(took, 3000 * WEIR_MSEC);
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+
+    /* Trickling bytes does not extend the head deadline. */
+    fd = connect_to(port);
+    t0 = weir_time_now();
+    int got408 = 0;
+    for (int i = 0; i < 40; i++) {
+        if (send_str(fd, "X", 1) < 0)
+            break;
+        char c[512];
+        ssize_t rr = weir_io_recv(fd, c, sizeof(c), 0, after_ms(50));
+        if (rr > 0) {
+            got408 = strstr(c, " 408 ") != NULL;
+            break;
+        }
+        if (rr == 0)
+            break;
+    }
+    CHECK(got408);
+    CHECK_LT(weir_time_now() - t0, 1500 * WEIR_MSEC);
+    weir_io_close(fd);
+
+    /* Slow body: 408. */
+    fd = connect_to(port);
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc";
+    CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    have = 0;
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_EQ(r.status, 408);
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+
+    /* Idle keep-alive connection: closed quietly after idle_timeout. */
+    fd = connect_to(port);
+    t0 = weir_time_now();
+    char c;
+    CHECK_EQ(weir_io_recv(fd, &c, 1, 0, after_ms(3000)), 0);
+    CHECK_GE(weir_time_now() - t0, 350 * WEIR_MSEC);
+    weir_io_close(fd);
+
+    /* A client that vanishes mid-request costs nothing. */
+    fd = connect_to(port);
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc";
+    CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+    weir_io_close(fd);
+
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_GE(st.timeouts, 3);
+    CHECK_GE(st.errors, 9);
+    finish(s);
+    return 0;
+}
+
+TEST(malformed_oversized_and_slow)
+{
+    test_run_main(malformed_main, NULL);
+}
+
+/* ---- auth ----------------------------------------------------------------------------- */
+static intptr_t auth_main(void *arg)
+{
+    (void)arg;
+    setenv("WEIR_TEST_TOKEN", "s3cret-token", 1);
+    weir_http_server *s = make_server(&(weir_http_server_opts){.auth_env = "WEIR_TEST_TOKEN"});
+    unsetenv("WEIR_TEST_TOKEN"); /* read once, at creation */
+    int port = weir_http_server_port(s);
+    int runs = handler_runs;
+    reply r;
+    const char *q = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 401);
+    CHECK(strstr(r.head, "WWW-Authenticate: Bearer") != NULL);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n"),
+             401);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "s3cret-token-and-more\r\n\r\n"),
+             401);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Basic "
+                              "s3cret-token\r\n\r\n"),
+             401);
+    CHECK_EQ(get_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"), 401); /* no probing */
+    CHECK_EQ(handler_runs, runs);
+    /* A refused request with a body is answered unread and closed. */
+    expect_refused(port, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 63,
+                   401);
+    CHECK_EQ(handler_runs, runs);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "s3cret-token\r\n\r\n"),
+             200);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: bearer  "
+                              "s3cret-token\r\n\r\n"),
+             200);
+    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* public */
+    CHECK_EQ(get_status(port, "OPTIONS /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 204); /* preflight */
+    finish(s);
+
+    /* The explicit token wins; an empty variable means no auth. */
+    setenv("WEIR_AUTH_TOKEN", "", 1);
+    s = make_server(NULL);
+    CHECK_EQ(get_status(weir_http_server_port(s), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200);
+    finish(s);
+    unsetenv("WEIR_AUTH_TOKEN");
+    s = make_server(&(weir_http_server_opts){.auth_token = "t"});
+    CHECK_EQ(get_status(weir_http_server_port(s), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
+    finish(s);
+    return 0;
+}
+
+TEST(bearer_token)
+{
+    test_run_main(auth_main, NULL);
+}
+
+/* ---- static files ------------------------------------------------------------------------ */
+static char static_root[64];
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void make_tree(void)
+{
+    strcpy(static_root, "/tmp/weir-static-XXXXXX");
+    CHECK(mkdtemp(static_root) != NULL);
+    char p[256];
+    snprintf(p, sizeof(p), "%s/www", static_root);
+    CHECK_EQ(mkdir(p, 0755), 0);
+    snprintf(p, sizeof(p), "%s/www/sub", static_root);
+    CHECK_EQ(mkdir(p, 0755), 0);
+    snprintf(p, sizeof(p), "%s/www/app", static_root);
+    CHECK_EQ(mkdir(p, 0755), 0);
+    write_file(static_root, "secret.txt", "top secret");
+    snprintf(p, sizeof(p), "%s/www", static_root);
+    write_file(p, "index.html", "<h1>home</h1>");
+    write_file(p, "app.js", "console.log(1)");
+    write_file(p, "sub/page.css", "body{}");
+    write_file(p, "sub/index.html", "sub index");
+    write_file(p, "my file.txt", "spaced");
+    /* A big file, streamed in several chunks. */
+    enum { BIG = 300000 };
+    char *big = malloc(BIG);
+    CHECK(big != NULL);
+    for (size_t i = 0; i < BIG - 1; i++)
+        big[i] = (char)('a' + i % 26);
+    big[BIG - 1] = '\0';
+    write_file(p, "big.txt", big);
+    free(big);
+    /* Links: one out of the root, one inside it. */
+    char target[256], link[256];
+    snprintf(target, sizeof(target), "%s/secret.txt", static_root);
+    snprintf(link, sizeof(link), "%s/www/out.txt", static_root);
+    CHECK_EQ(symlink(target, link), 0);
+    snprintf(link, sizeof(link), "%s/www/in.js", static_root);
+    CHECK_EQ(symlink("app.js", link), 0);
+    snprintf(link, sizeof(link), "%s/www/up", static_root);
+    CHECK_EQ(symlink("..", link), 0);
+}
+
+static void rm_tree(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", static_root);
+    CHECK_EQ(system(cmd), 0);
+}
+
+static intptr_t static_main(void *arg)
+{
+    (void)arg;
+    make_tree();
+    char www[128];
+    snprintf(www, sizeof(www), "%s/www", static_root);
+    weir_http_server *s = weir_http_server_new(NULL);
+    CHECK_EQ(weir_http_route(s, "GET", "/api/ping", h_hello, NULL, 0), 0);
+    CHECK_EQ(weir_http_route_static(s, "/assets/*", www, 0), 0);
+    CHECK_EQ(weir_http_route_static(s, "/*", www, WEIR_HTTP_STATIC_SPA), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    int port = weir_http_server_port(s);
+    reply r;
+    struct {
+        const char *path;
+        int status;
+        const char *body, *type;
+    } cases[] = {
+        {"/assets/app.js", 200, "console.log(1)", "text/javascript"},
+        {"/assets/sub/page.css", 200, "body{}", "text/css"},
+        {"/assets/sub/", 200, "sub index", "text/html"},
+        {"/assets/sub", 200, "sub index", "text/html"},
+        {"/assets/", 200, "<h1>home</h1>", "text/html"},
+        {"/assets/my%20file.txt", 200, "spaced", "text/plain"},
+        {"/assets/in.js", 200, "console.log(1)", "text/javascript"},
+        {"/assets/nope.js", 404, NULL, NULL},
+        {"/assets/nope", 404, NULL, NULL},                  /* no SPA on this mount */
+        {"/assets/../secret.txt", 404, NULL, NULL},         /* lexical */
+        {"/assets/%2e%2e/secret.txt", 404, NULL, NULL},     /* encoded */
+        {"/assets/sub/..%2f..%2fsecret.txt", 404, NULL, NULL},
+        {"/assets/out.txt", 404, NULL, NULL},               /* symlink out */
+        {"/assets/up/secret.txt", 404, NULL, NULL},         /* symlinked dir out */
+        {"/assets/a%00b", 400, NULL, NULL},
+        {"/assets/%zz", 400, NULL, NULL},
+        {"/api/ping", 200, "Hello, World!", NULL},         /* earlier route wins */
+        {"/deep/link/route", 200, "<h1>home</h1>", "text/html"}, /* SPA fallback */
+        {"/missing.png", 404, NULL, NULL},                  /* asset with extension */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char q[256];
+        int n = snprintf(q, sizeof(q), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", cases[i].path);
+        CHECK_EQ(exchange(port, q, (size_t)n, &r, NULL), 0);
+        if (r.status != cases[i].status)
+            fprintf(stderr, "%s: %d, want %d\n", cases[i].path, r.status, cases[i].status);
+        CHECK_EQ(r.status, cases[i].status);
+        if (cases[i].body)
+            CHECK_STR(r.body, cases[i].body);
+        if (cases[i].type) {
+            char want[64];
+            snprintf(want, sizeof(want), "Content-Type: %s", cases[i].type);
+            CHECK(strstr(r.head, want) != NULL);
+        }
+        CHECK(strstr(r.body, "top secret") == NULL);
+    }
+    /* HEAD: the length, no body. */
+    const char *q = "HEAD /assets/app.js HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK(strstr(r.head, "Content-Length: 14\n") != NULL);
+    CHECK(strstr(r.head, "Last-Modified: ") != NULL);
+    CHECK_EQ(r.body_len, 0);
+    CHECK_EQ(get_status(port, "POST /assets/app.js HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+             405);
+
+    /* A big file, streamed, then the connection goes on. */
+    int fd = connect_to(port);
+    q = "GET /assets/big.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /assets/app.js HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+    weir_http_parser p;
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    char buf[16384];
+    size_t have = 0, total = 0;
+    int ok = 1;
+    for (int done = 0; !done;) {
+        weir_http_event ev;
+        ssize_t n = weir_http_parse(&p, buf, have, &ev);
+        CHECK_GE(n, 0);
+        if (ev.kind == WEIR_HTTP_BODY) {
+            for (size_t i = 0; i < ev.len; i++)
+                ok &= ev.data[i] == (uint8_t)('a' + (total + i) % 26);
+            total += ev.len;
+        }
+        done = ev.kind == WEIR_HTTP_DONE;
+        memmove(buf, buf + n, have - (size_t)n);
+        have -= (size_t)n;
+        if (ev.kind == WEIR_HTTP_NEED_MORE) {
+            ssize_t got = weir_io_recv(fd, buf, sizeof(buf), 0, after_ms(5000));
+            CHECK_GT(got, 0);
+            have = (size_t)got;
+        }
+    }
+    CHECK_EQ(total, 299999);
+    CHECK(ok);
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "console.log(1)");
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+
+    finish(s);
+    rm_tree();
+    return 0;
+}
+
+TEST(static_files_and_escapes)
+{
+    test_run_main(static_main, NULL);
+}
+
+/* ---- metrics -------------------------------------------------------------------------- */
+static intptr_t metrics_main(void *arg)
+{
+    (void)arg;
+    weir_metrics *m = weir_metrics_new(NULL);
+    weir_http_server *s = weir_http_server_new(&(weir_http_server_opts){.metrics = m});
+    CHECK_EQ(weir_http_route(s, "GET", "/hello", h_hello, NULL, 0), 0);
+    CHECK_EQ(weir_http_route_metrics(s, "/metrics", m, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    int port = weir_http_server_port(s);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200);
+    CHECK_EQ(get_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"), 404);
+    CHECK_EQ(get_status(port, "BREW /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 405);
+    reply r;
+    const char *q = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK(strstr(r.head, "Content-Type: text/plain; version=0.0.4") != NULL);
+    CHECK(strstr(r.body, "weir_http_requests_total{method=\"GET\"} 5") != NULL); /* this one too */
+    CHECK(strstr(r.body, "weir_http_requests_total{method=\"other\"} 1") != NULL);
+    CHECK(strstr(r.body, "weir_http_responses_total{code=\"2xx\"} 3") != NULL);
+    CHECK(strstr(r.body, "weir_http_responses_total{code=\"4xx\"} 2") != NULL);
+    CHECK(strstr(r.body, "weir_http_request_duration_seconds_count 5") != NULL);
+    CHECK(strstr(r.body, "weir_http_connections 1") != NULL);
+    finish(s);
+    weir_metrics_free(m);
+    return 0;
+}
+
+TEST(metrics_endpoint)
+{
+    test_run_main(metrics_main, NULL);
+}
+
+/* ---- connection cap, stop ---------------------------------------------------------------- */
+static intptr_t cap_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = make_server(&(weir_http_server_opts){.max_conns = 2});
+    int port = weir_http_server_port(s);
+    int a = connect_to(port), b = connect_to(port);
+    /* Make sure both are being served before the third arrives. */
+    reply r;
+    weir_http_parser p;
+    char buf[4096];
+    size_t have;
+    const char *q = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < 2; i++) {
+        int fd = i ? b : a;
+        CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        have = 0;
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        weir_http_parser_close(&p);
+    }
+    int closed = 0;
+    CHECK_EQ(exchange(port, q, strlen(q), &r, &closed), 0);
+    CHECK_EQ(r.status, 503);
+    CHECK(closed);
+    weir_io_close(a);
+    weir_io_close(b);
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.rejected, 1);
+    finish(s);
+    return 0;
+}
+
+TEST(connection_cap)
+{
+    test_run_main(cap_main, NULL);
+}
+
+typedef struct slow_client {
+    int port;
+    reply r;
+    int err;
+} slow_client;
+
+static intptr_t slow_client_main(void *arg)
+{
+    slow_client *sc = arg;
+    const char *q = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+    sc->err = exchange(sc->port, q, strlen(q), &sc->r, NULL);
+    return 0;
+}
+
+static intptr_t stop_main(void *arg)
+{
+    (void)arg;
+    /* Graceful: an idle connection is closed, a request in progress ends. */
+    weir_http_server *s = make_server(NULL);
+    int port = weir_http_server_port(s);
+    int idle = connect_to(port);
+    slow_client sc = {.port = port};
+    slow_started = slow_finished = 0;
+    weir_task *t = test_spawn(slow_client_main, &sc);
+    while (!slow_started)
+        weir_time_sleep(WEIR_MSEC);
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir_http_server_stop(s, after_ms(5000)), 0);
+    CHECK_GE(weir_time_now() - t0, 150 * WEIR_MSEC); /* waited for the handler */
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    CHECK_EQ(sc.err, 0);
+    CHECK_EQ(sc.r.status, 200);
+    CHECK(strstr(sc.r.head, "Connection: close\n") != NULL);
+    char c;
+    CHECK_EQ(weir_io_recv(idle, &c, 1, 0, after_ms(2000)), 0);
+    weir_io_close(idle);
+    CHECK_LT(weir_net_connect("127.0.0.1", port, after_ms(1000)), 0); /* not listening */
+    weir_http_server_free(s);
+
+    /* Forced: the deadline passes, the handler is cancelled. */
+    s = make_server(NULL);
+    sc = (slow_client){.port = weir_http_server_port(s)};
+    slow_started = slow_finished = 0;
+    t = test_spawn(slow_client_main, &sc);
+    while (!slow_started)
+        weir_time_sleep(WEIR_MSEC);
+    CHECK_EQ(weir_http_server_stop(s, after_ms(50)), -ETIMEDOUT);
+    CHECK_EQ(slow_finished, 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    CHECK_NE(sc.err, 0); /* the connection was dropped mid-request */
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.open, 0);
+    weir_http_server_free(s);
+
+    /* Stop and free of a server never started. */
+    s = weir_http_server_new(NULL);
+    CHECK_EQ(weir_http_server_stop(s, after_ms(10)), 0);
+    weir_http_server_free(s);
+    return 0;
+}
+
+TEST(stop_graceful_and_forced)
+{
+    test_run_main(stop_main, NULL);
+}
+
+/* ---- curl ----------------------------------------------------------------------------- */
+static intptr_t curl_main(void *arg)
+{
+    (void)arg;
+    make_tree();
+    char www[128];
+    snprintf(www, sizeof(www), "%s/www", static_root);
+    weir_http_server *s = weir_http_server_new(&(weir_http_server_opts){.auth_token = "tok"});
+    CHECK_EQ(weir_http_route(s, "GET", "/hello", h_hello, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/users/:id", h_user, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "POST", "/echo", h_echo, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "PUT", "/echo", h_echo, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "POST", "/sum", h_sum, NULL, 0), 0);
+    CHECK_EQ(weir_http_route_static(s, "/static/*", www, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    char base[64];
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", weir_http_server_port(s));
+    char u1[128], u2[128], u3[128];
+    const char *auth = "Authorization: Bearer tok";
+
+    /* Two URLs in one run: curl reuses the connection. */
+    snprintf(u1, sizeof(u1), "%s/hello", base);
+    snprintf(u2, sizeof(u2), "%s/users/5", base);
+    curl_job *j = curl("-H", auth, "-w", "|%{http_code} %{num_connects}\n", u1, u2, NULL);
+    CHECK_EQ(j->status, 0);
+    CHECK_STR(j->out, "Hello, World!|200 1\n{\"id\":\"5\",\"post\":\"\"}|200 0\n");
+
+    /* Without the token. */
+    j = curl("-w", "|%{http_code}", u1, NULL);
+    CHECK(strstr(j->out, "|401") != NULL);
+    CHECK(strstr(j->out, "missing or wrong bearer token") != NULL);
+
+    /* JSON POST, chunked PUT upload, a 100-continue body. */
+    snprintf(u3, sizeof(u3), "%s/sum", base);
+    j = curl("-H", auth, "-H", "Content-Type: application/json", "-d", "{\"a\":1,\"b\":2}", u3,
+             NULL);
+    CHECK_STR(j->out, "{\"sum\":3}");
+    snprintf(u3, sizeof(u3), "%s/echo", base);
+    j = curl("-H", auth, "-X", "PUT", "-H", "Transfer-Encoding: chunked", "--data-binary",
+             "chunked upload body", u3, NULL);
+    CHECK_STR(j->out, "chunked upload body");
+    j = curl("-H", auth, "-H", "Expect: 100-continue", "--data-binary", "continued", u3, NULL);
+    CHECK_STR(j->out, "continued");
+
+    /* Static files, and curl's --path-as-is trying to climb out. */
+    snprintf(u3, sizeof(u3), "%s/static/sub/page.css", base);
+    j = curl("-H", auth, u3, NULL);
+    CHECK_STR(j->out, "body{}");
+    snprintf(u3, sizeof(u3), "%s/static/../../secret.txt", base);
+    j = curl("-H", auth, "--path-as-is", "-w", "|%{http_code}", u3, NULL);
+    CHECK(strstr(j->out, "|404") != NULL);
+    CHECK(strstr(j->out, "secret") == NULL);
+    snprintf(u3, sizeof(u3), "%s/static/out.txt", base);
+    j = curl("-H", auth, "-w", "|%{http_code}", u3, NULL);
+    CHECK(strstr(j->out, "|404") != NULL);
+
+    /* HEAD with curl -I. */
+    j = curl("-H", auth, "-I", u1, NULL);
+    CHECK(strstr(j->out, "HTTP/1.1 200 OK") != NULL);
+    CHECK(strstr(j->out, "Content-Length: 13") != NULL);
+    finish(s);
+    rm_tree();
+    return 0;
+}
+
+TEST(driven_by_curl)
+{
+    if (!have_curl()) {
+        printf("skipped: curl not installed\n");
+        return;
+    }
+    test_run_main(curl_main, NULL);
+}
+
+/* ---- a two-thread runtime --------------------------------------------------------------- */
+typedef struct mt_client {
+    int port, n, ok;
+} mt_client;
+
+static intptr_t mt_client_main(void *arg)
+{
+    mt_client *m = arg;
+    int fd = connect_to(m->port);
+    weir_http_parser p;
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    char buf[4096];
+    size_t have = 0;
+    reply r;
+    for (int i = 0; i < m->n; i++) {
+        const char *q = i % 2 ? "GET /users/77 HTTP/1.1\r\nHost: x\r\n\r\n"
+                              : "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+        if (send_str(fd, q, strlen(q)) < 0)
+            break;
+        if (read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0) != 0)
+            break;
+        m->ok += r.status == 200 &&
+                 strcmp(r.body, i % 2 ? "{\"id\":\"77\",\"post\":\"\"}" : "hi") == 0;
+    }
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+    return 0;
+}
+
+static intptr_t mt_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = make_server(NULL);
+    enum { CLIENTS = 16, N = 200 };
+    mt_client cl[CLIENTS];
+    weir_task *t[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        cl[i] = (mt_client){.port = weir_http_server_port(s), .n = N};
+        t[i] = test_spawn(mt_client_main, &cl[i]);
+    }
+    for (int i = 0; i < CLIENTS; i++) {
+        CHECK_EQ(weir_task_join(t[i], NULL, WEIR_FOREVER), 0);
+        CHECK_EQ(cl[i].ok, N);
+    }
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.accepted, CLIENTS);
+    CHECK_EQ(st.requests, CLIENTS * N);
+    finish(s);
+    return 0;
+}
+
+TEST(two_thread_runtime)
+{
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    CHECK(rt != NULL);
+    weir_task *t = weir_task_spawn(mt_main, NULL,
+                                   &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
+    CHECK(t != NULL);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    weir_rt_free(rt);
+}
+
+TEST_MAIN()
