@@ -737,8 +737,8 @@ static intptr_t auth_main(void *arg)
     CHECK_EQ(get_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"), 401); /* no probing */
     CHECK_EQ(handler_runs, runs);
     /* A refused request with a body is answered unread and closed. */
-    expect_refused(port, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 63,
-                   401);
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+    expect_refused(port, q, strlen(q), 401);
     CHECK_EQ(handler_runs, runs);
     CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                               "s3cret-token\r\n\r\n"),
