@@ -301,7 +301,7 @@ const char *weir_http_status_text(int status);
  * an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE, or any
  * request carrying an Idempotency-Key header) whose body, if any, is a
  * buffer. A streamed body (body_fn) and a POST are never sent twice: they
- * fail with -ECONNRESET.
+ * fail with -ECONNRESET (or -EPIPE when the send failed).
  *
  * The deadline of a request is absolute and covers everything: the wait for
  * a permit, name resolution, connect, sending, and the whole response.
@@ -363,11 +363,11 @@ extern const weir_http_transport weir_http_tcp_transport;
 
 /* Options of a client; a zero field takes the default shown. */
 typedef struct weir_http_client_opts {
-    int max_conns;       /* connections per host:port, idle ones included: 16 */
-    int fast_fail;       /* over the cap: fail with -EBUSY at once instead of waiting */
-    size_t max_response; /* response body bytes: 16 MiB; past it -EMSGSIZE */
+    int max_conns;           /* connections per host:port, idle ones included: 16 */
+    int fast_fail;           /* over the cap: fail with -EBUSY at once instead of waiting */
+    size_t max_response;     /* response body bytes: 16 MiB; past it -EMSGSIZE */
     weir_http_limits limits; /* response head caps (max_body is replaced by max_response) */
-    int64_t idle_ms;     /* an idle connection older than this is closed, not reused: 30 s */
+    int64_t idle_ms;         /* an idle connection older than this is closed, not reused: 30 s */
     /* "Authorization: Bearer <token>" on every request that has no
      * Authorization field of its own. NULL: $WEIR_AUTH_TOKEN when set and
      * non-empty (read once, by weir_http_client_new); "": none. Copied. */
@@ -424,9 +424,9 @@ typedef struct weir_http_client_req {
  * success), convenient for text. Fields past `priv` are private.
  */
 typedef struct weir_http_client_resp {
-    int status;                 /* 100..999 */
-    int version_minor;          /* 0 (HTTP/1.0) or 1 (HTTP/1.1) */
-    weir_http_header *headers;  /* in arrival order */
+    int status;                /* 100..999 */
+    int version_minor;         /* 0 (HTTP/1.0) or 1 (HTTP/1.1) */
+    weir_http_header *headers; /* in arrival order */
     size_t nheaders;
     weir_http_header *trailers; /* chunked trailer fields */
     size_t ntrailers;
@@ -451,8 +451,8 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
 int weir_http_get(weir_http_client *c, const char *url, int64_t deadline,
                   weir_http_client_resp *resp);
 /* POST body[0..len) to url with a Content-Type (NULL: none). */
-int weir_http_post(weir_http_client *c, const char *url, const char *content_type,
-                   const void *body, size_t len, int64_t deadline, weir_http_client_resp *resp);
+int weir_http_post(weir_http_client *c, const char *url, const char *content_type, const void *body,
+                   size_t len, int64_t deadline, weir_http_client_resp *resp);
 
 /* Free what a response holds and zero it; safe on a zeroed response. */
 void weir_http_client_resp_free(weir_http_client_resp *resp);

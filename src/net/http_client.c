@@ -1,0 +1,1087 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * http_client.c - the HTTP/1.1 client and its keep-alive connection pools
+ * (weir/http.h, "client").
+ *
+ * One pool per scheme://host:port, created on first use and kept until the
+ * client is freed. A pool is a FIFO weir_sem of max_conns permits plus a
+ * list of idle connections, most recently used first. A request holds one
+ * permit from before it looks for a connection until it has put the
+ * connection back or closed it, and opens a new connection only when the
+ * idle list is empty. So the connections of a pool (idle, in use and being
+ * opened) never outnumber its permits: each holder has at most one, and an
+ * idle connection only ever comes from a holder that gave its permit back.
+ * A returning request puts its connection on the idle list *before* it
+ * releases its permit; the semaphore grants the permit straight to its
+ * oldest waiter (no barging: a newcomer's try_acquire fails while anyone
+ * waits), which then finds that connection first in the list. That is the
+ * FIFO hand-off the pool promises, across scheduler threads.
+ *
+ * The client's lock (a pthread mutex) guards the pool list, the idle lists
+ * and the counters. It is held for a few list operations only, never across
+ * a suspension or a call into a transport, so a plain mutex is right; all
+ * waiting is done on the semaphore. A connection in use belongs to one
+ * request, which may move between threads with its fiber; handing it over
+ * through the idle list under the lock orders its state for the next user.
+ *
+ * A request's bytes are built before it takes a permit (a bad header costs
+ * no connection). The head and a body buffer up to 64 KiB go out in one
+ * write; a larger buffer is written after the head from the caller's
+ * memory; a streamed body is framed into chunks in the connection's read
+ * buffer, which is idle while the request is being sent. The response is
+ * parsed by the connection's weir_http_parser, reused from one response to
+ * the next; its limits carry the client's head caps and max_response as
+ * max_body, so an announced Content-Length over the cap fails at the head.
+ *
+ * Staleness is judged the way browsers and Go's net/http do it: on a pooled
+ * connection, EOF, ECONNRESET or EPIPE before the first byte of the response
+ * means the server had closed the connection while it was idle, so the
+ * request most likely never reached it; a replayable request is then sent
+ * once more on a new connection. A request that got any response byte, ran
+ * on a fresh connection, or cannot be replayed reports the error.
+ */
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rt/rt_int.h"
+#include "weir/http.h"
+#include "weir/io.h"
+#include "weir/net.h"
+#include "weir/sync.h"
+
+#define RBUF_SIZE     (16u << 10)  /* a connection's read buffer (and chunk framing room) */
+#define INLINE_BODY   (64u << 10)  /* a body buffer up to this size is sent with the head */
+#define BODY_PREALLOC (256u << 10) /* most a Content-Length makes us allocate up front */
+#define CHUNK_HDR     10u          /* room before chunk data: hex size + CRLF */
+#define HOST_MAX      255u
+
+static int fiber_caller(void)
+{
+    return weir__task_current() != NULL && !weir__stackless_caller();
+}
+
+/* ---- the plain TCP transport ---------------------------------------------------------- */
+typedef struct tcp_conn {
+    int fd;
+} tcp_conn;
+
+static int tcp_connect(void *ctx, const char *host, int port, int64_t deadline, void **out)
+{
+    (void)ctx;
+    tcp_conn *t = malloc(sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    int fd = weir_net_connect(host, port, deadline);
+    if (fd < 0) {
+        free(t);
+        return fd;
+    }
+    /* Request/response: a small request must leave at once, not wait for
+     * the ACK of the previous segment (Nagle). */
+    weir_net_set_nodelay(fd, 1);
+    t->fd = fd;
+    *out = t;
+    return 0;
+}
+
+static ssize_t tcp_read(void *conn, void *buf, size_t len, int64_t deadline)
+{
+    return weir_io_recv(((tcp_conn *)conn)->fd, buf, len, 0, deadline);
+}
+
+static ssize_t tcp_write(void *conn, const void *buf, size_t len, int64_t deadline)
+{
+    /* MSG_NOSIGNAL: a server that went away is -EPIPE, not SIGPIPE. */
+    return weir_io_send(((tcp_conn *)conn)->fd, buf, len, MSG_NOSIGNAL, deadline);
+}
+
+static void tcp_close(void *conn)
+{
+    tcp_conn *t = conn;
+    /* weir_io_close keeps the epoll backend's per-fd state right; outside a
+     * fiber (weir_http_client_free from a plain thread) only close(2) is
+     * possible. */
+    if (!fiber_caller() || weir_io_close(t->fd) == -EINVAL)
+        close(t->fd);
+    free(t);
+}
+
+const weir_http_transport weir_http_tcp_transport = {
+    .connect = tcp_connect,
+    .read = tcp_read,
+    .write = tcp_write,
+    .close = tcp_close,
+    .ctx = NULL,
+};
+
+/* ---- client, pools, connections ------------------------------------------------------- */
+typedef struct pool pool;
+
+typedef struct conn {
+    struct conn *next, *prev; /* idle list */
+    pool *pool;
+    void *tc; /* the transport's connection */
+    int64_t idle_since;
+    weir_http_parser parser; /* reused from one response to the next */
+    uint8_t *rbuf;           /* RBUF_SIZE bytes */
+} conn;
+
+struct pool {
+    pool *next;
+    weir_sem *permits;
+    const weir_http_transport *tr;
+    conn *idle_head, *idle_tail; /* most recently used first */
+    int https, port;
+    char host[]; /* lower case, without [brackets] */
+};
+
+struct weir_http_client {
+    pthread_mutex_t mu; /* pools, idle lists, st; never held across a suspension */
+    pool *pools;
+    int max_conns, fast_fail;
+    size_t max_response;
+    weir_http_limits limits; /* head caps, max_body = max_response */
+    int64_t idle_ns;
+    char *token;      /* bearer token, or NULL */
+    char *user_agent; /* or NULL */
+    const weir_http_transport *https;
+    weir_http_client_stats st;
+};
+
+weir_http_client *weir_http_client_new(const weir_http_client_opts *opts)
+{
+    weir_http_client_opts o = {0};
+    if (opts)
+        o = *opts;
+    if (o.max_conns < 0 || o.idle_ms < 0 || (o.idle_ms > INT64_MAX / WEIR_MSEC)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_http_client *c = calloc(1, sizeof(*c));
+    if (!c) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    c->max_conns = o.max_conns ? o.max_conns : WEIR_HTTP_CLIENT_MAX_CONNS;
+    c->fast_fail = o.fast_fail != 0;
+    c->max_response = o.max_response ? o.max_response : WEIR_HTTP_CLIENT_MAX_RESPONSE;
+    c->limits = o.limits;
+    c->limits.max_body = c->max_response;
+    c->idle_ns = (o.idle_ms ? o.idle_ms : WEIR_HTTP_CLIENT_IDLE_MS) * WEIR_MSEC;
+    c->https = o.https;
+    /* Validate the limits once, here, rather than at every connection. */
+    weir_http_parser probe;
+    if (weir_http_parser_init(&probe, WEIR_HTTP_RESPONSE, &c->limits) < 0) {
+        free(c);
+        errno = EINVAL;
+        return NULL;
+    }
+    weir_http_parser_close(&probe);
+    const char *tok = o.bearer_token;
+    if (!tok) {
+        tok = getenv("WEIR_AUTH_TOKEN");
+        if (tok && !*tok)
+            tok = NULL;
+    }
+    if (tok && *tok && !(c->token = strdup(tok)))
+        goto nomem;
+    const char *ua = o.user_agent ? o.user_agent : "weir/0.1";
+    if (*ua && !(c->user_agent = strdup(ua)))
+        goto nomem;
+    if (pthread_mutex_init(&c->mu, NULL) != 0)
+        goto nomem;
+    return c;
+nomem:
+    free(c->token);
+    free(c->user_agent);
+    free(c);
+    errno = ENOMEM;
+    return NULL;
+}
+
+static void conn_destroy(weir_http_client *c, conn *k)
+{
+    k->pool->tr->close(k->tc);
+    weir_http_parser_close(&k->parser);
+    free(k->rbuf);
+    free(k);
+    pthread_mutex_lock(&c->mu);
+    c->st.open_now--;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void weir_http_client_free(weir_http_client *c)
+{
+    if (!c)
+        return;
+    for (pool *p = c->pools, *next; p; p = next) {
+        next = p->next;
+        while (p->idle_head) {
+            conn *k = p->idle_head;
+            p->idle_head = k->next;
+            conn_destroy(c, k);
+        }
+        weir_sem_free(p->permits);
+        free(p);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c->token);
+    free(c->user_agent);
+    free(c);
+}
+
+int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st)
+{
+    if (!c || !st)
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    *st = c->st;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+/* The pool of scheme://host:port, made on first use; NULL when out of
+ * memory. */
+static pool *pool_get(weir_http_client *c, int https, const char *host, int port,
+                      const weir_http_transport *tr)
+{
+    pthread_mutex_lock(&c->mu);
+    for (pool *p = c->pools; p; p = p->next) {
+        if (p->https == https && p->port == port && strcmp(p->host, host) == 0) {
+            pthread_mutex_unlock(&c->mu);
+            return p;
+        }
+    }
+    size_t hl = strlen(host);
+    pool *p = calloc(1, sizeof(*p) + hl + 1);
+    if (p)
+        p->permits = weir_sem_new(c->max_conns);
+    if (!p || !p->permits) {
+        pthread_mutex_unlock(&c->mu);
+        free(p);
+        return NULL;
+    }
+    p->tr = tr;
+    p->https = https;
+    p->port = port;
+    memcpy(p->host, host, hl + 1);
+    p->next = c->pools;
+    c->pools = p;
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+/* Under c->mu: move the idle connections of p older than the idle timeout
+ * onto *dead (the oldest are at the tail). */
+static void take_expired(weir_http_client *c, pool *p, int64_t now, conn **dead)
+{
+    while (p->idle_tail && now - p->idle_tail->idle_since > c->idle_ns) {
+        conn *k = p->idle_tail;
+        p->idle_tail = k->prev;
+        if (p->idle_tail)
+            p->idle_tail->next = NULL;
+        else
+            p->idle_head = NULL;
+        c->st.idle_now--;
+        c->st.expired++;
+        k->next = *dead;
+        *dead = k;
+    }
+}
+
+static void close_all(weir_http_client *c, conn *dead)
+{
+    for (conn *next; dead; dead = next) {
+        next = dead->next;
+        conn_destroy(c, dead);
+    }
+}
+
+/* The most recently used idle connection of p, or NULL. Expired ones are
+ * closed on the way. */
+static conn *idle_take(weir_http_client *c, pool *p)
+{
+    conn *dead = NULL, *k;
+    pthread_mutex_lock(&c->mu);
+    take_expired(c, p, weir_time_now(), &dead);
+    k = p->idle_head;
+    if (k) {
+        p->idle_head = k->next;
+        if (p->idle_head)
+            p->idle_head->prev = NULL;
+        else
+            p->idle_tail = NULL;
+        k->next = k->prev = NULL;
+        c->st.idle_now--;
+        c->st.reused++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    close_all(c, dead);
+    return k;
+}
+
+static void idle_put(weir_http_client *c, pool *p, conn *k)
+{
+    conn *dead = NULL;
+    int64_t now = weir_time_now();
+    k->idle_since = now;
+    pthread_mutex_lock(&c->mu);
+    take_expired(c, p, now, &dead);
+    k->prev = NULL;
+    k->next = p->idle_head;
+    if (p->idle_head)
+        p->idle_head->prev = k;
+    else
+        p->idle_tail = k;
+    p->idle_head = k;
+    c->st.idle_now++;
+    pthread_mutex_unlock(&c->mu);
+    close_all(c, dead);
+}
+
+static int conn_open(weir_http_client *c, pool *p, int64_t deadline, conn **out)
+{
+    conn *k = calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    k->pool = p;
+    k->rbuf = malloc(RBUF_SIZE);
+    int r = k->rbuf ? weir_http_parser_init(&k->parser, WEIR_HTTP_RESPONSE, &c->limits) : -ENOMEM;
+    if (r == 0)
+        r = p->tr->connect(p->tr->ctx, p->host, p->port, deadline, &k->tc);
+    if (r < 0) {
+        weir_http_parser_close(&k->parser);
+        free(k->rbuf);
+        free(k);
+        return r;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->st.opened++;
+    c->st.open_now++;
+    pthread_mutex_unlock(&c->mu);
+    *out = k;
+    return 0;
+}
+
+/* ---- URLs ----------------------------------------------------------------------------- */
+typedef struct url {
+    int https, port;
+    char host[HOST_MAX + 1];          /* for the transport: lower case, no brackets */
+    char authority[HOST_MAX + 3 + 6]; /* for Host: "[v6]" or name, ":port" unless default */
+    const char *path;                 /* path and query, up to '#' or the end */
+    size_t path_len;
+} url;
+
+static int is_alpha(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
+static int is_digit(unsigned char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static char lower(char ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+}
+
+/* http://host[:port][/path][?query][#fragment]; 0 or -EINVAL /
+ * -EPROTONOSUPPORT with *why set. */
+static int parse_url(const char *s, url *u, const char **why)
+{
+    memset(u, 0, sizeof(*u));
+    if (!s) {
+        *why = "no URL";
+        return -EINVAL;
+    }
+    /* scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) "://" */
+    size_t i = 0;
+    if (!is_alpha((unsigned char)s[0])) {
+        *why = "URL without a scheme (http://...)";
+        return -EINVAL;
+    }
+    while (is_alpha((unsigned char)s[i]) || is_digit((unsigned char)s[i]) || s[i] == '+' ||
+           s[i] == '-' || s[i] == '.')
+        i++;
+    if (strncmp(s + i, "://", 3) != 0) {
+        *why = "URL without a scheme (http://...)";
+        return -EINVAL;
+    }
+    if (i == 4 && strncasecmp(s, "http", 4) == 0) {
+        u->https = 0;
+    } else if (i == 5 && strncasecmp(s, "https", 5) == 0) {
+        u->https = 1;
+    } else {
+        *why = "URL scheme is neither http nor https";
+        return -EPROTONOSUPPORT;
+    }
+    const char *a = s + i + 3;
+    size_t alen = strcspn(a, "/?#");
+    if (memchr(a, '@', alen)) {
+        *why = "URL with a userinfo part (user@host) is refused";
+        return -EINVAL;
+    }
+    const char *port = NULL;
+    size_t hl = 0, plen = 0;
+    if (alen > 0 && a[0] == '[') {
+        const char *close = memchr(a, ']', alen);
+        if (!close) {
+            *why = "URL with an unterminated [IPv6] host";
+            return -EINVAL;
+        }
+        /* [v6] or [v6%25zone] (RFC 6874) */
+        const char *lit = a + 1;
+        size_t ll = (size_t)(close - lit);
+        char addr[INET6_ADDRSTRLEN + 1], zone[IF_NAMESIZE + 1] = "";
+        const char *pct = memchr(lit, '%', ll);
+        size_t al = pct ? (size_t)(pct - lit) : ll;
+        if (pct) {
+            size_t zl = ll - al;
+            if (zl < 4 || strncmp(pct, "%25", 3) != 0 || zl - 3 > IF_NAMESIZE) {
+                *why = "URL with a bad IPv6 zone (use %25)";
+                return -EINVAL;
+            }
+            memcpy(zone, pct + 3, zl - 3);
+            zone[zl - 3] = '\0';
+            for (const char *z = zone; *z; z++) {
+                if (!is_alpha((unsigned char)*z) && !is_digit((unsigned char)*z) && *z != '.' &&
+                    *z != '-' && *z != '_') {
+                    *why = "URL with a bad IPv6 zone (use %25)";
+                    return -EINVAL;
+                }
+            }
+        }
+        struct in6_addr tmp;
+        if (al == 0 || al >= sizeof(addr)) {
+            *why = "URL with an invalid IPv6 address";
+            return -EINVAL;
+        }
+        memcpy(addr, lit, al);
+        addr[al] = '\0';
+        if (inet_pton(AF_INET6, addr, &tmp) != 1) {
+            *why = "URL with an invalid IPv6 address";
+            return -EINVAL;
+        }
+        for (char *x = addr; *x; x++)
+            *x = lower(*x);
+        snprintf(u->host, sizeof(u->host), "%s%s%s", addr, *zone ? "%" : "", zone);
+        hl = (size_t)(close - a) + 1;
+        if (hl < alen) {
+            if (a[hl] != ':') {
+                *why = "URL with junk after the [IPv6] host";
+                return -EINVAL;
+            }
+            port = a + hl + 1;
+            plen = alen - hl - 1;
+        }
+        /* Host: the bracketed form, zone dropped (it means nothing to the
+         * server, RFC 6874 section 4). */
+        snprintf(u->authority, sizeof(u->authority), "[%s]", addr);
+    } else {
+        const char *colon = memchr(a, ':', alen);
+        hl = colon ? (size_t)(colon - a) : alen;
+        if (colon) {
+            port = colon + 1;
+            plen = alen - hl - 1;
+        }
+        if (hl == 0) {
+            *why = "URL without a host";
+            return -EINVAL;
+        }
+        if (hl > HOST_MAX) {
+            *why = "URL host longer than 255 bytes";
+            return -EINVAL;
+        }
+        for (size_t k = 0; k < hl; k++) {
+            unsigned char ch = (unsigned char)a[k];
+            if (!is_alpha(ch) && !is_digit(ch) && ch != '-' && ch != '.' && ch != '_') {
+                *why = "URL host with a character other than letters, digits, '-', '.', '_'";
+                return -EINVAL;
+            }
+            u->host[k] = lower((char)ch);
+        }
+        u->host[hl] = '\0';
+        memcpy(u->authority, u->host, hl + 1);
+    }
+    int dflt = u->https ? 443 : 80;
+    u->port = dflt;
+    if (port && plen > 0) {
+        long v = 0;
+        for (size_t k = 0; k < plen; k++) {
+            if (!is_digit((unsigned char)port[k]) || k >= 5) {
+                *why = "URL with a bad port";
+                return -EINVAL;
+            }
+            v = v * 10 + (port[k] - '0');
+        }
+        if (v < 1 || v > 65535) {
+            *why = "URL port outside 1..65535";
+            return -EINVAL;
+        }
+        u->port = (int)v;
+    }
+    if (u->port != dflt) {
+        size_t n = strlen(u->authority);
+        snprintf(u->authority + n, sizeof(u->authority) - n, ":%d", u->port);
+    }
+    u->path = a + alen;
+    u->path_len = strcspn(u->path, "#");
+    for (size_t k = 0; k < u->path_len; k++) {
+        unsigned char ch = (unsigned char)u->path[k];
+        if (ch <= 0x20 || ch >= 0x7f) {
+            *why = "URL with a space, control character or non-ASCII byte (percent-encode it)";
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+static int str_ieq(weir_http_str s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.len == n && strncasecmp(s.p, lit, n) == 0;
+}
+
+/* Whether the comma list `v` holds the token `tok` (case-insensitive). */
+static int list_has(weir_http_str v, const char *tok)
+{
+    size_t n = strlen(tok), i = 0;
+    while (i < v.len) {
+        while (i < v.len && (v.p[i] == ' ' || v.p[i] == '\t' || v.p[i] == ','))
+            i++;
+        size_t st = i;
+        while (i < v.len && v.p[i] != ',')
+            i++;
+        size_t e = i;
+        while (e > st && (v.p[e - 1] == ' ' || v.p[e - 1] == '\t'))
+            e--;
+        if (e - st == n && strncasecmp(v.p + st, tok, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int idempotent(const char *m)
+{
+    static const char *const ok[] = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (strcmp(m, ok[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* What one request needs besides its bytes. */
+typedef struct plan {
+    const char *method;
+    int head;               /* HEAD: the response has no body */
+    int close;              /* the caller asked for Connection: close */
+    int replayable;         /* may be sent again after a stale connection */
+    const void *body_after; /* a body buffer written after the head, or NULL */
+    size_t body_after_len;
+} plan;
+
+/* The request head (and a small body) into b. 0 or -EINVAL with *why. */
+static int build_request(weir_http_client *c, const weir_http_client_req *req, const url *u,
+                         plan *pl, weir_http_buf *b, const char **why)
+{
+    memset(pl, 0, sizeof(*pl));
+    pl->method = req->method ? req->method : "GET";
+    pl->head = strcmp(pl->method, "HEAD") == 0;
+    if ((req->body && req->body_fn) || (!req->body && req->body_len)) {
+        *why = "a request has a body buffer or a body function, not both";
+        return -EINVAL;
+    }
+    if (req->nheaders && !req->headers) {
+        *why = "nheaders without headers";
+        return -EINVAL;
+    }
+    int has_host = 0, has_auth = 0, has_ua = 0, idem_key = 0;
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const weir_http_header *h = &req->headers[i];
+        if (str_ieq(h->name, "content-length") || str_ieq(h->name, "transfer-encoding")) {
+            *why = "Content-Length and Transfer-Encoding are set by the client";
+            return -EINVAL;
+        }
+        has_host |= str_ieq(h->name, "host");
+        has_auth |= str_ieq(h->name, "authorization");
+        has_ua |= str_ieq(h->name, "user-agent");
+        idem_key |= str_ieq(h->name, "idempotency-key");
+        if (str_ieq(h->name, "connection") && list_has(h->value, "close"))
+            pl->close = 1;
+    }
+    pl->replayable = !req->body_fn && (idempotent(pl->method) || idem_key);
+
+    /* The target: path and query of the URL, "/" when it has none. */
+    char small[512], *target = small;
+    size_t tl = u->path_len + 1;
+    if (tl + 1 > sizeof(small) && !(target = malloc(tl + 1)))
+        return -ENOMEM;
+    size_t n = 0;
+    if (u->path_len == 0 || u->path[0] != '/')
+        target[n++] = '/';
+    memcpy(target + n, u->path, u->path_len);
+    target[n + u->path_len] = '\0';
+    weir_http_put_request_line(b, pl->method, target, 1);
+    if (target != small)
+        free(target);
+    if (b->err) {
+        *why = "method is not a token";
+        return b->err;
+    }
+    if (!has_host)
+        weir_http_put_header(b, "Host", u->authority);
+    if (!has_ua && c->user_agent)
+        weir_http_put_header(b, "User-Agent", c->user_agent);
+    if (b->err) {
+        *why = "invalid Host or User-Agent";
+        return b->err;
+    }
+    if (!has_auth && c->token) {
+        size_t tkl = strlen(c->token);
+        char *v = malloc(tkl + 8);
+        if (!v)
+            return -ENOMEM;
+        memcpy(v, "Bearer ", 7);
+        memcpy(v + 7, c->token, tkl + 1);
+        weir_http_put_header(b, "Authorization", v);
+        free(v);
+        if (b->err) {
+            *why = "the bearer token cannot be sent in a header field";
+            return b->err;
+        }
+    }
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const weir_http_header *h = &req->headers[i];
+        if (weir_http_put_header_n(b, h->name.p, h->name.len, h->value.p, h->value.len) < 0) {
+            *why = "invalid header field (name not a token, or CR, LF or NUL in the value)";
+            return b->err;
+        }
+    }
+    if (req->body_fn) {
+        weir_http_put_chunked(b);
+    } else if (req->body || strcmp(pl->method, "POST") == 0 || strcmp(pl->method, "PUT") == 0 ||
+               strcmp(pl->method, "PATCH") == 0) {
+        if (req->body_len <= INLINE_BODY) {
+            weir_http_put_content(b, req->body, req->body_len);
+        } else {
+            char line[48];
+            int k = snprintf(line, sizeof(line), "%zu", req->body_len);
+            weir_http_put_header_n(b, "Content-Length", 14, line, (size_t)k);
+            weir_http_put_end(b);
+            pl->body_after = req->body;
+            pl->body_after_len = req->body_len;
+        }
+    } else {
+        weir_http_put_end(b);
+    }
+    return b->err;
+}
+
+static int write_all(const weir_http_transport *tr, void *tc, const void *buf, size_t len,
+                     int64_t deadline)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = tr->write(tc, p, len, deadline);
+        if (n < 0)
+            return (int)n;
+        if (n == 0 || (size_t)n > len)
+            return -EIO; /* a transport that breaks its contract */
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Send the body of body_fn as chunks, framed in the connection's read
+ * buffer (unused until the response is read). */
+static int send_chunks(conn *k, const weir_http_client_req *req, int64_t deadline, const char **why)
+{
+    const weir_http_transport *tr = k->pool->tr;
+    uint8_t *frame = k->rbuf;
+    size_t cap = RBUF_SIZE - CHUNK_HDR - 2;
+    for (;;) {
+        ssize_t n = req->body_fn(req->body_arg, frame + CHUNK_HDR, cap);
+        if (n < 0) {
+            *why = "the body function failed";
+            return (int)n;
+        }
+        if ((size_t)n > cap) {
+            *why = "the body function returned more than it was given room for";
+            return -EINVAL;
+        }
+        if (n == 0)
+            break;
+        char hex[CHUNK_HDR + 1];
+        int hl = snprintf(hex, sizeof(hex), "%zx\r\n", (size_t)n);
+        uint8_t *start = frame + CHUNK_HDR - hl;
+        memcpy(start, hex, (size_t)hl);
+        memcpy(frame + CHUNK_HDR + n, "\r\n", 2);
+        int r = write_all(tr, k->tc, start, (size_t)hl + (size_t)n + 2, deadline);
+        if (r < 0) {
+            *why = "could not send the request body";
+            return r;
+        }
+    }
+    int r = write_all(tr, k->tc, "0\r\n\r\n", 5, deadline);
+    if (r < 0)
+        *why = "could not send the request body";
+    return r;
+}
+
+/* ---- responses ------------------------------------------------------------------------ */
+static void resp_init(weir_http_client_resp *resp)
+{
+    memset(resp, 0, sizeof(*resp));
+    resp->error = "";
+}
+
+void weir_http_client_resp_free(weir_http_client_resp *resp)
+{
+    if (!resp)
+        return;
+    free(resp->body);
+    free(resp->priv.fields);
+    resp_init(resp);
+}
+
+const char *weir_http_client_resp_header(const weir_http_client_resp *resp, const char *name)
+{
+    if (!resp || !name)
+        return NULL;
+    ssize_t i = weir_http_find(resp->headers, resp->nheaders, name, 0);
+    return i < 0 ? NULL : resp->headers[i].value.p;
+}
+
+static size_t fields_bytes(const weir_http_header *f, size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 0; i < n; i++)
+        b += f[i].name.len + f[i].value.len + 2;
+    return b;
+}
+
+static char *copy_str(char *dst, weir_http_str s, weir_http_str *out)
+{
+    memcpy(dst, s.p, s.len);
+    dst[s.len] = '\0';
+    out->p = dst;
+    out->len = s.len;
+    return dst + s.len + 1;
+}
+
+/* Copy the parser's header and trailer fields into resp (one block). */
+static int copy_fields(const weir_http_parser *p, weir_http_client_resp *resp)
+{
+    size_t n = p->nheaders + p->ntrailers;
+    size_t bytes = n * sizeof(weir_http_header) + fields_bytes(p->headers, p->nheaders) +
+                   fields_bytes(p->trailers, p->ntrailers) + 1;
+    char *blk = malloc(bytes);
+    if (!blk)
+        return -ENOMEM;
+    weir_http_header *arr = (weir_http_header *)(void *)blk;
+    char *s = blk + n * sizeof(weir_http_header);
+    for (size_t i = 0; i < p->nheaders; i++) {
+        s = copy_str(s, p->headers[i].name, &arr[i].name);
+        s = copy_str(s, p->headers[i].value, &arr[i].value);
+    }
+    for (size_t i = 0; i < p->ntrailers; i++) {
+        weir_http_header *t = &arr[p->nheaders + i];
+        s = copy_str(s, p->trailers[i].name, &t->name);
+        s = copy_str(s, p->trailers[i].value, &t->value);
+    }
+    resp->priv.fields = blk;
+    resp->headers = p->nheaders ? arr : NULL;
+    resp->nheaders = p->nheaders;
+    resp->trailers = p->ntrailers ? arr + p->nheaders : NULL;
+    resp->ntrailers = p->ntrailers;
+    resp->status = p->status;
+    resp->version_minor = p->version_minor;
+    return 0;
+}
+
+typedef struct body_acc {
+    char *p;
+    size_t len, cap;
+} body_acc;
+
+static int body_reserve(body_acc *b, size_t want)
+{
+    if (want + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < want + 1)
+        cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np)
+        return -ENOMEM;
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+/* One exchange on connection k: send, then read the whole response into
+ * resp. Returns 0 with *keep set when the connection may carry another
+ * request, or a negative errno; *got says whether any byte of the response
+ * arrived (staleness). */
+static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *req, const plan *pl,
+                    const weir_http_buf *head, int64_t deadline, weir_http_client_resp *resp,
+                    int *keep, int *got, const char **why)
+{
+    const weir_http_transport *tr = k->pool->tr;
+    *keep = 0;
+    *got = 0;
+    int r = write_all(tr, k->tc, head->p, head->len, deadline);
+    if (r == 0 && pl->body_after)
+        r = write_all(tr, k->tc, pl->body_after, pl->body_after_len, deadline);
+    if (r < 0) {
+        *why = "could not send the request";
+        return r;
+    }
+    if (req->body_fn && (r = send_chunks(k, req, deadline, why)) < 0)
+        return r;
+
+    weir_http_parser *p = &k->parser;
+    if (pl->head)
+        weir_http_parser_no_body(p);
+    body_acc body = {0};
+    size_t off = 0, len = 0;
+    int interim = 0, done = 0;
+    while (!done) {
+        weir_http_event ev;
+        ssize_t n = weir_http_parse(p, k->rbuf + off, len - off, &ev);
+        if (n < 0) {
+            r = (int)n;
+            *why = r == -EMSGSIZE ? "response body larger than max_response"
+                                  : weir_http_parser_reason(p);
+            goto fail;
+        }
+        off += (size_t)n;
+        switch (ev.kind) {
+        case WEIR_HTTP_NEED_MORE: {
+            ssize_t got_n = tr->read(k->tc, k->rbuf, RBUF_SIZE, deadline);
+            if (got_n < 0) {
+                r = (int)got_n;
+                *why = "could not read the response";
+                goto fail;
+            }
+            if (got_n == 0) {
+                int e = weir_http_parser_eof(p);
+                if (e == 1) {
+                    done = 1; /* a body delimited by the close */
+                    break;
+                }
+                r = e < 0 ? e : -ECONNRESET;
+                *why = e < 0 ? "connection closed in the middle of the response"
+                             : "connection closed before the response";
+                goto fail;
+            }
+            *got = 1;
+            off = 0;
+            len = (size_t)got_n;
+            break;
+        }
+        case WEIR_HTTP_HEAD:
+            interim = p->status >= 100 && p->status < 200 && p->status != 101;
+            if (!interim && p->body == WEIR_HTTP_BODY_LENGTH) {
+                uint64_t cl = p->content_length;
+                if (body_reserve(&body, cl < BODY_PREALLOC ? (size_t)cl : BODY_PREALLOC) < 0) {
+                    r = -ENOMEM;
+                    goto fail;
+                }
+            }
+            break;
+        case WEIR_HTTP_BODY:
+            if (ev.len > c->max_response - body.len) {
+                r = -EMSGSIZE; /* the parser's cap already; kept for clarity */
+                *why = "response body larger than max_response";
+                goto fail;
+            }
+            if (body_reserve(&body, body.len + ev.len) < 0) {
+                r = -ENOMEM;
+                goto fail;
+            }
+            memcpy(body.p + body.len, ev.data, ev.len);
+            body.len += ev.len;
+            break;
+        case WEIR_HTTP_DONE:
+            if (interim) {
+                /* 100 Continue and friends: the real response follows. The
+                 * no-body flag applied to the interim one: set it again. */
+                interim = 0;
+                if (pl->head)
+                    weir_http_parser_no_body(p);
+                break;
+            }
+            done = 1;
+            break;
+        }
+    }
+    if (body_reserve(&body, body.len) < 0 || copy_fields(p, resp) < 0) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    body.p[body.len] = '\0';
+    resp->body = body.p;
+    resp->body_len = body.len;
+    /* Reusable only at a clean boundary: nothing unasked-for left over. */
+    *keep = p->keep_alive && !pl->close && off == len;
+    return 0;
+fail:
+    free(body.p);
+    return r;
+}
+
+/* ---- weir_http_client_do -------------------------------------------------------------- */
+static int fail(weir_http_client_resp *resp, int err, const char *why)
+{
+    resp->error = why && *why ? why : weir_net_strerror(err);
+    weir__log(WEIR__LOG_DEBUG, "net.http_client", "request failed: %s (%s)", resp->error,
+              weir_net_strerror(err));
+    return err;
+}
+
+static int stale_error(int r)
+{
+    return r == -ECONNRESET || r == -EPIPE;
+}
+
+int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
+                        weir_http_client_resp *resp)
+{
+    if (!resp)
+        return -EINVAL;
+    resp_init(resp);
+    if (!c || !req)
+        return fail(resp, -EINVAL, "NULL client or request");
+    if (!fiber_caller())
+        return fail(resp, -EINVAL, "weir_http_client_do needs a fiber");
+    int64_t deadline = req->deadline ? req->deadline : WEIR_FOREVER;
+    const char *why = NULL;
+    url u;
+    int r = parse_url(req->url, &u, &why);
+    if (r < 0)
+        return fail(resp, r, why);
+    const weir_http_transport *tr = &weir_http_tcp_transport;
+    if (u.https) {
+        tr = c->https;
+        if (!tr)
+            return fail(resp, -EPROTONOSUPPORT,
+                        "https:// needs a TLS transport (weir_http_client_opts.https); "
+                        "weir has none built in");
+    }
+    weir_http_buf head;
+    weir_http_buf_init(&head);
+    plan pl;
+    r = build_request(c, req, &u, &pl, &head, &why);
+    if (r < 0) {
+        weir_http_buf_close(&head);
+        return fail(resp, r, why);
+    }
+    pool *p = pool_get(c, u.https, u.host, u.port, tr);
+    if (!p) {
+        weir_http_buf_close(&head);
+        return fail(resp, -ENOMEM, "out of memory");
+    }
+
+    /* A permit: one connection of this pool's max_conns. */
+    if (weir_sem_try_acquire(p->permits, 1) < 0) {
+        pthread_mutex_lock(&c->mu);
+        if (c->fast_fail)
+            c->st.fast_fails++;
+        else
+            c->st.waits++;
+        pthread_mutex_unlock(&c->mu);
+        if (c->fast_fail) {
+            weir_http_buf_close(&head);
+            return fail(resp, -EBUSY, "every connection to this host:port is busy (fast_fail)");
+        }
+        r = weir_sem_acquire(p->permits, 1, deadline);
+        if (r < 0) {
+            weir_http_buf_close(&head);
+            return fail(resp, r, "no connection to this host:port became free in time");
+        }
+    }
+
+    int fresh_only = 0;
+    for (int attempt = 0;; attempt++) {
+        conn *k = fresh_only ? NULL : idle_take(c, p);
+        int reused = k != NULL;
+        if (!k && (r = conn_open(c, p, deadline, &k)) < 0) {
+            why = "could not connect";
+            break;
+        }
+        int keep = 0, got = 0;
+        why = NULL;
+        r = exchange(c, k, req, &pl, &head, deadline, resp, &keep, &got, &why);
+        if (r == 0) {
+            if (keep)
+                idle_put(c, p, k);
+            else
+                conn_destroy(c, k);
+            pthread_mutex_lock(&c->mu);
+            c->st.requests++;
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        /* Never reuse a connection after an error: its state is unknown. */
+        conn_destroy(c, k);
+        if (reused && !got && stale_error(r) && pl.replayable && attempt == 0 &&
+            !weir_task_cancelled()) {
+            weir__log(WEIR__LOG_DEBUG, "net.http_client",
+                      "%s:%d: pooled connection was stale (%s); sending again", p->host, p->port,
+                      weir_net_strerror(r));
+            pthread_mutex_lock(&c->mu);
+            c->st.retries++;
+            pthread_mutex_unlock(&c->mu);
+            fresh_only = 1;
+            continue;
+        }
+        break;
+    }
+    weir_sem_release(p->permits, 1);
+    weir_http_buf_close(&head);
+    if (r < 0) {
+        /* exchange() leaves resp untouched on failure. */
+        if (r == -ETIMEDOUT)
+            why = "the request's deadline passed";
+        return fail(resp, r, why);
+    }
+    return 0;
+}
+
+int weir_http_get(weir_http_client *c, const char *url, int64_t deadline,
+                  weir_http_client_resp *resp)
+{
+    weir_http_client_req req = {.method = "GET", .url = url, .deadline = deadline};
+    return weir_http_client_do(c, &req, resp);
+}
+
+int weir_http_post(weir_http_client *c, const char *url, const char *content_type, const void *body,
+                   size_t len, int64_t deadline, weir_http_client_resp *resp)
+{
+    weir_http_header h = {{"Content-Type", 12},
+                          {content_type, content_type ? strlen(content_type) : 0}};
+    weir_http_client_req req = {
+        .method = "POST",
+        .url = url,
+        .headers = content_type ? &h : NULL,
+        .nheaders = content_type ? 1 : 0,
+        .body = body ? body : "",
+        .body_len = len,
+        .deadline = deadline,
+    };
+    return weir_http_client_do(c, &req, resp);
+}
