@@ -6,6 +6,7 @@
 //   tokioperf spawn_join               1M tokio::spawn + JoinHandle await, current-thread
 //   tokioperf timers                   1M tasks each tokio::time::sleep(0-1000 ms), current-thread
 //   tokioperf http_keepalive --port P  hand-rolled HTTP/1.1 keep-alive server, current-thread
+//                                      (--threads N > 1: a multi-thread runtime of N workers)
 //   tokioperf wake_latency             two tasks ping-pong over mpsc, multi-thread with 2 workers
 //                                      (mode=spawned and mode=cross, see wake_latency below)
 //   tokioperf chan_pingpong            two tasks ping-pong over mpsc::channel(1) (impl=tokio-mpsc)
@@ -124,7 +125,7 @@ fn main() {
                 eprintln!("http_keepalive needs --port P");
                 std::process::exit(2);
             }
-            http_server(o.port)
+            http_server(o.port, o.threads)
         }
         _ => usage(&args[0]),
     }
@@ -653,8 +654,17 @@ fn mutex_contention(runs: usize, iters: usize, threads: usize) {
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!";
 
-fn http_server(port: u16) {
-    let rt = current_thread();
+fn http_server(port: u16, threads: usize) {
+    // --threads N > 1: a multi-thread runtime (bench http_server, 2 threads).
+    let rt = if threads > 1 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    } else {
+        current_thread()
+    };
     rt.block_on(async move {
         let ln = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
