@@ -295,10 +295,31 @@ int weir_timer_cancel(weir_timer *t);
  * queue is full the awaiting task waits for a slot. fn's return value is the
  * op's result; return a negative errno to report an error. A cancelled or
  * timed-out wait returns at once; the job, if already running, finishes in
- * the background and its result is dropped. */
+ * the background and its result is dropped; if not yet running, it is dropped
+ * and fn never runs.
+ *
+ * The _ex forms take a discard function, for an arg the job owns (heap memory
+ * that must outlive a wait that gives up). Each call leads to exactly one of
+ * fn(arg) and discard(arg), exactly once: fn when a pool thread takes the job
+ * (even after the wait gave up), discard when the job is dropped unrun -
+ * refused at the start (even with an error return), cancelled or timed out
+ * while queued (shutdown cancels every task, so a job still queued then is
+ * dropped this way), or left queued by a stackless task that ended without
+ * collecting it, when the loop or runtime is freed. Free arg in both fn and
+ * discard; if the waiter reads results from it, count references (fn and
+ * discard drop the pool's, the waiter its own after the wait). discard runs
+ * on the thread that dropped the job: the caller (a refusal), the waiting
+ * task's thread before its wait returns (a cancel or timeout), or the thread
+ * freeing the loop or runtime, outside any task. It should only release and
+ * return. A NULL discard makes them weir_blocking_start / weir_blocking_run. */
 typedef intptr_t (*weir_blocking_fn)(void *arg);
+typedef void (*weir_blocking_discard_fn)(void *arg);
 int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline);
 int64_t weir_blocking_run(weir_blocking_fn fn, void *arg, int64_t deadline);
+int weir_blocking_start_ex(weir_op *op, weir_blocking_fn fn, void *arg,
+                           weir_blocking_discard_fn discard, int64_t deadline);
+int64_t weir_blocking_run_ex(weir_blocking_fn fn, void *arg, weir_blocking_discard_fn discard,
+                             int64_t deadline);
 
 /* ---- the event loop ------------------------------------------------------------ */
 typedef struct weir_loop_opts {

@@ -14,27 +14,14 @@
  *
  * A name's lookup runs in a heap job, because the task that asked may give
  * up (deadline, cancellation) while getaddrinfo still runs and writes into
- * it. The wait on the pool is made by a small detached helper fiber, not by
- * the asking task: the pool drops a job whose wait is cancelled while it is
- * still queued, without running it, and gives no way to free its argument
- * then, so a cancelled wait could not tell "dropped" (free the job) from
- * "about to start" (the pool thread will use it). The helper never gives up
- * (only the runtime's shutdown cancels it), so every job runs; one whose
- * asker has left is skipped at once when it reaches a thread. Three parties
- * share the job:
- *
- *   - the asker and the helper each hold a reference (job->refs); the asker
- *     waits on a oneshot the helper sends when the lookup is over, and on
- *     giving up marks the job abandoned and drops its reference;
- *   - the helper and the pool thread hand the helper's reference over by
- *     one state word (job->lookup) when the helper is cancelled mid-lookup:
- *
- *       PENDING --thread starts--> RUNNING --lookup over--> DONE (helper carries on)
- *          |                          |
- *          | helper cancelled         | helper cancelled
- *          v                          v
- *       HELPER_GONE: the pool thread drops the helper's reference when it
- *       runs the job, or (dropped at shutdown) never: a one-time leak.
+ * it. The asker and the pool each hold a reference (job->refs). The asker
+ * waits on the pool itself (weir_blocking_run_ex) and drops its reference
+ * when the wait returns, whatever the result; the pool's reference is
+ * dropped by exactly one of lookup_run (the lookup ran, possibly after the
+ * asker left) and lookup_discard (the job never ran: refused, cancelled or
+ * timed out while queued - at shutdown too - or dropped when the pool is
+ * freed). So the job is freed once, by whoever lets go last, and a lookup
+ * whose asker has left before it reached a thread is never run.
  *
  * Sockets are created close-on-exec and blocking; the epoll backend makes
  * them non-blocking on first use (weir/io.h), io_uring does not need it.
@@ -56,7 +43,6 @@
 #include "rt/rt_int.h"
 #include "weir/io.h"
 #include "weir/net.h"
-#include "weir/sync.h"
 
 /* ---- helpers -------------------------------------------------------------------------- */
 static int fiber_caller(void)
@@ -158,20 +144,13 @@ static int parse_plain_literal(const char *host, int port, weir_net_addr *a)
 }
 
 /* ---- resolution on the blocking pool -------------------------------------------------- */
-/* The helper's hold on the job, shared with the lookup on the pool thread
- * (see the file comment). */
-enum { LOOKUP_PENDING, LOOKUP_RUNNING, LOOKUP_DONE, LOOKUP_HELPER_GONE };
-
+/* A lookup shared by the asker and the pool (see the file comment). */
 typedef struct resolve_job {
-    atomic_int refs;      /* the waiter's and the helper's */
-    atomic_int abandoned; /* the waiter gave up: a lookup not yet started is skipped */
-    atomic_int lookup;    /* LOOKUP_*, between the helper and the pool thread */
-    weir_oneshot *done;   /* the helper tells the waiter the lookup is over */
+    atomic_int refs; /* the asker's and the pool's */
     int flags, max;
-    int result; /* count or -errno; read by the waiter only after `done` */
     char service[8];
-    weir_net_addr addrs[WEIR_NET_RESOLVE_MAX];
-    char host[]; /* NUL-terminated */
+    weir_net_addr addrs[WEIR_NET_RESOLVE_MAX]; /* read by the asker after a count */
+    char host[];                               /* NUL-terminated */
 } resolve_job;
 
 static void job_unref(resolve_job *j)
@@ -182,62 +161,20 @@ static void job_unref(resolve_job *j)
         free(j);
 }
 
-/* On a pool thread. */
+/* On a pool thread: the job ran. The addresses reach a waiting asker through
+ * the op's completion, which follows this return. */
 static intptr_t lookup_run(void *arg)
 {
     resolve_job *j = arg;
-    int expect = LOOKUP_PENDING;
-    /* Acquire on failure: the helper left (shutdown) and handed us its
-     * reference; release on success is not needed (the pool's queue lock
-     * already ordered the job's fields before this thread saw it). */
-    if (!atomic_compare_exchange_strong_explicit(&j->lookup, &expect, LOOKUP_RUNNING,
-                                                 memory_order_acquire, memory_order_acquire)) {
-        job_unref(j);
-        return -ECANCELED;
-    }
-    /* Relaxed is enough: skipping is only an optimisation, and a stale
-     * read just does a lookup nobody waits for. */
-    if (atomic_load_explicit(&j->abandoned, memory_order_relaxed))
-        j->result = -ECANCELED;
-    else
-        j->result = gai_resolve(j->host, j->service, j->flags, j->addrs, j->max);
-    /* acq_rel: release publishes the result to the helper when it is still
-     * waiting (it also gets it through the pool's op completion); acquire
-     * pairs with the helper's exchange when it left first. */
-    if (atomic_exchange_explicit(&j->lookup, LOOKUP_DONE, memory_order_acq_rel) ==
-        LOOKUP_HELPER_GONE) {
-        job_unref(j); /* the helper's reference, handed to us */
-    }
-    return 0;
+    int r = gai_resolve(j->host, j->service, j->flags, j->addrs, j->max);
+    job_unref(j); /* the pool's reference; the asker's keeps addrs alive */
+    return r;
 }
 
-/* A detached fiber that waits on the pool for the lookup, always to its
- * end, so that the job is never dropped from the pool's queue unrun. */
-static intptr_t lookup_helper(void *arg)
+/* The job will never run: the pool's reference goes. */
+static void lookup_discard(void *arg)
 {
-    resolve_job *j = arg;
-    int64_t r = weir_blocking_run(lookup_run, j, WEIR_FOREVER);
-    int prev = LOOKUP_DONE;
-    if (r < 0) {
-        /* Refused by the pool (no thread, no memory: the job never ran), or
-         * this fiber was cancelled, which only the runtime shutting down
-         * does: the job may still run, or be dropped from the queue. */
-        prev = atomic_exchange_explicit(&j->lookup, LOOKUP_HELPER_GONE, memory_order_acq_rel);
-        if (prev == LOOKUP_PENDING && r != -ECANCELED && r != -ETIMEDOUT) {
-            j->result = (int)r; /* refused: it will never run, the job is ours */
-            prev = LOOKUP_DONE;
-        }
-    }
-    if (prev == LOOKUP_DONE) {
-        weir_oneshot_send(j->done, 0); /* -EPIPE when the waiter left: fine */
-        job_unref(j);
-    } else {
-        /* The pool thread runs it or is about to: our reference is now its
-         * (a queued job dropped at shutdown leaks here, once). The waiter
-         * sees the sender gone. */
-        weir_oneshot_close_tx(j->done);
-    }
-    return 0;
+    job_unref(arg);
 }
 
 static int resolve_on_pool(const char *host, const char *service, int flags, weir_net_addr *out,
@@ -254,46 +191,18 @@ static int resolve_on_pool(const char *host, const char *service, int flags, wei
     if (!j)
         return -ENOMEM;
     atomic_init(&j->refs, 2);
-    atomic_init(&j->abandoned, 0);
-    atomic_init(&j->lookup, LOOKUP_PENDING);
     j->flags = flags;
     j->max = max < WEIR_NET_RESOLVE_MAX ? max : WEIR_NET_RESOLVE_MAX;
-    j->result = -EIO;
     memcpy(j->service, service, sizeof(j->service));
     memcpy(j->host, host, hl + 1);
-    j->done = weir_oneshot_new();
-    if (!j->done) {
-        free(j);
-        return -ENOMEM;
-    }
-    weir_spawn_opts o = {.name = "net.resolve"};
-    weir_task *h = weir_task_spawn(lookup_helper, j, &o);
-    if (!h) {
-        int err = errno ? -errno : -ENOMEM;
-        weir_oneshot_close_tx(j->done);
-        weir_oneshot_close_rx(j->done);
-        free(j);
-        return err;
-    }
-    weir_task_detach(h);
 
-    intptr_t ignored;
-    int r = weir_oneshot_recv(j->done, &ignored, deadline);
-    if (r == 0) {
-        /* The helper's send orders the lookup's writes before this read. */
-        r = j->result;
-        if (r > 0)
-            memcpy(out, j->addrs, (size_t)r * sizeof(*out));
-    } else {
-        /* Timed out or cancelled (or -EPIPE: the helper was cancelled). A
-         * lookup still queued is then skipped when it reaches a thread. */
-        atomic_store_explicit(&j->abandoned, 1, memory_order_relaxed);
-        if (r == -EPIPE)
-            r = -ECANCELED;
-    }
-    weir_oneshot_close_rx(j->done);
+    /* Hands the pool its reference: lookup_run or lookup_discard drops it,
+     * even when this returns an error without queueing the job. */
+    int64_t r = weir_blocking_run_ex(lookup_run, j, lookup_discard, deadline);
+    if (r > 0) /* lookup_run returned a count: it wrote addrs */
+        memcpy(out, j->addrs, (size_t)r * sizeof(*out));
     job_unref(j);
-    return r;
+    return (int)r;
 }
 
 /* Resolve host:port for connect (flags 0) or bind (AI_PASSIVE). */

@@ -22,8 +22,8 @@
  *        |                      |                              |
  *        | cancel               | cancel                       | cancel
  *        v                      v                              v
- *      freed, op done with -ECANCELED, fn never runs        DETACHED --fn returns--> freed,
- *                                                                        result dropped
+ *      dropped (discard(arg), freed), op done               DETACHED --fn returns--> freed,
+ *      with -ECANCELED; fn never runs                                    result dropped
  *
  * Who completes the op: the canceller while the job is WAITING or QUEUED
  * (the job never runs) or RUNNING (the job is DETACHED and the op is done at
@@ -37,6 +37,28 @@
  * hold is a few pointer updates. The op itself is REMOTE: weir__op_done from a worker
  * thread is allowed, and neither side touches the op after completing it
  * (it may live on a fiber stack that is gone by then).
+ *
+ * A job that never runs is "dropped": refused when it is started (the task
+ * was already cancelled or past its deadline, no memory, not one thread),
+ * cancelled while WAITING or QUEUED, or still WAITING or QUEUED when the pool
+ * is freed. Its owner may pass a discard function (weir_blocking_start_ex)
+ * to get arg back then: for every start, exactly one of fn(arg) and
+ * discard(arg) is called, once. A job leaves the lists only under the mutex
+ * and only by one of three hands - the worker that takes it (it will run fn,
+ * never discard), the canceller (it drops the job), the pool's free (it drops
+ * the job) - so whichever gets there first owns it and the others no longer
+ * find it: a canceller that comes late finds it RUNNING (it detaches it) or
+ * the op already claimed, the free finds the lists without it, and a worker
+ * that comes late finds an empty queue. A refusal at start drops a job no
+ * worker has seen (or one taken back off the queue in the same hold of the
+ * mutex that queued it). The worker frees a job that ran without discard.
+ * discard is called with the mutex released, by the thread that dropped the
+ * job: the starter, the canceller (the waiting task's thread) before it
+ * completes the op, or the thread that frees the pool (weir_loop_free's, or
+ * weir_rt_free's caller), before that joins the workers. Shutdown cancels
+ * every task first, so a job queued then is normally dropped by its
+ * canceller; the free only finds jobs of a stackless task that returned
+ * without collecting its op.
  *
  * No atomics here: the mutex orders everything the loop thread and the
  * workers share (lists, job states, op->u.ptr), and the op's result
@@ -59,6 +81,7 @@ enum {
 typedef struct blocking_job {
     struct blocking_job *next, *prev; /* pool->waiting or pool->queue */
     weir_blocking_fn fn;
+    weir_blocking_discard_fn discard; /* NULL: nothing to release */
     void *arg;
     weir_op *op;
     int state; /* JOB_*, under pool->lock */
@@ -117,6 +140,15 @@ static void list_remove(job_list *q, blocking_job *j)
         q->tail = j->prev;
     j->next = j->prev = NULL;
     q->len--;
+}
+
+/* A job that will never run: give its argument back to its owner, then
+ * free it. Lock not held: discard is the owner's code. */
+static void job_drop(blocking_job *j)
+{
+    if (j->discard)
+        j->discard(j->arg);
+    free(j);
 }
 
 /* ---- workers --------------------------------------------------------------------- */
@@ -260,18 +292,18 @@ static struct weir__pool *pool_new(void)
     return p;
 }
 
-/* Drop jobs whose ops can no longer be completed. Every task has ended when
- * the pool is freed, and a task cannot end while a blocking op of its is
- * queued (waiting on the op cancels it, which dequeues the job), so this only
- * finds jobs of a stackless task that returned without collecting its op.
- * Their ops may be gone: never run them, never touch the ops. */
-static size_t pool_discard_locked(job_list *q)
+/* Take every job off q and onto *out: they will never run. Every task has
+ * ended when the pool is freed, and a task cannot end while a blocking op of
+ * its is queued (waiting on the op cancels it, which dequeues the job), so
+ * this only finds jobs of a stackless task that returned without collecting
+ * its op. Their ops may be gone: never run them, never touch the ops. */
+static size_t pool_discard_locked(job_list *q, job_list *out)
 {
     size_t n = 0;
     blocking_job *j;
     while ((j = q->head)) {
         list_remove(q, j);
-        free(j);
+        list_push(out, j);
         n++;
     }
     return n;
@@ -283,11 +315,25 @@ void weir__pool_free(struct weir__pool *p)
         return;
     pthread_mutex_lock(&p->lock);
     p->stopping = 1;
-    size_t dropped = pool_discard_locked(&p->waiting) + pool_discard_locked(&p->queue);
+    /* Queued jobs first: the discards go in submission order. Once both lists
+     * are empty with stopping set, no worker can take anything more. */
+    job_list dropped = {0};
+    pool_discard_locked(&p->queue, &dropped);
+    pool_discard_locked(&p->waiting, &dropped);
     if (p->nrunning > 0)
         weir__log(WEIR__LOG_DEBUG, "rt.blocking", "waiting for %u detached job(s) to return",
                   p->nrunning);
     pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->lock);
+    /* Before the join: a running job may be waiting for what a discard
+     * releases. */
+    size_t ndropped = dropped.len;
+    blocking_job *j;
+    while ((j = dropped.head)) {
+        list_remove(&dropped, j);
+        job_drop(j);
+    }
+    pthread_mutex_lock(&p->lock);
     /* Join one at a time, re-reading nthreads under the lock: nothing can start
      * a thread once stopping is set and the queue is empty, but the loop
      * below does not rely on it. */
@@ -299,9 +345,9 @@ void weir__pool_free(struct weir__pool *p)
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
-    if (dropped)
+    if (ndropped)
         weir__log(WEIR__LOG_WARN, "rt.blocking",
-                  "dropped %zu blocking job(s) whose task ended without collecting them", dropped);
+                  "dropped %zu blocking job(s) whose task ended without collecting them", ndropped);
     pthread_cond_destroy(&p->work);
     pthread_mutex_destroy(&p->lock);
     free(p->threads);
@@ -356,42 +402,59 @@ void weir__op_blocking_cancel(weir_op *op)
         break;
     }
     pthread_mutex_unlock(&p->lock);
-    free(j);
+    /* Dropped: discard before the op is done, so the waiter finds arg
+     * released when its wait returns. */
+    if (j)
+        job_drop(j);
     weir__op_done(op, -ECANCELED);
 }
 
-int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline)
+/* fn will never run for this start: hand arg back to its owner. */
+static void refuse_arg(weir_blocking_discard_fn discard, void *arg)
 {
-    if (!op)
+    if (discard)
+        discard(arg);
+}
+
+int weir_blocking_start_ex(weir_op *op, weir_blocking_fn fn, void *arg,
+                           weir_blocking_discard_fn discard, int64_t deadline)
+{
+    if (!op) {
+        refuse_arg(discard, arg);
         return -EINVAL;
+    }
     if (!fn) {
         /* As weir__op_begin does outside a task: leave the op inactive with
          * the error as its result, so a later wait/poll reports it. */
         op->flags = 0;
         op->result = -EINVAL;
+        refuse_arg(discard, arg);
         return -EINVAL;
     }
     int r = weir__op_begin(op, WEIR__OP_BLOCKING, deadline);
-    if (r < 0)
+    if (r < 0) {
+        refuse_arg(discard, arg);
         return r;
+    }
     /* A pool thread completes it (before `r > 0` so that a cancel of an
      * already-refused op still sees a consistent kind). */
     op->flags |= WEIR__OP_REMOTE;
     op->u.ptr = NULL;
-    if (r > 0)
-        return 0; /* already done: the task was cancelled or the deadline passed */
-
-    struct weir__pool *p = loop_pool(op->task->loop, 1);
-    if (!p) {
-        weir__op_done(op, -ENOMEM);
+    if (r > 0) {
+        /* Already done: the task was cancelled or the deadline passed. */
+        refuse_arg(discard, arg);
         return 0;
     }
-    blocking_job *j = malloc(sizeof(*j));
+
+    struct weir__pool *p = loop_pool(op->task->loop, 1);
+    blocking_job *j = p ? malloc(sizeof(*j)) : NULL;
     if (!j) {
+        refuse_arg(discard, arg);
         weir__op_done(op, -ENOMEM);
         return 0;
     }
     j->fn = fn;
+    j->discard = discard;
     j->arg = arg;
     j->op = op;
     op->u.ptr = j;
@@ -411,25 +474,38 @@ int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t dea
     }
     pthread_mutex_unlock(&p->lock);
     if (!j) {
-        free(op->u.ptr);
+        job_drop(op->u.ptr); /* no worker ever saw it */
         op->u.ptr = NULL;
         weir__op_done(op, r < 0 ? r : -EAGAIN);
     }
     return 0;
 }
 
-int64_t weir_blocking_run(weir_blocking_fn fn, void *arg, int64_t deadline)
+int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline)
+{
+    return weir_blocking_start_ex(op, fn, arg, NULL, deadline);
+}
+
+int64_t weir_blocking_run_ex(weir_blocking_fn fn, void *arg, weir_blocking_discard_fn discard,
+                             int64_t deadline)
 {
     weir_task *t = weir__task_current();
     /* Check first: weir_op_wait refuses a stackless caller, and a started op
      * must not be abandoned. */
-    if (!t || t->kind != WEIR__TASK_FIBER)
+    if (!t || t->kind != WEIR__TASK_FIBER) {
+        refuse_arg(discard, arg);
         return -EINVAL;
+    }
     weir_op op;
-    int r = weir_blocking_start(&op, fn, arg, deadline);
+    int r = weir_blocking_start_ex(&op, fn, arg, discard, deadline);
     if (r < 0)
         return r;
     return weir_op_wait(&op);
+}
+
+int64_t weir_blocking_run(weir_blocking_fn fn, void *arg, int64_t deadline)
+{
+    return weir_blocking_run_ex(fn, arg, NULL, deadline);
 }
 
 /* ---- test hooks ----------------------------------------------------------------------- */

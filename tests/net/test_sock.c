@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_sock.c - TCP sockets (weir/net.h): listen / accept / connect over
- * IPv4 and IPv6 loopback, names through the resolver on the blocking pool,
- * refused and timed-out connects, bad arguments, socket options, graceful
- * close, address formatting and error texts.
+ * IPv4 and IPv6 loopback, names through the resolver on the blocking pool
+ * (a lookup dropped unrun at shutdown is freed), refused and timed-out
+ * connects, bad arguments, socket options, graceful close, address
+ * formatting and error texts.
  *
  * CTest runs it under WEIR_IO=uring and WEIR_IO=epoll. IPv6 tests print
  * "skipped" and pass when the machine has no IPv6 loopback.
@@ -14,15 +15,20 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "rt/rt_int.h"
 #include "test.h"
 #include "test_rt.h"
 #include "weir/io.h"
 #include "weir/net.h"
 #include "weir/rt.h"
+
+/* Test hook defined in src/rt/blocking.c. */
+extern size_t weir__pool_queued(struct weir__pool *p);
 
 static int64_t after_ms(int64_t ms)
 {
@@ -357,6 +363,76 @@ TEST(resolve_abandoned_in_queue)
 {
     setenv("WEIR_BLOCKING_THREADS", "1", 1);
     CHECK_EQ(test_run_main(abandoned_main, NULL), 0);
+    unsetenv("WEIR_BLOCKING_THREADS");
+}
+
+/*
+ * A lookup still queued when the loop is freed: the only pool thread is held
+ * by a job that returns only once the lookup's task has ended, so the lookup
+ * cannot run; the free cancels its task, which drops the queued job. The job
+ * (with its address array) is released then, not leaked: ASan's leak check
+ * at exit would name it. Needs no network ("localhost" is never looked up).
+ */
+static atomic_int dropped_hog_started, dropped_asker_ended;
+static int64_t dropped_result;
+
+static intptr_t hold_until_asker_ended(void *arg)
+{
+    (void)arg;
+    atomic_store(&dropped_hog_started, 1);
+    int64_t give_up = weir_time_now() + 10 * WEIR_SEC;
+    while (!atomic_load(&dropped_asker_ended) && weir_time_now() < give_up)
+        usleep(1000);
+    return 0;
+}
+
+static intptr_t dropped_hog_task(void *arg)
+{
+    (void)arg;
+    return (intptr_t)weir_blocking_run(hold_until_asker_ended, NULL, WEIR_FOREVER);
+}
+
+static void asker_ended(void *arg)
+{
+    (void)arg;
+    atomic_store(&dropped_asker_ended, 1);
+}
+
+static intptr_t dropped_asker(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(weir_task_defer(asker_ended, NULL), 0);
+    weir_net_addr a[WEIR_NET_RESOLVE_MAX];
+    dropped_result = weir_net_resolve("localhost", 80, a, WEIR_NET_RESOLVE_MAX, WEIR_FOREVER);
+    return 0;
+}
+
+TEST(resolve_dropped_at_shutdown)
+{
+    setenv("WEIR_BLOCKING_THREADS", "1", 1);
+    atomic_store(&dropped_hog_started, 0);
+    atomic_store(&dropped_asker_ended, 0);
+    dropped_result = 0;
+    weir_loop *l = weir_loop_new(NULL);
+    CHECK(l != NULL);
+    weir_task *h = weir_task_spawn(dropped_hog_task, NULL, &(weir_spawn_opts){.loop = l});
+    CHECK(h != NULL);
+    weir_task_detach(h);
+    int64_t give_up = weir_time_now() + 10 * WEIR_SEC;
+    while (!atomic_load(&dropped_hog_started)) {
+        CHECK_GE(weir_loop_poll(l, 1), 0);
+        CHECK_LT(weir_time_now(), give_up);
+    }
+    weir_task *t = weir_task_spawn(dropped_asker, NULL, &(weir_spawn_opts){.loop = l});
+    CHECK(t != NULL);
+    weir_task_detach(t);
+    while (weir__pool_queued(l->pool) == 0) { /* the lookup is queued behind the hog */
+        CHECK_GE(weir_loop_poll(l, 1), 0);
+        CHECK_LT(weir_time_now(), give_up);
+    }
+    weir_loop_free(l);
+    CHECK_EQ(dropped_result, -ECANCELED);
+    CHECK_EQ(atomic_load(&dropped_asker_ended), 1);
     unsetenv("WEIR_BLOCKING_THREADS");
 }
 

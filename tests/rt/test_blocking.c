@@ -5,6 +5,12 @@
  * holds submitters back, cancellation and deadlines end the wait at once
  * whatever state the job is in, stackless tasks can await jobs, and freeing
  * the loop with jobs still running joins the workers without leaking.
+ * With a discard function (the _ex forms) every start ends in exactly one of
+ * fn(arg) and discard(arg): the tests give each job a heap argument that
+ * whichever runs frees (ASan sees a double free, LSan a leak) and count both
+ * per job - refusals, cancels and timeouts in the queue, jobs still queued
+ * or waiting for a slot when the loop is freed, jobs a stackless task left
+ * behind (dropped by the pool's free), and a runtime freed mid-churn.
  *
  * The pool reads WEIR_BLOCKING_THREADS / WEIR_BLOCKING_QUEUE when it is
  * created (on a loop's first job), so each test sets them before its loop
@@ -13,6 +19,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -526,6 +533,410 @@ TEST(churn_with_cancels)
         }
     }
     weir_loop_free(l);
+    pool_env(NULL, NULL);
+}
+
+/* ---- discard ----------------------------------------------------------------------- */
+/* A job argument on the heap, freed by whichever of fn and discard gets it;
+ * each job has a slot counting both. */
+enum { OWNED_MAX = 1 << 15 };
+static atomic_int owned_ran[OWNED_MAX], owned_discarded[OWNED_MAX];
+static atomic_int owned_next, owned_discards, discards_elsewhere;
+static pthread_t discard_thread; /* where discards are expected (the test's thread) */
+
+typedef struct owned {
+    int slot;
+    intptr_t value;
+} owned;
+
+static void owned_reset(void)
+{
+    int n = atomic_load(&owned_next);
+    for (int i = 0; i < n && i < OWNED_MAX; i++) {
+        atomic_store(&owned_ran[i], 0);
+        atomic_store(&owned_discarded[i], 0);
+    }
+    atomic_store(&owned_next, 0);
+    atomic_store(&owned_discards, 0);
+    atomic_store(&discards_elsewhere, 0);
+    discard_thread = pthread_self();
+}
+
+/* NULL once every slot is used (the churn test then stops submitting). */
+static owned *owned_new(intptr_t value)
+{
+    int slot = atomic_fetch_add(&owned_next, 1);
+    if (slot >= OWNED_MAX) {
+        atomic_fetch_sub(&owned_next, 1);
+        return NULL;
+    }
+    owned *o = malloc(sizeof(*o));
+    CHECK(o != NULL);
+    o->slot = slot;
+    o->value = value;
+    return o;
+}
+
+static intptr_t owned_run(void *arg)
+{
+    owned *o = arg;
+    atomic_fetch_add(&owned_ran[o->slot], 1);
+    intptr_t v = o->value + 1;
+    free(o);
+    return v;
+}
+
+static void owned_discard(void *arg)
+{
+    owned *o = arg;
+    if (!pthread_equal(pthread_self(), discard_thread))
+        atomic_fetch_add(&discards_elsewhere, 1);
+    atomic_fetch_add(&owned_discarded[o->slot], 1);
+    atomic_fetch_add(&owned_discards, 1);
+    free(o);
+}
+
+/* Holds its thread until o->value jobs have been discarded: the jobs behind
+ * it cannot reach a thread before they are dropped. */
+static intptr_t owned_hold(void *arg)
+{
+    owned *o = arg;
+    atomic_fetch_add(&started, 1);
+    int64_t give_up = weir_time_now() + 10 * WEIR_SEC;
+    while (atomic_load(&owned_discards) < o->value && weir_time_now() < give_up)
+        sleep_ms(1);
+    return owned_run(o);
+}
+
+/* Every one of the first n jobs went exactly one way; how many were dropped. */
+static int owned_check(int n)
+{
+    int dropped = 0;
+    for (int i = 0; i < n; i++) {
+        int ran = atomic_load(&owned_ran[i]), disc = atomic_load(&owned_discarded[i]);
+        if (ran + disc != 1)
+            TEST__FAIL("job %d: ran %d, discarded %d", i, ran, disc);
+        dropped += disc;
+    }
+    return dropped;
+}
+
+/* A fiber that runs one owned job through weir_blocking_run_ex. */
+struct ex_args {
+    weir_blocking_fn fn;
+    intptr_t value;
+    int64_t deadline_ms; /* < 0: none */
+    int slot;
+    int64_t result;
+    int discarded_at_return; /* the slot's discard count when the wait returned */
+};
+
+static intptr_t ex_fiber(void *p)
+{
+    struct ex_args *a = p;
+    owned *o = owned_new(a->value);
+    CHECK(o != NULL);
+    a->slot = o->slot;
+    a->result = weir_blocking_run_ex(a->fn, o, owned_discard, weir_time_after_ms(a->deadline_ms));
+    a->discarded_at_return = atomic_load(&owned_discarded[a->slot]);
+    return 0;
+}
+
+static weir_task *spawn_ex(weir_loop *l, struct ex_args *a)
+{
+    weir_task *t = weir_task_spawn(ex_fiber, a, &(weir_spawn_opts){.name = "ex", .loop = l});
+    CHECK(t != NULL);
+    return t;
+}
+
+/* A job that runs gets fn and never discard; the argument is freed once. */
+TEST(discard_not_called_for_a_job_that_ran)
+{
+    pool_env(NULL, NULL);
+    jobs_reset();
+    owned_reset();
+    weir_loop *l = weir_loop_new(NULL);
+    struct ex_args a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (struct ex_args){owned_run, 10 * i, -1, -1, 0, 0};
+        weir_task_detach(spawn_ex(l, &a[i]));
+    }
+    CHECK_EQ(weir_loop_run(l), 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(a[i].result, 10 * i + 1);
+        CHECK_EQ(atomic_load(&owned_ran[a[i].slot]), 1);
+    }
+    weir_loop_free(l);
+    CHECK_EQ(owned_check(4), 0);
+}
+
+/* Refused at start - bad arguments, outside a task, a stackless caller of the
+ * fiber form, a task already cancelled, a deadline already past: fn never
+ * runs and discard is called once, before the call returns. */
+static intptr_t refusals_fiber(void *p)
+{
+    (void)p;
+    weir_op op;
+    int base = atomic_load(&owned_discards);
+    owned *o = owned_new(0);
+    CHECK_EQ(weir_blocking_start_ex(&op, NULL, o, owned_discard, WEIR_FOREVER), -EINVAL);
+    CHECK_EQ(atomic_load(&owned_discards), base + 1);
+    CHECK_EQ(weir_op_wait(&op), -EINVAL); /* never started */
+    CHECK_EQ(weir_blocking_start_ex(NULL, owned_run, owned_new(0), owned_discard, WEIR_FOREVER),
+             -EINVAL);
+    CHECK_EQ(atomic_load(&owned_discards), base + 2);
+    CHECK_EQ(weir_blocking_run_ex(NULL, owned_new(0), owned_discard, WEIR_FOREVER), -EINVAL);
+    CHECK_EQ(atomic_load(&owned_discards), base + 3);
+    /* A deadline already past: done at once, never queued. */
+    CHECK_EQ(weir_blocking_run_ex(owned_run, owned_new(0), owned_discard, weir_time_now() - 1),
+             -ETIMEDOUT);
+    CHECK_EQ(atomic_load(&owned_discards), base + 4);
+    CHECK_EQ(
+        weir_blocking_start_ex(&op, owned_run, owned_new(0), owned_discard, weir_time_now() - 1),
+        0);
+    CHECK_EQ(atomic_load(&owned_discards), base + 5); /* before the op is even awaited */
+    CHECK_EQ(weir_op_wait(&op), -ETIMEDOUT);
+    /* Cancelled already. */
+    weir_task_cancel(weir_task_current());
+    CHECK_EQ(weir_blocking_run_ex(owned_run, owned_new(0), owned_discard, WEIR_FOREVER),
+             -ECANCELED);
+    CHECK_EQ(atomic_load(&owned_discards), base + 6);
+    return 0;
+}
+
+struct sl_refusal {
+    weir_co co;
+};
+
+static int sl_refusal_poll(void *p, intptr_t *out)
+{
+    struct sl_refusal *f = p;
+    WEIR_BEGIN(&f->co);
+    /* The fiber form from a stackless task. */
+    CHECK_EQ(weir_blocking_run_ex(owned_run, owned_new(0), owned_discard, WEIR_FOREVER), -EINVAL);
+    WEIR_RETURN(&f->co, out, 0);
+    WEIR_END(&f->co);
+}
+
+TEST(discard_on_refusal)
+{
+    pool_env(NULL, NULL);
+    jobs_reset();
+    owned_reset();
+    /* Outside any task. */
+    weir_op op;
+    CHECK_EQ(weir_blocking_run_ex(owned_run, owned_new(0), owned_discard, WEIR_FOREVER), -EINVAL);
+    CHECK_EQ(weir_blocking_start_ex(&op, owned_run, owned_new(0), owned_discard, WEIR_FOREVER),
+             -EINVAL);
+    CHECK_EQ(atomic_load(&owned_discards), 2);
+    weir_loop *l = weir_loop_new(NULL);
+    weir_task *t = weir_task_spawn(refusals_fiber, NULL, &(weir_spawn_opts){.loop = l});
+    struct sl_refusal f = {0};
+    weir_task *s = weir_task_spawn_stackless(sl_refusal_poll, &f, &(weir_spawn_opts){.loop = l});
+    CHECK_EQ(weir_loop_run(l), 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), -ECANCELED); /* it cancelled itself */
+    CHECK_EQ(join(s), 0);
+    weir_loop_free(l);
+    CHECK_EQ(owned_check(atomic_load(&owned_next)), 9);
+    CHECK_EQ(atomic_load(&discards_elsewhere), 0);
+    /* NULL discard behaves as weir_blocking_start: nothing to call. */
+    CHECK_EQ(weir_blocking_start_ex(&op, add_one, NULL, NULL, WEIR_FOREVER), -EINVAL);
+}
+
+/* One thread, a one-slot queue: H runs and holds the thread until two jobs
+ * were discarded, Q is queued, W waits for a slot. A cancel drops Q and a
+ * timeout drops W: each is discarded once, on the loop thread, before its
+ * wait returns, and never runs; H runs and is not discarded. */
+TEST(discard_on_cancel_and_timeout_in_queue)
+{
+    pool_env("1", "1");
+    jobs_reset();
+    owned_reset();
+    weir_loop *l = weir_loop_new(NULL);
+    struct ex_args h = {owned_hold, 2, -1, -1, 0, 0};
+    struct ex_args q = {owned_run, 10, -1, -1, 0, 0};
+    struct ex_args w = {owned_run, 20, 500, -1, 0, 0};
+    weir_task *th = spawn_ex(l, &h), *tq = spawn_ex(l, &q), *tw = spawn_ex(l, &w);
+    poll_until(l, &started, 1);
+    struct weir__pool *p = l->pool;
+    CHECK_EQ(weir__pool_queued(p), 1);
+    CHECK_EQ(weir__pool_waiting(p), 1);
+    CHECK_EQ(weir_task_cancel(tq), 0);
+    CHECK_EQ(weir_loop_run(l), 0); /* W times out; H then sees two discards */
+    CHECK_EQ(join(th), 0);
+    CHECK_EQ(weir_task_join(tq, NULL, WEIR_FOREVER), -ECANCELED);
+    CHECK_EQ(join(tw), 0);
+    CHECK_EQ(h.result, 3);
+    CHECK_EQ(q.result, -ECANCELED);
+    CHECK_EQ(w.result, -ETIMEDOUT);
+    CHECK_EQ(q.discarded_at_return, 1);
+    CHECK_EQ(w.discarded_at_return, 1);
+    CHECK_EQ(h.discarded_at_return, 0);
+    weir_loop_free(l);
+    CHECK_EQ(owned_check(3), 2);
+    CHECK_EQ(atomic_load(&owned_ran[h.slot]), 1);
+    CHECK_EQ(atomic_load(&discards_elsewhere), 0);
+    pool_env(NULL, NULL);
+}
+
+/* A cancelled wait on a running job: no discard; fn finishes in the
+ * background and frees the argument itself. */
+TEST(discard_not_called_for_a_detached_job)
+{
+    pool_env(NULL, NULL);
+    jobs_reset();
+    owned_reset();
+    weir_loop *l = weir_loop_new(NULL);
+    struct ex_args h = {owned_hold, 1, -1, -1, 0, 0}; /* returns after 10 s at most */
+    weir_task *t = spawn_ex(l, &h);
+    poll_until(l, &started, 1);
+    CHECK_EQ(weir_task_cancel(t), 0);
+    CHECK_EQ(weir_loop_run(l), 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), -ECANCELED);
+    CHECK_EQ(h.result, -ECANCELED);
+    CHECK_EQ(h.discarded_at_return, 0);
+    /* Let it go: a discard somewhere else releases the holder. */
+    owned *o = owned_new(0);
+    owned_discard(o);
+    weir_loop_free(l); /* joins the worker, so the job has returned */
+    CHECK_EQ(atomic_load(&owned_ran[h.slot]), 1);
+    CHECK_EQ(atomic_load(&owned_discarded[h.slot]), 0);
+    CHECK_EQ(owned_check(2), 1);
+}
+
+/* Freeing the loop with a job running, one queued and one waiting for a slot:
+ * the cancels that shutdown sends drop the queued and the waiting one (each
+ * discarded once, on the thread freeing the loop, never run), the running
+ * one is detached and runs to its end without a discard. */
+TEST(discard_queued_jobs_at_loop_free)
+{
+    pool_env("1", "1");
+    jobs_reset();
+    owned_reset();
+    weir_loop *l = weir_loop_new(NULL);
+    static struct ex_args h, q, w;
+    h = (struct ex_args){owned_hold, 2, -1, -1, 0, 0};
+    q = (struct ex_args){owned_run, 10, -1, -1, 0, 0};
+    w = (struct ex_args){owned_run, 20, -1, -1, 0, 0};
+    weir_task_detach(spawn_ex(l, &h));
+    weir_task_detach(spawn_ex(l, &q));
+    weir_task_detach(spawn_ex(l, &w));
+    poll_until(l, &started, 1);
+    CHECK_EQ(weir__pool_queued(l->pool), 1);
+    CHECK_EQ(weir__pool_waiting(l->pool), 1);
+    weir_loop_free(l);
+    CHECK_EQ(q.result, -ECANCELED);
+    CHECK_EQ(w.result, -ECANCELED);
+    CHECK_EQ(h.result, -ECANCELED);
+    CHECK_EQ(q.discarded_at_return, 1);
+    CHECK_EQ(w.discarded_at_return, 1);
+    CHECK_EQ(owned_check(3), 2);
+    CHECK_EQ(atomic_load(&owned_ran[h.slot]), 1); /* joined by the free */
+    CHECK_EQ(atomic_load(&owned_ran[q.slot]), 0);
+    CHECK_EQ(atomic_load(&owned_ran[w.slot]), 0);
+    CHECK_EQ(atomic_load(&discards_elsewhere), 0);
+    pool_env(NULL, NULL);
+}
+
+/* A stackless task that starts a job and returns without collecting it
+ * leaves the job queued: the pool's free drops it, calls its discard once
+ * (on the freeing thread, before joining the workers - the running job here
+ * waits for that discard), and never runs it or touches its op. */
+struct sl_abandon {
+    weir_co co;
+    weir_op op;
+    int slot;
+};
+
+static int sl_abandon_poll(void *p, intptr_t *out)
+{
+    struct sl_abandon *f = p;
+    WEIR_BEGIN(&f->co);
+    owned *o = owned_new(30);
+    f->slot = o->slot;
+    CHECK_EQ(weir_blocking_start_ex(&f->op, owned_run, o, owned_discard, WEIR_FOREVER), 0);
+    WEIR_RETURN(&f->co, out, 0); /* the op is left behind */
+    WEIR_END(&f->co);
+}
+
+TEST(discard_abandoned_job_at_pool_free)
+{
+    pool_env("1", NULL);
+    jobs_reset();
+    owned_reset();
+    weir_loop *l = weir_loop_new(NULL);
+    static struct ex_args h;
+    h = (struct ex_args){owned_hold, 1, -1, -1, 0, 0};
+    weir_task_detach(spawn_ex(l, &h));
+    poll_until(l, &started, 1);
+    static struct sl_abandon f;
+    f = (struct sl_abandon){0};
+    weir_task *s = weir_task_spawn_stackless(sl_abandon_poll, &f, &(weir_spawn_opts){.loop = l});
+    CHECK(s != NULL);
+    for (int i = 0; i < 10 && weir__pool_queued(l->pool) == 0; i++)
+        CHECK_GE(weir_loop_poll(l, 0), 0);
+    CHECK_EQ(join(s), 0);
+    CHECK_EQ(weir__pool_queued(l->pool), 1);
+    CHECK_EQ(atomic_load(&owned_discards), 0);
+    weir_loop_free(l);
+    CHECK_EQ(atomic_load(&owned_discarded[f.slot]), 1);
+    CHECK_EQ(atomic_load(&owned_ran[f.slot]), 0);
+    CHECK_EQ(atomic_load(&owned_ran[h.slot]), 1);
+    CHECK_EQ(owned_check(2), 1);
+    CHECK_EQ(atomic_load(&discards_elsewhere), 0);
+    pool_env(NULL, NULL);
+}
+
+/* Churn on a two-thread runtime: jobs with short deadlines race the workers
+ * that take them (a timeout drops a queued job or detaches a running one),
+ * and the runtime is freed while jobs are queued, running and starting.
+ * Every job started went exactly one way. */
+static intptr_t churn_job(void *arg)
+{
+    owned *o = arg;
+    if (o->value & 1)
+        sched_yield();
+    return owned_run(o);
+}
+
+static intptr_t discard_churn_fiber(void *p)
+{
+    unsigned seed = (unsigned)(uintptr_t)p;
+    while (!weir_task_cancelled()) {
+        seed = seed * 1103515245u + 12345u;
+        owned *o = owned_new((intptr_t)(seed >> 16));
+        if (!o)
+            break;
+        int64_t deadline = (seed >> 8) % 4 ? WEIR_FOREVER : weir_time_now() + (seed >> 12) % 50000;
+        int64_t r = weir_blocking_run_ex(churn_job, o, owned_discard, deadline);
+        if (r == -ECANCELED)
+            break;
+    }
+    return 0;
+}
+
+TEST(discard_churn_runtime_free)
+{
+    enum { N = 24 };
+    pool_env("2", "4");
+    jobs_reset();
+    owned_reset();
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    CHECK(rt != NULL);
+    for (int i = 0; i < N; i++) {
+        weir_task *t = weir_task_spawn(discard_churn_fiber, (void *)(uintptr_t)(i * 7919 + 1),
+                                       &(weir_spawn_opts){.rt = rt});
+        CHECK(t != NULL);
+        weir_task_detach(t);
+    }
+    int64_t until = weir_time_now() + 150 * WEIR_MSEC;
+    while (weir_time_now() < until && atomic_load(&owned_next) < OWNED_MAX / 2)
+        sleep_ms(1);
+    weir_rt_free(rt);
+    int n = atomic_load(&owned_next);
+    int dropped = owned_check(n);
+    printf("    %d jobs: %d ran, %d discarded\n", n, n - dropped, dropped);
+    CHECK_GT(n, 0);
     pool_env(NULL, NULL);
 }
 
