@@ -947,6 +947,8 @@ fail:
 /* ---- weir_http_client_do -------------------------------------------------------------- */
 static int fail(weir_http_client_resp *resp, int err, const char *why)
 {
+    if (err == -ECANCELED)
+        why = "the request's task was cancelled";
     resp->error = why && *why ? why : weir_net_strerror(err);
     weir__log(WEIR__LOG_DEBUG, "net.http_client", "request failed: %s (%s)", resp->error,
               weir_net_strerror(err));

@@ -554,6 +554,7 @@ typedef struct holder {
     weir_http_client *c;
     const char *url;
     int rc;
+    const char *error;
 } holder;
 
 static intptr_t hold_slow(void *arg)
@@ -561,6 +562,7 @@ static intptr_t hold_slow(void *arg)
     holder *h = arg;
     weir_http_client_resp r;
     h->rc = weir_http_get(h->c, h->url, deadline_ms(LONG_MS), &r);
+    h->error = r.error; /* a static string */
     weir_http_client_resp_free(&r);
     return 0;
 }
@@ -581,7 +583,7 @@ static intptr_t busy_main(void *arg)
     weir_http_client *c =
         weir_http_client_new(&(weir_http_client_opts){.max_conns = 1, .fast_fail = fast});
     CHECK(c != NULL);
-    holder h = {c, URL("/slow"), 1};
+    holder h = {c, URL("/slow"), 1, NULL};
     weir_task *t = test_spawn(hold_slow, &h);
     wait_open(c, 1);
     weir_http_client_resp r;
@@ -601,6 +603,17 @@ static intptr_t busy_main(void *arg)
         CHECK_LT(took, 1500 * WEIR_MSEC);
         CHECK_EQ(st.waits, 1);
         CHECK_EQ(st.fast_fails, 0);
+        /* A waiter cancelled in the queue leaves it with -ECANCELED. */
+        holder w = {c, URL("/hello"), 1, NULL};
+        weir_task *wt = test_spawn(hold_slow, &w);
+        int64_t until = weir_time_now() + 10 * WEIR_SEC;
+        while (stats(c).waits < 2 && weir_time_now() < until)
+            weir_time_sleep(WEIR_MSEC);
+        weir_time_sleep(5 * WEIR_MSEC);
+        CHECK_EQ(weir_task_cancel(wt), 0);
+        CHECK_EQ(weir_task_join(wt, NULL, WEIR_FOREVER), -ECANCELED);
+        CHECK_EQ(w.rc, -ECANCELED);
+        CHECK(strstr(w.error, "cancelled") != NULL);
     }
     /* Another host:port has its own pool and cap. */
     get_ok(c, URL_SHORT("/"), &r);
@@ -610,6 +623,7 @@ static intptr_t busy_main(void *arg)
     CHECK_EQ(weir_task_cancel(t), 0);
     CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), -ECANCELED);
     CHECK_EQ(h.rc, -ECANCELED);
+    CHECK(strstr(h.error, "cancelled") != NULL);
     st = stats(c);
     CHECK_EQ(st.open_now, 1); /* only the other pool's idle connection */
     CHECK_EQ(st.idle_now, 1);
