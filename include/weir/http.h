@@ -462,15 +462,16 @@ const char *weir_http_client_resp_header(const weir_http_client_resp *resp, cons
 
 /* Counters summed over every host:port, for monitoring and tests. */
 typedef struct weir_http_client_stats {
-    uint64_t requests;   /* requests that got a complete response */
-    uint64_t opened;     /* connections opened */
-    uint64_t reused;     /* requests sent on a pooled connection */
-    uint64_t waits;      /* requests that waited for a connection (over the cap) */
-    uint64_t fast_fails; /* requests refused with -EBUSY */
-    uint64_t retries;    /* requests sent again after a stale pooled connection */
-    uint64_t expired;    /* idle connections closed past idle_ms */
-    uint64_t open_now;   /* connections open now, idle or in use */
-    uint64_t idle_now;   /* connections idle in the pools now */
+    uint64_t requests;    /* requests that got a complete response */
+    uint64_t opened;      /* connections opened */
+    uint64_t reused;      /* requests sent on a pooled connection */
+    uint64_t waits;       /* requests that waited for a connection (over the cap) */
+    uint64_t fast_fails;  /* requests refused with -EBUSY */
+    uint64_t retries;     /* requests sent again after a stale pooled connection */
+    uint64_t expired;     /* idle connections closed past idle_ms */
+    uint64_t open_now;    /* connections open now, idle or in use */
+    uint64_t idle_now;    /* connections idle in the pools now */
+    uint64_t waiting_now; /* requests queued for a connection now */
 } weir_http_client_stats;
 /* Fill *st; works from any thread. 0 or -EINVAL. */
 int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);

@@ -1000,17 +1000,27 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
 
     /* A permit: one connection of this pool's max_conns. */
     if (weir_sem_try_acquire(p->permits, 1) < 0) {
-        pthread_mutex_lock(&c->mu);
-        if (c->fast_fail)
-            c->st.fast_fails++;
-        else
-            c->st.waits++;
-        pthread_mutex_unlock(&c->mu);
         if (c->fast_fail) {
+            pthread_mutex_lock(&c->mu);
+            c->st.fast_fails++;
+            pthread_mutex_unlock(&c->mu);
             weir_http_buf_close(&head);
             return fail(resp, -EBUSY, "every connection to this host:port is busy (fast_fail)");
         }
-        r = weir_sem_acquire(p->permits, 1, deadline);
+        /* Start the wait (which queues us, or takes a permit freed since),
+         * count it, then park: so waiting_now never counts a request that
+         * is not in the queue yet. */
+        weir_sync_op op;
+        r = weir_sem_acquire_start(&op, p->permits, 1, deadline);
+        pthread_mutex_lock(&c->mu);
+        c->st.waits++;
+        c->st.waiting_now++;
+        pthread_mutex_unlock(&c->mu);
+        if (r == 0)
+            r = (int)weir_op_wait(&op.op);
+        pthread_mutex_lock(&c->mu);
+        c->st.waiting_now--;
+        pthread_mutex_unlock(&c->mu);
         if (r < 0) {
             weir_http_buf_close(&head);
             return fail(resp, r, "no connection to this host:port became free in time");
