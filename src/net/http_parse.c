@@ -839,9 +839,13 @@ int weir_http_put_status_line(weir_http_buf *b, int version_minor, int status, c
     for (const char *r = reason; *r; r++)
         if (!is_value_char((unsigned char)*r))
             return bad(b);
-    char line[32];
-    int n = snprintf(line, sizeof(line), "HTTP/1.%d %d ", version_minor, status);
-    put(b, line, (size_t)n);
+    /* Formatted by hand: this runs once per response of a server. */
+    char line[13] = "HTTP/1.x nnn ";
+    line[7] = (char)('0' + version_minor);
+    line[9] = (char)('0' + status / 100);
+    line[10] = (char)('0' + status / 10 % 10);
+    line[11] = (char)('0' + status % 10);
+    put(b, line, sizeof(line));
     puts_(b, reason);
     return put(b, "\r\n", 2);
 }
