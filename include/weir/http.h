@@ -2,9 +2,9 @@
 /*
  * weir/http.h - HTTP/1.1: an incremental message parser and a serializer.
  *
- * This header will grow the HTTP client pool and the HTTP server (issue 4);
- * for now it holds the two pieces both are built on, neither of which
- * touches a socket:
+ * The HTTP client pool (section "client" below: weir_http_client) and the
+ * HTTP server (issue 4) are built on two pieces, neither of which touches
+ * a socket:
  *
  *   - weir_http_parser reads one side of a connection: requests (a server)
  *     or responses (a client). It is fed byte slices of any size, one byte at
