@@ -610,16 +610,18 @@ typedef struct raw_srv {
 } raw_srv;
 
 enum {
-    RAW_CUT_BODY, /* announce 100 bytes, send 9, close */
-    RAW_ONE_SHOT, /* answer one request with keep-alive, then close the connection */
-    RAW_GARBAGE,  /* answer with something that is not HTTP */
-    RAW_EXTRA,    /* a complete response followed by bytes nobody asked for */
-    RAW_ORDER,    /* keep-alive; record each request's /N; hold /0 until `release` */
+    RAW_CUT_BODY,    /* announce 100 bytes, send 9, close */
+    RAW_ONE_SHOT,    /* answer one request with keep-alive, then close the connection */
+    RAW_GARBAGE,     /* answer with something that is not HTTP */
+    RAW_EXTRA,       /* a complete response followed by bytes nobody asked for */
+    RAW_CLOSE_DELIM, /* HTTP/1.0, no Content-Length: the body ends with the connection */
+    RAW_INTERIM,     /* 100 and 103 before the response (no body to HEAD) */
+    RAW_ORDER,       /* keep-alive; record each request's /N; hold /0 until `release` */
 };
 
 /* Read a request head (to the blank line) and, when it says so, a
  * Content-Length body or a chunked body up to its last chunk. */
-static int raw_read_request(int fd, int *path_n)
+static int raw_read_request(int fd, int *path_n, int *is_head)
 {
     char buf[8192];
     size_t have = 0;
@@ -633,6 +635,8 @@ static int raw_read_request(int fd, int *path_n)
         if (end) {
             if (path_n && strncmp(buf, "GET /", 5) == 0)
                 *path_n = atoi(buf + 5);
+            if (is_head)
+                *is_head = strncmp(buf, "HEAD ", 5) == 0;
             if (strstr(buf, "chunked") && !strstr(end, "\r\n0\r\n\r\n")) {
                 if (have + 1 >= sizeof(buf))
                     have = 0; /* only the end matters */
@@ -656,7 +660,8 @@ static intptr_t raw_conn(void *arg)
     int fd = (int)(intptr_t)((void **)arg)[1];
     free(arg);
     int n = -1;
-    while (s->mode == RAW_ORDER && raw_read_request(fd, &n) == 0) {
+    int head = 0;
+    while (s->mode == RAW_ORDER && raw_read_request(fd, &n, NULL) == 0) {
         int k = atomic_fetch_add(&s->requests, 1);
         if (k < 64)
             s->order[k] = n;
@@ -664,7 +669,7 @@ static intptr_t raw_conn(void *arg)
             weir_time_sleep(WEIR_MSEC);
         raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
     }
-    if (s->mode != RAW_ORDER && raw_read_request(fd, NULL) == 0) {
+    if (s->mode != RAW_ORDER && raw_read_request(fd, NULL, &head) == 0) {
         atomic_fetch_add(&s->requests, 1);
         switch (s->mode) {
         case RAW_CUT_BODY:
@@ -680,6 +685,19 @@ static intptr_t raw_conn(void *arg)
         case RAW_EXTRA:
             raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA");
             weir_time_sleep(200 * WEIR_MSEC);
+            break;
+        case RAW_CLOSE_DELIM:
+            raw_send(fd, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil ");
+            weir_time_sleep(20 * WEIR_MSEC);
+            raw_send(fd, "the end");
+            break;
+        case RAW_INTERIM:
+            raw_send(fd, "HTTP/1.1 100 Continue\r\n\r\n"
+                         "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n"
+                         "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+            if (!head)
+                raw_send(fd, "hello");
+            weir_time_sleep(500 * WEIR_MSEC); /* keep-alive: the client pools it */
             break;
         }
     }
@@ -787,6 +805,8 @@ TEST(waiters_served_in_fifo_order_two_threads)
     CHECK_EQ(run_on_rt(2, fifo_main, NULL), 0);
 }
 
+/* Responses nginx will not give on demand: a body cut short, not HTTP at
+ * all, extra bytes, a body delimited by the close, interim 1xx responses. */
 static intptr_t broken_main(void *arg)
 {
     (void)arg;
@@ -814,6 +834,37 @@ static intptr_t broken_main(void *arg)
 
     /* Bytes after the response: the response is fine, the connection is
      * not reused. */
+    /* A body delimited by the close of the connection. */
+    t = raw_start(&s, RAW_CLOSE_DELIM);
+    get_ok(c, RAW_URL(&s, "/"), &r);
+    CHECK_EQ(r.version_minor, 0);
+    CHECK_STR(r.body, "until the end");
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).open_now, 0);
+    raw_stop(&s, t);
+
+    /* Interim 1xx responses are skipped, for GET and for HEAD. */
+    t = raw_start(&s, RAW_INTERIM);
+    get_ok(c, RAW_URL(&s, "/"), &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "hello");
+    CHECK(weir_http_client_resp_header(&r, "link") == NULL); /* the 103's field */
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).idle_now, 1); /* kept: nothing was left unread */
+    weir_http_client_free(c);       /* (the raw server reads one request per connection) */
+    c = weir_http_client_new(NULL);
+    weir_http_client_req hq = {
+        .method = "HEAD", .url = RAW_URL(&s, "/"), .deadline = deadline_ms(LONG_MS)};
+    CHECK_EQ(weir_http_client_do(c, &hq, &r), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body_len, 0);
+    CHECK_STR(weir_http_client_resp_header(&r, "content-length"), "5");
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).idle_now, 1); /* no body was awaited after the HEAD */
+    raw_stop(&s, t);
+    weir_http_client_free(c);
+    c = weir_http_client_new(NULL);
+
     t = raw_start(&s, RAW_EXTRA);
     get_ok(c, RAW_URL(&s, "/"), &r);
     CHECK_STR(r.body, "ok");
