@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * weir/http.h - HTTP/1.1: an incremental message parser and a serializer.
+ * weir/http.h - HTTP/1.1: a message parser and serializer, a client
+ * connection pool and a server.
  *
- * The HTTP client pool (section "client" below: weir_http_client) and the
- * HTTP server (issue 4) are built on two pieces, neither of which touches
- * a socket:
+ * The client pool (section "client" below: weir_http_client) and the server
+ * (section "server": weir_http_server) are built on two pieces, neither of
+ * which touches a socket:
  *
  *   - weir_http_parser reads one side of a connection: requests (a server)
  *     or responses (a client). It is fed byte slices of any size, one byte at
