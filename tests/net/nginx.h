@@ -224,11 +224,14 @@ static int nginx__try(nginx_proc *n, const char *extra)
         return -1;
     char elog[256];
     snprintf(elog, sizeof(elog), "%s/error.log", n->dir);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) /* the test died before the line above */
+            _exit(1);
         setpgid(0, 0);
         int devnull = open("/dev/null", O_RDWR);
         if (devnull >= 0) {
