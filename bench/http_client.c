@@ -21,8 +21,12 @@
  * creates a fresh client, so each run's first CONNS requests connect. The
  * median of BENCH_RUNS runs (default 5, 3 with BENCH_QUICK=1) is printed:
  *
- *   bench=http_client impl=weir-uring conns=32 req_per_s=... duration_s=2
- *       opened=32 reused=... errors=0 runs=5
+ *   bench=http_client impl=weir-uring conns=32 req_per_s=... cpu_us_per_req=...
+ *       duration_s=2 opened=32 reused=... errors=0 runs=5
+ *
+ * cpu_us_per_req is the client process's CPU time (user + system, from
+ * getrusage) over the measured runs divided by the requests they made: a
+ * client that spins before parking shows a higher figure at the same rate.
  *
  *   http_client --url http://127.0.0.1:PORT/hello [--conns C] [--duration S]
  *
@@ -32,9 +36,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench.h"
 #include "weir/http.h"
+
+/* CPU seconds (user + system) of the whole process so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 typedef struct run_state {
     weir_http_client *c;
@@ -63,7 +77,7 @@ static intptr_t worker(void *arg)
 
 /* One run: req/s, and the pool's stats in *st. */
 static double run(const char *url, int conns, double seconds, weir_http_client_stats *st,
-                  uint64_t *errors)
+                  uint64_t *errors, uint64_t *requests)
 {
     run_state s = {.url = url};
     s.c = weir_http_client_new(&(weir_http_client_opts){.max_conns = conns});
@@ -86,6 +100,7 @@ static double run(const char *url, int conns, double seconds, weir_http_client_s
     double wall = (double)(weir_time_now() - t0) / 1e9;
     weir_http_client_stats_get(s.c, st);
     *errors += s.errors;
+    *requests += s.requests;
     weir_http_client_free(s.c);
     free(t);
     return (double)s.requests / wall;
@@ -111,21 +126,25 @@ static int bench_main(int argc, char **argv)
     int runs = bench_runs(5);
     weir_http_client_stats st;
     uint64_t errors = 0;
-    run(url, (int)conns, 0.3, &st, &errors); /* warm-up */
+    uint64_t requests = 0;
+    run(url, (int)conns, 0.3, &st, &errors, &requests); /* warm-up */
     if (errors) {
         fprintf(stderr, "http_client: the warm-up failed; is a server at %s?\n", url);
         return 1;
     }
     double *v = calloc((size_t)runs, sizeof(*v));
     uint64_t opened = 0, reused = 0;
+    requests = 0;
+    double c0 = cpu_s();
     for (int i = 0; i < runs; i++) {
-        v[i] = run(url, (int)conns, duration, &st, &errors);
+        v[i] = run(url, (int)conns, duration, &st, &errors, &requests);
         opened += st.opened;
         reused += st.reused;
     }
-    printf("bench=http_client impl=%s conns=%ld req_per_s=%.0f duration_s=%g opened=%llu "
-           "reused=%llu errors=%llu runs=%d\n",
-           bench_impl(), conns, bench_median(v, runs), duration,
+    double cpu_us = (cpu_s() - c0) * 1e6 / (double)(requests ? requests : 1);
+    printf("bench=http_client impl=%s conns=%ld req_per_s=%.0f cpu_us_per_req=%.2f duration_s=%g "
+           "opened=%llu reused=%llu errors=%llu runs=%d\n",
+           bench_impl(), conns, bench_median(v, runs), cpu_us, duration,
            (unsigned long long)(opened / (uint64_t)runs),
            (unsigned long long)(reused / (uint64_t)runs), (unsigned long long)errors, runs);
     free(v);

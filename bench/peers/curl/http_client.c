@@ -13,7 +13,11 @@
  * requests connect, as weir's do). req_per_s = completed / wall seconds,
  * median over BENCH_RUNS runs (default 5, 3 with BENCH_QUICK=1):
  *
- *   bench=http_client impl=curl-multi conns=32 req_per_s=... duration_s=2 errors=0 runs=5
+ *   bench=http_client impl=curl-multi conns=32 req_per_s=... cpu_us_per_req=...
+ *       duration_s=2 errors=0 runs=5
+ *
+ * cpu_us_per_req: the process's CPU time (getrusage) over the measured runs
+ * divided by the requests completed, as weir's line.
  *
  *   curl_http_client --url URL [--conns C] [--duration S]
  */
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 typedef struct worker {
@@ -42,7 +47,15 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     return size * n;
 }
 
-static unsigned long errors;
+static unsigned long errors, completed;
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static double run(const char *url, int conns, double seconds)
 {
@@ -95,6 +108,7 @@ static double run(const char *url, int conns, double seconds)
             curl_multi_poll(m, NULL, 0, 100, NULL);
     }
     double wall = now_s() - t0;
+    completed += done;
     for (int i = 0; i < conns; i++)
         curl_easy_cleanup(w[i].easy);
     curl_multi_cleanup(m);
@@ -137,13 +151,16 @@ int main(int argc, char **argv)
         return 1;
     }
     double *v = calloc((size_t)runs, sizeof(*v));
+    completed = 0;
+    double c0 = cpu_s();
     for (int i = 0; i < runs; i++)
         v[i] = run(url, conns, duration);
+    double cpu_us = (cpu_s() - c0) * 1e6 / (double)(completed ? completed : 1);
     qsort(v, (size_t)runs, sizeof(*v), cmp);
     double med = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
-    printf("bench=http_client impl=curl-multi conns=%d req_per_s=%.0f duration_s=%g "
-           "errors=%lu runs=%d\n",
-           conns, med, duration, errors, runs);
+    printf("bench=http_client impl=curl-multi conns=%d req_per_s=%.0f cpu_us_per_req=%.2f "
+           "duration_s=%g errors=%lu runs=%d\n",
+           conns, med, cpu_us, duration, errors, runs);
     free(v);
     curl_global_cleanup();
     return errors ? 1 : 0;
