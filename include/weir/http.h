@@ -382,7 +382,9 @@ typedef struct weir_http_client_opts {
 typedef struct weir_http_client weir_http_client;
 
 /* A client; opts may be NULL (defaults). NULL with errno set: EINVAL for a
- * negative or out-of-range option, ENOMEM. Needs no runtime. */
+ * negative or out-of-range option or a bearer token (from opts or the
+ * environment) holding a space or control character; ENOMEM. Needs no
+ * runtime. */
 weir_http_client *weir_http_client_new(const weir_http_client_opts *opts);
 /*
  * Close the idle connections and free the client. No request may be in

@@ -192,8 +192,19 @@ weir_http_client *weir_http_client_new(const weir_http_client_opts *opts)
         if (tok && !*tok)
             tok = NULL;
     }
-    if (tok && *tok && !(c->token = strdup(tok)))
-        goto nomem;
+    if (tok && *tok) {
+        /* Visible ASCII only: a space, CR or LF would break the header
+         * line (RFC 6750's b64token is narrower still). */
+        for (const char *t = tok; *t; t++) {
+            if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f) {
+                free(c);
+                errno = EINVAL;
+                return NULL;
+            }
+        }
+        if (!(c->token = strdup(tok)))
+            goto nomem;
+    }
     const char *ua = o.user_agent ? o.user_agent : "weir/0.1";
     if (*ua && !(c->user_agent = strdup(ua)))
         goto nomem;
@@ -821,9 +832,11 @@ static int body_reserve(body_acc *b, size_t want)
 {
     if (want + 1 <= b->cap)
         return 0;
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < want + 1)
-        cap *= 2;
+    size_t cap = b->cap * 2; /* doubling: amortised O(1) per byte */
+    if (cap < want + 1)
+        cap = want + 1;
+    if (cap < 256)
+        cap = 256;
     char *np = realloc(b->p, cap);
     if (!np)
         return -ENOMEM;
@@ -872,8 +885,8 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
         switch (ev.kind) {
         case WEIR_HTTP_NEED_MORE: {
             ssize_t got_n = tr->read(k->tc, k->rbuf, RBUF_SIZE, deadline);
-            if (got_n < 0) {
-                r = (int)got_n;
+            if (got_n < 0 || got_n > (ssize_t)RBUF_SIZE) {
+                r = got_n < 0 ? (int)got_n : -EIO; /* -EIO: a transport that overran */
                 *why = "could not read the response";
                 goto fail;
             }

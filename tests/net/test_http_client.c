@@ -1101,6 +1101,12 @@ TEST(needs_a_fiber)
     CHECK(weir_http_client_new(&(weir_http_client_opts){.max_conns = -1}) == NULL);
     CHECK_EQ(errno, EINVAL);
     CHECK(weir_http_client_new(&(weir_http_client_opts){.idle_ms = -5}) == NULL);
+    CHECK(weir_http_client_new(&(weir_http_client_opts){.bearer_token = "a b"}) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    setenv("WEIR_AUTH_TOKEN", "tok\r\nX-Evil: 1", 1);
+    CHECK(weir_http_client_new(NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    unsetenv("WEIR_AUTH_TOKEN");
     weir_http_client_free(NULL);
 }
 
