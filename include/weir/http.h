@@ -647,7 +647,10 @@ const weir_http_str *weir_http_req_header(const weir_http_req *r, const char *na
  * than cap bytes, -EBADMSG for bad %-escapes or a NUL. */
 ssize_t weir_http_req_query(const weir_http_req *r, const char *name, char *buf, size_t cap);
 /* The body parsed as JSON (a new reference the caller decrefs), or NULL
- * with a message in err (may be NULL) when it is not JSON. */
+ * with a message in err (may be NULL) when it is not JSON or is nested
+ * deeper than WEIR_HTTP_JSON_MAX_DEPTH (the parser recurses per level, on
+ * the connection's fiber stack). */
+#define WEIR_HTTP_JSON_MAX_DEPTH 64
 struct json_t *weir_http_req_json(const weir_http_req *r, char *err, size_t errcap);
 
 /* Percent-decode s[0..n) into out (cap bytes, NUL added): the decoded length,

@@ -59,6 +59,7 @@
 
 #define RBUF_SIZE     (16u << 10)
 #define FILE_CHUNK    (64u << 10)
+#define OUT_KEEP      (64u << 10) /* answers buffered before a flush; buffer kept between */
 #define MAX_LISTENERS 64
 #define REJECTING     64 /* 503 answers in flight at once */
 
@@ -133,7 +134,8 @@ typedef struct conn {
     struct conn *prev, *next;
     weir_http_server *s;
     int fd;
-    int busy; /* under s->lock */
+    int busy;   /* under s->lock */
+    int linger; /* close gracefully: the client may still be sending */
     weir_task *task;
     char peer[WEIR_NET_ADDRSTRLEN];
     weir_http_parser p;
@@ -172,13 +174,13 @@ static int lower(int c)
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
-/* Compare in time independent of where the first difference is. */
+/* Compare a (sent by the client) with the secret b in time that depends on
+ * b's length only: neither where they differ nor a's length shows. */
 static int ct_equal(const char *a, size_t an, const char *b, size_t bn)
 {
     unsigned char d = an != bn;
-    size_t n = an < bn ? an : bn;
-    for (size_t i = 0; i < n; i++)
-        d |= (unsigned char)(a[i] ^ b[i]);
+    for (size_t i = 0; i < bn; i++)
+        d |= (unsigned char)((i < an ? a[i] : 0) ^ b[i]);
     return d == 0;
 }
 
@@ -192,6 +194,19 @@ static int method_index(weir_http_str m)
 
 /* "Sun, 06 Nov 1994 08:49:37 GMT", formatted once a second per thread. No
  * suspension inside, so the thread-local is the running thread's. */
+/* RFC 9110 IMF-fixdate, by hand: strftime's %a and %b follow LC_TIME. */
+static size_t http_date(time_t t, char *out /* >= 30 */)
+{
+    static const char days[] = "SunMonTueWedThuFriSat";
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    int n = snprintf(out, 30, "%.3s, %02d %.3s %04d %02d:%02d:%02d GMT", days + 3 * tm.tm_wday,
+                     tm.tm_mday, months + 3 * tm.tm_mon, tm.tm_year + 1900, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec);
+    return n > 0 && n < 30 ? (size_t)n : 0;
+}
+
 static __attribute__((noinline)) void put_date(weir_http_buf *b)
 {
     static __thread time_t last;
@@ -199,9 +214,10 @@ static __attribute__((noinline)) void put_date(weir_http_buf *b)
     static __thread size_t len;
     time_t now = time(NULL);
     if (now != last) {
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        len = strftime(line, sizeof(line), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        memcpy(line, "Date: ", 6);
+        size_t n = http_date(now, line + 6);
+        memcpy(line + 6 + n, "\r\n", 2);
+        len = 8 + n;
         last = now;
     }
     weir_http_put_raw(b, line, len);
@@ -287,8 +303,39 @@ const weir_http_str *weir_http_req_header(const weir_http_req *r, const char *na
     return i < 0 ? NULL : &r->headers[i].value;
 }
 
+/* Is JSON text nested at most max deep? jansson's parser recurses once per
+ * level (up to 2048), and a handler runs on a connection's fiber stack: a
+ * 2 KB body of brackets must not be able to overflow it. */
+static int json_depth_ok(const uint8_t *p, size_t n, int max)
+{
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = p[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = 0;
+        } else if (ch == '"') {
+            in_str = 1;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > max)
+                return 0;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return 1;
+}
+
 json_t *weir_http_req_json(const weir_http_req *r, char *err, size_t errcap)
 {
+    if (r && !json_depth_ok(r->body, r->body_len, WEIR_HTTP_JSON_MAX_DEPTH)) {
+        if (err && errcap)
+            snprintf(err, errcap, "request body is not JSON: nested deeper than %d levels",
+                     WEIR_HTTP_JSON_MAX_DEPTH);
+        return NULL;
+    }
     json_error_t e;
     json_t *v = r ? json_loadb((const char *)r->body, r->body_len, JSON_REJECT_DUPLICATES, &e)
                   : NULL;
@@ -746,50 +793,45 @@ static void add_allow(conn *c, const char *m)
     snprintf(c->allow + n, sizeof(c->allow) - n, "%s%s", n ? ", " : "", m);
 }
 
-/* Find the route for the request in c->req; sets c->rt or c->early_status. */
+/* Find the route for the request in c->req; sets c->rt or c->early_status.
+ * HEAD takes the first route, in registration order, that serves HEAD, GET
+ * or any method (its body is dropped). */
 static void route_request(conn *c)
 {
     weir_http_server *s = c->s;
     weir_http_req *q = &c->req;
     c->allow[0] = '\0';
     int head = str_eq(q->method, "HEAD");
-    const route *get_fallback = NULL;
-    weir_http_req fallback_req;
     int path_matched = 0;
     for (const route *r = s->routes; r; r = r->next) {
         if (!match(r, q->path.p, q->path.len, q))
             continue;
         path_matched = 1;
-        if (method_ok(r, q->method)) {
+        if (method_ok(r, q->method) || (head && strcmp(r->method, "GET") == 0)) {
             c->rt = r;
             return;
-        }
-        if (head && !get_fallback && str_eq((weir_http_str){"GET", 3}, r->method)) {
-            get_fallback = r;
-            fallback_req = *q;
         }
         add_allow(c, r->method);
         if (strcmp(r->method, "GET") == 0)
             add_allow(c, "HEAD");
     }
-    if (get_fallback) {
-        *q = fallback_req;
-        c->rt = get_fallback;
-        return;
-    }
     q->nparams = 0;
-    if (str_eq(q->method, "OPTIONS") && (path_matched || str_eq(q->target, "*"))) {
+    if (str_eq(q->method, "OPTIONS") && path_matched) {
         c->early_status = 204; /* CORS preflight / capability query */
         return;
     }
     c->early_status = path_matched ? 405 : 404;
 }
 
+/* Does the request carry the token? Exempt: public routes, and OPTIONS the
+ * server answers itself (a CORS preflight carries no credentials); an
+ * OPTIONS that reaches a handler (a route for any method, or for OPTIONS)
+ * needs the token like any other request. */
 static int authorized(conn *c)
 {
     weir_http_server *s = c->s;
     if (!s->token || (c->rt && (c->rt->flags & WEIR_HTTP_PUBLIC)) ||
-        str_eq(c->req.method, "OPTIONS"))
+        (!c->rt && c->early_status == 204))
         return 1;
     const weir_http_str *a = weir_http_header_get(&c->p, "authorization");
     if (!a || a->len < 7)
@@ -809,9 +851,8 @@ static int authorized(conn *c)
  * measured: with io_uring it costs more CPU per request than letting the
  * send ride the ring's batched submission, and the epoll backend already
  * tries the send at once.) */
-static ssize_t send_all(conn *c, const void *p, size_t n)
+static ssize_t send_all(conn *c, const void *p, size_t n, int64_t deadline)
 {
-    int64_t deadline = after_ms(c->s->o.write_timeout_ms);
     size_t done = 0;
     while (done < n) {
         ssize_t w = weir_io_send(c->fd, (const char *)p + done, n - done, MSG_NOSIGNAL, deadline);
@@ -828,8 +869,11 @@ static int flush(conn *c)
 {
     if (c->out.len == 0)
         return 0;
-    ssize_t w = send_all(c, c->out.p, c->out.len);
-    weir_http_buf_reset(&c->out);
+    ssize_t w = send_all(c, c->out.p, c->out.len, after_ms(c->s->o.write_timeout_ms));
+    if (c->out.cap > OUT_KEEP) /* a big answer went out: do not keep its buffer */
+        weir_http_buf_close(&c->out);
+    else
+        weir_http_buf_reset(&c->out);
     if (w == -ETIMEDOUT)
         atomic_fetch_add(&c->s->timeouts, 1);
     return w < 0 ? (int)w : 0;
@@ -968,7 +1012,9 @@ static void serve_static(conn *c, const route *r)
             q++;
         char *e = strchr(q, '/');
         size_t len = e ? (size_t)(e - q) : strlen(q);
-        if ((len == 1 && q[0] == '.') || (len == 2 && q[0] == '.' && q[1] == '.')) {
+        /* ".", "..", and hidden files (".git", ".env": never meant to be
+         * served) are all refused. */
+        if (len >= 1 && q[0] == '.') {
             answer_plain(c, 404, "not found", 0);
             return;
         }
@@ -998,11 +1044,9 @@ static void serve_static(conn *c, const route *r)
     }
     weir_http_res *res = &c->res;
     put_head(c, res, 200, content_type_of(rel));
-    char lm[64];
-    struct tm tm;
-    gmtime_r(&st.st_mtime, &tm);
-    strftime(lm, sizeof(lm), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    weir_http_put_header(&c->out, "Last-Modified", lm);
+    char lm[32];
+    if (http_date(st.st_mtime, lm))
+        weir_http_put_header(&c->out, "Last-Modified", lm);
     put_length(&c->out, (uint64_t)st.st_size);
     res->done = 1;
     res->status = 200;
@@ -1021,6 +1065,9 @@ static int send_file(conn *c)
     int fd = r->file_fd;
     r->file_fd = -1;
     int e = flush(c);
+    /* One deadline for the whole file: a client reading a piece just before
+     * each write would time out can not stretch it. */
+    int64_t deadline = after_ms(c->s->o.write_timeout_ms);
     char *buf = e ? NULL : malloc(FILE_CHUNK);
     uint64_t off = 0;
     if (!e && !buf)
@@ -1032,9 +1079,12 @@ static int send_file(conn *c)
             e = n < 0 ? (int)n : -EIO; /* the file shrank: the length is a lie now */
             break;
         }
-        ssize_t w = send_all(c, buf, (size_t)n);
-        if (w < 0)
+        ssize_t w = send_all(c, buf, (size_t)n, deadline);
+        if (w < 0) {
             e = (int)w;
+            if (w == -ETIMEDOUT)
+                atomic_fetch_add(&c->s->timeouts, 1);
+        }
         off += (uint64_t)n;
     }
     free(buf);
@@ -1054,7 +1104,14 @@ static void serve_metrics(conn *c, const route *r)
 }
 
 /* The head is complete: fill c->req, route, authenticate. */
-static void on_head(conn *c)
+/* Does the request announce body bytes? (Content-Length: 0 does not.) */
+static int has_body(const weir_http_parser *p)
+{
+    return p->body == WEIR_HTTP_BODY_CHUNKED ||
+           (p->body == WEIR_HTTP_BODY_LENGTH && p->content_length > 0);
+}
+
+static void on_head(conn *c, int body_buffered)
 {
     weir_http_server *s = c->s;
     weir_http_parser *p = &c->p;
@@ -1078,15 +1135,25 @@ static void on_head(conn *c)
     /* origin-form "/p?q"; absolute-form "http://host/p?q"; "*" for OPTIONS. */
     const char *t = p->target.p, *end = t + p->target.len;
     if (p->target.len > 7 && (strncasecmp(t, "http://", 7) == 0 || strncasecmp(t, "https://", 8) == 0)) {
-        const char *a = t + (lower(t[4]) == 's' ? 8 : 7);
-        const char *sl = memchr(a, '/', (size_t)(end - a));
-        t = sl ? sl : "/";
-        if (!sl)
-            end = t + 1;
+        const char *a = t + (lower(t[4]) == 's' ? 8 : 7), *sl = a;
+        while (sl < end && *sl != '/' && *sl != '?')
+            sl++;
+        if (sl < end && *sl == '/') {
+            t = sl;
+        } else { /* no path: "/" with whatever query follows */
+            static const char root[] = "/";
+            q->path = (weir_http_str){root, 1};
+            q->query = sl < end ? (weir_http_str){sl + 1, (size_t)(end - sl - 1)}
+                                : (weir_http_str){"", 0};
+            goto routed_path;
+        }
     }
-    const char *qm = memchr(t, '?', (size_t)(end - t));
-    q->path = (weir_http_str){t, (size_t)((qm ? qm : end) - t)};
-    q->query = qm ? (weir_http_str){qm + 1, (size_t)(end - qm - 1)} : (weir_http_str){"", 0};
+    {
+        const char *qm = memchr(t, '?', (size_t)(end - t));
+        q->path = (weir_http_str){t, (size_t)((qm ? qm : end) - t)};
+        q->query = qm ? (weir_http_str){qm + 1, (size_t)(end - qm - 1)} : (weir_http_str){"", 0};
+    }
+routed_path:
     if (str_eq(p->target, "*")) {
         c->early_status = str_eq(p->method, "OPTIONS") ? 204 : 400;
         c->allow[0] = '\0';
@@ -1107,8 +1174,12 @@ static void on_head(conn *c)
     const weir_http_str *ex = weir_http_header_get(p, "expect");
     if (ex && !c->early_status) {
         if (ex->len == 12 && strncasecmp(ex->p, "100-continue", 12) == 0) {
-            if (p->version_minor == 1 && p->body != WEIR_HTTP_BODY_NONE)
-                send_all(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            /* After the answers before it, and only when the client is
+             * waiting for it (no body bytes arrived yet). */
+            if (p->version_minor == 1 && has_body(p) && !body_buffered) {
+                weir_http_put_raw(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+                flush(c);
+            }
         } else {
             c->early_status = 417;
             c->early_msg = "unsupported Expect";
@@ -1187,6 +1258,27 @@ static int set_busy(conn *c, int busy)
 /* When a phase's deadline passes: idle (close quietly), head, body (408). */
 enum { PHASE_IDLE, PHASE_HEAD, PHASE_BODY };
 
+/* A server-made error answer outside a request it could parse (a malformed
+ * head, a deadline): nothing of the previous request's answer applies, and
+ * the connection closes after it, gracefully (the client may be sending). */
+static void answer_and_close(conn *c, int status, const char *msg)
+{
+    c->res.head_only = 0;
+    c->res.close = 1;
+    c->linger = 1;
+    answer_plain(c, status, msg, 1);
+    flush(c);
+}
+
+/* Only CR/LF in d[0..n)? (Clients may send a stray CRLF after a body.) */
+static int only_crlf(const uint8_t *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (d[i] != '\r' && d[i] != '\n')
+            return 0;
+    return 1;
+}
+
 static void serve(conn *c)
 {
     weir_http_server *s = c->s;
@@ -1203,9 +1295,7 @@ static void serve(conn *c)
         weir_http_event ev;
         ssize_t n = weir_http_parse(p, c->rbuf + pos, have - pos, &ev);
         if (n < 0) {
-            c->res.close = 1;
-            answer_plain(c, weir_http_error_status((int)n), weir_http_parser_reason(p), 1);
-            flush(c);
+            answer_and_close(c, weir_http_error_status((int)n), weir_http_parser_reason(p));
             return;
         }
         pos += (size_t)n;
@@ -1214,6 +1304,9 @@ static void serve(conn *c)
             if (flush(c) < 0)
                 return;
             pos = have = 0;
+            /* Between requests, and every answer is out: the connection is
+             * idle now, which a stop may see (and cancel it), or which it
+             * sees stop. */
             if (phase == PHASE_IDLE && !set_busy(c, 0))
                 return;
             if (!deadline)
@@ -1222,12 +1315,9 @@ static void serve(conn *c)
             if (got == -ETIMEDOUT) {
                 if (phase != PHASE_IDLE) {
                     atomic_fetch_add(&s->timeouts, 1);
-                    c->res.close = 1;
-                    answer_plain(c, 408,
-                                 phase == PHASE_HEAD ? "request head took too long"
-                                                     : "request body took too long",
-                                 1);
-                    flush(c);
+                    answer_and_close(c, 408,
+                                     phase == PHASE_HEAD ? "request head took too long"
+                                                         : "request body took too long");
                 }
                 return;
             }
@@ -1235,23 +1325,27 @@ static void serve(conn *c)
                 return; /* EOF, reset, cancelled */
             have = (size_t)got;
             if (phase == PHASE_IDLE) {
+                /* A stop that saw us idle cancelled us: end before touching
+                 * the request, so the client may safely send it again. */
+                if (!set_busy(c, 1))
+                    return;
                 phase = PHASE_HEAD;
                 deadline = 0;
                 if (s->m_dur)
                     c->t0 = weir_time_now();
-                set_busy(c, 1);
             }
             break;
         }
         case WEIR_HTTP_HEAD:
             begin_response(c, p->keep_alive);
-            on_head(c);
+            on_head(c, pos < have);
             phase = PHASE_BODY;
             deadline = 0;
-            if (c->early_status && p->body != WEIR_HTTP_BODY_NONE) {
+            if (c->early_status && has_body(p)) {
                 /* Refused before its body: answer, and close rather than
                  * read a body nobody wants. */
                 c->res.close = 1;
+                c->linger = 1;
                 answer_plain(c, c->early_status, c->early_msg, 1);
                 flush(c);
                 return;
@@ -1259,15 +1353,15 @@ static void serve(conn *c)
             break;
         case WEIR_HTTP_BODY:
             if (on_body(c, ev.data, ev.len) < 0) {
-                c->res.close = 1;
-                answer_plain(c, 500, "out of memory", 1);
-                flush(c);
+                answer_and_close(c, 500, "out of memory");
                 return;
             }
             break;
         case WEIR_HTTP_DONE: {
             on_done(c);
-            int close = c->res.close;
+            /* No answer (out of memory writing it): the next answer would
+             * go to the wrong request. Close instead. */
+            int close = c->res.close || !c->res.done;
             if (c->res.file_fd >= 0 && send_file(c) < 0)
                 return;
             if (c->bcap > (64u << 10)) { /* do not keep a big body buffer around */
@@ -1280,16 +1374,18 @@ static void serve(conn *c)
                 return;
             }
             deadline = 0;
+            if (pos < have && only_crlf(c->rbuf + pos, have - pos))
+                pos = have; /* a stray CRLF is not a request */
             if (pos < have) { /* a pipelined request follows */
                 phase = PHASE_HEAD;
                 if (s->m_dur)
                     c->t0 = weir_time_now();
-            } else {
-                phase = PHASE_IDLE;
-                if (!set_busy(c, 0)) {
-                    flush(c);
+                /* Answers wait to go out together, up to a bound: a burst of
+                 * pipelined requests cannot pile up answers in memory. */
+                if (c->out.len >= OUT_KEEP && flush(c) < 0)
                     return;
-                }
+            } else {
+                phase = PHASE_IDLE; /* idle once the answer is out (NEED_MORE) */
             }
             break;
         }
@@ -1337,7 +1433,10 @@ static intptr_t conn_main(void *arg)
         pthread_mutex_unlock(&s->lock);
         weir_task_unref(c->task);
     }
-    weir_io_close(c->fd);
+    if (c->linger) /* an error answer: let the client read it before the close */
+        weir_net_close_graceful(c->fd, after_ms(1000));
+    else
+        weir_io_close(c->fd);
     atomic_fetch_sub(&s->open, 1);
     if (s->m_conns)
         weir_gauge_dec(s->m_conns);
@@ -1362,13 +1461,12 @@ static intptr_t reject_main(void *arg)
 {
     conn *c = arg;
     weir_http_server *s = c->s;
-    if (send_all(c, busy_503, sizeof(busy_503) - 1) >= 0)
+    if (send_all(c, busy_503, sizeof(busy_503) - 1, after_ms(1000)) >= 0)
         weir_net_close_graceful(c->fd, after_ms(1000));
     else
         weir_io_close(c->fd);
     atomic_fetch_sub(&s->rejecting, 1);
     free(c);
-    weir_waitgroup_done(s->wg);
     server_unref(s);
     return 0;
 }
@@ -1381,15 +1479,15 @@ static void reject(weir_http_server *s, int fd)
     if (atomic_fetch_add(&s->rejecting, 1) < REJECTING && (c = malloc(sizeof(*c))) != NULL) {
         c->s = s;
         c->fd = fd;
+        /* A reference, not the waitgroup: stop() does not wait for these
+         * (they end within a second), the server's memory stays for them. */
         atomic_fetch_add(&s->refs, 1);
-        weir_waitgroup_add(s->wg, 1);
         weir_task *t = weir_task_spawn(reject_main, c,
                                        &(weir_spawn_opts){.name = "http-reject", .stack_size = 16384});
         if (t) {
             weir_task_detach(t);
             return;
         }
-        weir_waitgroup_done(s->wg);
         atomic_fetch_sub(&s->refs, 1);
         free(c);
     }
@@ -1471,14 +1569,17 @@ int weir_http_server_start(weir_http_server *s)
     if (!fiber_caller())
         return -EINVAL;
     pthread_mutex_lock(&s->lock);
-    int again = s->started;
-    s->started = 1;
+    int again = s->started, stopped = atomic_load(&s->stopping);
+    if (!again && !stopped)
+        s->started = 1;
     pthread_mutex_unlock(&s->lock);
+    if (stopped)
+        return -ESHUTDOWN;
     if (again)
         return -EBUSY;
     weir_rt *rt = weir_rt_current();
     int threads = rt ? weir_rt_threads(rt) : 1;
-    int n = s->o.listeners ? s->o.listeners : threads;
+    int n = s->o.listeners ? s->o.listeners : threads < MAX_LISTENERS ? threads : MAX_LISTENERS;
     weir_listen_opts lo = {.backlog = 4096, .reuseport = n > 1};
     int port = s->o.port, e = 0, i;
     for (i = 0; i < n; i++) {
@@ -1494,6 +1595,9 @@ int weir_http_server_start(weir_http_server *s)
     if (e) {
         while (i-- > 0)
             close(s->acc[i].lfd);
+        pthread_mutex_lock(&s->lock);
+        s->started = 0; /* nothing runs: may be started again (another port...) */
+        pthread_mutex_unlock(&s->lock);
         return e;
     }
     s->port = port;
@@ -1506,11 +1610,12 @@ int weir_http_server_start(weir_http_server *s)
         s->acceptors[i] = weir_task_spawn(accept_main, &s->acc[i], &so);
         if (!s->acceptors[i]) {
             e = -errno;
-            close(s->acc[i].lfd);
             weir_waitgroup_done(s->wg);
             atomic_fetch_sub(&s->refs, 1);
+            for (int j = i; j < n; j++) /* the ones no accept loop owns */
+                close(s->acc[j].lfd);
             s->nlisten = i;
-            weir_http_server_stop(s, WEIR_FOREVER);
+            weir_http_server_stop(s, WEIR_FOREVER); /* the loops that run close theirs */
             return e;
         }
     }
@@ -1532,6 +1637,12 @@ int weir_http_server_stop(weir_http_server *s, int64_t deadline)
     if (!fiber_caller())
         return -EINVAL;
     pthread_mutex_lock(&s->lock);
+    weir_task *self = weir_task_current();
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->task == self) { /* a handler would wait for its own connection */
+            pthread_mutex_unlock(&s->lock);
+            return -EDEADLK;
+        }
     int first = s->started && !atomic_load(&s->stopping);
     atomic_store(&s->stopping, 1);
     if (first)

@@ -158,6 +158,36 @@ static int h_slow(weir_http_req *req, weir_http_res *res, void *arg)
     return weir_http_res_text(res, 200, "slept");
 }
 
+/* 64 KiB of a pattern: answers big enough to need several sends. */
+static int h_big(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    size_t n = (size_t)(intptr_t)arg;
+    char *b = malloc(n);
+    CHECK(b != NULL);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)('a' + i % 26);
+    int e = weir_http_res_send(res, 200, "text/plain", b, n);
+    free(b);
+    return e;
+}
+
+static int h_any(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)arg;
+    handler_runs++;
+    return weir_http_res_text(res, 200, "TOP-SECRET");
+}
+
+static int h_stop_self(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    int e = weir_http_server_stop(req->server, after_ms(100));
+    char msg[32];
+    snprintf(msg, sizeof(msg), "%d", e);
+    return weir_http_res_text(res, 200, msg);
+}
+
 /* ---- a raw client --------------------------------------------------------------------- */
 static ssize_t send_str(int fd, const char *s, size_t n)
 {
@@ -340,6 +370,10 @@ static weir_http_server *make_server(const weir_http_server_opts *o)
     CHECK_EQ(weir_http_route(s, "GET", "/twice", h_twice, NULL, 0), 0);
     CHECK_EQ(weir_http_route(s, "GET", "/slow", h_slow, (void *)(intptr_t)300, 0), 0);
     CHECK_EQ(weir_http_route(s, "GET", "/health", h_hello, NULL, WEIR_HTTP_PUBLIC), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/big", h_big, (void *)(intptr_t)(64 << 10), 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/huge", h_big, (void *)(intptr_t)(8 << 20), 0), 0);
+    CHECK_EQ(weir_http_route(s, NULL, "/any", h_any, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/stop-self", h_stop_self, NULL, 0), 0);
     CHECK_EQ(weir_http_server_start(s), 0);
     CHECK_GT(weir_http_server_port(s), 0);
     return s;
@@ -455,6 +489,33 @@ static intptr_t routes_main(void *arg)
     CHECK_EQ(r.status, 400);
     CHECK(strstr(r.body, "not JSON") != NULL);
 
+    /* JSON nested deeper than the bound is refused, not parsed (the parser
+     * recurses per level on the connection's stack). */
+    {
+        static char deep[4200];
+        int o = snprintf(deep, sizeof(deep),
+                         "POST /sum HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n");
+        memset(deep + o, '[', 1000);
+        memset(deep + o + 1000, ']', 1000);
+        CHECK_EQ(exchange(port, deep, (size_t)o + 2000, &r, NULL), 0);
+        CHECK_EQ(r.status, 400);
+        CHECK(strstr(r.body, "nested deeper than 64") != NULL);
+    }
+    /* Absolute-form: the authority ends at '/' or '?'. */
+    q = "GET http://h?x=/files/a HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(r.status, 404); /* path "/", not "/files/a" */
+    /* A refused request with Content-Length: 0 keeps the connection. */
+    int closed = 0;
+    q = "POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, &closed), 0);
+    CHECK_EQ(r.status, 404);
+    CHECK(!closed);
+    /* A handler stopping its own server would wait for itself. */
+    q = "GET /stop-self HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
+    CHECK_EQ(atoi(r.body), -EDEADLK);
+
     /* Routes cannot change once started; bad patterns are refused. */
     CHECK_EQ(weir_http_route(s, "GET", "/late", h_hello, NULL, 0), -EBUSY);
     finish(s);
@@ -472,6 +533,8 @@ static intptr_t routes_main(void *arg)
     CHECK_EQ(weir_http_route_static(b, "/s", "/tmp", 0), -EINVAL);
     CHECK_EQ(weir_http_route_static(b, "/s/*", "/nonexistent-dir-weir", 0), -ENOENT);
     CHECK_EQ(weir_http_server_port(b), -ENOTCONN);
+    CHECK_EQ(weir_http_server_stop(b, after_ms(10)), 0); /* stopped before started: */
+    CHECK_EQ(weir_http_server_start(b), -ESHUTDOWN);     /* cannot start any more */
     weir_http_server_free(b);
     errno = 0;
     CHECK(weir_http_server_new(&(weir_http_server_opts){.port = 70000}) == NULL);
@@ -551,6 +614,59 @@ static intptr_t keepalive_main(void *arg)
     weir_http_parser_close(&p);
     weir_io_close(fd);
 
+    /* A burst of pipelined requests for big answers: all come back, in
+     * order (the server flushes as answers pile up instead of buffering
+     * them all). */
+    fd = connect_to(port);
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    have = 0;
+    {
+        static char burst[64 * 32];
+        size_t o = 0;
+        for (int i = 0; i < 64; i++)
+            o += (size_t)snprintf(burst + o, sizeof(burst) - o, "%s",
+                                  i % 8 == 7 ? "GET /users/1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                                             : "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+        CHECK_EQ(send_str(fd, burst, o), (ssize_t)o);
+        for (int i = 0; i < 64; i++) {
+            CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+            CHECK_EQ(r.status, 200);
+            if (i % 8 == 7)
+                CHECK_STR(r.body, "{\"id\":\"1\",\"post\":\"\"}");
+            else
+                CHECK(strstr(r.head, "Content-Length: 65536\n") != NULL);
+        }
+    }
+    /* 100-continue: never ahead of earlier answers, and not sent when the
+     * body is already here. */
+    const char *cont = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"
+                       "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 5\r\n\r\nhello";
+    CHECK_EQ(send_str(fd, cont, strlen(cont)), (ssize_t)strlen(cont));
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "Hello, World!");
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "hello");
+    /* A 100 when the client waits for it: then the final answer. */
+    cont = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+    CHECK_EQ(send_str(fd, cont, strlen(cont)), (ssize_t)strlen(cont));
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_EQ(r.status, 100);
+    CHECK_EQ(send_str(fd, "abc", 3), 3);
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "abc");
+    /* A malformed request after a HEAD gets its error body. */
+    const char *hm = "HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\nBAD\r\n\r\n";
+    CHECK_EQ(send_str(fd, hm, strlen(hm)), (ssize_t)strlen(hm));
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 1), 0);
+    CHECK_EQ(r.body_len, 0);
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_EQ(r.status, 400);
+    CHECK(strstr(r.body, "\"status\":400") != NULL);
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+
     /* HTTP/1.0: closes unless asked to keep alive. */
     reply r10;
     int closed = 0;
@@ -565,8 +681,8 @@ static intptr_t keepalive_main(void *arg)
 
     weir_http_server_stats st;
     weir_http_server_stats_get(s, &st);
-    CHECK_EQ(st.accepted, 3);
-    CHECK_EQ(st.requests, 26);
+    CHECK_EQ(st.accepted, 4);
+    CHECK_EQ(st.requests, 26 + 64 + 2 + 1 + 2);
     finish(s);
     return 0;
 }
@@ -693,6 +809,23 @@ static intptr_t malformed_main(void *arg)
     CHECK_GE(weir_time_now() - t0, 350 * WEIR_MSEC);
     weir_io_close(fd);
 
+    /* A stray CRLF after a request is not the start of a slow head: the
+     * connection idles and closes quietly (no 408). */
+    fd = connect_to(port);
+    q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi\r\n";
+    CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    have = 0;
+    CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+    CHECK_STR(r.body, "hi");
+    {
+        char rest[256];
+        ssize_t got = weir_io_recv(fd, rest, sizeof(rest), 0, after_ms(3000));
+        CHECK_EQ(got, 0); /* EOF, no 408 */
+    }
+    weir_http_parser_close(&p);
+    weir_io_close(fd);
+
     /* A client that vanishes mid-request costs nothing. */
     fd = connect_to(port);
     q = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc";
@@ -748,6 +881,13 @@ static intptr_t auth_main(void *arg)
              200);
     CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* public */
     CHECK_EQ(get_status(port, "OPTIONS /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 204); /* preflight */
+    /* ... but an OPTIONS that would reach a handler needs the token. */
+    int before = handler_runs;
+    CHECK_EQ(get_status(port, "OPTIONS /any HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
+    CHECK_EQ(handler_runs, before);
+    CHECK_EQ(get_status(port, "OPTIONS /any HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "s3cret-token\r\n\r\n"),
+             200);
     finish(s);
 
     /* The explicit token wins; an empty variable means no auth. */
@@ -798,6 +938,8 @@ static void make_tree(void)
     write_file(p, "sub/page.css", "body{}");
     write_file(p, "sub/index.html", "sub index");
     write_file(p, "my file.txt", "spaced");
+    write_file(p, ".env", "SECRET=top secret");
+    write_file(p, "sub/.hidden", "top secret");
     /* A big file, streamed in several chunks. */
     enum { BIG = 300000 };
     char *big = malloc(BIG);
@@ -858,6 +1000,8 @@ static intptr_t static_main(void *arg)
         {"/assets/out.txt", 404, NULL, NULL},               /* symlink out */
         {"/assets/up/secret.txt", 404, NULL, NULL},         /* symlinked dir out */
         {"/assets/a%00b", 400, NULL, NULL},
+        {"/assets/.env", 404, NULL, NULL},                  /* hidden files */
+        {"/assets/sub/.hidden", 404, NULL, NULL},
         {"/assets/%zz", 400, NULL, NULL},
         {"/api/ping", 200, "Hello, World!", NULL},         /* earlier route wins */
         {"/deep/link/route", 200, "<h1>home</h1>", "text/html"}, /* SPA fallback */
@@ -1020,6 +1164,44 @@ static intptr_t slow_client_main(void *arg)
     return 0;
 }
 
+typedef struct big_reader {
+    int fd, err;
+    size_t body;
+} big_reader;
+
+static intptr_t big_reader_main(void *arg)
+{
+    big_reader *br = arg;
+    weir_http_parser p;
+    weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+    static char buf[65536];
+    size_t have = 0;
+    for (;;) {
+        weir_http_event ev;
+        ssize_t n = weir_http_parse(&p, buf, have, &ev);
+        if (n < 0) {
+            br->err = (int)n;
+            break;
+        }
+        if (ev.kind == WEIR_HTTP_BODY)
+            br->body += ev.len;
+        memmove(buf, buf + n, have - (size_t)n);
+        have -= (size_t)n;
+        if (ev.kind == WEIR_HTTP_DONE)
+            break;
+        if (ev.kind == WEIR_HTTP_NEED_MORE) {
+            ssize_t got = weir_io_recv(br->fd, buf, sizeof(buf), 0, after_ms(5000));
+            if (got <= 0) {
+                br->err = got ? (int)got : -ECONNRESET;
+                break;
+            }
+            have = (size_t)got;
+        }
+    }
+    weir_http_parser_close(&p);
+    return 0;
+}
+
 static intptr_t stop_main(void *arg)
 {
     (void)arg;
@@ -1043,6 +1225,24 @@ static intptr_t stop_main(void *arg)
     CHECK_EQ(weir_io_recv(idle, &c, 1, 0, after_ms(2000)), 0);
     weir_io_close(idle);
     CHECK_LT(weir_net_connect("127.0.0.1", port, after_ms(1000)), 0); /* not listening */
+    weir_http_server_free(s);
+
+    /* Graceful, with an 8 MiB answer stuck in the socket (the client reads
+     * only after stop began): the whole answer still arrives. */
+    s = make_server(NULL);
+    {
+        int fd = connect_to(weir_http_server_port(s));
+        const char *q = "GET /huge HTTP/1.1\r\nHost: x\r\n\r\n";
+        CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+        weir_time_sleep(100 * WEIR_MSEC); /* the server is blocked writing */
+        big_reader br = {.fd = fd};
+        weir_task *rt = test_spawn(big_reader_main, &br);
+        CHECK_EQ(weir_http_server_stop(s, after_ms(10000)), 0);
+        CHECK_EQ(weir_task_join(rt, NULL, WEIR_FOREVER), 0);
+        CHECK_EQ(br.err, 0);
+        CHECK_EQ(br.body, 8 << 20);
+        weir_io_close(fd);
+    }
     weir_http_server_free(s);
 
     /* Forced: the deadline passes, the handler is cancelled. */
