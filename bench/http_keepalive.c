@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_keepalive.c - the weir side of the HTTP keep-alive benchmark: the
- * "Hello, World!" server of examples/hello_http.h on one thread, a fiber
+ * "Hello, World!" server of bench/hello_http.h on one thread, a fiber
  * per connection. bench/run starts it, drives it with wrk and reads its CPU
  * time; it serves until SIGTERM or SIGINT, which it receives through a
  * signalfd read by a fiber (so shutdown is an ordinary cancellation).
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <sys/signalfd.h>
 
-#include "../examples/hello_http.h"
+#include "hello_http.h"
 
 static int server_main(int argc, char **argv)
 {

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hello_http.h - a minimal HTTP/1.1 keep-alive "Hello, World!" server on
- * weir fibers, shared by the demo (examples/demo.c) and the http_keepalive
- * benchmark. Not a real HTTP server (that is the net layer's job): it reads
+ * hello_http.h - a minimal HTTP/1.1 keep-alive "Hello, World!" responder on
+ * weir fibers for the http_keepalive benchmark: the runtime's own cost,
+ * beside the same hand-rolled responder in libuv, Tokio and Go. Not an HTTP
+ * server (weir/http.h has that, measured by http_server): it reads
  * until the blank line ending each request header, ignores bodies, and
  * answers every request with the same small response. It handles
  * pipelined requests and closes on EOF, error or an oversized header.
  */
-#ifndef WEIR_EXAMPLES_HELLO_HTTP_H
-#define WEIR_EXAMPLES_HELLO_HTTP_H
+#ifndef WEIR_BENCH_HELLO_HTTP_H
+#define WEIR_BENCH_HELLO_HTTP_H
 
 #include <arpa/inet.h>
 #include <errno.h>
