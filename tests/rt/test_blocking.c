@@ -827,7 +827,10 @@ TEST(discard_queued_jobs_at_loop_free)
     weir_loop_free(l);
     CHECK_EQ(q.result, -ECANCELED);
     CHECK_EQ(w.result, -ECANCELED);
-    CHECK_EQ(h.result, -ECANCELED);
+    /* The holder's job ends as soon as the two discards happen, and the
+     * free cancels the tasks one by one: its waiter may see the job's
+     * result (3) before its own cancel arrives. Either way the job ran. */
+    CHECK(h.result == -ECANCELED || h.result == 3);
     CHECK_EQ(q.discarded_at_return, 1);
     CHECK_EQ(w.discarded_at_return, 1);
     CHECK_EQ(owned_check(3), 2);
