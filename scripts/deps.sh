@@ -8,8 +8,8 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential cmake pkg-config clang
-  # I/O backend; JSON for the HTTP server (jansson)
-  liburing-dev libjansson-dev
+  # I/O backend; JSON for the HTTP server (jansson); key hashing (xxHash)
+  liburing-dev libjansson-dev libxxhash-dev
   # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer)
   libclang-rt-14-dev
   # demo / benchmarks: load generator and peers

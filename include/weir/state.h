@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * weir/state.h - keyed state: key groups, the state backend interface, and
+ * the in-memory backend.
+ *
+ * Key groups. Keyed state is split into WEIR_KEY_GROUPS (128) key groups: a
+ * key's group is its 64-bit hash (weir_key_hash: XXH3, stable across
+ * processes, machines and weir versions) modulo the group count, and the
+ * groups are dealt to the subtasks of a keyed operator in contiguous ranges
+ * (weir_key_group_range). The group count is fixed for the life of a job's
+ * state; the parallelism is not: rescaling moves whole groups between
+ * subtasks, so a subtask restores exactly the groups of its new range from
+ * the snapshots that hold them.
+ *
+ * Backends. Every backend stores byte keys to byte values per key group,
+ * behind one interface (weir_state_backend_ops): point get / put / delete,
+ * an ordered scan of one group by key prefix, and snapshots split in two
+ * phases - capture (on the operator's thread, at the barrier: a
+ * point-in-time copy, after which the operator may go on mutating) and
+ * persist (anywhere, later: write it durably) - and restore. The stream
+ * layer composes its keys (state id, record key, namespace, map key) into
+ * the byte keys, so value, list and map state and windows are all layered
+ * on these few calls; the ordered prefix scan is what makes "every map entry
+ * of this key" and "every window of this key" cheap.
+ *
+ * Reads that may complete later. get_async is the seam for backends whose
+ * reads go to a remote tier: it either answers at once (returns 0 or
+ * -ENOENT, the callback is not called) or returns -EINPROGRESS and calls the
+ * callback later, on the subtask's thread. The in-memory backend always
+ * answers at once. get_many_async does the same for several keys (one
+ * callback per key).
+ *
+ * Views and ownership. A value returned by get (and the key/value given to
+ * a scan callback) points into the backend and stays valid until the next
+ * put, delete, restore or free on that backend; copy it to keep it. A
+ * backend is used by one task at a time (the subtask that owns it); a
+ * captured snapshot is independent of the backend and may be persisted on
+ * another thread.
+ *
+ * Snapshot files. persist writes one file: a header (magic, format version,
+ * group count, the range of groups), then per group its entries in key
+ * order, then an XXH64 checksum of everything before it. It writes a
+ * temporary file, fsyncs it, renames it into place and fsyncs the
+ * directory, so a file under its final name is always complete. restore
+ * treats the file as untrusted: every length is checked against what is
+ * left, the checksum must match, and a damaged or foreign file is -EBADMSG
+ * with nothing restored.
+ *
+ * Errors: 0 or a negative errno. -ENOENT (no such key), -EINVAL (a key
+ * group outside the backend's range, a NULL pointer with a length),
+ * -E2BIG (a key or value over WEIR_STATE_MAX_KEY / WEIR_STATE_MAX_VALUE),
+ * -ENOMEM, -EBADMSG (a damaged snapshot), and file errors from persist and
+ * restore. weir_state_strerror() gives the text of the last failure of a
+ * snapshot restore (what was wrong in the file).
+ */
+#ifndef WEIR_STATE_H
+#define WEIR_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- keys and key groups -------------------------------------------------------------- */
+
+#define WEIR_KEY_GROUPS 128 /* the default group count (a job's max parallelism) */
+
+/* XXH3-64 of the key bytes, seed 0: the same on every machine and version. */
+uint64_t weir_key_hash(const void *key, size_t len);
+/* The group of a key hash: hash % ngroups (ngroups >= 1). */
+int weir_key_group(uint64_t hash, int ngroups);
+/* The subtask (0..parallelism-1) that owns group kg: kg * parallelism / ngroups. */
+int weir_key_group_owner(int kg, int parallelism, int ngroups);
+/* The groups subtask owns: [*first, *end), contiguous, the inverse of
+ * weir_key_group_owner (every group has exactly one owner). -EINVAL for
+ * parallelism outside 1..ngroups or subtask outside 0..parallelism-1. */
+int weir_key_group_range(int subtask, int parallelism, int ngroups, int *first, int *end);
+
+/* ---- the backend interface ------------------------------------------------------------ */
+
+#define WEIR_STATE_MAX_KEY   (64u << 10) /* bytes of a key */
+#define WEIR_STATE_MAX_VALUE (64u << 20) /* bytes of a value */
+
+typedef struct weir_state_backend weir_state_backend;
+typedef struct weir_state_snapshot weir_state_snapshot;
+
+/* A scan callback: return 0 to go on, anything else stops the scan and is
+ * returned by it. It must not modify the backend. */
+typedef int (*weir_state_scan_fn)(void *arg, const void *key, size_t klen, const void *val,
+                                  size_t vlen);
+/* An asynchronous read's answer: err 0 with the value, or -ENOENT / an
+ * error (val NULL). The view is valid during the call only. */
+typedef void (*weir_state_get_cb)(void *arg, int err, const void *val, size_t vlen);
+
+typedef struct weir_state_backend_ops {
+    const char *name;
+    int (*get)(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
+               size_t *vlen);
+    int (*put)(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
+               size_t vlen);
+    int (*del)(weir_state_backend *b, int kg, const void *key, size_t klen);
+    int (*scan)(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                weir_state_scan_fn fn, void *arg);
+    /* NULL: the backend answers every read at once (weir_state_get_async
+     * then calls get). */
+    int (*get_async)(weir_state_backend *b, int kg, const void *key, size_t klen,
+                     weir_state_get_cb cb, void *arg);
+    int (*capture)(weir_state_backend *b, uint64_t checkpoint_id, weir_state_snapshot **out);
+    int (*restore)(weir_state_backend *b, const char *path);
+    size_t (*entries)(weir_state_backend *b, int kg);
+    void (*free)(weir_state_backend *b);
+} weir_state_backend_ops;
+
+/* Every backend starts with this header (its private state follows). */
+struct weir_state_backend {
+    const weir_state_backend_ops *ops;
+    int ngroups;          /* the job's group count */
+    int first_kg, end_kg; /* the groups this backend holds: [first_kg, end_kg) */
+};
+
+/* The calls, through the ops (with argument checks done once, here). */
+int weir_state_get(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
+                   size_t *vlen);
+int weir_state_put(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
+                   size_t vlen);
+int weir_state_delete(weir_state_backend *b, int kg, const void *key, size_t klen);
+/* Entries of group kg whose key starts with prefix (plen 0: all), in
+ * ascending byte order of their keys. */
+int weir_state_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                    weir_state_scan_fn fn, void *arg);
+/* 0 / -ENOENT at once (cb not called), or -EINPROGRESS and cb later. */
+int weir_state_get_async(weir_state_backend *b, int kg, const void *key, size_t klen,
+                         weir_state_get_cb cb, void *arg);
+/* n keys; each answered at once (cb called before this returns) or later.
+ * Returns how many are still in progress. */
+int weir_state_get_many_async(weir_state_backend *b, int kg, const void *const *keys,
+                              const size_t *klens, size_t n, weir_state_get_cb cb,
+                              void *const *args);
+/* Entries in group kg. */
+size_t weir_state_entries(weir_state_backend *b, int kg);
+void weir_state_backend_free(weir_state_backend *b);
+
+/* ---- snapshots ------------------------------------------------------------------------ */
+
+/* Capture a point-in-time copy of every group the backend holds (the
+ * barrier phase: on the owning task, synchronous). The backend may be
+ * mutated freely afterwards; the snapshot does not change. */
+int weir_state_capture(weir_state_backend *b, uint64_t checkpoint_id, weir_state_snapshot **out);
+/* Write the snapshot durably to path (temp file, fsync, rename, fsync of
+ * the directory). Any thread. 0 or a negative errno. */
+int weir_state_persist(const weir_state_snapshot *s, const char *path);
+uint64_t weir_state_snapshot_id(const weir_state_snapshot *s);
+/* Bytes the snapshot holds in memory. */
+size_t weir_state_snapshot_size(const weir_state_snapshot *s);
+void weir_state_snapshot_free(weir_state_snapshot *s);
+/* Load the groups of the backend's range that the file holds (a file may
+ * hold more or fewer groups: a rescale restores one backend from several
+ * files). Restored groups replace what the backend held in them. The file
+ * is checked whole before anything changes: -EBADMSG for a damaged file
+ * (weir_state_strerror says what), -EINVAL for a group count other than the
+ * backend's. */
+int weir_state_restore(weir_state_backend *b, const char *path);
+/* Text for the last restore failure on this thread ("" if none). */
+const char *weir_state_strerror(void);
+
+/* ---- the in-memory backend ------------------------------------------------------------- */
+
+/* Groups [first_kg, end_kg) of ngroups, each an ordered skip list in
+ * memory. NULL with errno EINVAL (a bad range) or ENOMEM. */
+weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEIR_STATE_H */
