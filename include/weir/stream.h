@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * weir/stream.h - the dataflow API and the runner on one machine.
+ *
+ * A job is a graph of operators built with this API and run by
+ * weir_job_run(). Records are byte strings with an event timestamp; a user
+ * function sees one record (weir_rec) and emits any number through its
+ * context (weir_emit). A struct is a record of sizeof(struct) bytes; text is
+ * a record of its bytes.
+ *
+ *     weir_job *j = weir_job_new("word-count");
+ *     weir_stream *lines = weir_job_source(j, "lines", &gen, 1);
+ *     weir_stream *words = weir_stream_flat_map(lines, "split", split_words, NULL);
+ *     weir_stream *keyed = weir_stream_key_by(words, word_key, NULL);
+ *     weir_stream *counts = weir_stream_reduce(keyed, "count", add_counts, NULL);
+ *     weir_stream_sink(counts, "print", &printer, 1);
+ *     int e = weir_job_run(j, &(weir_run_opts){.parallelism = 2});
+ *     weir_job_free(j);
+ *
+ * Graph. Every operator has a parallelism (the job's default unless set)
+ * and runs as that many subtasks. An edge says how records go from the
+ * subtasks of one operator to those of the next:
+ *
+ *   forward    subtask i to subtask i (same parallelism; the default)
+ *   hash       by key: the key's group (weir/state.h: 128 key groups) picks
+ *              the subtask that owns it (weir_stream_key_by)
+ *   rebalance  round robin over every downstream subtask
+ *   broadcast  to every downstream subtask
+ *
+ * Operators joined by a forward edge of equal parallelism are chained: they
+ * run in one task and a record passes from one to the next as a function
+ * call. Other edges carry batches of records between tasks.
+ *
+ * Flow control. Between two subtasks, records travel in batches (up to
+ * WEIR_BATCH_RECORDS records or WEIR_BATCH_BYTES bytes, or sooner when the
+ * producer runs out of input). Each channel (producer subtask -> consumer
+ * subtask) has a fixed number of credits (opts.credits, default 4): a
+ * producer spends one per batch sent and waits when it has none; the
+ * consumer returns it when the batch is processed. A slow consumer so
+ * stops its producers with bounded memory: at most credits batches in
+ * flight per channel. The same protocol will run over sockets between
+ * machines; a subtask does not know whether its neighbour is in the same
+ * process.
+ *
+ * Event time. Records carry a timestamp (nanoseconds or any unit the job
+ * chooses, consistently). A source says how late its records may be
+ * (weir_source_def.max_out_of_orderness): its watermark - "no record older
+ * than this will come" - is the largest timestamp it emitted minus that
+ * bound. A subtask's watermark is the minimum over its inputs; an input idle
+ * for opts.idle_timeout_ms is left out of the minimum until it sends again.
+ * When a bounded source ends, its watermark jumps to WEIR_WATERMARK_MAX
+ * (end of input), which fires every pending event-time timer downstream.
+ *
+ * Keyed operators. After weir_stream_key_by() an operator's functions run
+ * with a current key (the record's key) and keyed state scoped to it: each
+ * keyed subtask owns the key groups of its range and a state backend
+ * (weir/state.h, in memory here) holding them. weir_value_get/put/clear
+ * read and write the current key's value of a named state.
+ *
+ * Threads. weir_job_run() runs the subtasks as fibers pinned to the
+ * runtime's scheduler threads (round robin), on the runtime of the calling
+ * fiber, and returns when every subtask has ended: 0, or the first error a
+ * user function or the runner reported (weir_job_error() says which
+ * operator and why). The graph must not change while it runs.
+ *
+ * Ownership: the job owns every stream and operator made from it; strings
+ * given to the builder are copied; user args are borrowed and must outlive
+ * weir_job_run().
+ */
+#ifndef WEIR_STREAM_H
+#define WEIR_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weir_job weir_job;
+typedef struct weir_stream weir_stream;
+typedef struct weir_ctx weir_ctx;
+
+#define WEIR_BATCH_RECORDS 1024
+#define WEIR_BATCH_BYTES   (64u << 10)
+#define WEIR_WATERMARK_MIN INT64_MIN
+#define WEIR_WATERMARK_MAX INT64_MAX
+#define WEIR_MAX_RECORD    (16u << 20) /* bytes of one record */
+
+/* A record: bytes (8-byte aligned when they came from a batch) and its
+ * event timestamp. Valid during the call that received it. */
+typedef struct weir_rec {
+    const void *data;
+    size_t len;
+    int64_t ts;
+} weir_rec;
+
+/* ---- emitting and context --------------------------------------------------------------- */
+
+/* Emit a record downstream (copied). 0, -E2BIG past WEIR_MAX_RECORD,
+ * -ECANCELED when the job is being torn down, -ENOMEM. */
+int weir_emit(weir_ctx *ctx, const void *data, size_t len, int64_t ts);
+/* The subtask's index (0..parallelism-1) and the operator's parallelism. */
+int weir_ctx_subtask(const weir_ctx *ctx);
+int weir_ctx_parallelism(const weir_ctx *ctx);
+/* The current watermark of this subtask (WEIR_WATERMARK_MIN before any). */
+int64_t weir_ctx_watermark(const weir_ctx *ctx);
+/* Record a failure with a message: the job stops and weir_job_run()
+ * returns err (negative). Returns err, so `return weir_fail(ctx, -EINVAL,
+ * "bad input %d", n);` reads naturally. */
+int weir_fail(weir_ctx *ctx, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Keyed operators: the current record's key. */
+const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
+
+/* Value state of the current key, by state name (up to 64 states per
+ * operator). get: 0 with a view (valid until the next state call), or
+ * -ENOENT. -EINVAL outside a keyed operator. */
+int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len);
+int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len);
+int weir_value_clear(weir_ctx *ctx, const char *state);
+
+/* ---- sources ---------------------------------------------------------------------------- */
+
+/*
+ * A source subtask calls next() again and again; each call emits records
+ * (as many as it likes, a batch's worth is a good size) and returns 0 to be
+ * called again, 1 when the source has ended (bounded input), or a negative
+ * errno to fail the job. open() makes the subtask's state (*state), close()
+ * frees it; both may be NULL. An unbounded source never returns 1; it ends
+ * when the job is cancelled.
+ */
+typedef struct weir_source_def {
+    int (*open)(weir_ctx *ctx, void *arg, void **state);
+    int (*next)(weir_ctx *ctx, void *state);
+    void (*close)(void *state);
+    /* Watermarks: the largest timestamp emitted so far minus this bound
+     * (>= 0). -1: the source emits no watermarks (processing-time jobs). */
+    int64_t max_out_of_orderness;
+} weir_source_def;
+
+weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def,
+                             void *arg);
+
+/* ---- transformations ------------------------------------------------------------------ */
+
+/* A one-record function: emits 0..n records through ctx. 0 or a negative
+ * errno (fails the job). */
+typedef int (*weir_rec_fn)(weir_ctx *ctx, const weir_rec *in, void *arg);
+/* A predicate: 1 keeps the record, 0 drops it, < 0 fails the job. */
+typedef int (*weir_filter_fn)(const weir_rec *in, void *arg);
+/* The key of a record: *key / *len (may point into the record). */
+typedef int (*weir_key_fn)(const weir_rec *in, void *arg, const void **key, size_t *len);
+/* Reduce: combine the running value acc (NULL for the key's first record)
+ * with in into out (out->data may point into acc, in, or memory of arg's
+ * that stays valid until the next call); the result is stored as the key's
+ * value and emitted. */
+typedef int (*weir_reduce_fn)(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg);
+
+/* map and flat_map are the same function type: a map emits exactly one
+ * record, a flat_map any number (the runner does not check). */
+weir_stream *weir_stream_map(weir_stream *s, const char *name, weir_rec_fn fn, void *arg);
+weir_stream *weir_stream_flat_map(weir_stream *s, const char *name, weir_rec_fn fn, void *arg);
+weir_stream *weir_stream_filter(weir_stream *s, const char *name, weir_filter_fn fn, void *arg);
+
+/* The edges out of s: how the next operator's subtasks receive s's records. */
+weir_stream *weir_stream_key_by(weir_stream *s, weir_key_fn fn, void *arg);
+weir_stream *weir_stream_rebalance(weir_stream *s);
+weir_stream *weir_stream_broadcast(weir_stream *s);
+
+/* Keyed (after key_by): a running reduce per key, emitting every update. */
+weir_stream *weir_stream_reduce(weir_stream *s, const char *name, weir_reduce_fn fn, void *arg);
+
+/* A general operator: process() per record, on_watermark() when the
+ * subtask's watermark advances, finish() once at end of input (it may
+ * still emit). Any may be NULL but process. Keyed when it follows key_by. */
+typedef struct weir_op_def {
+    int (*open)(weir_ctx *ctx, void *arg, void **state);
+    int (*process)(weir_ctx *ctx, void *state, const weir_rec *in);
+    int (*on_watermark)(weir_ctx *ctx, void *state, int64_t watermark);
+    int (*finish)(weir_ctx *ctx, void *state);
+    void (*close)(void *state);
+} weir_op_def;
+
+weir_stream *weir_stream_process(weir_stream *s, const char *name, const weir_op_def *def,
+                                 void *arg);
+
+/* Several streams into one operator input (their records interleave). */
+weir_stream *weir_stream_union(weir_stream *const *streams, int n);
+
+/* The parallelism of the operator that made s (before weir_job_run). */
+weir_stream *weir_stream_parallelism(weir_stream *s, int parallelism);
+
+/* ---- sinks ------------------------------------------------------------------------------ */
+
+/* A sink is an operator that emits nothing: its process() consumes. */
+int weir_stream_sink(weir_stream *s, const char *name, const weir_op_def *def, void *arg);
+
+/* An in-memory collector for tests: every record reaching it, copied, from
+ * every subtask (order within a subtask kept). */
+typedef struct weir_collector weir_collector;
+weir_collector *weir_collector_new(void);
+void weir_collector_free(weir_collector *c);
+int weir_stream_collect(weir_stream *s, const char *name, weir_collector *c);
+size_t weir_collector_count(const weir_collector *c);
+/* The i-th record collected (in arrival order across subtasks). */
+const weir_rec *weir_collector_get(const weir_collector *c, size_t i);
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+typedef struct weir_run_opts {
+    int parallelism;         /* operators without their own: 1 */
+    int credits;             /* batches in flight per channel: 4 */
+    int64_t idle_timeout_ms; /* an input silent this long leaves the watermark minimum: 0 = never */
+    int threads;             /* 0: every thread of the runtime */
+} weir_run_opts;
+
+/* A new, empty job. NULL with errno. */
+weir_job *weir_job_new(const char *name);
+void weir_job_free(weir_job *j);
+/* The first error of building the graph (a NULL stream passed on, a bad
+ * parallelism, a keyed operator without key_by...), checked by run. */
+const char *weir_job_error(const weir_job *j);
+/* Run the job to the end (bounded sources) or until the calling task is
+ * cancelled. Fibers only. 0, or the first failure (see weir_job_error). */
+int weir_job_run(weir_job *j, const weir_run_opts *opts);
+
+/* Counters of the last run, per operator (by name). */
+typedef struct weir_op_stats {
+    uint64_t records_in, records_out;
+    int64_t watermark;          /* the lowest watermark among its subtasks at the end */
+    uint64_t backpressure_ns;   /* time its subtasks waited for credits */
+} weir_op_stats;
+int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEIR_STREAM_H */

@@ -1,0 +1,844 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * runner.c - running a job on one machine (weir/stream.h).
+ *
+ * Plan. Operators are created in topological order (an operator can only
+ * read streams that exist), so one pass assigns chains: an operator joins
+ * its input's chain when that input is its only one, a forward edge, from
+ * an operator with no other reader and the same parallelism. Each chain
+ * runs as `parallelism` subtasks, fibers pinned round robin to the
+ * runtime's threads, spawned in one scope: the first failure cancels the
+ * rest, and weir_job_run() returns when every subtask has ended.
+ *
+ * Data. Inside a chain weir_emit() calls the next operator's process()
+ * directly. At a chain's tail it routes the record (forward, hash by key
+ * group, rebalance, broadcast) into the open batch of the channel to the
+ * chosen subtask. A batch goes out when full, and every open batch is
+ * flushed when the subtask is about to wait for input (or after each call
+ * of a source's next()), so records never sit in a half-full batch while
+ * the pipeline idles.
+ *
+ * Channels and credits. A channel joins one producer subtask to one
+ * consumer subtask. The consumer has one delivery queue (an unbounded
+ * weir_chan) that all its channels push into, so one wait covers every
+ * input; what bounds memory is each channel's credits (a weir_sem of
+ * opts.credits): a producer takes a credit before it sends a batch and the
+ * consumer gives it back after processing it. Watermarks and end-of-input
+ * ride the same queues without credits (a producer sends at most one
+ * watermark per advance), after the channel's open batch, so each
+ * channel's items arrive in order.
+ *
+ * Watermarks. A source's watermark is its largest timestamp minus its
+ * bound, advanced after each next(). A consumer keeps each input's
+ * watermark; its own is the minimum over inputs that have not ended and
+ * are not idle (silent longer than opts.idle_timeout_ms, when set). An
+ * advance calls on_watermark() down the chain, then goes out on every
+ * channel. At the end of all inputs the watermark becomes
+ * WEIR_WATERMARK_MAX, finish() runs down the chain, and end-of-input goes
+ * out.
+ *
+ * Teardown. Batches still queued when subtasks stop (after a failure or a
+ * cancel) are freed once every subtask has been joined: the run owns the
+ * queues and channels, not the subtasks.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream/stream_int.h"
+#include "weir/sync.h"
+
+#define SUBTASK_STACK (256u << 10)
+
+/* ---- batches ----------------------------------------------------------------------------- */
+typedef struct batch {
+    uint32_t n, used, cap;
+    int64_t ts[WEIR_BATCH_RECORDS];
+    uint32_t off[WEIR_BATCH_RECORDS];
+    uint32_t len[WEIR_BATCH_RECORDS];
+    _Alignas(8) uint8_t data[];
+} batch;
+
+static batch *batch_new(size_t need)
+{
+    size_t cap = need > WEIR_BATCH_BYTES ? (need + 7) & ~(size_t)7 : WEIR_BATCH_BYTES;
+    batch *b = malloc(sizeof(batch) + cap);
+    if (b) {
+        b->n = b->used = 0;
+        b->cap = (uint32_t)cap;
+    }
+    return b;
+}
+
+/* ---- the run's structures ----------------------------------------------------------------- */
+enum { IT_BATCH, IT_WATERMARK, IT_EOI };
+
+typedef struct item {
+    int kind;
+    int input; /* the consumer's input (channel) index */
+    batch *b;
+    int64_t wm;
+} item;
+
+typedef struct subtask subtask;
+
+typedef struct channel {
+    weir_sem *credits;
+    subtask *to;
+    int input;
+    batch *open; /* the producer's batch being filled */
+} channel;
+
+typedef struct output {
+    int edge;
+    weir_key_fn key;
+    void *key_arg;
+    int par;           /* the consumer's parallelism */
+    channel **targets; /* by consumer subtask index */
+    uint32_t rr;
+} output;
+
+typedef struct in_state {
+    channel *ch;
+    int64_t wm;
+    int eoi, idle;
+    int64_t last;
+    weir_key_fn key;
+    void *key_arg;
+} in_state;
+
+typedef struct run run;
+
+struct subtask {
+    run *r;
+    int index, par;
+    sop **ops;
+    int nops;
+    weir_ctx *ctx;
+    weir_chan *inq; /* NULL for sources */
+    in_state *ins;
+    int nins;
+    output *outs;
+    int nouts;
+    int64_t wm, max_ts;
+    int source;
+    weir_state_backend *backend;
+    uint64_t bp_ns;
+};
+
+typedef struct chain {
+    sop **ops;
+    int nops, par;
+    subtask *subs;
+} chain;
+
+struct run {
+    weir_job *j;
+    weir_run_opts o;
+    chain *chains;
+    int nchains;
+    channel **channels;
+    int nchannels, chcap;
+};
+
+/* ---- errors ------------------------------------------------------------------------------- */
+void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)
+{
+    pthread_mutex_lock(&j->lock);
+    if (!j->err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->error, sizeof(j->error), fmt, ap);
+        va_end(ap);
+        j->err = err;
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+int weir_fail(weir_ctx *ctx, int err, const char *fmt, ...)
+{
+    if (err >= 0)
+        err = -EINVAL;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    weir__stream_fail(ctx->st->r->j, err, "operator \"%s\" (subtask %d): %s", ctx->op->name,
+                      ctx->st->index, msg);
+    return err;
+}
+
+/* A user function's error without a weir_fail message gets one. */
+static int op_error(weir_ctx *ctx, int e, const char *what)
+{
+    if (e < 0 && e != -ECANCELED)
+        weir__stream_fail(ctx->st->r->j, e, "operator \"%s\" (subtask %d): %s failed: %s",
+                          ctx->op->name, ctx->st->index, what, weir_strerror(e));
+    return e;
+}
+
+/* ---- context calls ------------------------------------------------------------------------ */
+int weir_ctx_subtask(const weir_ctx *ctx)
+{
+    return ctx->st->index;
+}
+
+int weir_ctx_parallelism(const weir_ctx *ctx)
+{
+    return ctx->st->par;
+}
+
+int64_t weir_ctx_watermark(const weir_ctx *ctx)
+{
+    return ctx->st->wm;
+}
+
+const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
+{
+    if (len)
+        *len = ctx->backend ? ctx->key_len : 0;
+    return ctx->backend ? ctx->key : NULL;
+}
+
+/* [state index][current key] into ctx->keybuf; the state's index, or < 0. */
+static int state_key(weir_ctx *ctx, const char *name, size_t *klen)
+{
+    if (!ctx->backend || !name)
+        return -EINVAL;
+    int idx = -1;
+    for (int i = 0; i < ctx->nstates; i++)
+        if (strcmp(ctx->states[i], name) == 0) {
+            idx = i;
+            break;
+        }
+    if (idx < 0) {
+        if (ctx->nstates == MAX_STATES)
+            return weir_fail(ctx, -ENOSPC, "more than %d keyed states", MAX_STATES);
+        if (!(ctx->states[ctx->nstates] = strdup(name)))
+            return -ENOMEM;
+        idx = ctx->nstates++;
+    }
+    size_t need = 1 + ctx->key_len;
+    if (need > ctx->keycap) {
+        uint8_t *kb = realloc(ctx->keybuf, need);
+        if (!kb)
+            return -ENOMEM;
+        ctx->keybuf = kb;
+        ctx->keycap = need;
+    }
+    ctx->keybuf[0] = (uint8_t)idx;
+    if (ctx->key_len)
+        memcpy(ctx->keybuf + 1, ctx->key, ctx->key_len);
+    *klen = need;
+    return idx;
+}
+
+int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len)
+{
+    size_t kl;
+    int e = state_key(ctx, state, &kl);
+    return e < 0 ? e : weir_state_get(ctx->backend, ctx->kg, ctx->keybuf, kl, val, len);
+}
+
+int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len)
+{
+    size_t kl;
+    int e = state_key(ctx, state, &kl);
+    return e < 0 ? e : weir_state_put(ctx->backend, ctx->kg, ctx->keybuf, kl, val, len);
+}
+
+int weir_value_clear(weir_ctx *ctx, const char *state)
+{
+    size_t kl;
+    int e = state_key(ctx, state, &kl);
+    if (e < 0)
+        return e;
+    e = weir_state_delete(ctx->backend, ctx->kg, ctx->keybuf, kl);
+    return e == -ENOENT ? 0 : e;
+}
+
+/* ---- sending ------------------------------------------------------------------------------ */
+static int send_item(subtask *st, channel *ch, item it)
+{
+    (void)st;
+    return weir_chan_send(ch->to->inq, &it, WEIR_FOREVER);
+}
+
+/* Send the channel's open batch, spending a credit (waiting for one). */
+static int flush_channel(subtask *st, channel *ch)
+{
+    batch *b = ch->open;
+    if (!b || b->n == 0)
+        return 0;
+    if (weir_sem_try_acquire(ch->credits, 1) != 0) {
+        int64_t t0 = weir_time_now();
+        int e = weir_sem_acquire(ch->credits, 1, WEIR_FOREVER);
+        st->bp_ns += (uint64_t)(weir_time_now() - t0);
+        if (e)
+            return e;
+    }
+    ch->open = NULL;
+    int e = send_item(st, ch, (item){IT_BATCH, ch->input, b, 0});
+    if (e) {
+        ch->open = b; /* freed at teardown */
+        weir_sem_release(ch->credits, 1);
+    }
+    return e;
+}
+
+static int flush_all(subtask *st)
+{
+    for (int i = 0; i < st->nouts; i++) {
+        output *o = &st->outs[i];
+        for (int t = 0; t < o->par; t++)
+            if (o->targets[t]) {
+                int e = flush_channel(st, o->targets[t]);
+                if (e)
+                    return e;
+            }
+    }
+    return 0;
+}
+
+static int append(subtask *st, channel *ch, const void *data, size_t len, int64_t ts)
+{
+    batch *b = ch->open;
+    size_t at = b ? ((size_t)b->used + 7) & ~(size_t)7 : 0;
+    if (b && (b->n == WEIR_BATCH_RECORDS || at + len > b->cap)) {
+        int e = flush_channel(st, ch);
+        if (e)
+            return e;
+        b = NULL;
+    }
+    if (!b) {
+        if (!(b = ch->open = batch_new(len)))
+            return -ENOMEM;
+        at = 0;
+    }
+    b->ts[b->n] = ts;
+    b->off[b->n] = (uint32_t)at;
+    b->len[b->n] = (uint32_t)len;
+    if (len)
+        memcpy(b->data + at, data, len);
+    b->used = (uint32_t)(at + len);
+    b->n++;
+    return 0;
+}
+
+/* A record leaving the chain: to each output, by its edge. */
+static int route(subtask *st, const void *data, size_t len, int64_t ts)
+{
+    for (int i = 0; i < st->nouts; i++) {
+        output *o = &st->outs[i];
+        int e = 0;
+        switch (o->edge) {
+        case EDGE_FORWARD:
+            e = append(st, o->targets[st->index], data, len, ts);
+            break;
+        case EDGE_HASH: {
+            const void *k;
+            size_t kl;
+            weir_rec r = {data, len, ts};
+            if ((e = o->key(&r, o->key_arg, &k, &kl)) < 0)
+                return weir__stream_fail(st->r->j, e, "key function of the edge out of \"%s\" "
+                                         "failed: %s", st->ops[st->nops - 1]->name,
+                                         weir_strerror(e)), e;
+            int kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
+            e = append(st, o->targets[weir_key_group_owner(kg, o->par, WEIR_KEY_GROUPS)], data,
+                       len, ts);
+            break;
+        }
+        case EDGE_REBALANCE:
+            e = append(st, o->targets[o->rr++ % (uint32_t)o->par], data, len, ts);
+            break;
+        default: /* broadcast */
+            for (int t = 0; t < o->par && !e; t++)
+                e = append(st, o->targets[t], data, len, ts);
+        }
+        if (e)
+            return e;
+    }
+    return 0;
+}
+
+int weir_emit(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
+{
+    if (len > WEIR_MAX_RECORD)
+        return -E2BIG;
+    if (!data && len)
+        return -EINVAL;
+    subtask *st = ctx->st;
+    ctx->out++;
+    if (st->source && ctx == st->ctx && ts > st->max_ts)
+        st->max_ts = ts;
+    weir_ctx *n = ctx->next;
+    if (n) {
+        n->in++;
+        weir_rec r = {data, len, ts};
+        int e = n->op->def.process(n, n->state, &r);
+        return e < 0 ? op_error(n, e, "process") : e;
+    }
+    return route(st, data, len, ts);
+}
+
+/* Control to every channel out, after its open batch. */
+static int broadcast_control(subtask *st, int kind, int64_t wm)
+{
+    for (int i = 0; i < st->nouts; i++) {
+        output *o = &st->outs[i];
+        for (int t = 0; t < o->par; t++) {
+            channel *ch = o->targets[t];
+            if (!ch)
+                continue;
+            int e = flush_channel(st, ch);
+            if (!e)
+                e = send_item(st, ch, (item){kind, ch->input, NULL, wm});
+            if (e)
+                return e;
+        }
+    }
+    return 0;
+}
+
+/* The subtask's watermark moves to wm: down the chain, then out. */
+static int advance(subtask *st, int64_t wm)
+{
+    if (wm <= st->wm)
+        return 0;
+    st->wm = wm;
+    for (int i = 0; i < st->nops; i++) {
+        weir_ctx *c = &st->ctx[i];
+        if (c->op->def.on_watermark) {
+            int e = c->op->def.on_watermark(c, c->state, wm);
+            if (e < 0)
+                return op_error(c, e, "on_watermark");
+        }
+    }
+    return broadcast_control(st, IT_WATERMARK, wm);
+}
+
+/* ---- the subtask -------------------------------------------------------------------------- */
+static int finish_chain(subtask *st)
+{
+    int e = advance(st, WEIR_WATERMARK_MAX);
+    for (int i = 0; i < st->nops && !e; i++) {
+        weir_ctx *c = &st->ctx[i];
+        if (c->op->def.finish && (e = c->op->def.finish(c, c->state)) < 0)
+            e = op_error(c, e, "finish");
+    }
+    if (!e)
+        e = flush_all(st);
+    if (!e)
+        e = broadcast_control(st, IT_EOI, 0);
+    return e;
+}
+
+static int run_source(subtask *st)
+{
+    sop *src = st->ops[0];
+    weir_ctx *c = &st->ctx[0];
+    for (;;) {
+        int r = src->src.next(c, c->state);
+        if (r < 0)
+            return op_error(c, r, "next");
+        int e = flush_all(st);
+        if (!e && src->src.max_out_of_orderness >= 0 && st->max_ts != INT64_MIN &&
+            st->max_ts - src->src.max_out_of_orderness > st->wm)
+            e = advance(st, st->max_ts - src->src.max_out_of_orderness);
+        if (e)
+            return e;
+        if (r == 1)
+            return finish_chain(st);
+        if (weir_task_cancelled())
+            return -ECANCELED;
+    }
+}
+
+/* The minimum watermark over inputs that count. */
+static void recompute(subtask *st, int64_t now, int64_t idle_ns, int64_t *out, int *any)
+{
+    int64_t m = INT64_MAX;
+    int counted = 0;
+    for (int i = 0; i < st->nins; i++) {
+        in_state *in = &st->ins[i];
+        if (in->eoi)
+            continue;
+        in->idle = idle_ns > 0 && now - in->last > idle_ns;
+        if (in->idle)
+            continue;
+        counted++;
+        if (in->wm < m)
+            m = in->wm;
+    }
+    *out = m;
+    *any = counted;
+}
+
+static int process_batch(subtask *st, in_state *in, batch *b)
+{
+    weir_ctx *c = &st->ctx[0];
+    sop *head = st->ops[0];
+    int e = 0;
+    for (uint32_t i = 0; i < b->n && !e; i++) {
+        weir_rec r = {b->data + b->off[i], b->len[i], b->ts[i]};
+        c->in++;
+        if (st->backend) {
+            const void *k;
+            size_t kl;
+            if ((e = in->key(&r, in->key_arg, &k, &kl)) < 0) {
+                weir__stream_fail(st->r->j, e, "key function into \"%s\" failed: %s", head->name,
+                                  weir_strerror(e));
+                break;
+            }
+            c->key = k;
+            c->key_len = kl;
+            c->kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
+        }
+        if ((e = head->def.process(c, c->state, &r)) < 0)
+            e = op_error(c, e, "process");
+    }
+    return e;
+}
+
+static int run_operator(subtask *st)
+{
+    int64_t idle_ns = st->r->o.idle_timeout_ms > 0 ? st->r->o.idle_timeout_ms * WEIR_MSEC : 0;
+    int open = st->nins;
+    for (int i = 0; i < st->nins; i++)
+        st->ins[i].last = weir_time_now();
+    while (open > 0) {
+        item it;
+        int e = weir_chan_try_recv(st->inq, &it);
+        if (e == -EAGAIN) {
+            if ((e = flush_all(st)) < 0)
+                return e;
+            e = weir_chan_recv(st->inq, &it,
+                               idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms)
+                                       : WEIR_FOREVER);
+            if (e == -ETIMEDOUT) {
+                int64_t m;
+                int any;
+                recompute(st, weir_time_now(), idle_ns, &m, &any);
+                if (any && m != INT64_MAX && (e = advance(st, m)) < 0)
+                    return e;
+                continue;
+            }
+        }
+        if (e)
+            return e;
+        in_state *in = &st->ins[it.input];
+        in->last = weir_time_now();
+        if (it.kind == IT_BATCH) {
+            e = process_batch(st, in, it.b);
+            free(it.b);
+            weir_sem_release(in->ch->credits, 1);
+            if (e)
+                return e;
+            continue;
+        }
+        if (it.kind == IT_WATERMARK) {
+            if (it.wm > in->wm)
+                in->wm = it.wm;
+        } else {
+            in->eoi = 1;
+            open--;
+        }
+        if (open > 0) {
+            int64_t m;
+            int any;
+            recompute(st, in->last, idle_ns, &m, &any);
+            if (any && m != INT64_MAX && (e = advance(st, m)) < 0)
+                return e;
+        }
+    }
+    return finish_chain(st);
+}
+
+static intptr_t subtask_main(void *arg)
+{
+    subtask *st = arg;
+    int e = 0, opened = 0;
+    for (; opened < st->nops; opened++) {
+        weir_ctx *c = &st->ctx[opened];
+        sop *o = c->op;
+        int (*open)(weir_ctx *, void *, void **) = o->kind == OP_SOURCE ? o->src.open : o->def.open;
+        c->state = o->arg;
+        if (open && (e = open(c, o->arg, &c->state)) < 0) {
+            op_error(c, e, "open");
+            break;
+        }
+    }
+    if (!e)
+        e = st->source ? run_source(st) : run_operator(st);
+    for (int i = opened - 1; i >= 0; i--) {
+        weir_ctx *c = &st->ctx[i];
+        void (*close)(void *) = c->op->kind == OP_SOURCE ? c->op->src.close : c->op->def.close;
+        if (close)
+            close(c->state);
+    }
+    return e;
+}
+
+/* ---- planning ----------------------------------------------------------------------------- */
+static channel *new_channel(run *r, subtask *to, int credits)
+{
+    if (r->nchannels == r->chcap) {
+        int cap = r->chcap ? r->chcap * 2 : 64;
+        channel **c = realloc(r->channels, (size_t)cap * sizeof(*c));
+        if (!c)
+            return NULL;
+        r->channels = c;
+        r->chcap = cap;
+    }
+    channel *ch = calloc(1, sizeof(*ch));
+    if (!ch || !(ch->credits = weir_sem_new(credits))) {
+        free(ch);
+        return NULL;
+    }
+    ch->to = to;
+    r->channels[r->nchannels++] = ch;
+    return ch;
+}
+
+static int plan(run *r)
+{
+    weir_job *j = r->j;
+    int def = r->o.parallelism;
+    r->chains = calloc((size_t)j->nops, sizeof(chain));
+    if (!r->chains)
+        return -ENOMEM;
+    for (int i = 0; i < j->nops; i++) {
+        sop *o = j->ops[i];
+        o->par = o->parallelism ? o->parallelism : def;
+        if (o->kind != OP_SOURCE && o->ninputs == 0)
+            return weir__stream_fail(j, -EINVAL, "operator \"%s\" has no input", o->name),
+                   -EINVAL;
+        for (int k = 0; k < o->ninputs; k++)
+            if (o->inputs[k].edge == EDGE_FORWARD && o->inputs[k].from->par != o->par)
+                return weir__stream_fail(j, -EINVAL,
+                                         "forward edge \"%s\" -> \"%s\" joins parallelism %d "
+                                         "to %d: use rebalance or key_by",
+                                         o->inputs[k].from->name, o->name,
+                                         o->inputs[k].from->par, o->par),
+                       -EINVAL;
+        sop *up = o->ninputs == 1 ? o->inputs[0].from : NULL;
+        if (up && o->inputs[0].edge == EDGE_FORWARD && up->nouts == 1 && up->par == o->par &&
+            up->kind != OP_SINK) {
+            chain *c = &r->chains[up->chain];
+            sop **ops = realloc(c->ops, (size_t)(c->nops + 1) * sizeof(*ops));
+            if (!ops)
+                return -ENOMEM;
+            c->ops = ops;
+            o->chain = up->chain;
+            o->chain_pos = c->nops;
+            c->ops[c->nops++] = o;
+        } else {
+            chain *c = &r->chains[r->nchains];
+            if (!(c->ops = malloc(sizeof(*c->ops))))
+                return -ENOMEM;
+            c->ops[0] = o;
+            c->nops = 1;
+            c->par = o->par;
+            o->chain = r->nchains++;
+            o->chain_pos = 0;
+        }
+        o->records_in = o->records_out = o->backpressure_ns = 0;
+        o->watermark = INT64_MAX;
+    }
+    /* Subtasks and their contexts. */
+    for (int ci = 0; ci < r->nchains; ci++) {
+        chain *c = &r->chains[ci];
+        if (!(c->subs = calloc((size_t)c->par, sizeof(subtask))))
+            return -ENOMEM;
+        for (int s = 0; s < c->par; s++) {
+            subtask *st = &c->subs[s];
+            st->r = r;
+            st->index = s;
+            st->par = c->par;
+            st->ops = c->ops;
+            st->nops = c->nops;
+            st->wm = WEIR_WATERMARK_MIN;
+            st->max_ts = INT64_MIN;
+            st->source = c->ops[0]->kind == OP_SOURCE;
+            if (!(st->ctx = calloc((size_t)c->nops, sizeof(weir_ctx))))
+                return -ENOMEM;
+            for (int k = 0; k < c->nops; k++) {
+                st->ctx[k].st = st;
+                st->ctx[k].op = c->ops[k];
+                st->ctx[k].next = k + 1 < c->nops ? &st->ctx[k + 1] : NULL;
+            }
+            if (!st->source && !(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
+                return -ENOMEM;
+            if (c->ops[0]->keyed) {
+                int first, end;
+                weir_key_group_range(s, c->par, WEIR_KEY_GROUPS, &first, &end);
+                if (!(st->backend = weir_state_memory_new(WEIR_KEY_GROUPS, first, end)))
+                    return -ENOMEM;
+                st->ctx[0].backend = st->backend;
+            }
+        }
+    }
+    /* Channels: for each chain head's input, producer subtask -> consumer subtask. */
+    int credits = r->o.credits;
+    for (int ci = 0; ci < r->nchains; ci++) {
+        chain *c = &r->chains[ci];
+        sop *head = c->ops[0];
+        for (int k = 0; k < head->ninputs; k++) {
+            sinput *in = &head->inputs[k];
+            chain *pc = &r->chains[in->from->chain];
+            for (int p = 0; p < pc->par; p++) {
+                subtask *prod = &pc->subs[p];
+                output *o = NULL;
+                output *outs = realloc(prod->outs, (size_t)(prod->nouts + 1) * sizeof(*outs));
+                if (!outs)
+                    return -ENOMEM;
+                prod->outs = outs;
+                o = &prod->outs[prod->nouts++];
+                *o = (output){in->edge, in->key, in->key_arg, c->par, NULL, (uint32_t)p};
+                if (!(o->targets = calloc((size_t)c->par, sizeof(channel *))))
+                    return -ENOMEM;
+                for (int s = 0; s < c->par; s++) {
+                    if (in->edge == EDGE_FORWARD && s != p)
+                        continue;
+                    subtask *cons = &c->subs[s];
+                    channel *ch = new_channel(r, cons, credits);
+                    if (!ch)
+                        return -ENOMEM;
+                    in_state *ins = realloc(cons->ins, (size_t)(cons->nins + 1) * sizeof(*ins));
+                    if (!ins)
+                        return -ENOMEM;
+                    cons->ins = ins;
+                    ch->input = cons->nins;
+                    ins[cons->nins++] = (in_state){ch, WEIR_WATERMARK_MIN, 0, 0, 0, in->key,
+                                                   in->key_arg};
+                    o->targets[s] = ch;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void teardown(run *r)
+{
+    for (int ci = 0; ci < r->nchains; ci++) {
+        chain *c = &r->chains[ci];
+        for (int s = 0; c->subs && s < c->par; s++) {
+            subtask *st = &c->subs[s];
+            if (st->inq) {
+                item it;
+                while (weir_chan_try_recv(st->inq, &it) == 0)
+                    if (it.kind == IT_BATCH)
+                        free(it.b);
+                weir_chan_unref(st->inq);
+            }
+            for (int k = 0; st->ctx && k < st->nops; k++) {
+                weir_ctx *x = &st->ctx[k];
+                x->op->records_in += x->in;
+                x->op->records_out += x->out;
+                if (st->wm < x->op->watermark)
+                    x->op->watermark = st->wm;
+                for (int n = 0; n < x->nstates; n++)
+                    free(x->states[n]);
+                free(x->keybuf);
+            }
+            if (st->nops)
+                st->ops[st->nops - 1]->backpressure_ns += st->bp_ns;
+            for (int k = 0; k < st->nouts; k++)
+                free(st->outs[k].targets);
+            weir_state_backend_free(st->backend);
+            free(st->outs);
+            free(st->ins);
+            free(st->ctx);
+        }
+        free(c->subs);
+        free(c->ops);
+    }
+    for (int i = 0; i < r->nchannels; i++) {
+        free(r->channels[i]->open);
+        weir_sem_free(r->channels[i]->credits);
+        free(r->channels[i]);
+    }
+    free(r->channels);
+    free(r->chains);
+}
+
+int weir_job_run(weir_job *j, const weir_run_opts *opts)
+{
+    if (!j)
+        return -EINVAL;
+    if (j->err)
+        return j->err;
+    if (!weir_task_current())
+        return -EINVAL;
+    run r = {.j = j, .o = opts ? *opts : (weir_run_opts){0}};
+    if (r.o.parallelism == 0)
+        r.o.parallelism = 1;
+    if (r.o.credits == 0)
+        r.o.credits = 4;
+    if (r.o.parallelism < 1 || r.o.parallelism > WEIR_KEY_GROUPS || r.o.credits < 1 ||
+        r.o.threads < 0) {
+        weir__stream_fail(j, -EINVAL, "bad run options (parallelism 1..%d, credits >= 1)",
+                          WEIR_KEY_GROUPS);
+        return -EINVAL;
+    }
+    if (j->nops == 0) {
+        weir__stream_fail(j, -EINVAL, "the job has no operators");
+        return -EINVAL;
+    }
+    int e = plan(&r);
+    if (e) {
+        if (!j->err)
+            weir__stream_fail(j, e, "planning the job: %s", weir_strerror(e));
+        teardown(&r);
+        return j->err;
+    }
+    weir_rt *rt = weir_rt_current();
+    int threads = rt ? weir_rt_threads(rt) : 1;
+    if (r.o.threads > 0 && r.o.threads < threads)
+        threads = r.o.threads;
+    weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
+    int next = 0;
+    for (int ci = 0; sc && ci < r.nchains; ci++)
+        for (int s = 0; s < r.chains[ci].par; s++) {
+            weir_spawn_opts so = {.name = r.chains[ci].ops[0]->name,
+                                  .stack_size = SUBTASK_STACK,
+                                  .pin = 1,
+                                  .loop = rt ? weir_rt_loop(rt, next++ % threads) : NULL};
+            if (!weir_scope_spawn(sc, subtask_main, &r.chains[ci].subs[s], &so)) {
+                weir__stream_fail(j, -ENOMEM, "could not start a subtask: %s", strerror(errno));
+                weir_scope_cancel(sc);
+                ci = r.nchains;
+                break;
+            }
+        }
+    weir_scope_result res = {0};
+    e = sc ? weir_scope_join(sc, &res) : -ENOMEM;
+    weir_scope_free(sc);
+    teardown(&r);
+    if (j->err)
+        return j->err;
+    if (e && e != -ECANCELED)
+        weir__stream_fail(j, e, "subtask \"%s\" failed: %s", res.first_name ? res.first_name : "?",
+                          weir_strerror(e));
+    return e;
+}
+
+int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)
+{
+    if (!j || !op || !st)
+        return -EINVAL;
+    for (int i = 0; i < j->nops; i++)
+        if (strcmp(j->ops[i]->name, op) == 0) {
+            sop *o = j->ops[i];
+            st->records_in = o->records_in;
+            st->records_out = o->records_out;
+            st->watermark = o->watermark;
+            st->backpressure_ns = o->backpressure_ns;
+            return 0;
+        }
+    return -ENOENT;
+}
