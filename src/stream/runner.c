@@ -452,8 +452,10 @@ static int run_source(subtask *st)
             return e;
         if (r == 1)
             return finish_chain(st);
-        if (weir_task_cancelled())
-            return -ECANCELED;
+        /* Let the other subtasks pinned to this thread run (a source that
+         * never waits would otherwise keep its thread to itself). */
+        if ((e = weir_task_yield()) < 0)
+            return e;
     }
 }
 
@@ -509,9 +511,14 @@ static int run_operator(subtask *st)
     int open = st->nins;
     for (int i = 0; i < st->nins; i++)
         st->ins[i].last = weir_time_now();
+    unsigned turn = 0;
     while (open > 0) {
         item it;
-        int e = weir_chan_try_recv(st->inq, &it);
+        int e;
+        /* Yield now and then while input keeps coming without a wait. */
+        if (++turn % 16 == 0 && (e = weir_task_yield()) < 0)
+            return e;
+        e = weir_chan_try_recv(st->inq, &it);
         if (e == -EAGAIN) {
             if ((e = flush_all(st)) < 0)
                 return e;
