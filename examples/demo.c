@@ -127,7 +127,8 @@ static int demo_main(int argc, char **argv)
     weir_http_route(s, "GET", "/sum", sum, NULL, 0);
     weir_http_route_metrics(s, "/metrics", m, 0);
     int e = weir_http_server_start(s);
-    client = weir_http_client_new(&(weir_http_client_opts){.max_conns = conns});
+    client = weir_http_client_new(
+        &(weir_http_client_opts){.max_conns = conns, .bearer_token = getenv("WEIR_AUTH_TOKEN")});
     if (e < 0 || !client) {
         fprintf(stderr, "demo: %s\n", weir_strerror(e < 0 ? e : -errno));
         return 1;

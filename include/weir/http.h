@@ -291,18 +291,38 @@ const char *weir_http_status_text(int status);
  * ones; over the cap the request waits, or fails with -EBUSY at once when
  * the client was made with fast_fail); take the most recently used idle
  * connection, closing any idle past idle_ms, or connect a new one; send the
- * request; read the whole response into a weir_http_client_resp. The
- * connection goes back to the pool only when the response was read to its
- * end, both sides allowed keep-alive and no byte is left over; after any
- * error, a timeout or a cancellation it is closed, never reused.
+ * request; read the whole response into a weir_http_client_resp. A request
+ * made by a task that is already cancelled fails with -ECANCELED before it
+ * takes a connection. The connection goes back to the pool only when the
+ * request was sent whole, the response was read to its end, both sides
+ * allowed keep-alive and no byte is left over; after any error, a timeout or
+ * a cancellation it is closed, never reused.
  *
- * A pooled connection the server closed while it sat idle shows as EOF,
- * -ECONNRESET or -EPIPE before the first byte of the response. Such a
- * request is sent once more on a fresh connection when it can be replayed:
- * an idempotent method (GET, HEAD, PUT, DELETE, OPTIONS, TRACE, or any
- * request carrying an Idempotency-Key header) whose body, if any, is a
- * buffer. A streamed body (body_fn) and a POST are never sent twice: they
- * fail with -ECONNRESET (or -EPIPE when the send failed).
+ * Idle connections are checked before reuse (weir_http_transport.idle_check):
+ * one the server has closed, or one holding bytes nobody asked for (a
+ * "body" sent late after a HEAD or a 204, padding, a 408 sent before
+ * closing), is closed unused and the next idle one or a new one is taken,
+ * so such bytes are never read as the response to a later request. Idle
+ * connections past idle_ms are closed by the next request to any host (at
+ * most one sweep per idle_ms/2), and a pool with no connection and no
+ * request left is freed, so following many hosts does not keep sockets or
+ * memory.
+ *
+ * A pooled connection the server closes just after the check (a race), or
+ * on a transport without one, shows as EOF, -ECONNRESET or -EPIPE before
+ * the first byte of the response. Such a request is sent once more on a fresh
+ * connection when it can be replayed: an idempotent method (GET, HEAD, PUT,
+ * DELETE, OPTIONS, TRACE, or any request carrying an Idempotency-Key
+ * header) whose body, if any, is a buffer. A streamed body (body_fn) and a
+ * POST are never sent twice: they fail with -ECONNRESET (or -EPIPE when the
+ * send failed).
+ *
+ * A server may answer before reading the whole body (413 Content Too Large
+ * with Connection: close) and close the connection, which fails the send of
+ * the body with -EPIPE or -ECONNRESET: the client then still reads, and a
+ * complete response that arrived is returned (status 413, rc 0; the
+ * connection is closed). Only when no response byte arrived is the send's
+ * error reported (and a pooled connection treated as stale).
  *
  * The deadline of a request is absolute and covers everything: the wait for
  * a permit, name resolution, connect, sending, and the whole response.
@@ -321,17 +341,21 @@ const char *weir_http_status_text(int status);
  *                     invalid host, a userinfo part "user@", a bad port, a
  *                     control character, space or non-ASCII byte in the
  *                     path), a bad request field (a method that is not a
- *                     token, both body and body_fn, a Content-Length,
- *                     Transfer-Encoding or invalid header field given by
- *                     the caller), or a call from outside a fiber
+ *                     token, both body and body_fn, a NULL body with a
+ *                     length, a Content-Length, Transfer-Encoding or invalid
+ *                     header field given by the caller), or a call from
+ *                     outside a fiber
  *   -EPROTONOSUPPORT  a scheme other than http and https, or https:// with
  *                     no transport configured
  *   -EBUSY            fast_fail: the pool of that host:port is at its cap
  *   -ETIMEDOUT        the deadline passed (waiting, connecting, sending or
  *                     reading)
- *   -ECANCELED        the task was cancelled
+ *   -ECANCELED        the task was cancelled (before the request, or while
+ *                     it ran)
  *   -EMSGSIZE         the response body is over max_response (the
  *                     connection is closed)
+ *   -EBADMSG          besides the parser's: more than 5 interim (1xx)
+ *                     responses before the final one
  *   -ECONNRESET       the server closed the connection before the response
  *                     was complete
  *
@@ -343,15 +367,29 @@ const char *weir_http_status_text(int status);
  * connection to host:port (host as in the URL, without [brackets]) and
  * stores it in *conn; read() returns bytes read (> 0), 0 at EOF, or a
  * negative errno; write() returns bytes written (> 0) or a negative errno;
- * close() releases the connection (it may be called from outside a fiber
- * by weir_http_client_free). Every call gets the request's absolute
- * deadline. ctx is passed to connect() as it is. */
+ * close() releases the connection. close() must not block or wait on the
+ * peer (no lingering, no waiting for a TLS close_notify reply): it runs on
+ * the request path (expired, refused or broken connections are closed by
+ * whichever request finds them) and from weir_http_client_free, which may
+ * be outside a fiber. Every call but close() and idle_check() gets the
+ * request's absolute deadline. ctx is passed to connect() as it is.
+ *
+ * idle_check() (optional; NULL: idle connections are reused unchecked)
+ * tells whether an idle connection may carry a request, without waiting:
+ * 0 when nothing is waiting to be read and the peer has not closed it;
+ * -EBADMSG when bytes are waiting that nobody asked for (the connection
+ * is closed unused, stat `unasked`); -ECONNRESET or another negative
+ * errno when the peer closed or reset it (closed unused, stat `stale`).
+ * The TCP transport peeks with recv(MSG_PEEK | MSG_DONTWAIT). A TLS layer
+ * should answer for its own buffered plaintext and then ask the socket
+ * underneath. */
 typedef struct weir_http_transport {
     int (*connect)(void *ctx, const char *host, int port, int64_t deadline, void **conn);
     ssize_t (*read)(void *conn, void *buf, size_t len, int64_t deadline);
     ssize_t (*write)(void *conn, const void *buf, size_t len, int64_t deadline);
     void (*close)(void *conn);
     void *ctx;
+    int (*idle_check)(void *conn);
 } weir_http_transport;
 
 /* The built-in plain TCP transport (what http:// uses). A wrapper such as a
@@ -370,21 +408,26 @@ typedef struct weir_http_client_opts {
     weir_http_limits limits; /* response head caps (max_body is replaced by max_response) */
     int64_t idle_ms;         /* an idle connection older than this is closed, not reused: 30 s */
     /* "Authorization: Bearer <token>" on every request that has no
-     * Authorization field of its own. NULL: $WEIR_AUTH_TOKEN when set and
-     * non-empty (read once, by weir_http_client_new); "": none. Copied. */
+     * Authorization field of its own, to every host the client is asked to
+     * reach: give one only to a client that talks to the services the token
+     * is meant for. NULL or "": none. Copied. The environment is never read
+     * by the library; a tool that takes its token from there says so:
+     * .bearer_token = getenv("WEIR_AUTH_TOKEN"). */
     const char *bearer_token;
     /* The transport for https:// URLs; borrowed, must outlive the client.
      * NULL: https:// requests fail with -EPROTONOSUPPORT. */
     const weir_http_transport *https;
-    const char *user_agent; /* User-Agent field: "weir/<version>"; "": none. Copied. */
+    /* User-Agent field: "weir/<version>"; "": none. Spaces and tabs are
+     * fine, other control characters are EINVAL. Copied. */
+    const char *user_agent;
 } weir_http_client_opts;
 
 typedef struct weir_http_client weir_http_client;
 
 /* A client; opts may be NULL (defaults). NULL with errno set: EINVAL for a
- * negative or out-of-range option or a bearer token (from opts or the
- * environment) holding a space or control character; ENOMEM. Needs no
- * runtime. */
+ * negative or out-of-range option, a bearer token holding a space or
+ * control character, or a user_agent holding a control character other
+ * than tab; ENOMEM. Needs no runtime. */
 weir_http_client *weir_http_client_new(const weir_http_client_opts *opts);
 /*
  * Close the idle connections and free the client. No request may be in
@@ -472,9 +515,12 @@ typedef struct weir_http_client_stats {
     uint64_t fast_fails;  /* requests refused with -EBUSY */
     uint64_t retries;     /* requests sent again after a stale pooled connection */
     uint64_t expired;     /* idle connections closed past idle_ms */
+    uint64_t stale;       /* idle connections found closed by the server, closed unused */
+    uint64_t unasked;     /* idle connections holding bytes nobody asked for, closed unused */
     uint64_t open_now;    /* connections open now, idle or in use */
     uint64_t idle_now;    /* connections idle in the pools now */
     uint64_t waiting_now; /* requests queued for a connection now */
+    uint64_t pools_now;   /* host:port pools now (one is freed once unused and empty) */
 } weir_http_client_stats;
 /* Fill *st; works from any thread. 0 or -EINVAL. */
 int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);

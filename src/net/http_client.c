@@ -3,14 +3,16 @@
  * http_client.c - the HTTP/1.1 client and its keep-alive connection pools
  * (weir/http.h, "client").
  *
- * One pool per scheme://host:port, created on first use and kept until the
- * client is freed. A pool is a FIFO weir_sem of max_conns permits plus a
- * list of idle connections, most recently used first. A request holds one
- * permit from before it looks for a connection until it has put the
- * connection back or closed it, and opens a new connection only when the
- * idle list is empty. So the connections of a pool (idle, in use and being
- * opened) never outnumber its permits: each holder has at most one, and an
- * idle connection only ever comes from a holder that gave its permit back.
+ * One pool per scheme://host:port, created on first use, found through a
+ * hash table (seeded per client, grown by doubling), and freed as soon as
+ * it holds no connection and no request refers to it. A pool is a FIFO
+ * weir_sem of max_conns permits plus a list of idle connections, most
+ * recently used first. A request holds one permit from before it looks for
+ * a connection until it has put the connection back or closed it, and opens
+ * a new connection only when the idle list is empty. So the connections of
+ * a pool (idle, in use and being opened) never outnumber its permits: each
+ * holder has at most one, and an idle connection only ever comes from a
+ * holder that gave its permit back.
  * A returning request puts its connection on the idle list *before* it
  * releases its permit; the semaphore grants the permit straight to its
  * oldest waiter (no barging: a newcomer's try_acquire fails while anyone
@@ -33,12 +35,30 @@
  * the next; its limits carry the client's head caps and max_response as
  * max_body, so an announced Content-Length over the cap fails at the head.
  *
+ * A request refers to its pool (users, under the lock) from the lookup
+ * until it has given its permit back, so every waiter on the semaphore and
+ * every holder of a permit keeps the pool alive: a pool with no users and
+ * no idle connection has all its permits free and nobody queued, and only
+ * then is it unlinked and freed. Expired idle connections are closed by the
+ * pool's own requests and, at most once per idle_ms/2, by a sweep over
+ * every pool run by any request, which also frees the pools left empty.
+ *
+ * An idle connection is probed before it is reused (the transport's
+ * idle_check; for TCP a non-blocking MSG_PEEK): one the server has closed is
+ * closed unused (stat `stale`), and one holding bytes nobody asked for (a
+ * late "body" after a HEAD or a 204, a 408 sent before closing, padding) is
+ * closed unused too (stat `unasked`): those bytes must never be read as the
+ * response to the next request.
+ *
  * Staleness is judged the way browsers and Go's net/http do it: on a pooled
  * connection, EOF, ECONNRESET or EPIPE before the first byte of the response
- * means the server had closed the connection while it was idle, so the
- * request most likely never reached it; a replayable request is then sent
- * once more on a new connection. A request that got any response byte, ran
- * on a fresh connection, or cannot be replayed reports the error.
+ * means the server had closed the connection while it was idle (after the
+ * probe, or on a transport without one), so the request most likely never
+ * reached it; a replayable request is then sent once more on a new
+ * connection. A request that got any response byte, ran on a fresh
+ * connection, or cannot be replayed reports the error. When sending the
+ * body fails that way the response is still read: a server may answer (413)
+ * and close before reading the whole body.
  */
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -63,6 +83,8 @@
 #define BODY_PREALLOC (256u << 10) /* most a Content-Length makes us allocate up front */
 #define CHUNK_HDR     10u          /* room before chunk data: hex size + CRLF */
 #define HOST_MAX      255u
+#define MAX_INTERIM   5u  /* interim 1xx responses before the final one (Go's bound) */
+#define POOLS_MIN     16u /* initial buckets of the pool table (a power of two) */
 
 static int fiber_caller(void)
 {
@@ -104,6 +126,22 @@ static ssize_t tcp_write(void *conn, const void *buf, size_t len, int64_t deadli
     return weir_io_send(((tcp_conn *)conn)->fd, buf, len, MSG_NOSIGNAL, deadline);
 }
 
+/* A non-blocking peek: nothing to read and not closed is the only state in
+ * which an idle connection may carry a request. */
+static int tcp_idle_check(void *conn)
+{
+    char b;
+    ssize_t n;
+    do
+        n = recv(((tcp_conn *)conn)->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n > 0)
+        return -EBADMSG; /* bytes nobody asked for */
+    if (n == 0)
+        return -ECONNRESET; /* the server closed it */
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+}
+
 static void tcp_close(void *conn)
 {
     tcp_conn *t = conn;
@@ -121,32 +159,38 @@ const weir_http_transport weir_http_tcp_transport = {
     .write = tcp_write,
     .close = tcp_close,
     .ctx = NULL,
+    .idle_check = tcp_idle_check,
 };
 
 /* ---- client, pools, connections ------------------------------------------------------- */
 typedef struct pool pool;
 
 typedef struct conn {
-    struct conn *next, *prev; /* idle list */
-    pool *pool;
-    void *tc; /* the transport's connection */
+    struct conn *next, *prev;      /* idle list */
+    const weir_http_transport *tr; /* its pool's: a connection never refers to its pool */
+    void *tc;                      /* the transport's connection */
     int64_t idle_since;
     weir_http_parser parser; /* reused from one response to the next */
     uint8_t *rbuf;           /* RBUF_SIZE bytes */
 } conn;
 
 struct pool {
-    pool *next;
+    pool *next; /* hash chain */
     weir_sem *permits;
     const weir_http_transport *tr;
     conn *idle_head, *idle_tail; /* most recently used first */
+    long users;                  /* requests referring to the pool (under c->mu) */
+    uint32_t hash;
     int https, port;
     char host[]; /* lower case, without [brackets] */
 };
 
 struct weir_http_client {
     pthread_mutex_t mu; /* pools, idle lists, st; never held across a suspension */
-    pool *pools;
+    pool **buckets;     /* the pools, by hash; nbuckets is a power of two */
+    size_t nbuckets;
+    uint32_t seed;
+    int64_t next_sweep; /* no sweep of every pool before this time */
     int max_conns, fast_fail;
     size_t max_response;
     weir_http_limits limits; /* head caps, max_body = max_response */
@@ -186,12 +230,9 @@ weir_http_client *weir_http_client_new(const weir_http_client_opts *opts)
         return NULL;
     }
     weir_http_parser_close(&probe);
+    /* Only the token given: the environment is not read, so a client that
+     * calls third parties never hands them its own service's credential. */
     const char *tok = o.bearer_token;
-    if (!tok) {
-        tok = getenv("WEIR_AUTH_TOKEN");
-        if (tok && !*tok)
-            tok = NULL;
-    }
     if (tok && *tok) {
         /* Visible ASCII only: a space, CR or LF would break the header
          * line (RFC 6750's b64token is narrower still). */
@@ -202,16 +243,34 @@ weir_http_client *weir_http_client_new(const weir_http_client_opts *opts)
                 return NULL;
             }
         }
-        if (!(c->token = strdup(tok)))
-            goto nomem;
     }
     const char *ua = o.user_agent ? o.user_agent : "weir/0.1";
+    /* A field value: no control character but tab (CR or LF would make
+     * every request fail, or inject a line). */
+    for (const char *t = ua; *t; t++) {
+        unsigned char ch = (unsigned char)*t;
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+            free(c);
+            errno = EINVAL;
+            return NULL;
+        }
+    }
+    if (tok && *tok && !(c->token = strdup(tok)))
+        goto nomem;
     if (*ua && !(c->user_agent = strdup(ua)))
         goto nomem;
+    c->nbuckets = POOLS_MIN;
+    if (!(c->buckets = calloc(c->nbuckets, sizeof(*c->buckets))))
+        goto nomem;
+    /* Seeded so that hosts chosen by someone else cannot be picked to share
+     * one chain; not a secret, only unpredictable enough. */
+    c->seed = (uint32_t)((uintptr_t)c >> 4) ^ (uint32_t)weir_time_now() ^
+              (uint32_t)((uint64_t)weir_time_now() >> 32) ^ (uint32_t)getpid();
     if (pthread_mutex_init(&c->mu, NULL) != 0)
         goto nomem;
     return c;
 nomem:
+    free(c->buckets);
     free(c->token);
     free(c->user_agent);
     free(c);
@@ -219,31 +278,46 @@ nomem:
     return NULL;
 }
 
-static void conn_destroy(weir_http_client *c, conn *k)
+/* Close k; *count (a counter of c->st, or NULL) is bumped under the lock.
+ * It must not refer to its pool: a sweep closes the expired connections of
+ * pools it does not hold, and the last user of such a pool may free it. */
+static void conn_destroy(weir_http_client *c, conn *k, uint64_t *count)
 {
-    k->pool->tr->close(k->tc);
+    k->tr->close(k->tc);
     weir_http_parser_close(&k->parser);
     free(k->rbuf);
     free(k);
     pthread_mutex_lock(&c->mu);
     c->st.open_now--;
+    if (count)
+        (*count)++;
     pthread_mutex_unlock(&c->mu);
+}
+
+static void pools_free(pool *gone)
+{
+    for (pool *next; gone; gone = next) {
+        next = gone->next;
+        weir_sem_free(gone->permits);
+        free(gone);
+    }
 }
 
 void weir_http_client_free(weir_http_client *c)
 {
     if (!c)
         return;
-    for (pool *p = c->pools, *next; p; p = next) {
-        next = p->next;
-        while (p->idle_head) {
-            conn *k = p->idle_head;
-            p->idle_head = k->next;
-            conn_destroy(c, k);
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        for (pool *p = c->buckets[i]; p; p = p->next) {
+            while (p->idle_head) {
+                conn *k = p->idle_head;
+                p->idle_head = k->next;
+                conn_destroy(c, k, NULL);
+            }
         }
-        weir_sem_free(p->permits);
-        free(p);
+        pools_free(c->buckets[i]);
     }
+    free(c->buckets);
     pthread_mutex_destroy(&c->mu);
     free(c->token);
     free(c->user_agent);
@@ -258,37 +332,6 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st)
     *st = c->st;
     pthread_mutex_unlock(&c->mu);
     return 0;
-}
-
-/* The pool of scheme://host:port, made on first use; NULL when out of
- * memory. */
-static pool *pool_get(weir_http_client *c, int https, const char *host, int port,
-                      const weir_http_transport *tr)
-{
-    pthread_mutex_lock(&c->mu);
-    for (pool *p = c->pools; p; p = p->next) {
-        if (p->https == https && p->port == port && strcmp(p->host, host) == 0) {
-            pthread_mutex_unlock(&c->mu);
-            return p;
-        }
-    }
-    size_t hl = strlen(host);
-    pool *p = calloc(1, sizeof(*p) + hl + 1);
-    if (p)
-        p->permits = weir_sem_new(c->max_conns);
-    if (!p || !p->permits) {
-        pthread_mutex_unlock(&c->mu);
-        free(p);
-        return NULL;
-    }
-    p->tr = tr;
-    p->https = https;
-    p->port = port;
-    memcpy(p->host, host, hl + 1);
-    p->next = c->pools;
-    c->pools = p;
-    pthread_mutex_unlock(&c->mu);
-    return p;
 }
 
 /* Under c->mu: move the idle connections of p older than the idle timeout
@@ -313,31 +356,163 @@ static void close_all(weir_http_client *c, conn *dead)
 {
     for (conn *next; dead; dead = next) {
         next = dead->next;
-        conn_destroy(c, dead);
+        conn_destroy(c, dead, NULL);
     }
 }
 
-/* The most recently used idle connection of p, or NULL. Expired ones are
- * closed on the way. */
-static conn *idle_take(weir_http_client *c, pool *p)
+static uint32_t pool_hash(uint32_t seed, int https, int port, const char *host)
 {
-    conn *dead = NULL, *k;
-    pthread_mutex_lock(&c->mu);
-    take_expired(c, p, weir_time_now(), &dead);
-    k = p->idle_head;
-    if (k) {
-        p->idle_head = k->next;
-        if (p->idle_head)
-            p->idle_head->prev = NULL;
-        else
-            p->idle_tail = NULL;
-        k->next = k->prev = NULL;
-        c->st.idle_now--;
-        c->st.reused++;
+    uint32_t h = 2166136261u ^ seed; /* FNV-1a */
+    for (const unsigned char *s = (const unsigned char *)host; *s; s++)
+        h = (h ^ *s) * 16777619u;
+    h = (h ^ (uint32_t)port) * 16777619u;
+    h = (h ^ (uint32_t)https) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+/* Under c->mu: twice the buckets. Out of memory, the chains just grow. */
+static void pools_grow(weir_http_client *c)
+{
+    size_t nb = c->nbuckets * 2;
+    pool **b = calloc(nb, sizeof(*b));
+    if (!b)
+        return;
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        for (pool *p = c->buckets[i], *next; p; p = next) {
+            next = p->next;
+            p->next = b[p->hash & (nb - 1)];
+            b[p->hash & (nb - 1)] = p;
+        }
     }
+    free(c->buckets);
+    c->buckets = b;
+    c->nbuckets = nb;
+}
+
+/* Under c->mu, at most once per idle_ms/2: the expired idle connections of
+ * every pool onto *dead, and every pool left with no connection and no user
+ * (so no permit held and no waiter) unlinked onto *gone. The caller closes
+ * *dead, then frees *gone, after unlocking. */
+static void sweep(weir_http_client *c, int64_t now, conn **dead, pool **gone)
+{
+    if (now < c->next_sweep)
+        return;
+    c->next_sweep = now + c->idle_ns / 2;
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        pool **pp = &c->buckets[i];
+        while (*pp) {
+            pool *p = *pp;
+            take_expired(c, p, now, dead);
+            if (p->users == 0 && !p->idle_head) {
+                *pp = p->next;
+                c->st.pools_now--;
+                p->next = *gone;
+                *gone = p;
+            } else {
+                pp = &p->next;
+            }
+        }
+    }
+}
+
+/* The pool of scheme://host:port, made on first use, with a reference for
+ * the caller (give it back with pool_put); NULL when out of memory. */
+static pool *pool_get(weir_http_client *c, int https, const char *host, int port,
+                      const weir_http_transport *tr)
+{
+    conn *dead = NULL;
+    pool *gone = NULL;
+    int64_t now = weir_time_now();
+    uint32_t h = pool_hash(c->seed, https, port, host);
+    pthread_mutex_lock(&c->mu);
+    sweep(c, now, &dead, &gone);
+    pool *p = c->buckets[h & (c->nbuckets - 1)];
+    while (p &&
+           !(p->hash == h && p->https == https && p->port == port && strcmp(p->host, host) == 0))
+        p = p->next;
+    if (!p) {
+        size_t hl = strlen(host);
+        p = calloc(1, sizeof(*p) + hl + 1);
+        if (p && !(p->permits = weir_sem_new(c->max_conns))) {
+            free(p);
+            p = NULL;
+        }
+        if (p) {
+            p->tr = tr;
+            p->hash = h;
+            p->https = https;
+            p->port = port;
+            memcpy(p->host, host, hl + 1);
+            p->next = c->buckets[h & (c->nbuckets - 1)];
+            c->buckets[h & (c->nbuckets - 1)] = p;
+            if (++c->st.pools_now > c->nbuckets)
+                pools_grow(c);
+        }
+    }
+    if (p)
+        p->users++;
     pthread_mutex_unlock(&c->mu);
     close_all(c, dead);
-    return k;
+    pools_free(gone);
+    return p;
+}
+
+/* Give back the reference of pool_get (after the permit, if one was taken):
+ * the last user of a pool without idle connections frees it. */
+static void pool_put(weir_http_client *c, pool *p)
+{
+    int free_it = 0;
+    pthread_mutex_lock(&c->mu);
+    if (--p->users == 0 && !p->idle_head) {
+        pool **pp = &c->buckets[p->hash & (c->nbuckets - 1)];
+        while (*pp != p)
+            pp = &(*pp)->next;
+        *pp = p->next;
+        c->st.pools_now--;
+        free_it = 1;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (free_it) {
+        p->next = NULL;
+        pools_free(p);
+    }
+}
+
+/* The most recently used idle connection of p that passes the transport's
+ * idle check, or NULL. Expired ones, and ones the check refuses (closed by
+ * the server, or holding bytes nobody asked for), are closed on the way. */
+static conn *idle_take(weir_http_client *c, pool *p)
+{
+    for (;;) {
+        conn *dead = NULL, *k;
+        pthread_mutex_lock(&c->mu);
+        take_expired(c, p, weir_time_now(), &dead);
+        k = p->idle_head;
+        if (k) {
+            p->idle_head = k->next;
+            if (p->idle_head)
+                p->idle_head->prev = NULL;
+            else
+                p->idle_tail = NULL;
+            k->next = k->prev = NULL;
+            c->st.idle_now--;
+        }
+        pthread_mutex_unlock(&c->mu);
+        close_all(c, dead);
+        if (!k)
+            return NULL;
+        int e = p->tr->idle_check ? p->tr->idle_check(k->tc) : 0;
+        if (e == 0) {
+            pthread_mutex_lock(&c->mu);
+            c->st.reused++;
+            pthread_mutex_unlock(&c->mu);
+            return k;
+        }
+        weir__log(WEIR__LOG_DEBUG, "net.http_client", "%s:%d: idle connection %s; closed", p->host,
+                  p->port,
+                  e == -EBADMSG ? "holds bytes nobody asked for" : "was closed by the server");
+        conn_destroy(c, k, e == -EBADMSG ? &c->st.unasked : &c->st.stale);
+    }
 }
 
 static void idle_put(weir_http_client *c, pool *p, conn *k)
@@ -364,7 +539,7 @@ static int conn_open(weir_http_client *c, pool *p, int64_t deadline, conn **out)
     conn *k = calloc(1, sizeof(*k));
     if (!k)
         return -ENOMEM;
-    k->pool = p;
+    k->tr = p->tr;
     k->rbuf = malloc(RBUF_SIZE);
     int r = k->rbuf ? weir_http_parser_init(&k->parser, WEIR_HTTP_RESPONSE, &c->limits) : -ENOMEM;
     if (r == 0)
@@ -717,10 +892,12 @@ static int write_all(const weir_http_transport *tr, void *tc, const void *buf, s
 }
 
 /* Send the body of body_fn as chunks, framed in the connection's read
- * buffer (unused until the response is read). */
-static int send_chunks(conn *k, const weir_http_client_req *req, int64_t deadline, const char **why)
+ * buffer (unused until the response is read). *write_failed is set when the
+ * error is the transport's (not the body function's). */
+static int send_chunks(conn *k, const weir_http_client_req *req, int64_t deadline, const char **why,
+                       int *write_failed)
 {
-    const weir_http_transport *tr = k->pool->tr;
+    const weir_http_transport *tr = k->tr;
     uint8_t *frame = k->rbuf;
     size_t cap = RBUF_SIZE - CHUNK_HDR - 2;
     for (;;) {
@@ -743,13 +920,22 @@ static int send_chunks(conn *k, const weir_http_client_req *req, int64_t deadlin
         int r = write_all(tr, k->tc, start, (size_t)hl + (size_t)n + 2, deadline);
         if (r < 0) {
             *why = "could not send the request body";
+            *write_failed = 1;
             return r;
         }
     }
     int r = write_all(tr, k->tc, "0\r\n\r\n", 5, deadline);
-    if (r < 0)
+    if (r < 0) {
         *why = "could not send the request body";
+        *write_failed = 1;
+    }
     return r;
+}
+
+/* The errors of a connection the server has closed. */
+static int stale_error(int r)
+{
+    return r == -ECONNRESET || r == -EPIPE;
 }
 
 /* ---- responses ------------------------------------------------------------------------ */
@@ -848,23 +1034,45 @@ static int body_reserve(body_acc *b, size_t want)
 /* One exchange on connection k: send, then read the whole response into
  * resp. Returns 0 with *keep set when the connection may carry another
  * request, or a negative errno; *got says whether any byte of the response
- * arrived (staleness). */
+ * arrived (staleness).
+ *
+ * A server may answer before it has read the body (413, 401, a redirect)
+ * and close, which fails the body's send with EPIPE or ECONNRESET; the
+ * response is read all the same from what arrived. When none did, the
+ * send's error is returned (so a pooled connection still counts as stale). */
 static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *req, const plan *pl,
                     const weir_http_buf *head, int64_t deadline, weir_http_client_resp *resp,
                     int *keep, int *got, const char **why)
 {
-    const weir_http_transport *tr = k->pool->tr;
+    const weir_http_transport *tr = k->tr;
     *keep = 0;
     *got = 0;
     int r = write_all(tr, k->tc, head->p, head->len, deadline);
-    if (r == 0 && pl->body_after)
-        r = write_all(tr, k->tc, pl->body_after, pl->body_after_len, deadline);
     if (r < 0) {
         *why = "could not send the request";
         return r;
     }
-    if (req->body_fn && (r = send_chunks(k, req, deadline, why)) < 0)
-        return r;
+    int send_err = 0; /* the body's send failed as if the server had closed */
+    const char *send_why = NULL;
+    if (pl->body_after) {
+        r = write_all(tr, k->tc, pl->body_after, pl->body_after_len, deadline);
+        if (r < 0) {
+            *why = "could not send the request body";
+            if (!stale_error(r))
+                return r;
+            send_err = r;
+        }
+    } else if (req->body_fn) {
+        int write_failed = 0;
+        r = send_chunks(k, req, deadline, why, &write_failed);
+        if (r < 0) {
+            if (!write_failed || !stale_error(r))
+                return r;
+            send_err = r;
+        }
+    }
+    if (send_err)
+        send_why = *why;
 
     weir_http_parser *p = &k->parser;
     if (pl->head)
@@ -872,6 +1080,7 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
     body_acc body = {0};
     size_t off = 0, len = 0;
     int interim = 0, done = 0;
+    unsigned ninterim = 0;
     while (!done) {
         weir_http_event ev;
         ssize_t n = weir_http_parse(p, k->rbuf + off, len - off, &ev);
@@ -885,6 +1094,11 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
         switch (ev.kind) {
         case WEIR_HTTP_NEED_MORE: {
             ssize_t got_n = tr->read(k->tc, k->rbuf, RBUF_SIZE, deadline);
+            if (send_err && !*got && got_n <= 0) {
+                r = send_err; /* no answer at all: the send's error */
+                *why = send_why;
+                goto fail;
+            }
             if (got_n < 0 || got_n > (ssize_t)RBUF_SIZE) {
                 r = got_n < 0 ? (int)got_n : -EIO; /* -EIO: a transport that overran */
                 *why = "could not read the response";
@@ -908,6 +1122,11 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
         }
         case WEIR_HTTP_HEAD:
             interim = p->status >= 100 && p->status < 200 && p->status != 101;
+            if (interim && ++ninterim > MAX_INTERIM) {
+                r = -EBADMSG;
+                *why = "more than 5 interim (1xx) responses";
+                goto fail;
+            }
             if (!interim && p->body == WEIR_HTTP_BODY_LENGTH) {
                 uint64_t cl = p->content_length;
                 if (body_reserve(&body, cl < BODY_PREALLOC ? (size_t)cl : BODY_PREALLOC) < 0) {
@@ -949,8 +1168,9 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
     body.p[body.len] = '\0';
     resp->body = body.p;
     resp->body_len = body.len;
-    /* Reusable only at a clean boundary: nothing unasked-for left over. */
-    *keep = p->keep_alive && !pl->close && off == len;
+    /* Reusable only at a clean boundary: the whole request sent, nothing
+     * unasked-for left over (bytes arriving later are the idle check's). */
+    *keep = p->keep_alive && !pl->close && off == len && !send_err;
     return 0;
 fail:
     free(body.p);
@@ -966,11 +1186,6 @@ static int fail(weir_http_client_resp *resp, int err, const char *why)
     weir__log(WEIR__LOG_DEBUG, "net.http_client", "request failed: %s (%s)", resp->error,
               weir_net_strerror(err));
     return err;
-}
-
-static int stale_error(int r)
-{
-    return r == -ECONNRESET || r == -EPIPE;
 }
 
 int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
@@ -1017,6 +1232,7 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
             pthread_mutex_lock(&c->mu);
             c->st.fast_fails++;
             pthread_mutex_unlock(&c->mu);
+            pool_put(c, p);
             weir_http_buf_close(&head);
             return fail(resp, -EBUSY, "every connection to this host:port is busy (fast_fail)");
         }
@@ -1035,6 +1251,7 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
         c->st.waiting_now--;
         pthread_mutex_unlock(&c->mu);
         if (r < 0) {
+            pool_put(c, p);
             weir_http_buf_close(&head);
             return fail(resp, r, "no connection to this host:port became free in time");
         }
@@ -1042,6 +1259,12 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
 
     int fresh_only = 0;
     for (int attempt = 0;; attempt++) {
+        /* A cancelled task would fail its first write with -ECANCELED and
+         * lose a healthy pooled connection: stop before taking one. */
+        if (weir_task_cancelled()) {
+            r = -ECANCELED;
+            break;
+        }
         conn *k = fresh_only ? NULL : idle_take(c, p);
         int reused = k != NULL;
         if (!k && (r = conn_open(c, p, deadline, &k)) < 0) {
@@ -1055,14 +1278,14 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
             if (keep)
                 idle_put(c, p, k);
             else
-                conn_destroy(c, k);
+                conn_destroy(c, k, NULL);
             pthread_mutex_lock(&c->mu);
             c->st.requests++;
             pthread_mutex_unlock(&c->mu);
             break;
         }
         /* Never reuse a connection after an error: its state is unknown. */
-        conn_destroy(c, k);
+        conn_destroy(c, k, NULL);
         if (reused && !got && stale_error(r) && pl.replayable && attempt == 0 &&
             !weir_task_cancelled()) {
             weir__log(WEIR__LOG_DEBUG, "net.http_client",
@@ -1077,6 +1300,7 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
         break;
     }
     weir_sem_release(p->permits, 1);
+    pool_put(c, p);
     weir_http_buf_close(&head);
     if (r < 0) {
         /* exchange() leaves resp untouched on failure. */
@@ -1104,7 +1328,8 @@ int weir_http_post(weir_http_client *c, const char *url, const char *content_typ
         .url = url,
         .headers = content_type ? &h : NULL,
         .nheaders = content_type ? 1 : 0,
-        .body = body ? body : "",
+        /* NULL with a length stays NULL: weir_http_client_do refuses it. */
+        .body = body ? body : (len ? NULL : ""),
         .body_len = len,
         .deadline = deadline,
     };

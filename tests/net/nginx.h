@@ -195,6 +195,7 @@ static int nginx__try(nginx_proc *n, const char *extra)
         "    location = /missing { return 404 \"nope\"; }\n"
         "    location = /auth { echo \"auth=[$http_authorization] x=[$http_x_test] "
         "host=[$http_host]\"; }\n"
+        "    location = /ua { echo \"ua=[$http_user_agent]\"; }\n"
         "%s\n"
         "  }\n"
         "  server {\n"

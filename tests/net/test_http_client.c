@@ -4,7 +4,8 @@
  * (weir/http.h, "client"), against a real nginx started by the test
  * (tests/net/nginx.h) and a few raw weir servers for the misbehaviours
  * nginx will not show on demand (a body cut short, idle connections closed
- * at once).
+ * at once, bytes sent after a response, a 408 on an idle connection, an
+ * early 413, endless 100 Continue).
  *
  * The pool's counters (weir_http_client_stats_get) prove what happened on
  * the wire: connections opened, reused, waits, fast fails, stale retries.
@@ -617,7 +618,14 @@ enum {
     RAW_CLOSE_DELIM, /* HTTP/1.0, no Content-Length: the body ends with the connection */
     RAW_INTERIM,     /* 100 and 103 before the response (no body to HEAD) */
     RAW_ORDER,       /* keep-alive; record each request's /N; hold /0 until `release` */
+    RAW_LATE,        /* keep-alive; bytes nobody asked for 50 ms after some answers */
+    RAW_408,         /* one answer, then 50 ms later a 408 and the close */
+    RAW_413,         /* keep-alive; a PUT gets 413 + close after its head, body unread */
+    RAW_FLOOD,       /* 100 Continue without end (GET /5: five, then the answer) */
 };
+
+/* A complete response, sent where none was asked for. */
+#define FORGED "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
 
 /* Read a request head (to the blank line) and, when it says so, a
  * Content-Length body or a chunked body up to its last chunk. */
@@ -654,6 +662,92 @@ static ssize_t raw_send(int fd, const char *s)
     return weir_io_send(fd, s, strlen(s), MSG_NOSIGNAL, deadline_ms(LONG_MS));
 }
 
+/* Read one request head into buf (NUL-terminated), leaving any body
+ * unread past what came with it. 0, or -1 at EOF or on an error. */
+static int raw_read_head(int fd, char *buf, size_t cap)
+{
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = weir_io_recv(fd, buf + have, cap - 1 - have, 0, deadline_ms(LONG_MS));
+        if (n <= 0)
+            return -1;
+        have += (size_t)n;
+        buf[have] = '\0';
+        if (strstr(buf, "\r\n\r\n"))
+            return 0;
+        if (have + 1 >= cap)
+            return -1;
+    }
+}
+
+/* The modes that read heads only (raw_read_head). */
+static void raw_conn_heads(raw_srv *s, int fd)
+{
+    char buf[8192];
+    switch (s->mode) {
+    case RAW_LATE:
+        while (raw_read_head(fd, buf, sizeof(buf)) == 0) {
+            atomic_fetch_add(&s->requests, 1);
+            const char *late = NULL;
+            if (strncmp(buf, "HEAD ", 5) == 0) {
+                /* The length of FORGED: a server smuggling a response in. */
+                raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 44\r\n\r\n");
+                late = FORGED;
+            } else if (strncmp(buf, "GET /204 ", 9) == 0) {
+                raw_send(fd, "HTTP/1.1 204 No Content\r\n\r\n");
+                late = FORGED; /* a 204 has no body, whatever follows */
+            } else if (strncmp(buf, "GET /pad ", 9) == 0) {
+                raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal");
+                late = "\r\n\r\n";
+            } else {
+                raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal");
+            }
+            if (late) {
+                weir_time_sleep(50 * WEIR_MSEC); /* the client has pooled it by now */
+                raw_send(fd, late);
+            }
+        }
+        break;
+    case RAW_408:
+        if (raw_read_head(fd, buf, sizeof(buf)) == 0) {
+            atomic_fetch_add(&s->requests, 1);
+            raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+            weir_time_sleep(50 * WEIR_MSEC);
+            raw_send(fd, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                         "Content-Length: 0\r\n\r\n");
+        }
+        break;
+    case RAW_413:
+        while (raw_read_head(fd, buf, sizeof(buf)) == 0) {
+            atomic_fetch_add(&s->requests, 1);
+            if (strncmp(buf, "PUT ", 4) == 0) {
+                /* Closed with the body unread: the kernel resets it. */
+                raw_send(fd, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                             "Content-Length: 8\r\n\r\ntoo big\n");
+                break;
+            }
+            raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        }
+        break;
+    case RAW_FLOOD:
+        if (raw_read_head(fd, buf, sizeof(buf)) == 0) {
+            atomic_fetch_add(&s->requests, 1);
+            int five = strncmp(buf, "GET /5 ", 7) == 0;
+            int64_t until = weir_time_now() + 10 * WEIR_SEC;
+            for (int i = 0; five ? i < 5 : weir_time_now() < until; i++) {
+                if (raw_send(fd, "HTTP/1.1 100 Continue\r\n\r\n") <= 0)
+                    break;
+                if (i % 16 == 15)
+                    weir_time_sleep(WEIR_MSEC);
+            }
+            if (five)
+                raw_send(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n"
+                             "Content-Length: 2\r\n\r\nok");
+        }
+        break;
+    }
+}
+
 static intptr_t raw_conn(void *arg)
 {
     raw_srv *s = ((void **)arg)[0];
@@ -661,6 +755,11 @@ static intptr_t raw_conn(void *arg)
     free(arg);
     int n = -1;
     int head = 0;
+    if (s->mode >= RAW_LATE) {
+        raw_conn_heads(s, fd);
+        weir_io_close(fd);
+        return 0;
+    }
     while (s->mode == RAW_ORDER && raw_read_request(fd, &n, NULL) == 0) {
         int k = atomic_fetch_add(&s->requests, 1);
         if (k < 64)
@@ -734,16 +833,34 @@ static weir_task *raw_start(raw_srv *s, int mode)
     return test_spawn(raw_accept_loop, s);
 }
 
+/* Stop n raw servers (their accept loops), then give the connection fibers
+ * time to finish. */
+static void raw_stop_n(raw_srv *s, weir_task **t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        weir_task_cancel(t[i]);
+        int j = weir_task_join(t[i], NULL, WEIR_FOREVER);
+        CHECK(j == 0 || j == -ECANCELED);
+        weir_io_close(s[i].lfd);
+    }
+    weir_time_sleep(300 * WEIR_MSEC);
+}
+
 static void raw_stop(raw_srv *s, weir_task *t)
 {
-    weir_task_cancel(t);
-    int j = weir_task_join(t, NULL, WEIR_FOREVER);
-    CHECK(j == 0 || j == -ECANCELED);
-    weir_io_close(s->lfd);
-    weir_time_sleep(300 * WEIR_MSEC); /* connection fibers finish */
+    raw_stop_n(s, &t, 1);
 }
 
 #define RAW_URL(s, path) url_of((char[256]){0}, 256, (s)->port, path)
+
+/* The same through https:// (for a client whose https transport is plain
+ * TCP without an idle check). */
+static const char *surl_of(char *buf, size_t cap, int https, int port, const char *path)
+{
+    snprintf(buf, cap, "%s://127.0.0.1:%d%s", https ? "https" : "http", port, path);
+    return buf;
+}
+#define SRAW_URL(https, s, path) surl_of((char[256]){0}, 256, https, (s)->port, path)
 
 /* max_conns 1: requests that queued one after another get the connection
  * in that order. The raw server holds request /0 until all the others are
@@ -880,53 +997,83 @@ TEST(server_closing_mid_response)
     CHECK_EQ(test_run_main(broken_main, NULL), 0);
 }
 
+/* An https transport that is plain TCP without an idle check: the stale
+ * connection is only found by sending on it. */
+static const weir_http_transport *unchecked_tcp(void)
+{
+    static weir_http_transport tr;
+    tr = weir_http_tcp_transport;
+    tr.idle_check = NULL;
+    return &tr;
+}
+
+/* The server closes each connection 20 ms after its one answer. arg 0:
+ * through a transport without an idle check, so the closed connection is
+ * found by sending on it: replayed when the request can be, the error
+ * otherwise. arg 1: the TCP transport's idle check finds it first, and
+ * every request goes out on a fresh connection. */
 static intptr_t stale_main(void *arg)
 {
-    (void)arg;
-    weir_http_client *c = weir_http_client_new(NULL);
+    int checked = (int)(intptr_t)arg;
+    int https = !checked;
+    weir_http_client *c = weir_http_client_new(&(weir_http_client_opts){.https = unchecked_tcp()});
     CHECK(c != NULL);
     raw_srv s;
     weir_http_client_resp r;
     weir_task *t = raw_start(&s, RAW_ONE_SHOT);
 
     /* GET: pooled, closed by the server while idle, sent again. */
-    get_ok(c, RAW_URL(&s, "/a"), &r);
+    get_ok(c, SRAW_URL(https, &s, "/a"), &r);
     weir_http_client_resp_free(&r);
     CHECK_EQ(stats(c).idle_now, 1);
     weir_time_sleep(150 * WEIR_MSEC); /* the server has closed it */
-    get_ok(c, RAW_URL(&s, "/b"), &r);
+    get_ok(c, SRAW_URL(https, &s, "/b"), &r);
     CHECK_STR(r.body, "ok");
     weir_http_client_resp_free(&r);
     weir_http_client_stats st = stats(c);
-    CHECK_EQ(st.retries, 1);
+    CHECK_EQ(st.retries, checked ? 0 : 1);
+    CHECK_EQ(st.stale, checked ? 1 : 0);
     CHECK_EQ(st.opened, 2);
-    CHECK_EQ(st.reused, 1);
+    CHECK_EQ(st.reused, checked ? 0 : 1);
     CHECK_EQ(atomic_load(&s.requests), 2); /* the stale connection carried nothing */
 
-    /* A streamed body cannot be replayed: the error is the caller's. */
+    /* A streamed body cannot be replayed: the error is the caller's, unless
+     * the check kept the request off the closed connection. */
     weir_time_sleep(150 * WEIR_MSEC);
     gen g = {.total = 100, .step = 50};
     weir_http_client_req q = {.method = "PUT",
-                              .url = RAW_URL(&s, "/c"),
+                              .url = SRAW_URL(https, &s, "/c"),
                               .body_fn = gen_body,
                               .body_arg = &g,
                               .deadline = deadline_ms(LONG_MS)};
     int rc = weir_http_client_do(c, &q, &r);
-    CHECK(rc == -ECONNRESET || rc == -EPIPE);
-    CHECK_EQ(stats(c).retries, 1);
+    if (checked) {
+        CHECK_EQ(rc, 0);
+        weir_http_client_resp_free(&r);
+    } else {
+        CHECK(rc == -ECONNRESET || rc == -EPIPE);
+    }
+    CHECK_EQ(stats(c).retries, checked ? 0 : 1);
 
     /* A POST is not resent either, unless it carries an Idempotency-Key. */
-    get_ok(c, RAW_URL(&s, "/d"), &r);
-    weir_http_client_resp_free(&r);
+    if (!checked) {
+        get_ok(c, SRAW_URL(https, &s, "/d"), &r);
+        weir_http_client_resp_free(&r);
+    }
     weir_time_sleep(150 * WEIR_MSEC);
-    rc = weir_http_post(c, RAW_URL(&s, "/e"), NULL, "x", 1, deadline_ms(LONG_MS), &r);
-    CHECK(rc == -ECONNRESET || rc == -EPIPE);
-    get_ok(c, RAW_URL(&s, "/f"), &r);
-    weir_http_client_resp_free(&r);
+    rc = weir_http_post(c, SRAW_URL(https, &s, "/e"), NULL, "x", 1, deadline_ms(LONG_MS), &r);
+    if (checked) {
+        CHECK_EQ(rc, 0);
+        weir_http_client_resp_free(&r);
+    } else {
+        CHECK(rc == -ECONNRESET || rc == -EPIPE);
+        get_ok(c, SRAW_URL(https, &s, "/f"), &r);
+        weir_http_client_resp_free(&r);
+    }
     weir_time_sleep(150 * WEIR_MSEC);
     weir_http_header key = {{"Idempotency-Key", 15}, {"k1", 2}};
     q = (weir_http_client_req){.method = "POST",
-                               .url = RAW_URL(&s, "/g"),
+                               .url = SRAW_URL(https, &s, "/g"),
                                .headers = &key,
                                .nheaders = 1,
                                .body = "x",
@@ -934,7 +1081,14 @@ static intptr_t stale_main(void *arg)
                                .deadline = deadline_ms(LONG_MS)};
     CHECK_EQ(weir_http_client_do(c, &q, &r), 0);
     weir_http_client_resp_free(&r);
-    CHECK_EQ(stats(c).retries, 2);
+    st = stats(c);
+    CHECK_EQ(st.retries, checked ? 0 : 2);
+    if (checked) {
+        CHECK_EQ(st.stale, 4); /* /b, /c, /e, /g: each found its connection closed */
+        CHECK_EQ(st.reused, 0);
+        CHECK_EQ(st.opened, 5);
+        CHECK_EQ(atomic_load(&s.requests), 5);
+    }
     raw_stop(&s, t);
     weir_http_client_free(c);
     return 0;
@@ -942,7 +1096,329 @@ static intptr_t stale_main(void *arg)
 
 TEST(stale_pooled_connection_is_retried)
 {
-    CHECK_EQ(test_run_main(stale_main, NULL), 0);
+    CHECK_EQ(test_run_main(stale_main, (void *)(intptr_t)0), 0);
+}
+
+TEST(stale_idle_connection_found_by_the_idle_check)
+{
+    CHECK_EQ(test_run_main(stale_main, (void *)(intptr_t)1), 0);
+}
+
+/* Bytes that arrive on an idle connection after its response was read (a
+ * "body" to a HEAD or a 204, CRLF padding, a 408 before closing) are never
+ * read as the answer to the next request: the idle check closes that
+ * connection and the request goes out on another. */
+static intptr_t late_bytes_main(void *arg)
+{
+    (void)arg;
+    weir_http_client *c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    raw_srv s;
+    weir_http_client_resp r;
+    weir_task *t = raw_start(&s, RAW_LATE);
+
+    weir_http_client_req hq = {
+        .method = "HEAD", .url = RAW_URL(&s, "/"), .deadline = deadline_ms(LONG_MS)};
+    CHECK_EQ(weir_http_client_do(c, &hq, &r), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body_len, 0);
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).idle_now, 1);
+    weir_time_sleep(150 * WEIR_MSEC); /* the forged response has arrived */
+    get_ok(c, RAW_URL(&s, "/x"), &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "real"); /* not "forged" */
+    weir_http_client_resp_free(&r);
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.unasked, 1);
+    CHECK_EQ(st.opened, 2);
+    CHECK_EQ(st.reused, 0);
+
+    /* The same after a 204 (no body, whatever the server sends next). */
+    get_ok(c, RAW_URL(&s, "/204"), &r);
+    CHECK_EQ(r.status, 204);
+    weir_http_client_resp_free(&r);
+    weir_time_sleep(150 * WEIR_MSEC);
+    get_ok(c, RAW_URL(&s, "/x"), &r);
+    CHECK_STR(r.body, "real");
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).unasked, 2);
+
+    /* Padding after a response: not trusted either. */
+    get_ok(c, RAW_URL(&s, "/pad"), &r);
+    CHECK_STR(r.body, "real");
+    weir_http_client_resp_free(&r);
+    weir_time_sleep(150 * WEIR_MSEC);
+    get_ok(c, RAW_URL(&s, "/x"), &r);
+    CHECK_STR(r.body, "real");
+    weir_http_client_resp_free(&r);
+
+    /* A connection that stays quiet is reused as before. */
+    get_ok(c, RAW_URL(&s, "/x"), &r);
+    weir_http_client_resp_free(&r);
+    st = stats(c);
+    CHECK_EQ(st.unasked, 3);
+    CHECK_EQ(st.opened, 4);
+    CHECK_EQ(st.reused, 3); /* /204, /pad and the last /x */
+    CHECK_EQ(st.retries, 0);
+    CHECK_EQ(st.open_now, 1);
+    weir_http_client_free(c);
+    raw_stop(&s, t);
+    return 0;
+}
+
+TEST(bytes_after_a_response_are_not_the_next_response)
+{
+    CHECK_EQ(test_run_main(late_bytes_main, NULL), 0);
+}
+
+/* A server that times an idle connection out with a 408 and closes it: the
+ * next request succeeds on a fresh connection, it does not get the 408. */
+static intptr_t idle_408_main(void *arg)
+{
+    (void)arg;
+    weir_http_client *c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    raw_srv s;
+    weir_http_client_resp r;
+    weir_task *t = raw_start(&s, RAW_408);
+    get_ok(c, RAW_URL(&s, "/a"), &r);
+    CHECK_STR(r.body, "ok");
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).idle_now, 1);
+    weir_time_sleep(150 * WEIR_MSEC); /* 408, then the close */
+    get_ok(c, RAW_URL(&s, "/b"), &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "ok");
+    weir_http_client_resp_free(&r);
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.unasked, 1);
+    CHECK_EQ(st.retries, 0);
+    CHECK_EQ(st.opened, 2);
+    CHECK_EQ(atomic_load(&s.requests), 2);
+    weir_http_client_free(c);
+    raw_stop(&s, t);
+    return 0;
+}
+
+TEST(idle_408_then_close_is_not_a_response)
+{
+    CHECK_EQ(test_run_main(idle_408_main, NULL), 0);
+}
+
+/* 413 and the close after the head of an 8 MiB PUT: the send of the body
+ * fails, the 413 is the answer all the same, and a PUT on a pooled
+ * connection is not replayed. */
+static intptr_t early_413_main(void *arg)
+{
+    (void)arg;
+    weir_http_client *c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    raw_srv s;
+    weir_http_client_resp r;
+    weir_task *t = raw_start(&s, RAW_413);
+    size_t big = 8u << 20;
+    char *b = malloc(big);
+    CHECK(b != NULL);
+    memset(b, 'x', big);
+    weir_http_client_req q = {.method = "PUT",
+                              .url = RAW_URL(&s, "/up"),
+                              .body = b,
+                              .body_len = big,
+                              .deadline = deadline_ms(LONG_MS)};
+    int rc = weir_http_client_do(c, &q, &r);
+    if (rc != 0)
+        fprintf(stderr, "PUT: %s (%s)\n", weir_net_strerror(rc), r.error);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(r.status, 413);
+    CHECK_STR(r.body, "too big\n");
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).open_now, 0);
+
+    /* On a pooled connection: the 413 is not taken for a stale connection. */
+    get_ok(c, RAW_URL(&s, "/a"), &r);
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(stats(c).idle_now, 1);
+    CHECK_EQ(weir_http_client_do(c, &q, &r), 0);
+    CHECK_EQ(r.status, 413);
+    weir_http_client_resp_free(&r);
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.reused, 1);
+    CHECK_EQ(st.retries, 0);
+    CHECK_EQ(st.open_now, 0);
+
+    /* A streamed body the same. */
+    gen g = {.total = big, .step = 16000};
+    weir_http_client_req sq = {.method = "PUT",
+                               .url = RAW_URL(&s, "/up"),
+                               .body_fn = gen_body,
+                               .body_arg = &g,
+                               .deadline = deadline_ms(LONG_MS)};
+    CHECK_EQ(weir_http_client_do(c, &sq, &r), 0);
+    CHECK_EQ(r.status, 413);
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(atomic_load(&s.requests), 4);
+    CHECK_EQ(atomic_load(&s.accepted), 3);
+    free(b);
+    weir_http_client_free(c);
+    raw_stop(&s, t);
+    return 0;
+}
+
+TEST(early_response_while_sending_the_body)
+{
+    CHECK_EQ(test_run_main(early_413_main, NULL), 0);
+}
+
+/* Interim responses are capped: five are skipped, a sixth is -EBADMSG. */
+static intptr_t flood_main(void *arg)
+{
+    (void)arg;
+    weir_http_client *c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    raw_srv s;
+    weir_http_client_resp r;
+    weir_task *t = raw_start(&s, RAW_FLOOD);
+    get_ok(c, RAW_URL(&s, "/5"), &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "ok");
+    weir_http_client_resp_free(&r);
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir_http_get(c, RAW_URL(&s, "/0"), deadline_ms(3000), &r), -EBADMSG);
+    CHECK(strstr(r.error, "1xx") != NULL);
+    CHECK_LT(weir_time_now() - t0, 2 * WEIR_SEC); /* at once, not at the deadline */
+    CHECK_EQ(stats(c).open_now, 0);
+    weir_http_client_free(c);
+    raw_stop(&s, t);
+    return 0;
+}
+
+TEST(endless_interim_responses_are_refused)
+{
+    CHECK_EQ(test_run_main(flood_main, NULL), 0);
+}
+
+/* A task already cancelled gets -ECANCELED before it takes a connection:
+ * the pooled one stays. */
+static intptr_t cancelled_one(void *arg)
+{
+    raw_srv *s = arg;
+    weir_http_client *c = weir_http_client_new(&(weir_http_client_opts){.max_conns = 1});
+    CHECK(c != NULL);
+    weir_http_client_resp r;
+    get_ok(c, RAW_URL(s, "/1"), &r);
+    weir_http_client_resp_free(&r);
+    CHECK_EQ(weir_task_cancel(weir_task_current()), 0);
+    CHECK(weir_task_cancelled());
+    CHECK_EQ(weir_http_get(c, RAW_URL(s, "/1"), deadline_ms(LONG_MS), &r), -ECANCELED);
+    CHECK(strstr(r.error, "cancelled") != NULL);
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.open_now, 1);
+    CHECK_EQ(st.idle_now, 1);
+    CHECK_EQ(st.reused, 0);
+    return (intptr_t)c;
+}
+
+static intptr_t cancelled_main(void *arg)
+{
+    (void)arg;
+    raw_srv s;
+    weir_task *t = raw_start(&s, RAW_ORDER);
+    atomic_store(&s.release, 1);
+    weir_task *ct = test_spawn(cancelled_one, &s);
+    intptr_t v = 0;
+    int j = weir_task_join(ct, &v, WEIR_FOREVER);
+    CHECK(j == 0 || j == -ECANCELED);
+    weir_http_client *c = (weir_http_client *)v;
+    CHECK(c != NULL);
+    /* The permit came back (max_conns 1) and the connection is reused. */
+    weir_http_client_resp r;
+    get_ok(c, RAW_URL(&s, "/1"), &r);
+    CHECK_STR(r.body, "ok\n");
+    weir_http_client_resp_free(&r);
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.opened, 1);
+    CHECK_EQ(st.reused, 1);
+    CHECK_EQ(atomic_load(&s.requests), 2);
+    weir_http_client_free(c);
+    raw_stop(&s, t);
+    return 0;
+}
+
+TEST(cancelled_task_leaves_the_pooled_connection)
+{
+    CHECK_EQ(test_run_main(cancelled_main, NULL), 0);
+}
+
+/* Idle connections expire whichever pool the next request uses, and pools
+ * left without connections or requests are freed: the client does not
+ * keep a socket per host it once reached, nor a pool per host. */
+#define NSRV 24
+static intptr_t sweep_main(void *arg)
+{
+    (void)arg;
+    static raw_srv srv[NSRV];
+    weir_task *t[NSRV];
+    for (int i = 0; i < NSRV; i++) {
+        t[i] = raw_start(&srv[i], RAW_ORDER);
+        atomic_store(&srv[i].release, 1);
+    }
+    weir_http_client_resp r;
+
+    /* One GET to each of 5 ports, then, past idle_ms, GETs to one port
+     * only: the other four sockets are closed too. */
+    weir_http_client *c = weir_http_client_new(&(weir_http_client_opts){.idle_ms = 100});
+    CHECK(c != NULL);
+    for (int i = 0; i < 5; i++) {
+        get_ok(c, RAW_URL(&srv[i], "/1"), &r);
+        weir_http_client_resp_free(&r);
+    }
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.open_now, 5);
+    CHECK_EQ(st.pools_now, 5);
+    weir_time_sleep(500 * WEIR_MSEC);
+    for (int k = 0; k < 3; k++) {
+        get_ok(c, RAW_URL(&srv[0], "/1"), &r);
+        weir_http_client_resp_free(&r);
+    }
+    st = stats(c);
+    CHECK_EQ(st.expired, 5);
+    CHECK_EQ(st.open_now, 1);
+    CHECK_EQ(st.idle_now, 1);
+    CHECK_EQ(st.pools_now, 1);
+    CHECK_EQ(st.opened, 6);
+
+    /* A pool whose request got no connection to keep is freed at once:
+     * hosts nobody listens on leave nothing behind. */
+    for (int i = 2; i < 42; i++) {
+        char u[64];
+        snprintf(u, sizeof(u), "http://127.0.0.%d:1/", i);
+        CHECK_EQ(weir_http_get(c, u, deadline_ms(LONG_MS), &r), -ECONNREFUSED);
+        CHECK_EQ(stats(c).pools_now, 1);
+    }
+    weir_http_client_free(c);
+
+    /* Many pools at once (the table grows), each found again. */
+    c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < NSRV; i++) {
+            get_ok(c, RAW_URL(&srv[i], "/1"), &r);
+            weir_http_client_resp_free(&r);
+        }
+    }
+    st = stats(c);
+    CHECK_EQ(st.pools_now, NSRV);
+    CHECK_EQ(st.opened, NSRV);
+    CHECK_EQ(st.reused, NSRV);
+    weir_http_client_free(c);
+    raw_stop_n(srv, t, NSRV);
+    return 0;
+}
+
+TEST(idle_connections_of_every_pool_expire_and_pools_are_freed)
+{
+    CHECK_EQ(test_run_main(sweep_main, NULL), 0);
 }
 
 /* nginx closes idle connections of its second server after 1 s. */
@@ -959,7 +1435,8 @@ static intptr_t stale_nginx_main(void *arg)
     CHECK_STR(r.body, "short");
     weir_http_client_resp_free(&r);
     weir_http_client_stats st = stats(c);
-    CHECK_EQ(st.retries, 1);
+    CHECK_EQ(st.retries, 0); /* the idle check found it closed */
+    CHECK_EQ(st.stale, 1);
     CHECK_EQ(st.opened, 2);
     weir_http_client_free(c);
     return 0;
@@ -1070,8 +1547,14 @@ static intptr_t bad_urls_main(void *arg)
         CHECK_EQ(weir_http_client_do(c, &bad[i], &r), -EINVAL);
         CHECK(r.error[0] != '\0');
     }
+    /* weir_http_post with a NULL body and a length: refused, not read. */
+    CHECK_EQ(weir_http_post(c, u, "text/plain", NULL, 5, deadline_ms(LONG_MS), &r), -EINVAL);
+    CHECK(r.error[0] != '\0');
     weir_http_client_stats st = stats(c);
     CHECK_EQ(st.opened, 0); /* none of them cost a connection */
+    CHECK_EQ(st.pools_now, 0);
+    /* NULL with 0 is an empty body (and reaches the connect). */
+    CHECK_EQ(weir_http_post(c, u, NULL, NULL, 0, deadline_ms(LONG_MS), &r), -ECONNREFUSED);
     CHECK_EQ(weir_http_client_do(NULL, &bad[0], &r), -EINVAL);
     CHECK_EQ(weir_http_client_do(c, NULL, &r), -EINVAL);
     CHECK_EQ(weir_http_client_do(c, &bad[0], NULL), -EINVAL);
@@ -1103,10 +1586,23 @@ TEST(needs_a_fiber)
     CHECK(weir_http_client_new(&(weir_http_client_opts){.idle_ms = -5}) == NULL);
     CHECK(weir_http_client_new(&(weir_http_client_opts){.bearer_token = "a b"}) == NULL);
     CHECK_EQ(errno, EINVAL);
+    /* The environment is not read: its token cannot fail (or reach) us. */
     setenv("WEIR_AUTH_TOKEN", "tok\r\nX-Evil: 1", 1);
-    CHECK(weir_http_client_new(NULL) == NULL);
-    CHECK_EQ(errno, EINVAL);
+    c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    weir_http_client_free(c);
     unsetenv("WEIR_AUTH_TOKEN");
+    /* A User-Agent with a control character is refused at once, not by
+     * every request; spaces and tabs are fine. */
+    static const char *const bad_ua[] = {"weir\r\nX-Evil: 1", "weir\n", "a\x01b", "del\x7f"};
+    for (size_t i = 0; i < sizeof(bad_ua) / sizeof(bad_ua[0]); i++) {
+        errno = 0;
+        CHECK(weir_http_client_new(&(weir_http_client_opts){.user_agent = bad_ua[i]}) == NULL);
+        CHECK_EQ(errno, EINVAL);
+    }
+    c = weir_http_client_new(&(weir_http_client_opts){.user_agent = "my tool/1.0 (x;\ty)"});
+    CHECK(c != NULL);
+    weir_http_client_free(c);
     weir_http_client_free(NULL);
 }
 
@@ -1152,15 +1648,23 @@ static intptr_t auth_main(void *arg)
 {
     (void)arg;
     weir_http_client_resp r;
-    /* From the environment. */
+    /* $WEIR_AUTH_TOKEN is not picked up: a client reaching third parties
+     * must not hand them the token of its own service. */
     setenv("WEIR_AUTH_TOKEN", "env-token", 1);
     weir_http_client *c = weir_http_client_new(NULL);
-    unsetenv("WEIR_AUTH_TOKEN");
+    CHECK(c != NULL);
+    get_ok(c, URL("/auth"), &r);
+    CHECK(strstr(r.body, "auth=[]") != NULL);
+    weir_http_client_resp_free(&r);
+    weir_http_client_free(c);
+
+    /* The option is sent, with the caller's fields. */
+    c = weir_http_client_new(&(weir_http_client_opts){.bearer_token = "opt-token"});
     CHECK(c != NULL);
     weir_http_header x = {{"X-Test", 6}, {"seen", 4}};
     weir_http_client_req q = {.url = URL("/auth"), .headers = &x, .nheaders = 1};
     CHECK_EQ(weir_http_client_do(c, &q, &r), 0);
-    CHECK(strstr(r.body, "auth=[Bearer env-token]") != NULL);
+    CHECK(strstr(r.body, "auth=[Bearer opt-token]") != NULL);
     CHECK(strstr(r.body, "x=[seen]") != NULL);
     weir_http_client_resp_free(&r);
     /* The caller's own Authorization wins. */
@@ -1171,38 +1675,75 @@ static intptr_t auth_main(void *arg)
     weir_http_client_resp_free(&r);
     weir_http_client_free(c);
 
-    /* The option wins over the environment; "" sends none; an empty
-     * environment variable counts as unset. */
-    setenv("WEIR_AUTH_TOKEN", "env-token", 1);
-    c = weir_http_client_new(&(weir_http_client_opts){.bearer_token = "opt-token"});
+    /* A tool that wants the variable says so. */
+    c = weir_http_client_new(&(weir_http_client_opts){.bearer_token = getenv("WEIR_AUTH_TOKEN")});
+    CHECK(c != NULL);
     get_ok(c, URL("/auth"), &r);
-    CHECK(strstr(r.body, "auth=[Bearer opt-token]") != NULL);
+    CHECK(strstr(r.body, "auth=[Bearer env-token]") != NULL);
     weir_http_client_resp_free(&r);
     weir_http_client_free(c);
+    /* "" sends none, and so does the same pattern with the variable unset
+     * or empty. */
     c = weir_http_client_new(&(weir_http_client_opts){.bearer_token = ""});
     get_ok(c, URL("/auth"), &r);
     CHECK(strstr(r.body, "auth=[]") != NULL);
     weir_http_client_resp_free(&r);
     weir_http_client_free(c);
     setenv("WEIR_AUTH_TOKEN", "", 1);
-    c = weir_http_client_new(NULL);
+    c = weir_http_client_new(&(weir_http_client_opts){.bearer_token = getenv("WEIR_AUTH_TOKEN")});
     get_ok(c, URL("/auth"), &r);
     CHECK(strstr(r.body, "auth=[]") != NULL);
     weir_http_client_resp_free(&r);
     weir_http_client_free(c);
     unsetenv("WEIR_AUTH_TOKEN");
+    c = weir_http_client_new(&(weir_http_client_opts){.bearer_token = getenv("WEIR_AUTH_TOKEN")});
+    get_ok(c, URL("/auth"), &r);
+    CHECK(strstr(r.body, "auth=[]") != NULL);
+    weir_http_client_resp_free(&r);
+    weir_http_client_free(c);
     return 0;
 }
 
-TEST(bearer_token_from_option_or_environment)
+TEST(bearer_token_only_when_given)
 {
     if (have_nginx())
         CHECK_EQ(test_run_main(auth_main, NULL), 0);
 }
 
+static intptr_t user_agent_main(void *arg)
+{
+    (void)arg;
+    weir_http_client_resp r;
+    weir_http_client *c = weir_http_client_new(NULL);
+    CHECK(c != NULL);
+    get_ok(c, URL("/ua"), &r);
+    CHECK_STR(r.body, "ua=[weir/0.1]\n");
+    weir_http_client_resp_free(&r);
+    weir_http_client_free(c);
+    c = weir_http_client_new(&(weir_http_client_opts){.user_agent = "my tool/1.0 (linux)"});
+    CHECK(c != NULL);
+    get_ok(c, URL("/ua"), &r);
+    CHECK_STR(r.body, "ua=[my tool/1.0 (linux)]\n");
+    weir_http_client_resp_free(&r);
+    weir_http_client_free(c);
+    c = weir_http_client_new(&(weir_http_client_opts){.user_agent = ""});
+    CHECK(c != NULL);
+    get_ok(c, URL("/ua"), &r);
+    CHECK_STR(r.body, "ua=[]\n");
+    weir_http_client_resp_free(&r);
+    weir_http_client_free(c);
+    return 0;
+}
+
+TEST(user_agent_sent_as_given)
+{
+    if (have_nginx())
+        CHECK_EQ(test_run_main(user_agent_main, NULL), 0);
+}
+
 /* ---- the transport seam --------------------------------------------------------------- */
 typedef struct counting {
-    atomic_int connects, reads, writes, closes;
+    atomic_int connects, reads, writes, closes, checks;
 } counting;
 
 static counting cnt;
@@ -1232,10 +1773,21 @@ static void count_close(void *conn)
     weir_http_tcp_transport.close(conn);
 }
 
+static int count_idle_check(void *conn)
+{
+    atomic_fetch_add(&cnt.checks, 1);
+    return weir_http_tcp_transport.idle_check(conn);
+}
+
 static intptr_t transport_main(void *arg)
 {
     (void)arg;
-    weir_http_transport tr = {count_connect, count_read, count_write, count_close, &cnt};
+    weir_http_transport tr = {.connect = count_connect,
+                              .read = count_read,
+                              .write = count_write,
+                              .close = count_close,
+                              .ctx = &cnt,
+                              .idle_check = count_idle_check};
     weir_http_client *c = weir_http_client_new(&(weir_http_client_opts){.https = &tr});
     CHECK(c != NULL);
     char u[128];
@@ -1254,6 +1806,7 @@ static intptr_t transport_main(void *arg)
     CHECK_GE(atomic_load(&cnt.writes), 3);
     CHECK_GE(atomic_load(&cnt.reads), 3);
     CHECK_EQ(atomic_load(&cnt.closes), 0);
+    CHECK_EQ(atomic_load(&cnt.checks), 2); /* each reuse is checked first */
     /* http:// to the same host:port is another pool on the built-in TCP. */
     get_ok(c, URL("/hello"), &r);
     weir_http_client_resp_free(&r);
@@ -1340,6 +1893,69 @@ TEST(mixed_requests_two_threads)
 {
     if (have_nginx())
         CHECK_EQ(run_on_rt(2, mix_main, NULL), 0);
+}
+
+/* Pools made and freed over and over from two threads: every request is
+ * Connection: close, so a pool empties whenever its last user leaves, while
+ * others wait for its two permits; and idle_ms is short, so sweeps run from
+ * both threads. TSan watches the pool's lifetime here. */
+#define NCHURN 8
+static intptr_t churn_one(void *arg)
+{
+    mix_arg *a = arg;
+    weir_http_header close_h = {{"Connection", 10}, {"close", 5}};
+    weir_http_client_resp r;
+    int rc = 0;
+    for (int k = 0; k < 25 && rc == 0; k++) {
+        int port = (a->i + k) % 2 ? ngx->port : ngx->port_short;
+        weir_http_client_req q = {.url = url_of((char[256]){0}, 256, port, "/hello"),
+                                  .headers = (a->i + k) % 3 ? &close_h : NULL,
+                                  .nheaders = (a->i + k) % 3 ? 1 : 0,
+                                  .deadline = deadline_ms(60000)};
+        rc = weir_http_client_do(a->m->c, &q, &r);
+        weir_http_client_resp_free(&r);
+        if (k % 5 == 4)
+            weir_time_sleep(3 * WEIR_MSEC);
+    }
+    a->m->rc[a->i] = rc;
+    return 0;
+}
+
+static intptr_t churn_main(void *arg)
+{
+    (void)arg;
+    mix m = {.c = weir_http_client_new(&(weir_http_client_opts){.max_conns = 2, .idle_ms = 4})};
+    CHECK(m.c != NULL);
+    mix_arg args[NCHURN];
+    weir_task *t[NCHURN];
+    for (int i = 0; i < NCHURN; i++) {
+        args[i] = (mix_arg){&m, i};
+        t[i] = test_spawn(churn_one, &args[i]);
+    }
+    for (int i = 0; i < NCHURN; i++)
+        CHECK_EQ(weir_task_join(t[i], NULL, WEIR_FOREVER), 0);
+    for (int i = 0; i < NCHURN; i++)
+        CHECK_EQ(m.rc[i], 0);
+    weir_http_client_stats st = stats(m.c);
+    CHECK_EQ(st.requests, NCHURN * 25);
+    CHECK_EQ(st.waiting_now, 0);
+    CHECK_LE(st.pools_now, 2);
+    CHECK_EQ(st.pools_now > 0, st.idle_now > 0); /* a pool left holds a connection */
+    weir_time_sleep(20 * WEIR_MSEC);
+    weir_http_client_resp r;
+    get_ok(m.c, URL("/hello"), &r); /* the sweep: the rest expire, their pools go */
+    weir_http_client_resp_free(&r);
+    st = stats(m.c);
+    CHECK_EQ(st.pools_now, 1);
+    CHECK_EQ(st.open_now, 1);
+    weir_http_client_free(m.c);
+    return 0;
+}
+
+TEST(pools_made_and_freed_two_threads)
+{
+    if (have_nginx())
+        CHECK_EQ(run_on_rt(2, churn_main, NULL), 0);
 }
 
 TEST_MAIN()
