@@ -17,8 +17,9 @@
  *     int e = weir_job_run(j, &(weir_run_opts){.parallelism = 2});
  *     weir_job_free(j);
  *
- * Graph. Every operator has a parallelism (the job's default unless set)
- * and runs as that many subtasks. An edge says how records go from the
+ * Graph. Every operator has a parallelism and runs as that many subtasks:
+ * its own (weir_stream_parallelism), else its input's when it reads only
+ * forward edges, else the job's (weir_run_opts.parallelism). An edge says how records go from the
  * subtasks of one operator to those of the next:
  *
  *   forward    subtask i to subtask i (same parallelism; the default)
@@ -112,7 +113,8 @@ int64_t weir_ctx_watermark(const weir_ctx *ctx);
  * "bad input %d", n);` reads naturally. */
 int weir_fail(weir_ctx *ctx, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Keyed operators: the current record's key. */
+/* Keyed operators: the current record's key (no alignment promised: copy
+ * it out with memcpy to read it as a number). */
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
 
 /* Value state of the current key, by state name (up to 64 states per
@@ -121,6 +123,19 @@ const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
 int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len);
 int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len);
 int weir_value_clear(weir_ctx *ctx, const char *state);
+
+/*
+ * Timers of the current key (keyed operators). An event-time timer fires
+ * when the subtask's watermark reaches `when` (end of input fires them
+ * all); a processing-time timer when weir_time_now() does. on_timer() then
+ * runs with that key current. One timer per (key, domain, time): registering
+ * it again changes nothing. Timers fire in time order across the subtask's
+ * keys, and live in keyed state (so a snapshot holds them). -EINVAL outside
+ * a keyed operator, or for when == INT64_MAX.
+ */
+enum { WEIR_TIME_EVENT = 0, WEIR_TIME_PROCESSING = 1 };
+int weir_timer_register(weir_ctx *ctx, int domain, int64_t when);
+int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when);
 
 /* ---- sources ---------------------------------------------------------------------------- */
 
@@ -173,6 +188,43 @@ weir_stream *weir_stream_broadcast(weir_stream *s);
 /* Keyed (after key_by): a running reduce per key, emitting every update. */
 weir_stream *weir_stream_reduce(weir_stream *s, const char *name, weir_reduce_fn fn, void *arg);
 
+/*
+ * Windows (keyed, event time). Each record joins the windows its timestamp
+ * falls in: tumbling windows of `size` ([k*size, (k+1)*size)), hopping
+ * windows of `size` every `slide`, or sessions that close after `gap`
+ * without a record (a record starts [ts, ts+gap) and merges every session it
+ * overlaps). fn folds a window's records (for sessions it also folds two
+ * sessions' values together when they merge, so it must be associative).
+ *
+ * A window fires when the watermark reaches its end - 1: it emits one
+ * record, a weir_window_result header followed by the folded bytes, with
+ * timestamp end - 1. allowed_lateness keeps a fired window's state that much
+ * longer: a record arriving late but within it updates the window, which
+ * fires again at once with the new value. A record too late for every
+ * window it belongs to goes to the late side output
+ * (weir_stream_side(window_stream)) unchanged. Windows live in keyed state
+ * and fire from event-time timers: a watermark touches only the windows it
+ * closes, never every key.
+ */
+enum { WEIR_WINDOW_TUMBLING = 1, WEIR_WINDOW_HOPPING = 2, WEIR_WINDOW_SESSION = 3 };
+typedef struct weir_window {
+    int kind;
+    int64_t size;             /* tumbling, hopping */
+    int64_t slide;            /* hopping */
+    int64_t gap;              /* session */
+    int64_t allowed_lateness; /* >= 0 */
+} weir_window;
+typedef struct weir_window_result {
+    int64_t start, end; /* [start, end); the folded bytes follow */
+} weir_window_result;
+weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_window *w,
+                                weir_reduce_fn fn, void *arg);
+
+/* The side output of the operator that made s (windows: late records). */
+weir_stream *weir_stream_side(weir_stream *s);
+/* Emit to the side output (operators that have one). */
+int weir_emit_side(weir_ctx *ctx, const void *data, size_t len, int64_t ts);
+
 /* A general operator: process() per record, on_watermark() when the
  * subtask's watermark advances, finish() once at end of input (it may
  * still emit). Any may be NULL but process. Keyed when it follows key_by. */
@@ -182,6 +234,9 @@ typedef struct weir_op_def {
     int (*on_watermark)(weir_ctx *ctx, void *state, int64_t watermark);
     int (*finish)(weir_ctx *ctx, void *state);
     void (*close)(void *state);
+    /* Keyed operators: a timer of the current key fired (domain
+     * WEIR_TIME_EVENT or WEIR_TIME_PROCESSING, at time when). */
+    int (*on_timer)(weir_ctx *ctx, void *state, int domain, int64_t when);
 } weir_op_def;
 
 weir_stream *weir_stream_process(weir_stream *s, const char *name, const weir_op_def *def,

@@ -137,7 +137,7 @@ static int link_input(weir_stream *s, sop *o)
     o->inputs = in;
     for (int i = 0; i < n; i++) {
         weir_stream *p = s->parts ? s->parts[i] : s;
-        o->inputs[o->ninputs++] = (sinput){p->from, p->edge, p->key, p->key_arg};
+        o->inputs[o->ninputs++] = (sinput){p->from, p->tag, p->edge, p->key, p->key_arg};
         if (add_out(p->from, o) < 0) {
             build_fail(j, "out of memory");
             return -ENOMEM;
@@ -206,6 +206,7 @@ static weir_stream *with_edge(weir_stream *s, int edge, weir_key_fn key, void *k
     }
     weir_stream *n = new_stream(s->j, s->from, edge);
     if (n) {
+        n->tag = s->tag;
         n->key = key;
         n->key_arg = karg;
     }
@@ -252,6 +253,20 @@ weir_stream *weir_stream_union(weir_stream *const *streams, int n)
     memcpy(u->parts, streams, (size_t)n * sizeof(*u->parts));
     u->nparts = n;
     return u;
+}
+
+weir_stream *weir_stream_side(weir_stream *s)
+{
+    if (!s || s->j->err)
+        return NULL;
+    if (!s->from || s->parts || s->from->kind == OP_SOURCE) {
+        build_fail(s->j, "a side output belongs to an operator's own stream");
+        return NULL;
+    }
+    weir_stream *n = new_stream(s->j, s->from, EDGE_FORWARD);
+    if (n)
+        n->tag = 1;
+    return n;
 }
 
 weir_stream *weir_stream_parallelism(weir_stream *s, int parallelism)

@@ -52,15 +52,6 @@
 
 #define SUBTASK_STACK (256u << 10)
 
-/* ---- batches ----------------------------------------------------------------------------- */
-typedef struct batch {
-    uint32_t n, used, cap;
-    int64_t ts[WEIR_BATCH_RECORDS];
-    uint32_t off[WEIR_BATCH_RECORDS];
-    uint32_t len[WEIR_BATCH_RECORDS];
-    _Alignas(8) uint8_t data[];
-} batch;
-
 static batch *batch_new(size_t need)
 {
     size_t cap = need > WEIR_BATCH_BYTES ? (need + 7) & ~(size_t)7 : WEIR_BATCH_BYTES;
@@ -71,77 +62,6 @@ static batch *batch_new(size_t need)
     }
     return b;
 }
-
-/* ---- the run's structures ----------------------------------------------------------------- */
-enum { IT_BATCH, IT_WATERMARK, IT_EOI };
-
-typedef struct item {
-    int kind;
-    int input; /* the consumer's input (channel) index */
-    batch *b;
-    int64_t wm;
-} item;
-
-typedef struct subtask subtask;
-
-typedef struct channel {
-    weir_sem *credits;
-    subtask *to;
-    int input;
-    batch *open; /* the producer's batch being filled */
-} channel;
-
-typedef struct output {
-    int edge;
-    weir_key_fn key;
-    void *key_arg;
-    int par;           /* the consumer's parallelism */
-    channel **targets; /* by consumer subtask index */
-    uint32_t rr;
-} output;
-
-typedef struct in_state {
-    channel *ch;
-    int64_t wm;
-    int eoi, idle;
-    int64_t last;
-    weir_key_fn key;
-    void *key_arg;
-} in_state;
-
-typedef struct run run;
-
-struct subtask {
-    run *r;
-    int index, par;
-    sop **ops;
-    int nops;
-    weir_ctx *ctx;
-    weir_chan *inq; /* NULL for sources */
-    in_state *ins;
-    int nins;
-    output *outs;
-    int nouts;
-    int64_t wm, max_ts;
-    int source;
-    weir_state_backend *backend;
-    uint64_t bp_ns;
-};
-
-typedef struct chain {
-    sop **ops;
-    int nops, par;
-    subtask *subs;
-} chain;
-
-struct run {
-    weir_job *j;
-    weir_run_opts o;
-    chain *chains;
-    int nchains;
-    channel **channels;
-    int nchannels, chcap;
-};
 
 /* ---- errors ------------------------------------------------------------------------------- */
 void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)
@@ -201,63 +121,6 @@ const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
     if (len)
         *len = ctx->backend ? ctx->key_len : 0;
     return ctx->backend ? ctx->key : NULL;
-}
-
-/* [state index][current key] into ctx->keybuf; the state's index, or < 0. */
-static int state_key(weir_ctx *ctx, const char *name, size_t *klen)
-{
-    if (!ctx->backend || !name)
-        return -EINVAL;
-    int idx = -1;
-    for (int i = 0; i < ctx->nstates; i++)
-        if (strcmp(ctx->states[i], name) == 0) {
-            idx = i;
-            break;
-        }
-    if (idx < 0) {
-        if (ctx->nstates == MAX_STATES)
-            return weir_fail(ctx, -ENOSPC, "more than %d keyed states", MAX_STATES);
-        if (!(ctx->states[ctx->nstates] = strdup(name)))
-            return -ENOMEM;
-        idx = ctx->nstates++;
-    }
-    size_t need = 1 + ctx->key_len;
-    if (need > ctx->keycap) {
-        uint8_t *kb = realloc(ctx->keybuf, need);
-        if (!kb)
-            return -ENOMEM;
-        ctx->keybuf = kb;
-        ctx->keycap = need;
-    }
-    ctx->keybuf[0] = (uint8_t)idx;
-    if (ctx->key_len)
-        memcpy(ctx->keybuf + 1, ctx->key, ctx->key_len);
-    *klen = need;
-    return idx;
-}
-
-int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len)
-{
-    size_t kl;
-    int e = state_key(ctx, state, &kl);
-    return e < 0 ? e : weir_state_get(ctx->backend, ctx->kg, ctx->keybuf, kl, val, len);
-}
-
-int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len)
-{
-    size_t kl;
-    int e = state_key(ctx, state, &kl);
-    return e < 0 ? e : weir_state_put(ctx->backend, ctx->kg, ctx->keybuf, kl, val, len);
-}
-
-int weir_value_clear(weir_ctx *ctx, const char *state)
-{
-    size_t kl;
-    int e = state_key(ctx, state, &kl);
-    if (e < 0)
-        return e;
-    e = weir_state_delete(ctx->backend, ctx->kg, ctx->keybuf, kl);
-    return e == -ENOENT ? 0 : e;
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -328,12 +191,15 @@ static int append(subtask *st, channel *ch, const void *data, size_t len, int64_
     return 0;
 }
 
-/* A record leaving the chain: to each output, by its edge. */
-static int route(subtask *st, const void *data, size_t len, int64_t ts)
+/* A record leaving the chain from operator `from` (its main output, tag 0,
+ * or its side output, tag 1): to each output reading it, by its edge. */
+static int route(subtask *st, sop *from, int tag, const void *data, size_t len, int64_t ts)
 {
     for (int i = 0; i < st->nouts; i++) {
         output *o = &st->outs[i];
         int e = 0;
+        if (o->from != from || o->tag != tag)
+            continue;
         switch (o->edge) {
         case EDGE_FORWARD:
             e = append(st, o->targets[st->index], data, len, ts);
@@ -381,7 +247,16 @@ int weir_emit(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
         int e = n->op->def.process(n, n->state, &r);
         return e < 0 ? op_error(n, e, "process") : e;
     }
-    return route(st, data, len, ts);
+    return route(st, ctx->op, 0, data, len, ts);
+}
+
+int weir_emit_side(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
+{
+    if (len > WEIR_MAX_RECORD)
+        return -E2BIG;
+    if (!data && len)
+        return -EINVAL;
+    return route(ctx->st, ctx->op, 1, data, len, ts);
 }
 
 /* Control to every channel out, after its open batch. */
@@ -409,6 +284,11 @@ static int advance(subtask *st, int64_t wm)
     if (wm <= st->wm)
         return 0;
     st->wm = wm;
+    /* Keyed: the event-time timers the watermark passed fire first (in
+     * time order), then the hooks, then the watermark goes downstream. */
+    int e = weir__timers_fire(st, WEIR_TIME_EVENT, wm);
+    if (e < 0)
+        return op_error(&st->ctx[0], e, "on_timer");
     for (int i = 0; i < st->nops; i++) {
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.on_watermark) {
@@ -515,20 +395,31 @@ static int run_operator(subtask *st)
     while (open > 0) {
         item it;
         int e;
-        /* Yield now and then while input keeps coming without a wait. */
-        if (++turn % 16 == 0 && (e = weir_task_yield()) < 0)
-            return e;
+        /* Now and then while input keeps coming without a wait: yield, and
+         * fire processing-time timers that came due. */
+        if (++turn % 16 == 0) {
+            if ((e = weir_task_yield()) < 0)
+                return e;
+            if (st->backend && weir__timers_next(st, WEIR_TIME_PROCESSING) <= weir_time_now() &&
+                (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now())) < 0)
+                return op_error(&st->ctx[0], e, "on_timer");
+        }
         e = weir_chan_try_recv(st->inq, &it);
         if (e == -EAGAIN) {
             if ((e = flush_all(st)) < 0)
                 return e;
-            e = weir_chan_recv(st->inq, &it,
-                               idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms)
-                                       : WEIR_FOREVER);
+            int64_t deadline = idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms)
+                                       : WEIR_FOREVER;
+            int64_t proc = weir__timers_next(st, WEIR_TIME_PROCESSING);
+            if (proc < deadline)
+                deadline = proc;
+            e = weir_chan_recv(st->inq, &it, deadline);
             if (e == -ETIMEDOUT) {
-                int64_t m;
+                int64_t now = weir_time_now(), m;
                 int any;
-                recompute(st, weir_time_now(), idle_ns, &m, &any);
+                if (proc <= now && (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, now)) < 0)
+                    return op_error(&st->ctx[0], e, "on_timer");
+                recompute(st, now, idle_ns, &m, &any);
                 if (any && m != INT64_MAX && (e = advance(st, m)) < 0)
                     return e;
                 continue;
@@ -619,7 +510,12 @@ static int plan(run *r)
         return -ENOMEM;
     for (int i = 0; i < j->nops; i++) {
         sop *o = j->ops[i];
-        o->par = o->parallelism ? o->parallelism : def;
+        /* Without its own parallelism an operator reading only forward
+         * edges takes its input's (so it can chain), else the job's. */
+        int fwd = o->ninputs > 0;
+        for (int k = 0; k < o->ninputs; k++)
+            fwd &= o->inputs[k].edge == EDGE_FORWARD;
+        o->par = o->parallelism ? o->parallelism : fwd ? o->inputs[0].from->par : def;
         if (o->kind != OP_SOURCE && o->ninputs == 0)
             return weir__stream_fail(j, -EINVAL, "operator \"%s\" has no input", o->name),
                    -EINVAL;
@@ -632,7 +528,8 @@ static int plan(run *r)
                                          o->inputs[k].from->par, o->par),
                        -EINVAL;
         sop *up = o->ninputs == 1 ? o->inputs[0].from : NULL;
-        if (up && o->inputs[0].edge == EDGE_FORWARD && up->nouts == 1 && up->par == o->par &&
+        if (up && o->inputs[0].edge == EDGE_FORWARD && o->inputs[0].tag == 0 && up->nouts == 1 &&
+            up->par == o->par &&
             up->kind != OP_SINK) {
             chain *c = &r->chains[up->chain];
             sop **ops = realloc(c->ops, (size_t)(c->nops + 1) * sizeof(*ops));
@@ -685,6 +582,12 @@ static int plan(run *r)
                 if (!(st->backend = weir_state_memory_new(WEIR_KEY_GROUPS, first, end)))
                     return -ENOMEM;
                 st->ctx[0].backend = st->backend;
+                for (int d = 0; d < 2; d++) {
+                    if (!(st->timer_first[d] = malloc((size_t)(end - first) * sizeof(int64_t))))
+                        return -ENOMEM;
+                    for (int g = 0; g < end - first; g++)
+                        st->timer_first[d][g] = INT64_MAX;
+                }
             }
         }
     }
@@ -704,7 +607,8 @@ static int plan(run *r)
                     return -ENOMEM;
                 prod->outs = outs;
                 o = &prod->outs[prod->nouts++];
-                *o = (output){in->edge, in->key, in->key_arg, c->par, NULL, (uint32_t)p};
+                *o = (output){in->from, in->tag, in->edge, in->key, in->key_arg, c->par, NULL,
+                              (uint32_t)p};
                 if (!(o->targets = calloc((size_t)c->par, sizeof(channel *))))
                     return -ENOMEM;
                 for (int s = 0; s < c->par; s++) {
@@ -757,6 +661,8 @@ static void teardown(run *r)
             for (int k = 0; k < st->nouts; k++)
                 free(st->outs[k].targets);
             weir_state_backend_free(st->backend);
+            free(st->timer_first[0]);
+            free(st->timer_first[1]);
             free(st->outs);
             free(st->ins);
             free(st->ctx);

@@ -11,6 +11,7 @@
 
 #include "weir/state.h"
 #include "weir/stream.h"
+#include "weir/sync.h"
 
 enum { EDGE_FORWARD, EDGE_HASH, EDGE_REBALANCE, EDGE_BROADCAST };
 enum { OP_SOURCE, OP_OPERATOR, OP_SINK };
@@ -22,6 +23,7 @@ typedef struct sop sop;
 /* One input of an operator: records of `from`, partitioned by `edge`. */
 typedef struct sinput {
     sop *from;
+    int tag; /* 0: the main output of from, 1: its side output */
     int edge;
     weir_key_fn key;
     void *key_arg;
@@ -54,6 +56,7 @@ struct sop {
 struct weir_stream {
     weir_job *j;
     sop *from;
+    int tag;
     int edge;
     weir_key_fn key;
     void *key_arg;
@@ -92,6 +95,104 @@ struct weir_ctx {
     int nstates;
     uint64_t in, out; /* records, added to the operator's counters at the end */
 };
+
+/* ---- the running job (runner.c) ----------------------------------------------------------------------------- */
+typedef struct batch {
+    uint32_t n, used, cap;
+    int64_t ts[WEIR_BATCH_RECORDS];
+    uint32_t off[WEIR_BATCH_RECORDS];
+    uint32_t len[WEIR_BATCH_RECORDS];
+    _Alignas(8) uint8_t data[];
+} batch;
+
+/* ---- the run's structures ----------------------------------------------------------------- */
+enum { IT_BATCH, IT_WATERMARK, IT_EOI };
+
+typedef struct item {
+    int kind;
+    int input; /* the consumer's input (channel) index */
+    batch *b;
+    int64_t wm;
+} item;
+
+typedef struct subtask subtask;
+
+typedef struct channel {
+    weir_sem *credits;
+    subtask *to;
+    int input;
+    batch *open; /* the producer's batch being filled */
+} channel;
+
+typedef struct output {
+    sop *from; /* the operator of the chain whose records these are */
+    int tag;
+    int edge;
+    weir_key_fn key;
+    void *key_arg;
+    int par;           /* the consumer's parallelism */
+    channel **targets; /* by consumer subtask index */
+    uint32_t rr;
+} output;
+
+typedef struct in_state {
+    channel *ch;
+    int64_t wm;
+    int eoi, idle;
+    int64_t last;
+    weir_key_fn key;
+    void *key_arg;
+} in_state;
+
+typedef struct run run;
+
+struct subtask {
+    run *r;
+    int index, par;
+    sop **ops;
+    int nops;
+    weir_ctx *ctx;
+    weir_chan *inq; /* NULL for sources */
+    in_state *ins;
+    int nins;
+    output *outs;
+    int nouts;
+    int64_t wm, max_ts;
+    int source;
+    weir_state_backend *backend;
+    int64_t *timer_first[2]; /* per group of the backend: earliest timer (keyed.c) */
+    uint64_t bp_ns;
+};
+
+typedef struct chain {
+    sop **ops;
+    int nops, par;
+    subtask *subs;
+} chain;
+
+struct run {
+    weir_job *j;
+    weir_run_opts o;
+    chain *chains;
+    int nchains;
+    channel **channels;
+    int nchannels, chcap;
+};
+
+
+/* keyed.c: namespaced keyed state of the current key, and timers */
+int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nslen, size_t *klen);
+int weir__ns_get(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void **val,
+                 size_t *len);
+int weir__ns_put(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void *val,
+                 size_t len);
+int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen);
+int weir__ns_scan(weir_ctx *ctx, const char *state,
+                  int (*fn)(void *arg, const void *ns, size_t nslen, const void *val,
+                            size_t vlen),
+                  void *arg);
+int weir__timers_fire(subtask *st, int domain, int64_t upto);
+int64_t weir__timers_next(subtask *st, int domain);
 
 /* runner.c, for graph.c's built-in operators */
 void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)

@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * window.c - event-time windows (weir_stream_window): tumbling, hopping and
+ * session windows with allowed lateness and a late side output, built as a
+ * keyed operator on namespaced keyed state and event-time timers.
+ *
+ * State, per key: one entry per open window under the state "w", its
+ * namespace [end][start] (big-endian, sign flipped: ordered by end), its
+ * value the folded bytes. Timers, per window: end - 1 (fire) and, with
+ * allowed lateness, end - 1 + lateness (drop the state). A record that
+ * lands in a window already fired (but within its lateness) fires that
+ * window again at once.
+ *
+ * Sessions: a record makes [ts, ts + gap); every stored session of the key
+ * overlapping it is folded in (in start order) and removed with its
+ * timers, and the merged session is stored with new timers.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream/stream_int.h"
+
+typedef struct win {
+    weir_window w;
+    weir_reduce_fn fn;
+    void *arg;
+} win;
+
+typedef struct span {
+    int64_t start, end;
+} span;
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return INT64_MAX;
+    return a + b;
+}
+
+static int64_t floor_mod(int64_t a, int64_t m)
+{
+    int64_t r = a % m;
+    return r < 0 ? r + m : r;
+}
+
+static void ns_of(span s, uint8_t ns[16])
+{
+    uint64_t e = (uint64_t)s.end ^ (UINT64_C(1) << 63), b = (uint64_t)s.start ^ (UINT64_C(1) << 63);
+    for (int i = 0; i < 8; i++) {
+        ns[i] = (uint8_t)(e >> (56 - 8 * i));
+        ns[8 + i] = (uint8_t)(b >> (56 - 8 * i));
+    }
+}
+
+static span span_of(const uint8_t *ns)
+{
+    uint64_t e = 0, b = 0;
+    for (int i = 0; i < 8; i++) {
+        e = e << 8 | ns[i];
+        b = b << 8 | ns[8 + i];
+    }
+    return (span){(int64_t)(b ^ (UINT64_C(1) << 63)), (int64_t)(e ^ (UINT64_C(1) << 63))};
+}
+
+/* Emit [start][end][bytes] at end - 1. */
+static int emit_result(weir_ctx *ctx, span s, const void *val, size_t len)
+{
+    uint8_t small[512];
+    size_t n = sizeof(weir_window_result) + len;
+    uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
+    if (!buf)
+        return -ENOMEM;
+    weir_window_result h = {s.start, s.end};
+    memcpy(buf, &h, sizeof(h));
+    if (len)
+        memcpy(buf + sizeof(h), val, len);
+    int e = weir_emit(ctx, buf, n, s.end - 1);
+    if (buf != small)
+        free(buf);
+    return e;
+}
+
+/* Fold in into the window's value (absent: in itself) and store it. */
+static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_again)
+{
+    uint8_t ns[16];
+    ns_of(s, ns);
+    const void *v;
+    size_t vlen;
+    int e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen);
+    weir_rec out = *in;
+    if (e == 0) {
+        weir_rec acc = {v, vlen, s.end - 1};
+        if ((e = w->fn(&acc, in, &out, w->arg)) < 0)
+            return e;
+    } else if (e != -ENOENT) {
+        return e;
+    }
+    /* out may point into the stored value: copy before the put. */
+    uint8_t small[512];
+    uint8_t *copy = out.len <= sizeof(small) ? small : malloc(out.len);
+    if (!copy)
+        return -ENOMEM;
+    if (out.len)
+        memcpy(copy, out.data, out.len);
+    e = weir__ns_put(ctx, "w", ns, 16, copy, out.len);
+    int64_t wm = weir_ctx_watermark(ctx);
+    if (!e && s.end - 1 <= wm) { /* already fired: a late update fires again */
+        e = emit_result(ctx, s, copy, out.len);
+        *fired_again = 1;
+    }
+    if (copy != small)
+        free(copy);
+    if (e)
+        return e;
+    if (s.end - 1 > wm && (e = weir_timer_register(ctx, WEIR_TIME_EVENT, s.end - 1)) < 0)
+        return e;
+    if (w->w.allowed_lateness > 0)
+        e = weir_timer_register(ctx, WEIR_TIME_EVENT,
+                                sat_add(s.end - 1, w->w.allowed_lateness));
+    return e;
+}
+
+static int late_for(const win *w, span s, int64_t wm)
+{
+    return sat_add(s.end - 1, w->w.allowed_lateness) <= wm;
+}
+
+/* ---- tumbling and hopping ------------------------------------------------------------------ */
+static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
+{
+    int64_t size = w->w.size;
+    int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : size;
+    int64_t wm = weir_ctx_watermark(ctx);
+    int64_t last = in->ts - floor_mod(in->ts, slide);
+    int any = 0, again = 0;
+    for (int64_t start = last; start > in->ts - size; start -= slide) {
+        span s = {start, start + size};
+        if (late_for(w, s, wm))
+            continue;
+        any = 1;
+        int e = fold(ctx, w, s, in, &again);
+        if (e)
+            return e;
+    }
+    return any ? 0 : weir_emit_side(ctx, in->data, in->len, in->ts);
+}
+
+/* ---- sessions ------------------------------------------------------------------------------ */
+typedef struct sessions {
+    span *s;
+    int n, cap;
+    span probe;
+} sessions;
+
+static int collect_overlap(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    sessions *ss = arg;
+    if (nslen != 16)
+        return -EBADMSG;
+    span s = span_of(ns);
+    if (s.start < ss->probe.end && ss->probe.start < s.end) {
+        if (ss->n == ss->cap) {
+            int cap = ss->cap ? ss->cap * 2 : 8;
+            span *p = realloc(ss->s, (size_t)cap * sizeof(*p));
+            if (!p)
+                return -ENOMEM;
+            ss->s = p;
+            ss->cap = cap;
+        }
+        ss->s[ss->n++] = s;
+    }
+    return 0;
+}
+
+static int cmp_start(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int drop_window(weir_ctx *ctx, win *w, span s)
+{
+    uint8_t ns[16];
+    ns_of(s, ns);
+    int e = weir__ns_del(ctx, "w", ns, 16);
+    if (!e)
+        e = weir_timer_delete(ctx, WEIR_TIME_EVENT, s.end - 1);
+    if (!e && w->w.allowed_lateness > 0)
+        e = weir_timer_delete(ctx, WEIR_TIME_EVENT, sat_add(s.end - 1, w->w.allowed_lateness));
+    return e;
+}
+
+static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
+{
+    int64_t wm = weir_ctx_watermark(ctx);
+    span merged = {in->ts, sat_add(in->ts, w->w.gap)};
+    sessions ss = {.probe = merged};
+    int e = weir__ns_scan(ctx, "w", collect_overlap, &ss);
+    for (int i = 0; !e && i < ss.n; i++) {
+        if (ss.s[i].start < merged.start)
+            merged.start = ss.s[i].start;
+        if (ss.s[i].end > merged.end)
+            merged.end = ss.s[i].end;
+    }
+    if (!e && late_for(w, merged, wm)) {
+        free(ss.s);
+        return weir_emit_side(ctx, in->data, in->len, in->ts);
+    }
+    /* Fold the old sessions (in start order) into one value under the
+     * merged span, then the record. */
+    if (ss.n > 1)
+        qsort(ss.s, (size_t)ss.n, sizeof(span), cmp_start);
+    uint8_t *acc = NULL;
+    size_t acc_len = 0;
+    int have = 0;
+    for (int i = 0; !e && i < ss.n; i++) {
+        uint8_t ns[16];
+        ns_of(ss.s[i], ns);
+        const void *v;
+        size_t vlen;
+        if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) < 0)
+            break;
+        weir_rec part = {v, vlen, ss.s[i].end - 1}, out = part;
+        if (have) {
+            weir_rec a = {acc, acc_len, merged.end - 1};
+            if ((e = w->fn(&a, &part, &out, w->arg)) < 0)
+                break;
+        }
+        uint8_t *copy = malloc(out.len ? out.len : 1);
+        if (!copy) {
+            e = -ENOMEM;
+            break;
+        }
+        if (out.len)
+            memcpy(copy, out.data, out.len);
+        free(acc);
+        acc = copy;
+        acc_len = out.len;
+        have = 1;
+        e = drop_window(ctx, w, ss.s[i]);
+    }
+    free(ss.s);
+    if (!e && have) {
+        uint8_t ns[16];
+        ns_of(merged, ns);
+        e = weir__ns_put(ctx, "w", ns, 16, acc, acc_len);
+    }
+    free(acc);
+    int again = 0;
+    return e ? e : fold(ctx, w, merged, in, &again);
+}
+
+/* ---- the operator -------------------------------------------------------------------------- */
+static int win_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    *state = arg;
+    return 0;
+}
+
+static int win_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    win *w = state;
+    return w->w.kind == WEIR_WINDOW_SESSION ? process_session(ctx, w, in)
+                                            : process_fixed(ctx, w, in);
+}
+
+typedef struct due {
+    win *w;
+    int64_t t;
+    span *fire, *drop;
+    int nfire, ndrop, cap;
+} due;
+
+static int collect_due(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    due *d = arg;
+    if (nslen != 16)
+        return -EBADMSG;
+    span s = span_of(ns);
+    int fire = s.end - 1 == d->t;
+    int drop = sat_add(s.end - 1, d->w->w.allowed_lateness) == d->t;
+    if (!fire && !drop)
+        return 0;
+    if (d->nfire == d->cap || d->ndrop == d->cap) {
+        int cap = d->cap ? d->cap * 2 : 4;
+        span *f = realloc(d->fire, (size_t)cap * sizeof(span));
+        if (f)
+            d->fire = f;
+        span *g = realloc(d->drop, (size_t)cap * sizeof(span));
+        if (g)
+            d->drop = g;
+        if (!f || !g)
+            return -ENOMEM;
+        d->cap = cap;
+    }
+    if (fire)
+        d->fire[d->nfire++] = s;
+    if (drop)
+        d->drop[d->ndrop++] = s;
+    return 0;
+}
+
+static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    win *w = state;
+    if (domain != WEIR_TIME_EVENT)
+        return 0;
+    due d = {.w = w, .t = when};
+    int e = weir__ns_scan(ctx, "w", collect_due, &d);
+    for (int i = 0; !e && i < d.nfire; i++) {
+        uint8_t ns[16];
+        ns_of(d.fire[i], ns);
+        const void *v;
+        size_t vlen;
+        if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) == 0)
+            e = emit_result(ctx, d.fire[i], v, vlen);
+    }
+    for (int i = 0; !e && i < d.ndrop; i++) {
+        uint8_t ns[16];
+        ns_of(d.drop[i], ns);
+        e = weir__ns_del(ctx, "w", ns, 16);
+    }
+    free(d.fire);
+    free(d.drop);
+    return e;
+}
+
+weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_window *w,
+                                weir_reduce_fn fn, void *arg)
+{
+    if (!s || s->j->err)
+        return NULL;
+    const char *why = NULL;
+    if (s->edge != EDGE_HASH)
+        why = "needs a keyed stream: key_by first";
+    else if (!w || !fn)
+        why = "needs a window and a fold function";
+    else if (w->allowed_lateness < 0)
+        why = "allowed_lateness must be >= 0";
+    else if (w->kind == WEIR_WINDOW_TUMBLING && w->size <= 0)
+        why = "a tumbling window needs size > 0";
+    else if (w->kind == WEIR_WINDOW_HOPPING && (w->size <= 0 || w->slide <= 0))
+        why = "a hopping window needs size > 0 and slide > 0";
+    else if (w->kind == WEIR_WINDOW_SESSION && w->gap <= 0)
+        why = "a session window needs gap > 0";
+    else if (w->kind < WEIR_WINDOW_TUMBLING || w->kind > WEIR_WINDOW_SESSION)
+        why = "unknown window kind";
+    if (why) {
+        weir__stream_fail(s->j, -EINVAL, "window \"%s\": %s", name ? name : "?", why);
+        return NULL;
+    }
+    win *state = malloc(sizeof(*state));
+    if (!state) {
+        weir__stream_fail(s->j, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    *state = (win){*w, fn, arg};
+    weir_op_def def = {.open = win_open, .process = win_process, .on_timer = win_timer};
+    weir_stream *out = weir_stream_process(s, name, &def, state);
+    if (!out) {
+        free(state);
+        return NULL;
+    }
+    out->owned = state;
+    return out;
+}

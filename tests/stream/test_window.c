@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_window.c - event time on the runner (weir/stream.h): event-time
+ * timers firing in time order across keys, processing-time timers,
+ * tumbling / hopping / session windows against hand counts, out-of-order
+ * records merging sessions, allowed lateness re-firing a window, the late
+ * side output, and idle inputs leaving the watermark minimum.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "weir/rt.h"
+#include "weir/stream.h"
+
+static intptr_t on_runtime(weir_task_fn fn, void *arg)
+{
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    CHECK(rt != NULL);
+    weir_task *t =
+        weir_task_spawn(fn, arg, &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
+    CHECK(t != NULL);
+    intptr_t r = -1;
+    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
+    weir_rt_free(rt);
+    return r;
+}
+
+/* An event: key, value, timestamp. */
+typedef struct ev {
+    int64_t key, value, ts;
+} ev;
+
+/* A scripted source: one event per next() call, so the watermark (bound
+ * `ooo`) moves after every event. */
+typedef struct script {
+    const ev *evs;
+    int n;
+    int64_t sleep_ms_at_end; /* keep running this long after the last event */
+    int64_t sleep_ms_each;   /* pause before each event */
+} script;
+
+typedef struct script_state {
+    const script *sc;
+    int i;
+} script_state;
+
+static int script_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    script_state *s = calloc(1, sizeof(*s));
+    s->sc = arg;
+    *state = s;
+    return 0;
+}
+
+static int script_next(weir_ctx *ctx, void *state)
+{
+    script_state *s = state;
+    if (s->i < s->sc->n) {
+        if (s->sc->sleep_ms_each)
+            weir_time_sleep(s->sc->sleep_ms_each * WEIR_MSEC);
+        const ev *e = &s->sc->evs[s->i++];
+        return weir_emit(ctx, e, sizeof(*e), e->ts);
+    }
+    /* After the last event has gone out (flushed when next() returned). */
+    if (s->sc->sleep_ms_at_end)
+        weir_time_sleep(s->sc->sleep_ms_at_end * WEIR_MSEC);
+    return 1;
+}
+
+static weir_source_def script_def(int64_t ooo)
+{
+    return (weir_source_def){.open = script_open, .next = script_next, .close = free,
+                             .max_out_of_orderness = ooo};
+}
+
+static int ev_key(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = &((const ev *)in->data)->key;
+    *len = sizeof(int64_t);
+    return 0;
+}
+
+/* Fold: sum the values (an ev whose value accumulates). */
+static int sum_values(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
+{
+    static __thread ev r;
+    (void)arg;
+    memcpy(&r, acc->data, sizeof(r));
+    r.value += ((const ev *)in->data)->value;
+    *out = (weir_rec){&r, sizeof(r), in->ts};
+    return 0;
+}
+
+typedef struct wres {
+    int64_t start, end, key, sum, ts;
+} wres;
+
+static int get_results(weir_collector *c, wres *out, int max)
+{
+    int n = (int)weir_collector_count(c);
+    CHECK_LE(n, max);
+    for (int i = 0; i < n; i++) {
+        const weir_rec *r = weir_collector_get(c, i);
+        CHECK_EQ(r->len, sizeof(weir_window_result) + sizeof(ev));
+        weir_window_result h;
+        ev e;
+        memcpy(&h, r->data, sizeof(h));
+        memcpy(&e, (const uint8_t *)r->data + sizeof(h), sizeof(e));
+        out[i] = (wres){h.start, h.end, e.key, e.value, r->ts};
+        CHECK_EQ(r->ts, h.end - 1);
+    }
+    return n;
+}
+
+static const wres *find(const wres *r, int n, int64_t key, int64_t start, int nth)
+{
+    for (int i = 0; i < n; i++)
+        if (r[i].key == key && r[i].start == start && nth-- == 0)
+            return &r[i];
+    return NULL;
+}
+
+/* ---- tumbling and hopping ------------------------------------------------------------------ */
+static ev many[1000];
+
+static intptr_t fixed_main(void *arg)
+{
+    int hopping = (int)(intptr_t)arg;
+    for (int i = 0; i < 1000; i++)
+        many[i] = (ev){i % 3, 1, i};
+    script sc = {many, 1000, 0, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("fixed");
+    weir_collector *c = weir_collector_new();
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "events", &sd, &sc), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_window w = hopping ? (weir_window){.kind = WEIR_WINDOW_HOPPING, .size = 100, .slide = 50}
+                            : (weir_window){.kind = WEIR_WINDOW_TUMBLING, .size = 100};
+    s = weir_stream_parallelism(weir_stream_window(s, "w", &w, sum_values, NULL), 2);
+    CHECK(s != NULL);
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    int e = weir_job_run(j, NULL);
+    if (e)
+        fprintf(stderr, "%s\n", weir_job_error(j));
+    CHECK_EQ(e, 0);
+    static wres r[200];
+    int n = get_results(c, r, 200);
+    int windows = 0;
+    for (int64_t start = hopping ? -50 : 0; start < 1000; start += hopping ? 50 : 100) {
+        for (int64_t k = 0; k < 3; k++) {
+            int64_t want = 0;
+            for (int64_t t = start < 0 ? 0 : start; t < start + 100 && t < 1000; t++)
+                want += t % 3 == k;
+            const wres *x = find(r, n, k, start, 0);
+            CHECK(x != NULL);
+            CHECK_EQ(x->sum, want);
+            CHECK_EQ(x->end, start + 100);
+            CHECK(find(r, n, k, start, 1) == NULL); /* fired once */
+            windows++;
+        }
+    }
+    CHECK_EQ(n, windows);
+    weir_collector_free(c);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(tumbling_windows)
+{
+    CHECK_EQ(on_runtime(fixed_main, (void *)0), 0);
+}
+
+TEST(hopping_windows)
+{
+    CHECK_EQ(on_runtime(fixed_main, (void *)1), 0);
+}
+
+/* ---- sessions ---------------------------------------------------------------------------- */
+static intptr_t session_main(void *arg)
+{
+    (void)arg;
+    /* key 1: 0, 40, then 20 bridges them (out of order, within the bound);
+     * key 2: 0, 10, 20 one session; 200 a second one. */
+    static const ev evs[] = {{1, 1, 0},  {2, 1, 0},  {1, 1, 40}, {2, 1, 10},
+                             {1, 1, 20}, {2, 1, 20}, {2, 1, 200}, {1, 1, 300}};
+    script sc = {evs, 8, 0, 0};
+    weir_source_def sd = script_def(30);
+    weir_job *j = weir_job_new("sessions");
+    weir_collector *c = weir_collector_new();
+    weir_stream *s = weir_job_source(j, "events", &sd, &sc);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_window w = {.kind = WEIR_WINDOW_SESSION, .gap = 25};
+    s = weir_stream_window(s, "sess", &w, sum_values, NULL);
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    wres r[16];
+    int n = get_results(c, r, 16);
+    CHECK_EQ(n, 4);
+    const wres *x = find(r, n, 1, 0, 0);
+    CHECK(x != NULL);
+    CHECK_EQ(x->end, 65); /* [0,25) + [20,45) + [40,65) merged */
+    CHECK_EQ(x->sum, 3);
+    x = find(r, n, 1, 300, 0);
+    CHECK(x && x->sum == 1 && x->end == 325);
+    x = find(r, n, 2, 0, 0);
+    CHECK(x && x->sum == 3 && x->end == 45);
+    x = find(r, n, 2, 200, 0);
+    CHECK(x && x->sum == 1);
+    weir_collector_free(c);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(session_windows_merge)
+{
+    CHECK_EQ(on_runtime(session_main, NULL), 0);
+}
+
+/* ---- lateness ---------------------------------------------------------------------------- */
+static intptr_t late_main(void *arg)
+{
+    int64_t lateness = (int64_t)(intptr_t)arg;
+    /* Window [0,100) closes when 99 is passed (bound 0): 150 passes it; then
+     * 5 arrives (late by 145), then 160 arrives and 7 (late by 153 > lateness
+     * 150? no: 99 + 150 = 249 > 160: within) ... see the checks. */
+    static const ev evs[] = {{1, 1, 10}, {1, 1, 150}, {1, 1, 5}, {1, 1, 260}, {1, 1, 7}};
+    script sc = {evs, 5, 0, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("late");
+    weir_collector *c = weir_collector_new(), *late = weir_collector_new();
+    weir_stream *s = weir_job_source(j, "events", &sd, &sc);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_window w = {.kind = WEIR_WINDOW_TUMBLING, .size = 100, .allowed_lateness = lateness};
+    weir_stream *win = weir_stream_window(s, "w", &w, sum_values, NULL);
+    CHECK_EQ(weir_stream_collect(win, "out", c), 0);
+    CHECK_EQ(weir_stream_collect(weir_stream_side(win), "late", late), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    wres r[16];
+    int n = get_results(c, r, 16);
+    const wres *first = find(r, n, 1, 0, 0), *second = find(r, n, 1, 0, 1);
+    CHECK(first != NULL);
+    CHECK_EQ(first->sum, 1); /* fired at watermark 150 with the record at 10 */
+    if (lateness == 0) {
+        /* 5 and 7 are too late: side output, the window is gone. */
+        CHECK(second == NULL);
+        CHECK_EQ(weir_collector_count(late), 2);
+        CHECK_EQ(((const ev *)weir_collector_get(late, 0)->data)->ts, 5);
+    } else {
+        /* 150 of lateness: 5 (watermark 150 <= 99 + 150) refires [0,100)
+         * with sum 2; 7 comes at watermark 260 > 249: too late. */
+        CHECK(second != NULL);
+        CHECK_EQ(second->sum, 2);
+        CHECK(find(r, n, 1, 0, 2) == NULL);
+        CHECK_EQ(weir_collector_count(late), 1);
+        CHECK_EQ(((const ev *)weir_collector_get(late, 0)->data)->ts, 7);
+    }
+    CHECK(find(r, n, 1, 100, 0) && find(r, n, 1, 100, 0)->sum == 1);
+    CHECK(find(r, n, 1, 200, 0) && find(r, n, 1, 200, 0)->sum == 1);
+    weir_collector_free(c);
+    weir_collector_free(late);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(late_records_go_to_the_side_output)
+{
+    CHECK_EQ(on_runtime(late_main, (void *)0), 0);
+}
+
+TEST(allowed_lateness_refires)
+{
+    CHECK_EQ(on_runtime(late_main, (void *)150), 0);
+}
+
+/* ---- timers ------------------------------------------------------------------------------ */
+typedef struct tlog {
+    int64_t times[64];
+    int64_t keys[64];
+    int n;
+    int proc;
+} tlog;
+
+static int timer_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    const ev *e = in->data;
+    /* Each event asks for a timer at its value (event time), twice: the
+     * second registration changes nothing. */
+    int r = weir_timer_register(ctx, WEIR_TIME_EVENT, e->value);
+    if (!r)
+        r = weir_timer_register(ctx, WEIR_TIME_EVENT, e->value);
+    if (!r && e->key == 9) /* and one processing-time timer, 20 ms out */
+        r = weir_timer_register(ctx, WEIR_TIME_PROCESSING, weir_time_now() + 20 * WEIR_MSEC);
+    return r;
+}
+
+static int timer_fired(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    tlog *t = state;
+    size_t kl;
+    int64_t key;
+    memcpy(&key, weir_ctx_key(ctx, &kl), sizeof(key)); /* keys promise no alignment */
+    const int64_t *k = &key;
+    CHECK_EQ(kl, 8);
+    if (domain == WEIR_TIME_PROCESSING) {
+        CHECK_EQ(*k, 9);
+        t->proc++;
+        return 0;
+    }
+    CHECK_LE(when, weir_ctx_watermark(ctx)); /* fires once the watermark passed */
+    t->times[t->n] = when;
+    t->keys[t->n++] = *k;
+    return 0;
+}
+
+static intptr_t timers_main(void *arg)
+{
+    (void)arg;
+    /* Keys 1..5 ask for timers at times out of order. */
+    static const ev evs[] = {{3, 50, 1}, {1, 30, 2}, {5, 10, 3}, {2, 40, 4},
+                             {4, 20, 5}, {1, 35, 6}, {9, 1000, 7}};
+    script sc = {evs, 7, 60, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("timers");
+    tlog t = {0};
+    weir_op_def def = {.process = timer_process, .on_timer = timer_fired};
+    weir_stream *s = weir_job_source(j, "events", &sd, &sc);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    CHECK_EQ(weir_stream_sink(s, "timers", &def, &t), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0); /* parallelism 1: one log */
+    int64_t want_t[] = {10, 20, 30, 35, 40, 50, 1000};
+    int64_t want_k[] = {5, 4, 1, 1, 2, 3, 9};
+    CHECK_EQ(t.n, 7);
+    for (int i = 0; i < 7; i++) {
+        CHECK_EQ(t.times[i], want_t[i]);
+        CHECK_EQ(t.keys[i], want_k[i]);
+    }
+    CHECK_EQ(t.proc, 1);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(timers_fire_in_time_order)
+{
+    CHECK_EQ(on_runtime(timers_main, NULL), 0);
+}
+
+/* ---- idle inputs -------------------------------------------------------------------------- */
+typedef struct wm_seen {
+    _Atomic int64_t max_before_end;
+} wm_seen;
+
+static int wm_proc(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)state, (void)in;
+    return 0;
+}
+
+static int wm_hook(weir_ctx *ctx, void *state, int64_t wm)
+{
+    (void)ctx;
+    wm_seen *w = state;
+    if (wm != WEIR_WATERMARK_MAX && wm > w->max_before_end)
+        w->max_before_end = wm;
+    return 0;
+}
+
+static intptr_t idle_main(void *arg)
+{
+    int64_t idle_ms = (int64_t)(intptr_t)arg;
+    /* "quiet" sends ts 0..9 and then nothing for 600 ms; "busy" sends
+     * ts 1000..1099, one every 4 ms. Without idleness the union's
+     * watermark waits for quiet (<= 9); with a 50 ms idle timeout quiet
+     * leaves the minimum and the watermark follows busy past 1000. */
+    static ev a[10], b[100];
+    for (int i = 0; i < 10; i++)
+        a[i] = (ev){1, 1, i};
+    for (int i = 0; i < 100; i++)
+        b[i] = (ev){2, 1, 1000 + i};
+    script sa = {a, 10, 600, 0}, sb = {b, 100, 0, 4};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("idle");
+    wm_seen w = {WEIR_WATERMARK_MIN};
+    weir_op_def def = {.process = wm_proc, .on_watermark = wm_hook};
+    weir_stream *parts[2] = {weir_job_source(j, "quiet", &sd, &sa),
+                             weir_job_source(j, "busy", &sd, &sb)};
+    weir_stream *s = weir_stream_union(parts, 2);
+    CHECK_EQ(weir_stream_sink(s, "wm", &def, &w), 0);
+    CHECK_EQ(weir_job_run(j, &(weir_run_opts){.idle_timeout_ms = idle_ms}), 0);
+    if (idle_ms)
+        CHECK_GE(w.max_before_end, 1000);
+    else
+        CHECK_LE(w.max_before_end, 9);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(idle_inputs_leave_the_minimum)
+{
+    CHECK_EQ(on_runtime(idle_main, (void *)0), 0);
+    CHECK_EQ(on_runtime(idle_main, (void *)50), 0);
+}
+
+static intptr_t window_errors_main(void *arg)
+{
+    (void)arg;
+    script sc = {many, 1, 0, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("bad");
+    weir_stream *s = weir_job_source(j, "events", &sd, &sc);
+    weir_window w = {.kind = WEIR_WINDOW_TUMBLING, .size = 10};
+    CHECK(weir_stream_window(s, "w", &w, sum_values, NULL) == NULL); /* not keyed */
+    CHECK(strstr(weir_job_error(j), "key_by first") != NULL);
+    weir_job_free(j);
+    weir_window bad[] = {{.kind = WEIR_WINDOW_TUMBLING, .size = 0},
+                         {.kind = WEIR_WINDOW_HOPPING, .size = 10, .slide = 0},
+                         {.kind = WEIR_WINDOW_SESSION, .gap = -1},
+                         {.kind = 9, .size = 10},
+                         {.kind = WEIR_WINDOW_TUMBLING, .size = 10, .allowed_lateness = -1}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        j = weir_job_new("bad");
+        s = weir_stream_key_by(weir_job_source(j, "events", &sd, &sc), ev_key, NULL);
+        CHECK(weir_stream_window(s, "w", &bad[i], sum_values, NULL) == NULL);
+        CHECK_EQ(weir_job_run(j, NULL), -EINVAL);
+        weir_job_free(j);
+    }
+    return 0;
+}
+
+TEST(window_errors)
+{
+    CHECK_EQ(on_runtime(window_errors_main, NULL), 0);
+}
+
+TEST_MAIN()
