@@ -113,6 +113,14 @@ int64_t weir_ctx_watermark(const weir_ctx *ctx);
  * "bad input %d", n);` reads naturally. */
 int weir_fail(weir_ctx *ctx, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The checkpoint this run restored from (0: none). */
+uint64_t weir_ctx_restored(const weir_ctx *ctx);
+/* A directory for the operator's own files (exactly-once sinks): the
+ * checkpoint directory, or NULL without checkpoints. */
+const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx);
+/* The latest checkpoint that completed in this run or was restored (0: none). */
+uint64_t weir_ctx_completed(const weir_ctx *ctx);
+
 /* Keyed operators: the current record's key (no alignment promised: copy
  * it out with memcpy to read it as a number). */
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
@@ -154,6 +162,13 @@ typedef struct weir_source_def {
     /* Watermarks: the largest timestamp emitted so far minus this bound
      * (>= 0). -1: the source emits no watermarks (processing-time jobs). */
     int64_t max_out_of_orderness;
+    /* Checkpoints (both NULL: the source cannot be rewound, and a restored
+     * job starts it from the beginning). snapshot() gives the subtask's
+     * position as bytes (*buf malloc'd, freed by the runner) at a barrier;
+     * restore() gets them back after open() when a job restarts from a
+     * checkpoint. */
+    int (*snapshot)(weir_ctx *ctx, void *state, void **buf, size_t *len);
+    int (*restore)(weir_ctx *ctx, void *state, const void *buf, size_t len);
 } weir_source_def;
 
 weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def,
@@ -237,6 +252,14 @@ typedef struct weir_op_def {
     /* Keyed operators: a timer of the current key fired (domain
      * WEIR_TIME_EVENT or WEIR_TIME_PROCESSING, at time when). */
     int (*on_timer)(weir_ctx *ctx, void *state, int domain, int64_t when);
+    /* Two-phase commit (exactly-once sinks). pre_commit() runs at the
+     * barrier of checkpoint id: make everything received so far durable but
+     * not yet visible. commit() runs once that checkpoint completed (every
+     * subtask acknowledged it and its COMPLETED marker is written). On a
+     * restore, open() finds pending work with weir_ctx_restored(): commit
+     * what belongs to checkpoints up to it, drop the rest. */
+    int (*pre_commit)(weir_ctx *ctx, void *state, uint64_t id);
+    int (*commit)(weir_ctx *ctx, void *state, uint64_t id);
 } weir_op_def;
 
 weir_stream *weir_stream_process(weir_stream *s, const char *name, const weir_op_def *def,
@@ -252,6 +275,17 @@ weir_stream *weir_stream_parallelism(weir_stream *s, int parallelism);
 
 /* A sink is an operator that emits nothing: its process() consumes. */
 int weir_stream_sink(weir_stream *s, const char *name, const weir_op_def *def, void *arg);
+
+/*
+ * The exactly-once file sink: each record becomes a line (a newline is added
+ * unless it ends with one) in part files under dir, committed with the
+ * checkpoints: part-<subtask>-<id> appears once checkpoint id completed, and
+ * the rest at the end of input. After a crash and a restore the committed
+ * files hold every record once: no line lost, none repeated. Without
+ * checkpoints everything is committed at the end. The sink's parallelism
+ * must stay the same across restores. Guide: docs/stream.md.
+ */
+int weir_stream_file_sink(weir_stream *s, const char *name, const char *dir);
 
 /* An in-memory collector for tests: every record reaching it, copied, from
  * every subtask (order within a subtask kept). */
@@ -270,6 +304,14 @@ typedef struct weir_run_opts {
     int credits;             /* batches in flight per channel: 4 */
     int64_t idle_timeout_ms; /* an input silent this long leaves the watermark minimum: 0 = never */
     int threads;             /* 0: every thread of the runtime */
+    /* Checkpoints: every checkpoint_interval_ms (0: none) into
+     * checkpoint_dir; restore: start from the latest completed checkpoint
+     * there (none yet: start afresh); retain: completed checkpoints kept
+     * (default 1). See docs/stream.md, "Checkpoints". */
+    const char *checkpoint_dir;
+    int64_t checkpoint_interval_ms;
+    int restore;
+    int retain;
 } weir_run_opts;
 
 /* A new, empty job. NULL with errno. */
@@ -281,6 +323,13 @@ const char *weir_job_error(const weir_job *j);
 /* Run the job to the end (bounded sources) or until the calling task is
  * cancelled. Fibers only. 0, or the first failure (see weir_job_error). */
 int weir_job_run(weir_job *j, const weir_run_opts *opts);
+
+/* Checkpoints of the last run: completed, and the latest completed id. */
+typedef struct weir_ckpt_stats {
+    uint64_t completed, latest, restored;
+    int64_t last_duration_ns; /* trigger to COMPLETED marker, of the latest */
+} weir_ckpt_stats;
+void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st);
 
 /* Counters of the last run, per operator (by name). */
 typedef struct weir_op_stats {

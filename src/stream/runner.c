@@ -152,7 +152,7 @@ static int flush_channel(subtask *st, channel *ch)
     return e;
 }
 
-static int flush_all(subtask *st)
+int weir__stream_flush_all(subtask *st)
 {
     for (int i = 0; i < st->nouts; i++) {
         output *o = &st->outs[i];
@@ -260,7 +260,7 @@ int weir_emit_side(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
 }
 
 /* Control to every channel out, after its open batch. */
-static int broadcast_control(subtask *st, int kind, int64_t wm)
+int weir__stream_broadcast(subtask *st, int kind, int64_t wm)
 {
     for (int i = 0; i < st->nouts; i++) {
         output *o = &st->outs[i];
@@ -297,7 +297,7 @@ static int advance(subtask *st, int64_t wm)
                 return op_error(c, e, "on_watermark");
         }
     }
-    return broadcast_control(st, IT_WATERMARK, wm);
+    return weir__stream_broadcast(st, IT_WATERMARK, wm);
 }
 
 /* ---- the subtask -------------------------------------------------------------------------- */
@@ -310,9 +310,9 @@ static int finish_chain(subtask *st)
             e = op_error(c, e, "finish");
     }
     if (!e)
-        e = flush_all(st);
+        e = weir__stream_flush_all(st);
     if (!e)
-        e = broadcast_control(st, IT_EOI, 0);
+        e = weir__stream_broadcast(st, IT_EOI, 0);
     return e;
 }
 
@@ -324,7 +324,7 @@ static int run_source(subtask *st)
         int r = src->src.next(c, c->state);
         if (r < 0)
             return op_error(c, r, "next");
-        int e = flush_all(st);
+        int e = weir__stream_flush_all(st);
         if (!e && src->src.max_out_of_orderness >= 0 && st->max_ts != INT64_MIN &&
             st->max_ts - src->src.max_out_of_orderness > st->wm)
             e = advance(st, st->max_ts - src->src.max_out_of_orderness);
@@ -332,6 +332,10 @@ static int run_source(subtask *st)
             return e;
         if (r == 1)
             return finish_chain(st);
+        uint64_t req = atomic_load_explicit(&st->barrier_req, memory_order_acquire);
+        if (req > st->last_barrier && (e = weir__ckpt_barrier(st, req)) < 0)
+            return e;
+        weir__ckpt_maybe_commit(st);
         /* Let the other subtasks pinned to this thread run (a source that
          * never waits would otherwise keep its thread to itself). */
         if ((e = weir_task_yield()) < 0)
@@ -385,6 +389,31 @@ static int process_batch(subtask *st, in_state *in, batch *b)
     return e;
 }
 
+/* Every input still open has delivered the barrier: snapshot, forward,
+ * and release the held-back items (in input order, each input's in order). */
+static int try_align(subtask *st)
+{
+    int open = 0;
+    uint64_t id = 0;
+    for (int i = 0; i < st->nins; i++) {
+        open += !st->ins[i].eoi;
+        if (st->ins[i].blocked)
+            id = st->ins[i].blocked;
+    }
+    if (st->arrived < open)
+        return 0;
+    int e = weir__ckpt_barrier(st, id);
+    st->arrived = 0;
+    for (int i = 0; i < st->nins; i++) {
+        in_state *in = &st->ins[i];
+        in->blocked = 0;
+        item it;
+        while (!e && weir__itemq_pop(&in->stash, &it) == 0)
+            e = weir__itemq_push(&st->replay, it);
+    }
+    return e;
+}
+
 static int run_operator(subtask *st)
 {
     int64_t idle_ns = st->r->o.idle_timeout_ms > 0 ? st->r->o.idle_timeout_ms * WEIR_MSEC : 0;
@@ -404,9 +433,12 @@ static int run_operator(subtask *st)
                 (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now())) < 0)
                 return op_error(&st->ctx[0], e, "on_timer");
         }
-        e = weir_chan_try_recv(st->inq, &it);
+        /* Items held back during an alignment go first, then the queue. */
+        e = weir__itemq_pop(&st->replay, &it);
+        if (e == -EAGAIN)
+            e = weir_chan_try_recv(st->inq, &it);
         if (e == -EAGAIN) {
-            if ((e = flush_all(st)) < 0)
+            if ((e = weir__stream_flush_all(st)) < 0)
                 return e;
             int64_t deadline = idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms)
                                        : WEIR_FOREVER;
@@ -427,8 +459,24 @@ static int run_operator(subtask *st)
         }
         if (e)
             return e;
+        if (it.kind == IT_NOTIFY) {
+            weir__ckpt_maybe_commit(st);
+            continue;
+        }
         in_state *in = &st->ins[it.input];
+        if (in->blocked) { /* aligned already: hold it until the snapshot */
+            if ((e = weir__itemq_push(&in->stash, it)) < 0)
+                return e;
+            continue;
+        }
         in->last = weir_time_now();
+        if (it.kind == IT_BARRIER) {
+            in->blocked = (uint64_t)it.wm;
+            st->arrived++;
+            if ((e = try_align(st)) < 0)
+                return e;
+            continue;
+        }
         if (it.kind == IT_BATCH) {
             e = process_batch(st, in, it.b);
             free(it.b);
@@ -443,6 +491,9 @@ static int run_operator(subtask *st)
         } else {
             in->eoi = 1;
             open--;
+            /* An input that ended sends no more barriers: stop waiting. */
+            if (st->arrived && (e = try_align(st)) < 0)
+                return e;
         }
         if (open > 0) {
             int64_t m;
@@ -470,7 +521,10 @@ static intptr_t subtask_main(void *arg)
         }
     }
     if (!e)
+        e = weir__ckpt_restore_subtask(st);
+    if (!e)
         e = st->source ? run_source(st) : run_operator(st);
+    atomic_store(&st->finished, 1);
     for (int i = opened - 1; i >= 0; i--) {
         weir_ctx *c = &st->ctx[i];
         void (*close)(void *) = c->op->kind == OP_SOURCE ? c->op->src.close : c->op->def.close;
@@ -623,8 +677,10 @@ static int plan(run *r)
                         return -ENOMEM;
                     cons->ins = ins;
                     ch->input = cons->nins;
-                    ins[cons->nins++] = (in_state){ch, WEIR_WATERMARK_MIN, 0, 0, 0, in->key,
-                                                   in->key_arg};
+                    ins[cons->nins++] = (in_state){.ch = ch,
+                                                   .wm = WEIR_WATERMARK_MIN,
+                                                   .key = in->key,
+                                                   .key_arg = in->key_arg};
                     o->targets[s] = ch;
                 }
             }
@@ -645,6 +701,14 @@ static void teardown(run *r)
                     if (it.kind == IT_BATCH)
                         free(it.b);
                 weir_chan_unref(st->inq);
+            }
+            for (int k = 0; k <= st->nins; k++) {
+                itemq *q = k < st->nins ? &st->ins[k].stash : &st->replay;
+                item it;
+                while (weir__itemq_pop(q, &it) == 0)
+                    if (it.kind == IT_BATCH)
+                        free(it.b);
+                free(q->v);
             }
             for (int k = 0; st->ctx && k < st->nops; k++) {
                 weir_ctx *x = &st->ctx[k];
@@ -702,7 +766,14 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
         weir__stream_fail(j, -EINVAL, "the job has no operators");
         return -EINVAL;
     }
+    memset(&j->ckpt, 0, sizeof(j->ckpt));
     int e = plan(&r);
+    if (!e && (e = weir__ckpt_prepare(&r)) < 0 && !j->err)
+        weir__stream_fail(j, e, "checkpoint directory \"%s\": %s",
+                          r.o.checkpoint_dir ? r.o.checkpoint_dir : "(none)",
+                          e == -EINVAL ? "checkpoints and restore need a checkpoint_dir"
+                                       : weir_strerror(e));
+    j->ckpt.restored = r.restored;
     if (e) {
         if (!j->err)
             weir__stream_fail(j, e, "planning the job: %s", weir_strerror(e));
@@ -713,7 +784,19 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     int threads = rt ? weir_rt_threads(rt) : 1;
     if (r.o.threads > 0 && r.o.threads < threads)
         threads = r.o.threads;
+    for (int ci = 0; ci < r.nchains; ci++)
+        r.nsubtasks += r.chains[ci].par;
     weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
+    weir_task *coord = NULL;
+    if (sc && r.acks &&
+        !(coord = weir_task_spawn(weir__ckpt_coordinator, &r,
+                                  &(weir_spawn_opts){.name = "checkpoints",
+                                                     .stack_size = 128u << 10}))) {
+        weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
+        weir_scope_free(sc);
+        teardown(&r);
+        return j->err;
+    }
     int next = 0;
     for (int ci = 0; sc && ci < r.nchains; ci++)
         for (int s = 0; s < r.chains[ci].par; s++) {
@@ -731,7 +814,12 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     weir_scope_result res = {0};
     e = sc ? weir_scope_join(sc, &res) : -ENOMEM;
     weir_scope_free(sc);
+    if (coord) {
+        weir_task_cancel(coord);
+        weir_task_join(coord, NULL, WEIR_FOREVER);
+    }
     teardown(&r);
+    weir__ckpt_teardown(&r);
     if (j->err)
         return j->err;
     if (e && e != -ECANCELED)

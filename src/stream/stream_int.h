@@ -68,6 +68,7 @@ struct weir_stream {
 
 struct weir_job {
     char *name;
+    weir_ckpt_stats ckpt; /* of the last run */
     sop **ops;
     int nops, cap;
     weir_stream *streams;
@@ -106,14 +107,21 @@ typedef struct batch {
 } batch;
 
 /* ---- the run's structures ----------------------------------------------------------------- */
-enum { IT_BATCH, IT_WATERMARK, IT_EOI };
+
+enum { IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_NOTIFY };
 
 typedef struct item {
     int kind;
     int input; /* the consumer's input (channel) index */
     batch *b;
-    int64_t wm;
+    int64_t wm; /* IT_WATERMARK: the watermark; IT_BARRIER: the checkpoint id */
 } item;
+
+/* A FIFO of items (an input's items held back while it is aligned). */
+typedef struct itemq {
+    item *v;
+    size_t head, n, cap;
+} itemq;
 
 typedef struct subtask subtask;
 
@@ -142,6 +150,8 @@ typedef struct in_state {
     int64_t last;
     weir_key_fn key;
     void *key_arg;
+    uint64_t blocked; /* the barrier it delivered; its items wait in stash */
+    itemq stash;
 } in_state;
 
 typedef struct run run;
@@ -162,6 +172,13 @@ struct subtask {
     weir_state_backend *backend;
     int64_t *timer_first[2]; /* per group of the backend: earliest timer (keyed.c) */
     uint64_t bp_ns;
+    /* checkpoints (checkpoint.c) */
+    _Atomic uint64_t barrier_req; /* sources: the checkpoint to start */
+    uint64_t last_barrier;        /* the last checkpoint it took part in */
+    int arrived;                  /* inputs aligned on the current barrier */
+    itemq replay;                 /* stashed items to process before the queue */
+    uint64_t committed;           /* the last checkpoint its commit hooks saw */
+    _Atomic int finished;
 };
 
 typedef struct chain {
@@ -177,7 +194,31 @@ struct run {
     int nchains;
     channel **channels;
     int nchannels, chcap;
+    /* checkpoints */
+    weir_chan *acks;               /* subtask -> coordinator: struct ckpt_ack */
+    _Atomic uint64_t completed;    /* the latest completed (or restored) checkpoint */
+    uint64_t restored;
+    int nsubtasks;
 };
+
+typedef struct ckpt_ack {
+    uint64_t id;
+    int err;
+} ckpt_ack;
+
+/* checkpoint.c */
+int weir__ckpt_prepare(run *r);           /* find the checkpoint to restore, make the acks queue */
+int weir__ckpt_restore_subtask(subtask *st); /* after open: state, source position */
+int weir__ckpt_barrier(subtask *st, uint64_t id); /* snapshot, forward, ack */
+void weir__ckpt_maybe_commit(subtask *st);
+intptr_t weir__ckpt_coordinator(void *arg); /* the fiber that triggers and completes */
+void weir__ckpt_teardown(run *r);
+int weir__itemq_push(itemq *q, item it);
+int weir__itemq_pop(itemq *q, item *it);
+
+/* runner.c, for checkpoint.c */
+int weir__stream_flush_all(subtask *st);
+int weir__stream_broadcast(subtask *st, int kind, int64_t v);
 
 
 /* keyed.c: namespaced keyed state of the current key, and timers */

@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * checkpoint.c - aligned-barrier checkpoints of a running job, and restore.
+ *
+ * Trigger. A coordinator fiber (one per run with checkpoint_interval_ms)
+ * starts checkpoint id every interval, one at a time: it asks every source
+ * subtask for a barrier (an atomic request each reads between two calls of
+ * its next()). Ids continue after the restored checkpoint, so a restarted
+ * job never reuses one.
+ *
+ * Barrier. A source subtask flushes what it emitted, writes its position
+ * (source snapshot), snapshots its chain (below), sends the barrier after
+ * its records on every channel, and acknowledges. An operator subtask
+ * aligns: once an input has delivered barrier id, that input's later items
+ * wait in its stash; when every input still open has delivered it, the
+ * subtask snapshots, forwards the barrier, acknowledges, and replays the
+ * stashes before reading its queue again. So the snapshot holds exactly
+ * the effect of the records before the barrier on every input. Stashed
+ * batches keep their credits, so a stash is bounded like any channel.
+ *
+ * Snapshot of a chain: the keyed state backend (capture, then persist to
+ * chk-<id>/<op>.<subtask>.state), then pre_commit(id) of every operator of
+ * the chain that has one (exactly-once sinks).
+ *
+ * Completion. When every subtask acknowledged id, the coordinator writes
+ * COMPLETED-<id> atomically (temporary file, fsync, rename, fsync of the
+ * directory), publishes the id (operators' commit() hooks run with it: a
+ * subtask with an input queue is woken by a notify item, a source chain
+ * looks between calls), and removes checkpoints older than the `retain`
+ * latest. Once any subtask has ended (a bounded source ran out), no new
+ * checkpoint starts: the rest of a bounded job is made durable by its end
+ * (finish hooks).
+ *
+ * Restore. With opts.restore the latest COMPLETED-<id> in the directory is
+ * the restore point: every keyed subtask loads its key groups from all
+ * state files of its operator in chk-<id> (so parallelism may change),
+ * sources get their positions back (same parallelism, one file each), and
+ * operators see the id through weir_ctx_restored().
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stream/stream_int.h"
+
+/* ---- item queues -------------------------------------------------------------------------- */
+int weir__itemq_push(itemq *q, item it)
+{
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 16;
+        item *v = malloc(cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        for (size_t i = 0; i < q->n; i++)
+            v[i] = q->v[(q->head + i) % q->cap];
+        free(q->v);
+        q->v = v;
+        q->head = 0;
+        q->cap = cap;
+    }
+    q->v[(q->head + q->n) % q->cap] = it;
+    q->n++;
+    return 0;
+}
+
+int weir__itemq_pop(itemq *q, item *it)
+{
+    if (!q->n)
+        return -EAGAIN;
+    *it = q->v[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    return 0;
+}
+
+/* ---- files -------------------------------------------------------------------------------- */
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int e = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return e;
+}
+
+/* Write path atomically: temp file, fsync, rename, fsync of dir. */
+static int write_atomic(const char *dir, const char *name, const void *buf, size_t len)
+{
+    char tmp[4096], path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    const uint8_t *p = buf;
+    size_t left = len;
+    int e = 0;
+    while (left && !e) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno != EINTR)
+            e = -errno;
+        else if (w > 0)
+            p += w, left -= (size_t)w;
+    }
+    if (!e && fsync(fd) < 0)
+        e = -errno;
+    if (close(fd) < 0 && !e)
+        e = -errno;
+    if (!e && rename(tmp, path) < 0)
+        e = -errno;
+    if (e)
+        unlink(tmp);
+    return e ? e : fsync_dir(dir);
+}
+
+static int chk_dir(run *r, uint64_t id, char *out, size_t cap, int create)
+{
+    snprintf(out, cap, "%s/chk-%" PRIu64, r->o.checkpoint_dir, id);
+    if (create && mkdir(out, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* ---- restore ------------------------------------------------------------------------------ */
+static uint64_t latest_completed(const char *dir)
+{
+    DIR *d = opendir(dir);
+    uint64_t best = 0;
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t id;
+        char extra;
+        if (sscanf(de->d_name, "COMPLETED-%" SCNu64 "%c", &id, &extra) == 1 && id > best)
+            best = id;
+    }
+    closedir(d);
+    return best;
+}
+
+int weir__ckpt_prepare(run *r)
+{
+    atomic_store(&r->completed, 0);
+    if (!r->o.checkpoint_dir)
+        return r->o.checkpoint_interval_ms > 0 || r->o.restore ? -EINVAL : 0;
+    if (mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    if (r->o.restore) {
+        r->restored = latest_completed(r->o.checkpoint_dir);
+        atomic_store(&r->completed, r->restored);
+    }
+    if (r->o.checkpoint_interval_ms > 0 &&
+        !(r->acks = weir_chan_new(sizeof(ckpt_ack), WEIR_CHAN_UNBOUNDED)))
+        return -ENOMEM;
+    return 0;
+}
+
+static int read_file(const char *path, uint8_t **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    size_t cap = 256, n = 0;
+    uint8_t *b = malloc(cap);
+    for (;;) {
+        if (!b) {
+            fclose(f);
+            return -ENOMEM;
+        }
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        uint8_t *nb = realloc(b, cap *= 2);
+        if (!nb)
+            free(b);
+        b = nb;
+    }
+    int e = ferror(f) ? -EIO : 0;
+    fclose(f);
+    if (e) {
+        free(b);
+        return e;
+    }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+/* Rebuild the timer caches after keyed state was restored. */
+static void timers_recache(subtask *st)
+{
+    for (int d = 0; d < 2; d++)
+        for (int g = 0; st->timer_first[d] && g < st->backend->end_kg - st->backend->first_kg;
+             g++)
+            st->timer_first[d][g] = INT64_MIN; /* "maybe": firing re-reads the group */
+}
+
+int weir__ckpt_restore_subtask(subtask *st)
+{
+    run *r = st->r;
+    if (!r->restored)
+        return 0;
+    char dir[4096];
+    chk_dir(r, r->restored, dir, sizeof(dir), 0);
+    sop *head = st->ops[0];
+    if (st->source && head->src.restore) {
+        char path[4352];
+        snprintf(path, sizeof(path), "%s/%s.%d.src", dir, head->name, st->index);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        int e = read_file(path, &buf, &len);
+        if (e) {
+            weir__stream_fail(r->j, e, "restore of \"%s\" subtask %d: %s: %s (a source must "
+                              "keep its parallelism across a restore)",
+                              head->name, st->index, path, weir_strerror(e));
+            return e;
+        }
+        e = head->src.restore(&st->ctx[0], st->ctx[0].state, buf, len);
+        free(buf);
+        if (e < 0) {
+            weir__stream_fail(r->j, e, "source \"%s\" subtask %d refused its checkpointed "
+                              "position: %s", head->name, st->index, weir_strerror(e));
+            return e;
+        }
+    }
+    if (st->backend) {
+        /* Every state file of this operator: each loads only our groups. */
+        DIR *d = opendir(dir);
+        if (!d) {
+            int e = -errno;
+            weir__stream_fail(r->j, e, "restore: %s: %s", dir, strerror(-e));
+            return e;
+        }
+        size_t nl = strlen(head->name);
+        struct dirent *de;
+        int e = 0;
+        while (!e && (de = readdir(d)) != NULL) {
+            const char *n = de->d_name, *dot = strrchr(n, '.');
+            if (strncmp(n, head->name, nl) != 0 || n[nl] != '.' || !dot ||
+                strcmp(dot, ".state") != 0 || dot == n + nl)
+                continue;
+            char path[4352];
+            snprintf(path, sizeof(path), "%s/%s", dir, n);
+            if ((e = weir_state_restore(st->backend, path)) < 0)
+                weir__stream_fail(r->j, e, "restore of \"%s\" from %s: %s", head->name, path,
+                                  e == -EBADMSG ? weir_state_strerror() : weir_strerror(e));
+        }
+        closedir(d);
+        if (e)
+            return e;
+        timers_recache(st);
+    }
+    st->committed = r->restored;
+    st->last_barrier = r->restored;
+    return 0;
+}
+
+/* ---- the barrier in a subtask --------------------------------------------------------------- */
+static void ack(subtask *st, uint64_t id, int err)
+{
+    ckpt_ack a = {id, err};
+    weir_chan_send(st->r->acks, &a, WEIR_FOREVER);
+}
+
+int weir__ckpt_barrier(subtask *st, uint64_t id)
+{
+    run *r = st->r;
+    st->last_barrier = id;
+    int e = weir__stream_flush_all(st);
+    char dir[4096];
+    if (!e)
+        e = chk_dir(r, id, dir, sizeof(dir), 1);
+    sop *head = st->ops[0];
+    if (!e && st->source && head->src.snapshot) {
+        void *buf = NULL;
+        size_t len = 0;
+        if ((e = head->src.snapshot(&st->ctx[0], st->ctx[0].state, &buf, &len)) == 0) {
+            char name[512];
+            snprintf(name, sizeof(name), "%s.%d.src", head->name, st->index);
+            e = write_atomic(dir, name, buf, len);
+        }
+        free(buf);
+    }
+    if (!e && st->backend) {
+        weir_state_snapshot *snap;
+        if ((e = weir_state_capture(st->backend, id, &snap)) == 0) {
+            char path[4352];
+            snprintf(path, sizeof(path), "%s/%s.%d.state", dir, head->name, st->index);
+            e = weir_state_persist(snap, path);
+            weir_state_snapshot_free(snap);
+        }
+    }
+    for (int i = 0; !e && i < st->nops; i++) {
+        weir_ctx *c = &st->ctx[i];
+        if (c->op->def.pre_commit && (e = c->op->def.pre_commit(c, c->state, id)) < 0)
+            weir__stream_fail(r->j, e, "operator \"%s\" (subtask %d): pre-commit of "
+                              "checkpoint %" PRIu64 " failed: %s",
+                              c->op->name, st->index, id, weir_strerror(e));
+    }
+    if (!e)
+        e = weir__stream_broadcast(st, IT_BARRIER, (int64_t)id);
+    if (e && e != -ECANCELED && !r->j->err)
+        weir__stream_fail(r->j, e, "checkpoint %" PRIu64 " in \"%s\" subtask %d: %s", id,
+                          head->name, st->index, weir_strerror(e));
+    ack(st, id, e);
+    return e;
+}
+
+void weir__ckpt_maybe_commit(subtask *st)
+{
+    uint64_t c = atomic_load(&st->r->completed);
+    if (c <= st->committed)
+        return;
+    st->committed = c;
+    for (int i = 0; i < st->nops; i++) {
+        weir_ctx *x = &st->ctx[i];
+        int e;
+        if (x->op->def.commit && (e = x->op->def.commit(x, x->state, c)) < 0)
+            weir__stream_fail(st->r->j, e, "operator \"%s\" (subtask %d): commit of checkpoint "
+                              "%" PRIu64 " failed: %s",
+                              x->op->name, st->index, c, weir_strerror(e));
+    }
+}
+
+/* ---- the coordinator ---------------------------------------------------------------------- */
+static int any_finished(run *r)
+{
+    for (int ci = 0; ci < r->nchains; ci++)
+        for (int s = 0; s < r->chains[ci].par; s++)
+            if (atomic_load(&r->chains[ci].subs[s].finished))
+                return 1;
+    return 0;
+}
+
+/* Remove checkpoints older than the `retain` latest, and their markers. */
+static void prune(run *r, uint64_t latest)
+{
+    int retain = r->o.retain > 0 ? r->o.retain : 1;
+    if (latest <= (uint64_t)retain)
+        return;
+    uint64_t keep_from = latest - (uint64_t)retain + 1;
+    DIR *d = opendir(r->o.checkpoint_dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t id;
+        char extra;
+        char path[4352];
+        if (sscanf(de->d_name, "COMPLETED-%" SCNu64 "%c", &id, &extra) == 1 && id < keep_from) {
+            snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
+            unlink(path);
+        } else if (sscanf(de->d_name, "chk-%" SCNu64 "%c", &id, &extra) == 1 && id < keep_from) {
+            snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
+            DIR *sub = opendir(path);
+            if (sub) {
+                struct dirent *f;
+                while ((f = readdir(sub)) != NULL) {
+                    if (f->d_name[0] == '.' && (!f->d_name[1] || !strcmp(f->d_name, "..")))
+                        continue;
+                    char fp[4608];
+                    snprintf(fp, sizeof(fp), "%s/%s", path, f->d_name);
+                    unlink(fp);
+                }
+                closedir(sub);
+            }
+            rmdir(path);
+        }
+    }
+    closedir(d);
+}
+
+static void notify_all(run *r)
+{
+    for (int ci = 0; ci < r->nchains; ci++)
+        for (int s = 0; s < r->chains[ci].par; s++) {
+            subtask *st = &r->chains[ci].subs[s];
+            if (st->inq) {
+                item it = {IT_NOTIFY, 0, NULL, 0};
+                weir_chan_try_send(st->inq, &it); /* unbounded: never full */
+            }
+        }
+}
+
+intptr_t weir__ckpt_coordinator(void *arg)
+{
+    run *r = arg;
+    weir_job *j = r->j;
+    uint64_t id = r->restored;
+    for (;;) {
+        if (weir_time_sleep(r->o.checkpoint_interval_ms * WEIR_MSEC) < 0)
+            return 0; /* the run is over */
+        if (any_finished(r))
+            continue;
+        id++;
+        int64_t t0 = weir_time_now();
+        for (int ci = 0; ci < r->nchains; ci++)
+            if (r->chains[ci].ops[0]->kind == OP_SOURCE)
+                for (int s = 0; s < r->chains[ci].par; s++)
+                    atomic_store(&r->chains[ci].subs[s].barrier_req, id);
+        int acked = 0, failed = 0;
+        while (acked < r->nsubtasks) {
+            ckpt_ack a;
+            if (weir_chan_recv(r->acks, &a, WEIR_FOREVER) < 0)
+                return 0;
+            if (a.id != id)
+                continue; /* a late ack of an abandoned checkpoint */
+            acked++;
+            failed |= a.err != 0;
+        }
+        if (failed)
+            continue; /* the job is failing; the checkpoint is abandoned */
+        char name[64], text[600];
+        snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
+        int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n", id, j->name);
+        int e = write_atomic(r->o.checkpoint_dir, name, text, (size_t)n);
+        if (e) {
+            weir__stream_fail(j, e, "writing %s/%s: %s", r->o.checkpoint_dir, name,
+                              weir_strerror(e));
+            return e;
+        }
+        atomic_store(&r->completed, id);
+        j->ckpt.completed++;
+        j->ckpt.latest = id;
+        j->ckpt.last_duration_ns = weir_time_now() - t0;
+        notify_all(r);
+        prune(r, id);
+    }
+}
+
+void weir__ckpt_teardown(run *r)
+{
+    if (r->acks)
+        weir_chan_unref(r->acks);
+}
+
+uint64_t weir_ctx_restored(const weir_ctx *ctx)
+{
+    return ctx->st->r->restored;
+}
+
+uint64_t weir_ctx_completed(const weir_ctx *ctx)
+{
+    return atomic_load(&ctx->st->r->completed);
+}
+
+const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx)
+{
+    return ctx->st->r->o.checkpoint_dir;
+}
+
+void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st)
+{
+    *st = j->ckpt;
+}
