@@ -331,6 +331,13 @@ typedef struct weir_ckpt_stats {
 } weir_ckpt_stats;
 void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st);
 
+/* The operators of the job, in the order they were added (a source first):
+ * how many, and the name and kind of the i-th. */
+enum { WEIR_OP_SOURCE = 0, WEIR_OP_OPERATOR = 1, WEIR_OP_SINK = 2 };
+int weir_job_ops(const weir_job *j);
+const char *weir_job_op_name(const weir_job *j, int i);
+int weir_job_op_kind(const weir_job *j, int i);
+
 /* Counters of the last run, per operator (by name). */
 typedef struct weir_op_stats {
     uint64_t records_in, records_out;

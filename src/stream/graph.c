@@ -482,3 +482,22 @@ const weir_rec *weir_collector_get(const weir_collector *c, size_t i)
 {
     return c && i < c->n ? &c->recs[i] : NULL;
 }
+
+int weir_job_ops(const weir_job *j)
+{
+    return j ? j->nops : 0;
+}
+
+const char *weir_job_op_name(const weir_job *j, int i)
+{
+    return j && i >= 0 && i < j->nops ? j->ops[i]->name : NULL;
+}
+
+int weir_job_op_kind(const weir_job *j, int i)
+{
+    if (!j || i < 0 || i >= j->nops)
+        return -EINVAL;
+    return j->ops[i]->kind == OP_SOURCE ? WEIR_OP_SOURCE
+           : j->ops[i]->kind == OP_SINK ? WEIR_OP_SINK
+                                        : WEIR_OP_OPERATOR;
+}
