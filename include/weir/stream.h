@@ -108,6 +108,9 @@ int weir_ctx_subtask(const weir_ctx *ctx);
 int weir_ctx_parallelism(const weir_ctx *ctx);
 /* The current watermark of this subtask (WEIR_WATERMARK_MIN before any). */
 int64_t weir_ctx_watermark(const weir_ctx *ctx);
+/* Which input of the operator the current record came from: 0.. in the
+ * order of its inputs (a union's streams, a join's left then right). */
+int weir_ctx_input(const weir_ctx *ctx);
 /* Record a failure with a message: the job stops and weir_job_run()
  * returns err (negative). Returns err, so `return weir_fail(ctx, -EINVAL,
  * "bad input %d", n);` reads naturally. */
@@ -131,6 +134,25 @@ const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
 int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len);
 int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len);
 int weir_value_clear(weir_ctx *ctx, const char *state);
+
+/*
+ * Map state of the current key: entries by user key, iterated in ascending
+ * byte order of the user keys. List state: values appended in order. Views
+ * are valid until the next state call; the iteration callback returns
+ * non-zero to stop (and that value is returned) and must not modify state.
+ */
+int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
+                 const void **val, size_t *len);
+int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
+                 const void *val, size_t len);
+int weir_map_delete(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen);
+typedef int (*weir_entry_fn)(void *arg, const void *ukey, size_t uklen, const void *val,
+                             size_t len);
+int weir_map_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *arg);
+int weir_list_add(weir_ctx *ctx, const char *state, const void *val, size_t len);
+/* fn gets each value (ukey is the entry's position, 8 bytes). */
+int weir_list_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *arg);
+int weir_list_clear(weir_ctx *ctx, const char *state);
 
 /*
  * Timers of the current key (keyed operators). An event-time timer fires
@@ -234,6 +256,40 @@ typedef struct weir_window_result {
 } weir_window_result;
 weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_window *w,
                                 weir_reduce_fn fn, void *arg);
+
+/*
+ * Joins of two keyed streams (both after key_by, keys compared as bytes).
+ * fn gets each matching pair and emits what it likes (the timestamp to give
+ * is the caller's; max(left.ts, right.ts) is usual).
+ *
+ * Interval join: pairs where right.ts is in [left.ts + lower, left.ts +
+ * upper] (lower <= upper, either may be negative). Each side's records are
+ * kept until the watermark shows no partner can come; a record older than
+ * the watermark when it arrives goes to the side output.
+ *
+ * Window join: pairs in the same tumbling or hopping window (w.kind), emitted
+ * when the window fires (the watermark reaches its end - 1).
+ */
+typedef int (*weir_join_fn)(weir_ctx *ctx, const weir_rec *left, const weir_rec *right,
+                            void *arg);
+weir_stream *weir_stream_interval_join(weir_stream *left, weir_stream *right, const char *name,
+                                       int64_t lower, int64_t upper, weir_join_fn fn, void *arg);
+weir_stream *weir_stream_window_join(weir_stream *left, weir_stream *right, const char *name,
+                                     const weir_window *w, weir_join_fn fn, void *arg);
+
+/*
+ * Keyed running aggregate with an accumulator of another shape than the
+ * records: add() folds a record into the accumulator (acc NULL for the key's
+ * first; *out the new accumulator, which may point into acc, in or arg's
+ * memory), result() turns the accumulator into the record emitted after
+ * every update (NULL: the accumulator itself is emitted).
+ */
+typedef struct weir_agg_def {
+    int (*add)(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg);
+    int (*result)(const weir_rec *acc, weir_rec *out, void *arg);
+} weir_agg_def;
+weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_agg_def *def,
+                                   void *arg);
 
 /* The side output of the operator that made s (windows: late records). */
 weir_stream *weir_stream_side(weir_stream *s);

@@ -397,6 +397,71 @@ weir_stream *weir_stream_reduce(weir_stream *s, const char *name, weir_reduce_fn
     return fn_op(s, name, (fn_arg){.reduce = fn, .arg = arg}, reduce_process);
 }
 
+/* Aggregate: the accumulator is the key's value under "agg". */
+typedef struct agg_arg {
+    weir_agg_def def;
+    void *arg;
+} agg_arg;
+
+static int agg_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    agg_arg *a = state;
+    const void *v;
+    size_t vlen;
+    int e = weir_value_get(ctx, "agg", &v, &vlen);
+    if (e && e != -ENOENT)
+        return e;
+    weir_rec acc = {v, vlen, in->ts}, out;
+    if ((e = a->def.add(e ? NULL : &acc, in, &out, a->arg)) < 0)
+        return e;
+    /* out may point into the stored accumulator: copy before the put. */
+    uint8_t small[256];
+    uint8_t *copy = out.len <= sizeof(small) ? small : malloc(out.len);
+    if (!copy)
+        return -ENOMEM;
+    if (out.len)
+        memcpy(copy, out.data, out.len);
+    e = weir_value_put(ctx, "agg", copy, out.len);
+    if (!e) {
+        weir_rec now = {copy, out.len, in->ts}, res = now;
+        if (a->def.result && (e = a->def.result(&now, &res, a->arg)) < 0) {
+            if (copy != small)
+                free(copy);
+            return e;
+        }
+        e = weir_emit(ctx, res.data, res.len, in->ts);
+    }
+    if (copy != small)
+        free(copy);
+    return e;
+}
+
+weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_agg_def *def,
+                                   void *arg)
+{
+    if (!s || s->j->err)
+        return NULL;
+    if (s->edge != EDGE_HASH || !def || !def->add) {
+        build_fail(s->j, "aggregate \"%s\" needs a keyed stream (key_by) and an add function",
+                   name ? name : "?");
+        return NULL;
+    }
+    agg_arg *a = malloc(sizeof(*a));
+    if (!a) {
+        build_fail(s->j, "out of memory");
+        return NULL;
+    }
+    *a = (agg_arg){*def, arg};
+    weir_op_def d = {.open = fn_open, .process = agg_process};
+    weir_stream *out = add_op(s, name, OP_OPERATOR, &d, a);
+    if (!out) {
+        free(a);
+        return NULL;
+    }
+    out->owned = a;
+    return out;
+}
+
 weir_stream *weir_stream_process(weir_stream *s, const char *name, const weir_op_def *def,
                                  void *arg)
 {

@@ -306,3 +306,75 @@ int64_t weir__timers_next(subtask *st, int domain)
             m = st->timer_first[domain][g];
     return m;
 }
+
+/* ---- map and list state ------------------------------------------------------------------ */
+int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
+                 const void **val, size_t *len)
+{
+    return weir__ns_get(ctx, state, ukey, uklen, val, len);
+}
+
+int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
+                 const void *val, size_t len)
+{
+    return weir__ns_put(ctx, state, ukey, uklen, val, len);
+}
+
+int weir_map_delete(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen)
+{
+    return weir__ns_del(ctx, state, ukey, uklen);
+}
+
+int weir_map_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *arg)
+{
+    if (!fn)
+        return -EINVAL;
+    return weir__ns_scan(ctx, state, fn, arg);
+}
+
+/* List entries: the namespace is a position, a per-subtask sequence number
+ * (big-endian), so iteration is append order. */
+int weir_list_add(weir_ctx *ctx, const char *state, const void *val, size_t len)
+{
+    uint8_t pos[8];
+    put_be64(pos, ++ctx->seq);
+    return weir__ns_put(ctx, state, pos, 8, val, len);
+}
+
+int weir_list_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *arg)
+{
+    return weir_map_iterate(ctx, state, fn, arg);
+}
+
+typedef struct collect_ns {
+    uint8_t (*ns)[8];
+    size_t n, cap;
+} collect_ns;
+
+static int collect_pos(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    collect_ns *c = arg;
+    if (nslen != 8)
+        return -EBADMSG;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        uint8_t(*v)[8] = realloc(c->ns, cap * 8);
+        if (!v)
+            return -ENOMEM;
+        c->ns = v;
+        c->cap = cap;
+    }
+    memcpy(c->ns[c->n++], ns, 8);
+    return 0;
+}
+
+int weir_list_clear(weir_ctx *ctx, const char *state)
+{
+    collect_ns c = {0};
+    int e = weir__ns_scan(ctx, state, collect_pos, &c);
+    for (size_t i = 0; !e && i < c.n; i++)
+        e = weir__ns_del(ctx, state, c.ns[i], 8);
+    free(c.ns);
+    return e;
+}

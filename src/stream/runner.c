@@ -116,6 +116,11 @@ int64_t weir_ctx_watermark(const weir_ctx *ctx)
     return ctx->st->wm;
 }
 
+int weir_ctx_input(const weir_ctx *ctx)
+{
+    return ctx->side;
+}
+
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
 {
     if (len)
@@ -368,6 +373,7 @@ static int process_batch(subtask *st, in_state *in, batch *b)
     weir_ctx *c = &st->ctx[0];
     sop *head = st->ops[0];
     int e = 0;
+    c->side = in->side;
     for (uint32_t i = 0; i < b->n && !e; i++) {
         weir_rec r = {b->data + b->off[i], b->len[i], b->ts[i]};
         c->in++;
@@ -522,6 +528,11 @@ static intptr_t subtask_main(void *arg)
     }
     if (!e)
         e = weir__ckpt_restore_subtask(st);
+    /* Positions of list entries (and join buffers) made from here on sort
+     * after every restored one: a restore only ever brings back entries of
+     * checkpoints up to the restored id. */
+    for (int i = 0; i < st->nops; i++)
+        st->ctx[i].seq = (st->r->restored + 1) << 40;
     if (!e)
         e = st->source ? run_source(st) : run_operator(st);
     atomic_store(&st->finished, 1);
@@ -680,7 +691,8 @@ static int plan(run *r)
                     ins[cons->nins++] = (in_state){.ch = ch,
                                                    .wm = WEIR_WATERMARK_MIN,
                                                    .key = in->key,
-                                                   .key_arg = in->key_arg};
+                                                   .key_arg = in->key_arg,
+                                                   .side = k};
                     o->targets[s] = ch;
                 }
             }

@@ -95,6 +95,8 @@ struct weir_ctx {
     char *states[MAX_STATES]; /* state names, by index (this subtask's) */
     int nstates;
     uint64_t in, out; /* records, added to the operator's counters at the end */
+    int side;         /* the input the current record came from */
+    uint64_t seq;     /* a per-subtask sequence for buffered entries (joins, lists) */
 };
 
 /* ---- the running job (runner.c) ----------------------------------------------------------------------------- */
@@ -152,6 +154,7 @@ typedef struct in_state {
     void *key_arg;
     uint64_t blocked; /* the barrier it delivered; its items wait in stash */
     itemq stash;
+    int side; /* which input of the head operator (its inputs' order) */
 } in_state;
 
 typedef struct run run;
