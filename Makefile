@@ -10,12 +10,15 @@
 #                FUZZ_SECONDS (default 20) from its seed corpus in fuzz/corpus/
 #   make bench   build Release and run every benchmark with its peers
 #   make build   just the normal build (build/release)
+#   make install build, then install headers, libweir, the weir command, the
+#                CMake package and weir.pc under PREFIX (default /usr/local)
 
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 20
+PREFIX ?= /usr/local
 CTEST = ctest --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz bench clean format
+.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz bench clean format
 
 all: build
 
@@ -27,6 +30,9 @@ build/release/Makefile: deps
 
 build: build/release/Makefile
 	cmake --build build/release -j$(JOBS)
+
+install: build
+	cmake --install build/release --prefix $(PREFIX)
 
 run: build
 	./build/release/examples/demo

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * run.c - `weir run`: run a defined job on this process's runtime, with a
+ * live progress line and a summary.
+ *
+ * The progress line is a second fiber that wakes once a second and reads
+ * the per-operator counters (weir_job_op_stats): records out of the
+ * sources, records into the sinks, the lowest watermark of the sinks. It
+ * only reads, so the job runs the same with or without it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "weir/rt.h"
+
+typedef struct totals {
+    uint64_t in;  /* records out of the sources */
+    uint64_t out; /* records into the sinks */
+    int64_t wm;   /* the lowest sink watermark */
+    int sources, sinks;
+} totals;
+
+static void sum_ops(const weir_job *j, totals *t)
+{
+    *t = (totals){.wm = WEIR_WATERMARK_MAX};
+    for (int i = 0; i < weir_job_ops(j); i++) {
+        weir_op_stats st;
+        if (weir_job_op_stats(j, weir_job_op_name(j, i), &st) != 0)
+            continue;
+        int kind = weir_job_op_kind(j, i);
+        if (kind == WEIR_OP_SOURCE) {
+            t->in += st.records_out;
+            t->sources++;
+        } else if (kind == WEIR_OP_SINK) {
+            t->out += st.records_in;
+            t->sinks++;
+            if (st.watermark < t->wm)
+                t->wm = st.watermark;
+        }
+    }
+    if (!t->sinks)
+        t->wm = WEIR_WATERMARK_MIN;
+}
+
+static void fmt_wm(char *buf, size_t len, int64_t wm)
+{
+    if (wm == WEIR_WATERMARK_MIN)
+        snprintf(buf, len, "-");
+    else if (wm == WEIR_WATERMARK_MAX)
+        snprintf(buf, len, "end");
+    else
+        snprintf(buf, len, "%" PRId64, wm);
+}
+
+typedef struct progress {
+    const weir_job *j;
+    int64_t t0;
+    _Atomic int printed; /* a line is on the terminal: the summary clears it */
+} progress;
+
+static intptr_t progress_main(void *arg)
+{
+    progress *pr = arg;
+    totals prev = {0};
+    int64_t last = pr->t0;
+    while (weir_time_sleep(1000000000) == 0) {
+        int64_t now = weir_time_now();
+        totals t;
+        sum_ops(pr->j, &t);
+        double dt = (double)(now - last) / 1e9;
+        char wm[32];
+        fmt_wm(wm, sizeof(wm), t.wm);
+        /* \r and erase-line: the line is rewritten in place. */
+        fprintf(stderr,
+                "\r\033[K[%5.0fs] sources %" PRIu64 " rec (%.0f/s)  sinks %" PRIu64
+                " rec (%.0f/s)  watermark %s",
+                (double)(now - pr->t0) / 1e9, t.in, dt > 0 ? (double)(t.in - prev.in) / dt : 0.0,
+                t.out, dt > 0 ? (double)(t.out - prev.out) / dt : 0.0, wm);
+        fflush(stderr);
+        atomic_store_explicit(&pr->printed, 1, memory_order_relaxed);
+        prev = t;
+        last = now;
+    }
+    return 0;
+}
+
+int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
+{
+    const weir_job_entry *entry = weir_plugin_entry(p);
+    int show = o->progress < 0 ? isatty(2) : o->progress;
+    progress pr = {.j = j, .t0 = weir_time_now()};
+    weir_task *ticker = NULL;
+    if (show)
+        ticker = weir_task_spawn(progress_main, &pr,
+                                 &(weir_spawn_opts){.name = "progress", .stack_size = 64 << 10});
+
+    int e = weir_job_run(j, &o->run);
+
+    if (ticker) {
+        weir_task_cancel(ticker);
+        weir_task_join(ticker, NULL, WEIR_FOREVER);
+        if (atomic_load_explicit(&pr.printed, memory_order_relaxed))
+            fputs("\r\033[K", stderr);
+    }
+    double secs = (double)(weir_time_now() - pr.t0) / 1e9;
+    if (e < 0) {
+        const char *why = weir_job_error(j);
+        fprintf(stderr, "weir run: job %s failed: %s\n", entry->name,
+                why && *why ? why : weir_strerror(e));
+        return CLI_FAILED;
+    }
+    if (!o->quiet) {
+        totals t;
+        sum_ops(j, &t);
+        weir_ckpt_stats ck;
+        weir_job_ckpt_stats(j, &ck);
+        char wm[32];
+        fmt_wm(wm, sizeof(wm), t.wm);
+        fprintf(stderr,
+                "weir run: job %s %s finished in %.2fs: %" PRIu64
+                " records from %d source%s, %" PRIu64 " into %d sink%s, watermark %s",
+                entry->name, entry->version ? entry->version : "", secs, t.in, t.sources,
+                t.sources == 1 ? "" : "s", t.out, t.sinks, t.sinks == 1 ? "" : "s", wm);
+        if (o->run.checkpoint_dir)
+            fprintf(stderr, ", checkpoints %" PRIu64 " (latest %" PRIu64 ", restored %" PRIu64 ")",
+                    ck.completed, ck.latest, ck.restored);
+        fputc('\n', stderr);
+    }
+    return CLI_OK;
+}

@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_job.c - job plugins (weir/job.h) and the weir command: the gate as a
+ * pure function; loading a plugin in this process (which exports libweir,
+ * like the weir command) twice and getting identical graphs, then running
+ * it; refusals of a missing file, a non-ELF file, a library without the
+ * handshake, and plugins claiming another fingerprint / toolchain / target;
+ * and `weir run` / `weir lint` spawned as a process: exit codes and the
+ * messages users see.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "weir/job.h"
+#include "weir/rt.h"
+
+extern char **environ;
+
+#define PLUGIN(name) WEIR_TEST_PLUGIN_DIR "/" name ".so"
+
+#define CHECK_HAS(hay, needle)                                                                     \
+    do {                                                                                           \
+        const char *test__h = (hay), *test__n = (needle);                                          \
+        if (!test__h || !strstr(test__h, test__n))                                                 \
+            TEST__FAIL("\"%s\" in \"%s\"", test__n, test__h ? test__h : "(null)");                 \
+    } while (0)
+
+/* ---- the gate, pure ------------------------------------------------------------------- */
+
+TEST(gate_names_every_difference)
+{
+    const weir_abi_id *self = weir_abi_self();
+    CHECK_EQ(strlen(self->fingerprint), 64);
+    char msg[1024];
+    CHECK_EQ(weir_abi_check(self, self, msg, sizeof(msg)), 0);
+    CHECK_STR(msg, "");
+    weir_abi_id other = {"ffff", self->version + 1, "linux-mips", "othercc/tsan"};
+    CHECK_EQ(weir_abi_check(self, &other, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "ABI version differs");
+    CHECK_HAS(msg, "ABI fingerprint differs: plugin ffff, weir ");
+    CHECK_HAS(msg, self->fingerprint);
+    CHECK_HAS(msg, "target differs: plugin linux-mips, weir ");
+    CHECK_HAS(msg, "toolchain differs: plugin othercc/tsan, weir ");
+    weir_abi_id fp_only = *self;
+    fp_only.fingerprint = NULL;
+    CHECK_EQ(weir_abi_check(self, &fp_only, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "plugin (none)");
+    CHECK(strstr(msg, "toolchain") == NULL);
+}
+
+/* ---- loading in process ----------------------------------------------------------------- */
+
+static intptr_t run_job(void *arg)
+{
+    return weir_job_run(arg, &(weir_run_opts){.parallelism = 2});
+}
+
+TEST(load_twice_same_graph_and_run)
+{
+    char msg[1024];
+    weir_plugin *a = NULL, *b = NULL;
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_count"), &a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_count"), &b, msg, sizeof(msg)), 0);
+    /* One mapping: the same registration. */
+    CHECK(weir_plugin_entry(a) == weir_plugin_entry(b));
+    CHECK_STR(weir_plugin_entry(a)->name, "count");
+    CHECK_STR(weir_plugin_entry(a)->version, "1.0");
+    CHECK_STR(weir_plugin_abi(a)->fingerprint, weir_abi_self()->fingerprint);
+    CHECK_STR(weir_plugin_abi(a)->toolchain, weir_abi_self()->toolchain);
+
+    char *args[] = {(char *)PLUGIN("job_count"), (char *)"500", NULL};
+    weir_job *ja = NULL, *jb = NULL;
+    CHECK_EQ(weir_plugin_define(a, 2, args, &ja, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir_plugin_define(b, 2, args, &jb, msg, sizeof(msg)), 0);
+    /* Two registrations, identical graphs: names, kinds, order. */
+    CHECK_EQ(weir_job_ops(ja), 3);
+    CHECK_EQ(weir_job_ops(ja), weir_job_ops(jb));
+    for (int i = 0; i < weir_job_ops(ja); i++) {
+        CHECK_STR(weir_job_op_name(ja, i), weir_job_op_name(jb, i));
+        CHECK_EQ(weir_job_op_kind(ja, i), weir_job_op_kind(jb, i));
+    }
+    CHECK_STR(weir_job_op_name(ja, 0), "numbers");
+    CHECK_EQ(weir_job_op_kind(ja, 0), WEIR_OP_SOURCE);
+    CHECK_STR(weir_job_op_name(ja, 2), "total");
+    CHECK_EQ(weir_job_op_kind(ja, 2), WEIR_OP_SINK);
+    weir_job_free(jb);
+    weir_plugin_close(b);
+
+    /* The plugin's weir_* calls reach this process's libweir: it runs here. */
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    CHECK(rt != NULL);
+    weir_task *t = weir_task_spawn(run_job, ja, &(weir_spawn_opts){.rt = rt});
+    intptr_t r = -1;
+    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
+    CHECK_EQ(r, 0);
+    weir_rt_free(rt);
+    weir_op_stats st;
+    CHECK_EQ(weir_job_op_stats(ja, "numbers", &st), 0);
+    CHECK_EQ(st.records_out, 500);
+    CHECK_EQ(weir_job_op_stats(ja, "total", &st), 0);
+    CHECK_EQ(st.records_in, 500);
+    weir_job_free(ja);
+    weir_plugin_close(a); /* after the job: it stays valid either way */
+}
+
+TEST(define_errors)
+{
+    char msg[1024];
+    weir_plugin *p = NULL;
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_count"), &p, msg, sizeof(msg)), 0);
+    weir_job *j = NULL;
+    char *bad[] = {(char *)"x", (char *)"badgraph", NULL};
+    CHECK_LT(weir_plugin_define(p, 2, bad, &j, msg, sizeof(msg)), 0);
+    CHECK(j == NULL);
+    CHECK_HAS(msg, "job count: ");
+    char *fail[] = {(char *)"x", (char *)"definefail", NULL};
+    CHECK_EQ(weir_plugin_define(p, 2, fail, &j, msg, sizeof(msg)), -EINVAL);
+    CHECK_HAS(msg, "the define function failed");
+    weir_plugin_close(p);
+}
+
+TEST(refusals)
+{
+    char msg[1024];
+    weir_plugin *p = NULL;
+    CHECK_EQ(weir_plugin_open(PLUGIN("no_such_job"), &p, msg, sizeof(msg)), -ENOENT);
+    CHECK(p == NULL);
+    CHECK_HAS(msg, "no_such_job.so: No such file");
+
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_not_plugin"), &p, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "not a weir job plugin (no weir_plugin_abi_fingerprint");
+
+    char path[] = "/tmp/weir-test-notelf-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(write(fd, "hello\n", 6), 6);
+    close(fd);
+    CHECK_EQ(weir_plugin_open(path, &p, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "cannot load: ");
+    unlink(path);
+
+    CHECK_EQ(weir_plugin_open(WEIR_TEST_PLUGIN_DIR, &p, msg, sizeof(msg)), -EISDIR);
+
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_fingerprint"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "refused: ABI fingerprint differs: plugin 0000000000000000");
+    CHECK_HAS(msg, weir_abi_self()->fingerprint);
+    CHECK(strstr(msg, "toolchain") == NULL);
+
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_toolchain"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "toolchain differs: plugin othercc/none, weir ");
+    CHECK_HAS(msg, weir_abi_self()->toolchain);
+
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_target"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "target differs: plugin linux-mips, weir linux-");
+    CHECK(p == NULL);
+}
+
+/* ---- the weir command ----------------------------------------------------------------- */
+
+typedef struct cli_result {
+    int code;
+    char out[16384], err[16384];
+} cli_result;
+
+static void slurp(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    unlink(path);
+}
+
+/* Run the weir command with the given arguments (NULL-terminated). */
+static cli_result *cli(const char *arg0, ...)
+{
+    static cli_result res;
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = (char *)WEIR_TEST_CLI;
+    va_list ap;
+    va_start(ap, arg0);
+    for (const char *a = arg0; a && argc < 31; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+
+    char out[] = "/tmp/weir-test-out-XXXXXX", err[] = "/tmp/weir-test-err-XXXXXX";
+    int fo = mkstemp(out), fe = mkstemp(err);
+    CHECK_GE(fo, 0);
+    CHECK_GE(fe, 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fo, 1);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    pid_t pid;
+    CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fo);
+    close(fe);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    slurp(out, res.out, sizeof(res.out));
+    slurp(err, res.err, sizeof(res.err));
+    if (!WIFEXITED(status))
+        TEST__FAIL("weir %s died (status %d): %s", arg0, status, res.err);
+    res.code = WEXITSTATUS(status);
+    return &res;
+}
+
+/* The sums printed by the sink's subtasks ("count <n> sum <s>" lines). */
+static void sink_totals(const char *out, long long *count, long long *sum)
+{
+    *count = *sum = 0;
+    for (const char *p = out; (p = strstr(p, "count ")); p++) {
+        long long c, s;
+        if (sscanf(p, "count %lld sum %lld", &c, &s) == 2) {
+            *count += c;
+            *sum += s;
+        }
+    }
+}
+
+TEST(cli_run)
+{
+    cli_result *r = cli("run", PLUGIN("job_count"), "1000", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "count 1000 sum 999000\n");
+    CHECK_HAS(r->err, "weir run: job count 1.0 finished in ");
+    CHECK_HAS(r->err, "1000 records from 1 source, 1000 into 1 sink");
+
+    r = cli("run", PLUGIN("job_count"), "--parallelism", "2", "--no-progress", "2000", NULL);
+    CHECK_EQ(r->code, 0);
+    long long count, sum;
+    sink_totals(r->out, &count, &sum);
+    CHECK_EQ(count, 2000);
+    CHECK_EQ(sum, 2000LL * 1999);
+
+    char dir[] = "/tmp/weir-test-ckpt-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    r = cli("run", PLUGIN("job_count"), "--checkpoint-dir", dir, "--checkpoint-interval-ms=5",
+            "--quiet", "--", "3000", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "count 3000 sum 8997000\n");
+    CHECK(strstr(r->err, "finished") == NULL); /* --quiet */
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+TEST(cli_job_failures)
+{
+    cli_result *r = cli("run", PLUGIN("job_count"), "fail", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir run: job count failed: ");
+    CHECK_HAS(r->err, "boom at record 10");
+
+    r = cli("run", PLUGIN("job_count"), "definefail", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "the define function failed");
+
+    r = cli("run", PLUGIN("job_count"), "badgraph", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir run: job count: ");
+}
+
+TEST(cli_bad_plugins)
+{
+    cli_result *r = cli("run", PLUGIN("no_such_job"), NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "no_such_job.so: No such file or directory");
+
+    r = cli("run", PLUGIN("job_not_plugin"), NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "not a weir job plugin");
+
+    r = cli("run", "/etc/hostname", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "cannot load: ");
+
+    r = cli("run", PLUGIN("job_bad_fingerprint"), NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "refused: ABI fingerprint differs: plugin 0000");
+
+    r = cli("lint", PLUGIN("job_bad_toolchain"), NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "toolchain differs: plugin othercc/none");
+}
+
+TEST(cli_usage)
+{
+    cli_result *r = cli(NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "usage: weir <command>");
+
+    r = cli("frobnicate", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "unknown command \"frobnicate\"");
+
+    r = cli("run", PLUGIN("job_count"), "--bogus", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "unknown flag --bogus");
+
+    r = cli("run", PLUGIN("job_count"), "--parallelism", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--parallelism needs a value");
+
+    r = cli("run", PLUGIN("job_count"), "--parallelism", "two", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--parallelism: \"two\" is not a number");
+
+    r = cli("run", PLUGIN("job_count"), "--parallelism=0", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--parallelism: 0 is out of range (1..128)");
+
+    r = cli("run", "--restore=1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--restore takes no value");
+
+    r = cli("run", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "no job plugin given");
+
+    /* run refuses what lint calls an error. */
+    r = cli("run", PLUGIN("job_count"), "--checkpoint-interval-ms", "100", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "without --checkpoint-dir");
+}
+
+TEST(cli_help)
+{
+    cli_result *r = cli("--help", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir <command>");
+    r = cli("run", "--help", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir run JOB.so");
+    CHECK_HAS(r->out, "--checkpoint-interval-ms");
+    r = cli("lint", "-h", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir lint JOB.so");
+    r = cli("version", "--help", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir version");
+    r = cli("version", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, weir_abi_self()->fingerprint);
+}
+
+TEST(cli_lint)
+{
+    cli_result *r = cli("lint", PLUGIN("job_count"), "--parallelism", "2", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "ok: job count 1.0, 3 operators (1 sources, 1 sinks)");
+
+    r = cli("lint", PLUGIN("job_count"), "badgraph", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir lint: error: job count: ");
+    CHECK_HAS(r->err, "weir lint: 1 error");
+
+    r = cli("lint", PLUGIN("job_count"), "nosink", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "warning: job count has no sink");
+    CHECK_HAS(r->out, "with warnings");
+
+    r = cli("lint", PLUGIN("job_count"), "--restore", "--checkpoint-interval-ms", "50", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "--restore without --checkpoint-dir");
+    CHECK_HAS(r->err, "weir lint: 2 errors");
+
+    r = cli("lint", PLUGIN("job_count"), "--checkpoint-dir", "/proc/weir/ckpt",
+            "--checkpoint-interval-ms", "50", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "checkpoint directory /proc/weir/ckpt cannot be created");
+
+    char dir[] = "/tmp/weir-test-lint-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    r = cli("lint", PLUGIN("job_count"), "--checkpoint-dir", dir, "--restore",
+            "--checkpoint-interval-ms", "1", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "no completed checkpoint");
+    CHECK_HAS(r->err, "is very short");
+    rmdir(dir);
+
+    r = cli("lint", PLUGIN("job_count"), "--checkpoint-dir", "/etc/hostname",
+            "--checkpoint-interval-ms", "100", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "is not a directory");
+}
+
+TEST_MAIN()
