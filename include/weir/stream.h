@@ -73,6 +73,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "rt.h"
 
@@ -174,7 +175,8 @@ int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when);
  * (as many as it likes, a batch's worth is a good size) and returns 0 to be
  * called again, 1 when the source has ended (bounded input), or a negative
  * errno to fail the job. open() makes the subtask's state (*state), close()
- * frees it; both may be NULL. An unbounded source never returns 1; it ends
+ * frees it; both may be NULL. close() also runs after an open() that failed
+ * once it had stored a state. An unbounded source never returns 1; it ends
  * when the job is cancelled.
  */
 typedef struct weir_source_def {
@@ -195,6 +197,39 @@ typedef struct weir_source_def {
 
 weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def,
                              void *arg);
+
+/*
+ * Lines of a file, or of a TCP connection, as records (without the line
+ * end; a CR before it is dropped too). A file is split among the source's
+ * subtasks by byte ranges, each line read by exactly one subtask, and is
+ * checkpointed by offset (a restore goes on after the last checkpointed
+ * line). A TCP source connects from every subtask and ends at EOF; a
+ * restore cannot rewind it. Timestamps: o->timestamp(line) when given, else
+ * the line's byte offset (files) or weir_time_now() (TCP); o NULL: no
+ * watermarks.
+ */
+typedef struct weir_line_opts {
+    int64_t (*timestamp)(const char *line, size_t len, void *arg);
+    void *arg;
+    int64_t max_out_of_orderness; /* as weir_source_def's; -1: no watermarks */
+} weir_line_opts;
+weir_stream *weir_job_source_file(weir_job *j, const char *name, const char *path,
+                                  const weir_line_opts *o);
+weir_stream *weir_job_source_tcp(weir_job *j, const char *name, const char *host, int port,
+                                 const weir_line_opts *o);
+
+/* CSV: split a line at sep into at most max fields (views into the line;
+ * a quoted field is given without its quotes, "" inside still doubled).
+ * The field count, -E2BIG past max, -EBADMSG for an unterminated quote or
+ * text after a closing quote. weir_csv_unquote copies a field with "" made
+ * " (NUL-terminated): its length, or -ENOSPC. */
+typedef struct weir_csv_field {
+    const char *p;
+    size_t len;
+    int quoted;
+} weir_csv_field;
+int weir_csv_split(const char *line, size_t len, char sep, weir_csv_field *out, int max);
+ssize_t weir_csv_unquote(const weir_csv_field *f, char *buf, size_t cap);
 
 /* ---- transformations ------------------------------------------------------------------ */
 
@@ -342,6 +377,12 @@ int weir_stream_sink(weir_stream *s, const char *name, const weir_op_def *def, v
  * must stay the same across restores. Guide: docs/stream.md.
  */
 int weir_stream_file_sink(weir_stream *s, const char *name, const char *dir);
+
+/* Records as lines on stdout (whole lines from every subtask). */
+int weir_stream_print(weir_stream *s, const char *name);
+/* Records as lines in a text file: path, or path.<subtask> at parallelism
+ * > 1; written as they come (no transactions: see weir_stream_file_sink). */
+int weir_stream_text_sink(weir_stream *s, const char *name, const char *path);
 
 /* An in-memory collector for tests: every record reaching it, copied, from
  * every subtask (order within a subtask kept). */

@@ -523,6 +523,11 @@ static intptr_t subtask_main(void *arg)
         c->state = o->arg;
         if (open && (e = open(c, o->arg, &c->state)) < 0) {
             op_error(c, e, "open");
+            /* An open() that failed after making its state gets it closed,
+             * as one that succeeded would. */
+            void (*close)(void *) = o->kind == OP_SOURCE ? o->src.close : o->def.close;
+            if (close && c->state && c->state != o->arg)
+                close(c->state);
             break;
         }
     }
