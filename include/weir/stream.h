@@ -81,6 +81,7 @@
 extern "C" {
 #endif
 
+struct weir_metrics;
 typedef struct weir_job weir_job;
 typedef struct weir_stream weir_stream;
 typedef struct weir_ctx weir_ctx;
@@ -409,6 +410,12 @@ typedef struct weir_run_opts {
     int64_t checkpoint_interval_ms;
     int restore;
     int retain;
+    /* Per-operator metrics (labels operator, subtask) go to this registry
+     * (weir/metrics.h), updated as batches go by: weir_stream_records_in_total,
+     * weir_stream_records_out_total, weir_stream_backpressure_seconds_total,
+     * weir_stream_watermark and weir_stream_watermark_lag (the largest
+     * timestamp the subtask has seen minus its watermark). NULL: none. */
+    struct weir_metrics *metrics;
 } weir_run_opts;
 
 /* A new, empty job. NULL with errno. */

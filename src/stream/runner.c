@@ -52,6 +52,8 @@
 
 #define SUBTASK_STACK (256u << 10)
 
+static void metrics_push(subtask *st);
+
 static batch *batch_new(size_t need)
 {
     size_t cap = need > WEIR_BATCH_BYTES ? (need + 7) & ~(size_t)7 : WEIR_BATCH_BYTES;
@@ -330,6 +332,8 @@ static int run_source(subtask *st)
         if (r < 0)
             return op_error(c, r, "next");
         int e = weir__stream_flush_all(st);
+        st->max_seen = st->max_ts;
+        metrics_push(st);
         if (!e && src->src.max_out_of_orderness >= 0 && st->max_ts != INT64_MIN &&
             st->max_ts - src->src.max_out_of_orderness > st->wm)
             e = advance(st, st->max_ts - src->src.max_out_of_orderness);
@@ -377,6 +381,8 @@ static int process_batch(subtask *st, in_state *in, batch *b)
     for (uint32_t i = 0; i < b->n && !e; i++) {
         weir_rec r = {b->data + b->off[i], b->len[i], b->ts[i]};
         c->in++;
+        if (r.ts > st->max_seen)
+            st->max_seen = r.ts;
         if (st->backend) {
             const void *k;
             size_t kl;
@@ -487,6 +493,7 @@ static int run_operator(subtask *st)
             e = process_batch(st, in, it.b);
             free(it.b);
             weir_sem_release(in->ch->credits, 1);
+            metrics_push(st);
             if (e)
                 return e;
             continue;
@@ -571,6 +578,72 @@ static channel *new_channel(run *r, subtask *to, int credits)
     return ch;
 }
 
+/* ---- metrics ------------------------------------------------------------------------------- */
+static weir_metric_family *family(run *r, const char *name, const char *help, int type)
+{
+    weir_metric_def d = {.name = name,
+                         .help = help,
+                         .type = type,
+                         .labels = WEIR_LABELS("operator", "subtask"),
+                         .nlabels = 2};
+    weir_metric_family *f = NULL;
+    const char *why;
+    if (weir_metrics_register(r->o.metrics, &d, &f, &why) < 0)
+        return NULL;
+    return f;
+}
+
+static int metrics_child(run *r, weir_ctx *c, int subtask)
+{
+    char sub[16];
+    snprintf(sub, sizeof(sub), "%d", subtask);
+    const char *const lv[] = {c->op->name, sub};
+    weir_metric_family *fi = family(r, "weir_stream_records_in_total",
+                                    "Records an operator's subtask processed", WEIR_METRIC_COUNTER);
+    weir_metric_family *fo = family(r, "weir_stream_records_out_total",
+                                    "Records an operator's subtask emitted", WEIR_METRIC_COUNTER);
+    weir_metric_family *fb =
+        family(r, "weir_stream_backpressure_seconds_total",
+               "Time a subtask waited for credits to send downstream", WEIR_METRIC_COUNTER);
+    weir_metric_family *fw = family(r, "weir_stream_watermark",
+                                    "The subtask's watermark (event-time units)", WEIR_METRIC_GAUGE);
+    weir_metric_family *fl =
+        family(r, "weir_stream_watermark_lag",
+               "Largest timestamp seen minus the watermark (event-time units)", WEIR_METRIC_GAUGE);
+    if (!fi || !fo || !fb || !fw || !fl)
+        return -ENOMEM;
+    c->m_in = weir_metric_counter(fi, lv);
+    c->m_out = weir_metric_counter(fo, lv);
+    c->m_bp = weir_metric_counter(fb, lv);
+    c->m_wm = weir_metric_gauge(fw, lv);
+    c->m_lag = weir_metric_gauge(fl, lv);
+    return c->m_in && c->m_out && c->m_bp && c->m_wm && c->m_lag ? 0 : -ENOMEM;
+}
+
+/* Push the counts gathered since the last push (every batch or source call). */
+static void metrics_push(subtask *st)
+{
+    for (int i = 0; i < st->nops; i++) {
+        weir_ctx *c = &st->ctx[i];
+        if (!c->m_in)
+            return;
+        weir_counter_add(c->m_in, c->in - c->in_pushed);
+        weir_counter_add(c->m_out, c->out - c->out_pushed);
+        c->in_pushed = c->in;
+        c->out_pushed = c->out;
+        if (st->wm != WEIR_WATERMARK_MIN && st->wm != WEIR_WATERMARK_MAX) {
+            weir_gauge_set(c->m_wm, (double)st->wm);
+            if (st->max_seen != INT64_MIN)
+                weir_gauge_set(c->m_lag, (double)(st->max_seen - st->wm));
+        }
+    }
+    if (st->ctx[st->nops - 1].m_bp && st->bp_ns > st->bp_pushed) {
+        weir_counter_add_double(st->ctx[st->nops - 1].m_bp,
+                                (double)(st->bp_ns - st->bp_pushed) / 1e9);
+        st->bp_pushed = st->bp_ns;
+    }
+}
+
 static int plan(run *r)
 {
     weir_job *j = r->j;
@@ -643,7 +716,10 @@ static int plan(run *r)
                 st->ctx[k].st = st;
                 st->ctx[k].op = c->ops[k];
                 st->ctx[k].next = k + 1 < c->nops ? &st->ctx[k + 1] : NULL;
+                if (r->o.metrics && metrics_child(r, &st->ctx[k], s) < 0)
+                    return -ENOMEM;
             }
+            st->max_seen = INT64_MIN;
             if (!st->source && !(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
                 return -ENOMEM;
             if (c->ops[0]->keyed) {

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "weir/metrics.h"
 #include "weir/state.h"
 #include "weir/stream.h"
 #include "weir/sync.h"
@@ -96,6 +97,10 @@ struct weir_ctx {
     int nstates;
     uint64_t in, out; /* records, added to the operator's counters at the end */
     int side;         /* the input the current record came from */
+    /* metrics (opts.metrics): children of this operator + subtask */
+    struct weir_counter *m_in, *m_out, *m_bp;
+    struct weir_gauge *m_wm, *m_lag;
+    uint64_t in_pushed, out_pushed;
     uint64_t seq;     /* a per-subtask sequence for buffered entries (joins, lists) */
 };
 
@@ -181,6 +186,8 @@ struct subtask {
     int arrived;                  /* inputs aligned on the current barrier */
     itemq replay;                 /* stashed items to process before the queue */
     uint64_t committed;           /* the last checkpoint its commit hooks saw */
+    int64_t max_seen;             /* largest record timestamp seen (watermark lag) */
+    uint64_t bp_pushed;
     _Atomic int finished;
 };
 

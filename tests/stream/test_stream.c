@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "weir/metrics.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
 
@@ -659,6 +660,49 @@ static intptr_t cancel_main(void *arg)
 TEST(cancelled_run_ends)
 {
     CHECK_EQ(on_runtime(cancel_main, NULL), 0);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+static double metric_sum(const char *text, const char *prefix)
+{
+    double sum = 0;
+    size_t pl = strlen(prefix);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, prefix, pl) == 0)
+            sum += strtod(strchr(l, ' ') + 1, NULL);
+    return sum;
+}
+
+static intptr_t metrics_main(void *arg)
+{
+    (void)arg;
+    weir_metrics *m = weir_metrics_new(NULL);
+    weir_job *j = weir_job_new("metrics");
+    count_src cfg = {.n = 5000, .per_call = 100};
+    weir_collector *c = weir_collector_new();
+    weir_stream *s = weir_job_source(j, "numbers", &count_def, &cfg);
+    s = weir_stream_rebalance(s);
+    s = weir_stream_filter(s, "even", is_even, NULL);
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    CHECK_EQ(weir_job_run(j, &(weir_run_opts){.parallelism = 2, .metrics = m}), 0);
+    weir_metrics_buf b = {0};
+    CHECK_EQ(weir_metrics_render(m, &b), 0);
+    CHECK(strstr(b.data, "weir_stream_records_in_total{operator=\"even\",subtask=\"1\"}") != NULL);
+    CHECK(metric_sum(b.data, "weir_stream_records_out_total{operator=\"numbers\"") == 10000);
+    CHECK(metric_sum(b.data, "weir_stream_records_in_total{operator=\"even\"") == 10000);
+    CHECK(metric_sum(b.data, "weir_stream_records_out_total{operator=\"even\"") == 5000);
+    CHECK(metric_sum(b.data, "weir_stream_records_in_total{operator=\"out\"") == 5000);
+    CHECK(strstr(b.data, "weir_stream_watermark{operator=\"even\"") != NULL);
+    weir_metrics_buf_free(&b);
+    weir_collector_free(c);
+    weir_job_free(j);
+    weir_metrics_free(m);
+    return 0;
+}
+
+TEST(operator_metrics_in_the_registry)
+{
+    CHECK_EQ(on_runtime(metrics_main, NULL), 0);
 }
 
 TEST_MAIN()
