@@ -352,7 +352,25 @@ typedef struct weir_op_def {
      * what belongs to checkpoints up to it, drop the rest. */
     int (*pre_commit)(weir_ctx *ctx, void *state, uint64_t id);
     int (*commit)(weir_ctx *ctx, void *state, uint64_t id);
+    /*
+     * The async-execution seam (keyed operators whose state reads may
+     * complete later, weir_state_get_async). admit() sees each record before
+     * process(): 0 lets it through now; 1 means the operator's controller
+     * took it (copying what it needs) and will run it later with
+     * weir_ctx_process() - e.g. after an earlier record of the same key
+     * finished. drain() is called before anything that must see every
+     * earlier record done: a watermark (and the timers it fires), a
+     * checkpoint barrier's snapshot, the end of input. It returns once
+     * nothing is in flight (it may wait: it runs in the subtask's fiber), or
+     * a negative errno.
+     */
+    int (*admit)(weir_ctx *ctx, void *state, const weir_rec *in);
+    int (*drain)(weir_ctx *ctx, void *state);
 } weir_op_def;
+
+/* Run the operator's process() on a record its controller held back, with
+ * its key current again (key bytes as the key function gave them). */
+int weir_ctx_process(weir_ctx *ctx, const void *key, size_t len, const weir_rec *in);
 
 weir_stream *weir_stream_process(weir_stream *s, const char *name, const weir_op_def *def,
                                  void *arg);

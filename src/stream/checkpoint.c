@@ -274,7 +274,9 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
 {
     run *r = st->r;
     st->last_barrier = id;
-    int e = weir__stream_flush_all(st);
+    int e = weir__stream_drain(st); /* every record before the barrier done */
+    if (!e)
+        e = weir__stream_flush_all(st);
     char dir[4096];
     if (!e)
         e = chk_dir(r, id, dir, sizeof(dir), 1);

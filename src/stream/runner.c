@@ -290,10 +290,13 @@ static int advance(subtask *st, int64_t wm)
 {
     if (wm <= st->wm)
         return 0;
+    int e = weir__stream_drain(st);
+    if (e)
+        return e;
     st->wm = wm;
     /* Keyed: the event-time timers the watermark passed fire first (in
      * time order), then the hooks, then the watermark goes downstream. */
-    int e = weir__timers_fire(st, WEIR_TIME_EVENT, wm);
+    e = weir__timers_fire(st, WEIR_TIME_EVENT, wm);
     if (e < 0)
         return op_error(&st->ctx[0], e, "on_timer");
     for (int i = 0; i < st->nops; i++) {
@@ -310,7 +313,9 @@ static int advance(subtask *st, int64_t wm)
 /* ---- the subtask -------------------------------------------------------------------------- */
 static int finish_chain(subtask *st)
 {
-    int e = advance(st, WEIR_WATERMARK_MAX);
+    int e = weir__stream_drain(st);
+    if (!e)
+        e = advance(st, WEIR_WATERMARK_MAX);
     for (int i = 0; i < st->nops && !e; i++) {
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.finish && (e = c->op->def.finish(c, c->state)) < 0)
@@ -395,10 +400,44 @@ static int process_batch(subtask *st, in_state *in, batch *b)
             c->key_len = kl;
             c->kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
         }
+        if (head->def.admit) {
+            int a = head->def.admit(c, c->state, &r);
+            if (a < 0) {
+                e = op_error(c, a, "admit");
+                break;
+            }
+            if (a == 1)
+                continue; /* the controller runs it later */
+        }
         if ((e = head->def.process(c, c->state, &r)) < 0)
             e = op_error(c, e, "process");
     }
     return e;
+}
+
+int weir_ctx_process(weir_ctx *ctx, const void *key, size_t len, const weir_rec *in)
+{
+    if (!ctx || !in || (!key && len))
+        return -EINVAL;
+    if (ctx->backend) {
+        ctx->key = key;
+        ctx->key_len = len;
+        ctx->kg = weir_key_group(weir_key_hash(key, len), WEIR_KEY_GROUPS);
+        if (ctx->kg < ctx->backend->first_kg || ctx->kg >= ctx->backend->end_kg)
+            return -EINVAL;
+    }
+    int e = ctx->op->def.process(ctx, ctx->state, in);
+    return e < 0 ? op_error(ctx, e, "process") : e;
+}
+
+/* The head's controller (if any) finishes what it holds. */
+int weir__stream_drain(subtask *st)
+{
+    weir_ctx *c = &st->ctx[0];
+    if (st->source || !c->op->def.drain)
+        return 0;
+    int e = c->op->def.drain(c, c->state);
+    return e < 0 ? op_error(c, e, "drain") : 0;
 }
 
 /* Every input still open has delivered the barrier: snapshot, forward,

@@ -227,6 +227,7 @@ int weir__itemq_push(itemq *q, item it);
 int weir__itemq_pop(itemq *q, item *it);
 
 /* runner.c, for checkpoint.c */
+int weir__stream_drain(subtask *st);
 int weir__stream_flush_all(subtask *st);
 int weir__stream_broadcast(subtask *st, int kind, int64_t v);
 
