@@ -6,7 +6,9 @@
  * The progress line is a second fiber that wakes once a second and reads
  * the per-operator counters (weir_job_op_stats): records out of the
  * sources, records into the sinks, the lowest watermark of the sinks. It
- * only reads, so the job runs the same with or without it.
+ * only reads, so the job runs the same with or without it. (The runner
+ * folds its subtasks' counters into the operators' when they end, so for
+ * now the line shows the time and fills in as subtasks finish.)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -74,7 +76,9 @@ static intptr_t progress_main(void *arg)
         sum_ops(pr->j, &t);
         double dt = (double)(now - last) / 1e9;
         char wm[32];
-        fmt_wm(wm, sizeof(wm), t.wm);
+        /* While running, the operators' watermark is not yet final: its
+         * initial value (the maximum) says nothing. */
+        fmt_wm(wm, sizeof(wm), t.wm == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MIN : t.wm);
         /* \r and erase-line: the line is rewritten in place. */
         fprintf(stderr,
                 "\r\033[K[%5.0fs] sources %" PRIu64 " rec (%.0f/s)  sinks %" PRIu64

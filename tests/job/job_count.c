@@ -8,7 +8,8 @@
  * Job arguments (after JOB.so): a number N (default 1000), and words that
  * make it misbehave: "fail" (an operator fails at record 10), "badgraph"
  * (define builds an invalid graph: reduce without key_by), "definefail" (define returns an error),
- * "nosink" (no sink).
+ * "nosink" (no sink), "linger" (the source stays open 1.5 s after its last
+ * record, so `weir run --progress` draws its line).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -20,7 +21,10 @@
 
 typedef struct src_state {
     int64_t n, next;
+    int64_t linger_until; /* "linger": stay open this long after the last record */
 } src_state;
+
+static int64_t linger_ms;
 
 static int src_open(weir_ctx *ctx, void *arg, void **state)
 {
@@ -29,6 +33,7 @@ static int src_open(weir_ctx *ctx, void *arg, void **state)
         return -ENOMEM;
     s->n = *(const int64_t *)arg;
     s->next = weir_ctx_subtask(ctx);
+    s->linger_until = weir_time_now() + linger_ms * 1000000;
     *state = s;
     return 0;
 }
@@ -41,6 +46,10 @@ static int src_next(weir_ctx *ctx, void *state)
         if (e)
             return e;
         s->next += weir_ctx_parallelism(ctx);
+    }
+    if (s->next >= s->n && weir_time_now() < s->linger_until) {
+        weir_time_sleep(50 * 1000000);
+        return 0;
     }
     return s->next >= s->n;
 }
@@ -133,11 +142,14 @@ static int define(weir_job *j, int argc, char **argv)
     int badgraph = 0, nosink = 0;
     n_records = 1000;
     fail_at_10 = 0;
+    linger_ms = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "fail") == 0)
             fail_at_10 = 1;
         else if (strcmp(argv[i], "badgraph") == 0)
             badgraph = 1;
+        else if (strcmp(argv[i], "linger") == 0)
+            linger_ms = 1500;
         else if (strcmp(argv[i], "nosink") == 0)
             nosink = 1;
         else if (strcmp(argv[i], "definefail") == 0)

@@ -245,6 +245,14 @@ TEST(cli_run)
     CHECK_EQ(count, 2000);
     CHECK_EQ(sum, 2000LL * 1999);
 
+    /* The live line, forced on (stderr is a file here). */
+    r = cli("run", PLUGIN("job_count"), "--progress", "100", "linger", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "\r\033[K[");
+    CHECK_HAS(r->err, "s] sources ");
+    CHECK_HAS(r->err, "watermark ");
+    CHECK_HAS(r->err, "\r\033[Kweir run: job count 1.0 finished in ");
+
     char dir[] = "/tmp/weir-test-ckpt-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     r = cli("run", PLUGIN("job_count"), "--checkpoint-dir", dir, "--checkpoint-interval-ms=5",
