@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nexmark.c - Nexmark on weir (examples/nexmark): q0, q1, q2, q5, q7 and q8
+ * over the generator's events, at parallelism 1 and 2, without and with
+ * checkpoints, beside the same query as a hand-written single-threaded C
+ * loop over the same generator (impl=loop: the practical limit on one core).
+ *
+ * Exactly what is measured:
+ *
+ *   - each configuration runs in a child process of its own (so that peak
+ *     RSS is its own): a weir_rt of `parallelism` scheduler threads; one
+ *     task builds the job - the nexmark_source (parallelism p: subtask i
+ *     makes events i, i+p, ...), the query, and a sink that counts its
+ *     records - and runs it with weir_run_opts.parallelism = p. The clock
+ *     covers weir_job_run() alone: generation, the query, the sink.
+ *   - events_per_s = events / that time; events_per_s_per_core = that / p;
+ *     cpu_s = the process's user + system time over the run; rss_mb = peak
+ *     RSS (getrusage ru_maxrss) of the child.
+ *   - ckpt=1: checkpoints every second (checkpoint_interval_ms = 1000) into
+ *     a fresh mkdtemp directory; ckpts = checkpoints completed, ckpt_ms =
+ *     the last one's duration (trigger to COMPLETED marker,
+ *     weir_job_ckpt_stats last_duration_ns).
+ *   - impl=loop: one thread generates every event 0..N-1 in order with the
+ *     same generator (as weir's source does) and computes the query with
+ *     plain C (hash maps of its own, windows closed as event time passes
+ *     them); out= counts its results, to be compared with weir's out=.
+ *
+ * Event time: 100,000 events per second, so the 10 s tumbling windows of
+ * q7 / q8 hold 1M events and q5's 10 s hopping windows slide every 2 s.
+ * Events: 10M for q0-q2, 4M for q5, q7, q8 (BENCH_QUICK=1: 2M and 1M;
+ * NEXMARK_EVENTS overrides both).
+ *
+ *   bench=nexmark impl=weir query=q5 parallelism=2 events=... events_per_s=...
+ *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
+ *       ckpt_ms=... out=...
+ *   bench=nexmark impl=loop query=q5 events=... events_per_s=... rss_mb=... out=...
+ *
+ *   nexmark [QUERY...]   (default: q0 q1 q2 q5 q7 q8)
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "weir/rt.h"
+#include "weir/stream.h"
+
+#include "../examples/nexmark/generator.c"
+#include "../examples/nexmark/queries.c"
+
+#define RATE 100000
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+static double rss_mb(void)
+{
+    return (double)bench_peak_rss_kb() / 1024.0;
+}
+
+/* ---- weir ----------------------------------------------------------------------------------- */
+typedef int (*query_fn)(weir_job *, weir_stream *, weir_stream **, const nexmark_opts *);
+
+static const struct {
+    const char *name;
+    query_fn fn;
+} queries[] = {{"q0", nexmark_q0}, {"q1", nexmark_q1}, {"q2", nexmark_q2},
+               {"q5", nexmark_q5}, {"q7", nexmark_q7}, {"q8", nexmark_q8}};
+
+typedef struct count_sink {
+    int64_t n;
+    _Atomic int64_t *total;
+} count_sink;
+
+static int count_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    count_sink *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->total = arg;
+    *state = s;
+    return 0;
+}
+
+static int count_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)in;
+    ((count_sink *)state)->n++;
+    return 0;
+}
+
+static void count_close(void *state)
+{
+    count_sink *s = state;
+    atomic_fetch_add(s->total, s->n);
+    free(s);
+}
+
+typedef struct run_cfg {
+    query_fn q;
+    nexmark_cfg gen;
+    int parallelism, ckpt;
+    /* results */
+    int err;
+    double secs, cpu;
+    _Atomic int64_t out;
+    weir_ckpt_stats st;
+    char error[256];
+} run_cfg;
+
+static intptr_t run_main(void *arg)
+{
+    run_cfg *rc = arg;
+    weir_job *j = weir_job_new("nexmark");
+    weir_stream *ev = weir_job_source(j, "events", &nexmark_source, &rc->gen), *out = NULL;
+    static const weir_op_def sink = {
+        .open = count_open, .process = count_process, .close = count_close};
+    char dir[] = "/tmp/weir-nexmark-bench-XXXXXX";
+    weir_run_opts o = {.parallelism = rc->parallelism};
+    if (rc->ckpt) {
+        if (!mkdtemp(dir)) {
+            rc->err = -errno;
+            weir_job_free(j);
+            return 0;
+        }
+        o.checkpoint_dir = dir;
+        o.checkpoint_interval_ms = 1000;
+    }
+    rc->err = rc->q(j, ev, &out, NULL);
+    if (!rc->err)
+        rc->err = weir_stream_sink(out, "count", &sink, &rc->out);
+    if (!rc->err) {
+        double c0 = cpu_s(), t0 = now_s();
+        rc->err = weir_job_run(j, &o);
+        rc->secs = now_s() - t0;
+        rc->cpu = cpu_s() - c0;
+    }
+    snprintf(rc->error, sizeof(rc->error), "%s", weir_job_error(j));
+    weir_job_ckpt_stats(j, &rc->st);
+    weir_job_free(j);
+    if (rc->ckpt) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "nexmark: could not remove %s\n", dir);
+    }
+    return 0;
+}
+
+static int run_weir(const char *name, query_fn q, int64_t events, int p, int ckpt)
+{
+    run_cfg rc = {.q = q,
+                  .gen = {.seed = 1, .events = events, .rate = RATE, .per_call = 512},
+                  .parallelism = p,
+                  .ckpt = ckpt};
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = p});
+    if (!rt) {
+        fprintf(stderr, "nexmark: weir_rt_new: %s\n", strerror(errno));
+        return 1;
+    }
+    weir_task *t =
+        weir_task_spawn(run_main, &rc, &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
+    if (!t || weir_task_join(t, NULL, WEIR_FOREVER) != 0) {
+        fprintf(stderr, "nexmark: the job's task failed\n");
+        return 1;
+    }
+    const char *impl = bench_impl_rt(rt);
+    (void)impl;
+    weir_rt_free(rt);
+    if (rc.err) {
+        printf("bench=nexmark impl=weir query=%s parallelism=%d ckpt=%d failed=%d\n", name, p, ckpt,
+               rc.err);
+        fprintf(stderr, "nexmark %s: %s\n", name, rc.error);
+        return 1;
+    }
+    double eps = (double)events / rc.secs;
+    printf("bench=nexmark impl=weir query=%s parallelism=%d events=%lld events_per_s=%.0f "
+           "events_per_s_per_core=%.0f cpu_s=%.2f rss_mb=%.1f ckpt=%d ckpts=%llu ckpt_ms=%.1f "
+           "out=%lld\n",
+           name, p, (long long)events, eps, eps / p, rc.cpu, rss_mb(), ckpt,
+           (unsigned long long)rc.st.completed, (double)rc.st.last_duration_ns / 1e6,
+           (long long)rc.out);
+    return 0;
+}
+
+/* ---- hand-written loops -----------------------------------------------------------------------
+ */
+/* An open-addressing map int64 -> int64 (key INT64_MIN: empty). */
+typedef struct map {
+    int64_t *k, *v;
+    size_t cap, n;
+} map;
+
+static void map_init(map *m, size_t cap)
+{
+    m->cap = cap;
+    m->n = 0;
+    m->k = malloc(cap * sizeof(int64_t));
+    m->v = malloc(cap * sizeof(int64_t));
+    for (size_t i = 0; i < cap; i++)
+        m->k[i] = INT64_MIN;
+}
+
+static void map_free(map *m)
+{
+    free(m->k);
+    free(m->v);
+}
+
+static void map_clear(map *m)
+{
+    if (m->n)
+        for (size_t i = 0; i < m->cap; i++)
+            m->k[i] = INT64_MIN;
+    m->n = 0;
+}
+
+static inline size_t map_slot(const map *m, int64_t k)
+{
+    uint64_t h = (uint64_t)k * UINT64_C(0x9e3779b97f4a7c15);
+    size_t i = (size_t)(h >> 20) & (m->cap - 1);
+    while (m->k[i] != INT64_MIN && m->k[i] != k)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static void map_grow(map *m);
+
+/* The value of k (created as 0). */
+static inline int64_t *map_at(map *m, int64_t k)
+{
+    if ((m->n + 1) * 2 > m->cap)
+        map_grow(m);
+    size_t i = map_slot(m, k);
+    if (m->k[i] == INT64_MIN) {
+        m->k[i] = k;
+        m->v[i] = 0;
+        m->n++;
+    }
+    return &m->v[i];
+}
+
+static inline int64_t *map_find(map *m, int64_t k)
+{
+    size_t i = map_slot(m, k);
+    return m->k[i] == INT64_MIN ? NULL : &m->v[i];
+}
+
+static void map_grow(map *m)
+{
+    map old = *m;
+    map_init(m, old.cap * 2);
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.k[i] != INT64_MIN)
+            *map_at(m, old.k[i]) = old.v[i];
+    map_free(&old);
+}
+
+static int64_t loop_query(const char *q, const nexmark_cfg *c)
+{
+    const int64_t size = 10 * (int64_t)1000000000, slide = 2 * (int64_t)1000000000;
+    const int per = (int)(size / slide);
+    nexmark_event e;
+    int64_t out = 0, sink = 0;
+    if (!strcmp(q, "q0") || !strcmp(q, "q1") || !strcmp(q, "q2")) {
+        int kind = q[1] - '0';
+        for (int64_t n = 0; n < c->events; n++) {
+            size_t len = nexmark_gen(c, n, &e);
+            if (kind == 0) {
+                sink += (int64_t)len + e.kind; /* touch it, as a sink would */
+                out++;
+            } else if (e.kind == NEXMARK_BID) {
+                if (kind == 1) {
+                    e.bid.price = e.bid.price * 908 / 1000;
+                    sink += e.bid.price;
+                    out++;
+                } else if (e.bid.auction % 123 == 0) {
+                    sink += e.bid.price;
+                    out++;
+                }
+            }
+        }
+    } else if (!strcmp(q, "q5")) {
+        /* A count map per open window (a ring of size / slide), closed when
+         * event time leaves it: the auctions with the most bids. */
+        map w[8];
+        for (int i = 0; i < per; i++)
+            map_init(&w[i], 1024);
+        int64_t cur = INT64_MIN;
+        for (int64_t n = 0; n <= c->events; n++) {
+            int64_t idx;
+            if (n < c->events) {
+                nexmark_gen(c, n, &e);
+                if (e.kind != NEXMARK_BID)
+                    continue;
+                idx = floor_to(e.bid.date_time, slide) / slide;
+            } else {
+                idx = cur + per; /* the end closes every window */
+            }
+            if (cur == INT64_MIN)
+                cur = idx;
+            for (; cur < idx; cur++) { /* window starting at cur - per + 1 closes */
+                map *m = &w[((cur - per + 1) % per + per) % per];
+                int64_t max = 0, nmax = 0;
+                for (size_t i = 0; i < m->cap; i++) {
+                    if (m->k[i] == INT64_MIN)
+                        continue;
+                    if (m->v[i] > max) {
+                        max = m->v[i];
+                        nmax = 0;
+                    }
+                    nmax += m->v[i] == max;
+                }
+                out += nmax;
+                map_clear(m);
+            }
+            if (n == c->events)
+                break;
+            for (int k = 0; k < per; k++)
+                (*map_at(&w[((idx - k) % per + per) % per], e.bid.auction))++;
+        }
+        for (int i = 0; i < per; i++)
+            map_free(&w[i]);
+    } else if (!strcmp(q, "q7")) {
+        int64_t win = INT64_MIN;
+        nexmark_q7_out best = {0};
+        for (int64_t n = 0; n < c->events; n++) {
+            nexmark_gen(c, n, &e);
+            if (e.kind != NEXMARK_BID)
+                continue;
+            int64_t start = floor_to(e.bid.date_time, size);
+            if (start != win) {
+                if (win != INT64_MIN) {
+                    sink += best.price;
+                    out++;
+                }
+                win = start;
+                best = (nexmark_q7_out){0};
+            }
+            nexmark_q7_out b = {start, e.bid.auction, e.bid.bidder, e.bid.price, e.bid.date_time};
+            if (!best.price || q7_better(&b, &best))
+                best = b;
+        }
+        out += win != INT64_MIN;
+        sink += best.price;
+    } else if (!strcmp(q, "q8")) {
+        /* Per window: the persons who registered in it and the sellers who
+         * opened auctions in it; joined when it closes. */
+        map persons, sellers;
+        map_init(&persons, 1024);
+        map_init(&sellers, 1024);
+        int64_t win = INT64_MIN;
+        for (int64_t n = 0; n <= c->events; n++) {
+            int64_t start = 0;
+            if (n < c->events) {
+                nexmark_gen(c, n, &e); /* every event is input, as weir's source makes them */
+                if (e.kind == NEXMARK_BID)
+                    continue;
+                start = floor_to(nexmark_ts(c, n), size);
+            }
+            if (n == c->events || start != win) {
+                for (size_t i = 0; i < persons.cap; i++)
+                    if (persons.k[i] != INT64_MIN && map_find(&sellers, persons.k[i]))
+                        out++;
+                map_clear(&persons);
+                map_clear(&sellers);
+                win = start;
+            }
+            if (n == c->events)
+                break;
+            if (e.kind == NEXMARK_PERSON)
+                *map_at(&persons, e.person.id) = 1;
+            else
+                *map_at(&sellers, e.auction.seller) = 1;
+        }
+        map_free(&persons);
+        map_free(&sellers);
+    }
+    if (sink == 42)
+        fputc(' ', stderr); /* keep the work */
+    return out;
+}
+
+static int run_loop(const char *name, int64_t events)
+{
+    nexmark_cfg c = {.seed = 1, .events = events, .rate = RATE};
+    double t0 = now_s();
+    int64_t out = loop_query(name, &c);
+    double secs = now_s() - t0;
+    printf("bench=nexmark impl=loop query=%s events=%lld events_per_s=%.0f rss_mb=%.1f out=%lld\n",
+           name, (long long)events, (double)events / secs, rss_mb(), (long long)out);
+    return 0;
+}
+
+/* Run fn in a child process (its own peak RSS); its exit status. */
+static int in_child(int (*fn)(void *), void *arg)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid == 0) {
+        int r = fn(arg);
+        fflush(stdout);
+        _exit(r);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) < 0)
+        return 1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+typedef struct job {
+    const char *name;
+    query_fn q;
+    int64_t events;
+    int p, ckpt, loop;
+} job;
+
+static int job_run(void *arg)
+{
+    job *jb = arg;
+    return jb->loop ? run_loop(jb->name, jb->events)
+                    : run_weir(jb->name, jb->q, jb->events, jb->p, jb->ckpt);
+}
+
+int main(int argc, char **argv)
+{
+    const char *quick = getenv("BENCH_QUICK");
+    int q = quick && !strcmp(quick, "1");
+    long big = q ? 2000000 : 10000000, small = q ? 1000000 : 4000000;
+    long ov = bench_parse_long(getenv("NEXMARK_EVENTS"), 0);
+    if (ov > 0)
+        big = small = ov;
+    int status = 0;
+    for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
+        if (argc > 1) {
+            int want = 0;
+            for (int a = 1; a < argc; a++)
+                want |= !strcmp(argv[a], queries[i].name);
+            if (!want)
+                continue;
+        }
+        int64_t events = queries[i].name[1] <= '2' ? big : small;
+        job jb = {queries[i].name, queries[i].fn, events, 1, 0, 1};
+        status |= in_child(job_run, &jb);
+        jb.loop = 0;
+        for (int p = 1; p <= 2; p++) {
+            for (int ck = 0; ck <= 1; ck++) {
+                jb.p = p;
+                jb.ckpt = ck;
+                status |= in_child(job_run, &jb);
+            }
+        }
+    }
+    return status;
+}
