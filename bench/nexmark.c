@@ -27,15 +27,17 @@
  *
  * Event time: 100,000 events per second, so the 10 s tumbling windows of
  * q7 / q8 hold 1M events and q5's 10 s hopping windows slide every 2 s.
- * Events: 10M for q0-q2, 4M for q5, q7, q8 (BENCH_QUICK=1: 2M and 1M;
- * NEXMARK_EVENTS overrides both).
+ * q5 and q7 also run with local pre-aggregation (query=q5-local and
+ * q7-local: nexmark_opts.local; their loop lines are the plain loops).
+ * Events: 10M for q0-q2 and q7-local, 4M for q5-local, q7 and q8, 1M for
+ * q5 (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all).
  *
  *   bench=nexmark impl=weir query=q5 parallelism=2 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
  *       ckpt_ms=... out=...
  *   bench=nexmark impl=loop query=q5 events=... events_per_s=... rss_mb=... out=...
  *
- *   nexmark [QUERY...]   (default: q0 q1 q2 q5 q7 q8)
+ *   nexmark [QUERY...]   (default: q0 q1 q2 q5 q5-local q7 q7-local q8)
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -79,11 +81,18 @@ static double rss_mb(void)
 /* ---- weir ----------------------------------------------------------------------------------- */
 typedef int (*query_fn)(weir_job *, weir_stream *, weir_stream **, const nexmark_opts *);
 
+/* The queries and their events (BENCH_QUICK: a fifth). q5 and q7 run as
+ * specified (every bid into a keyed window) and with local
+ * pre-aggregation (nexmark_opts.local). */
 static const struct {
     const char *name;
     query_fn fn;
-} queries[] = {{"q0", nexmark_q0}, {"q1", nexmark_q1}, {"q2", nexmark_q2},
-               {"q5", nexmark_q5}, {"q7", nexmark_q7}, {"q8", nexmark_q8}};
+    int local;
+    int64_t events;
+} queries[] = {{"q0", nexmark_q0, 0, 10000000},       {"q1", nexmark_q1, 0, 10000000},
+               {"q2", nexmark_q2, 0, 10000000},       {"q5", nexmark_q5, 0, 1000000},
+               {"q5-local", nexmark_q5, 1, 4000000},  {"q7", nexmark_q7, 0, 4000000},
+               {"q7-local", nexmark_q7, 1, 10000000}, {"q8", nexmark_q8, 0, 4000000}};
 
 typedef struct count_sink {
     int64_t n;
@@ -117,6 +126,7 @@ static void count_close(void *state)
 
 typedef struct run_cfg {
     query_fn q;
+    nexmark_opts o;
     nexmark_cfg gen;
     int parallelism, ckpt;
     /* results */
@@ -145,7 +155,7 @@ static intptr_t run_main(void *arg)
         o.checkpoint_dir = dir;
         o.checkpoint_interval_ms = 1000;
     }
-    rc->err = rc->q(j, ev, &out, NULL);
+    rc->err = rc->q(j, ev, &out, &rc->o);
     if (!rc->err)
         rc->err = weir_stream_sink(out, "count", &sink, &rc->out);
     if (!rc->err) {
@@ -166,9 +176,10 @@ static intptr_t run_main(void *arg)
     return 0;
 }
 
-static int run_weir(const char *name, query_fn q, int64_t events, int p, int ckpt)
+static int run_weir(const char *name, query_fn q, int local, int64_t events, int p, int ckpt)
 {
     run_cfg rc = {.q = q,
+                  .o = {.local = local},
                   .gen = {.seed = 1, .events = events, .rate = RATE, .per_call = 512},
                   .parallelism = p,
                   .ckpt = ckpt};
@@ -204,77 +215,6 @@ static int run_weir(const char *name, query_fn q, int64_t events, int p, int ckp
 
 /* ---- hand-written loops -----------------------------------------------------------------------
  */
-/* An open-addressing map int64 -> int64 (key INT64_MIN: empty). */
-typedef struct map {
-    int64_t *k, *v;
-    size_t cap, n;
-} map;
-
-static void map_init(map *m, size_t cap)
-{
-    m->cap = cap;
-    m->n = 0;
-    m->k = malloc(cap * sizeof(int64_t));
-    m->v = malloc(cap * sizeof(int64_t));
-    for (size_t i = 0; i < cap; i++)
-        m->k[i] = INT64_MIN;
-}
-
-static void map_free(map *m)
-{
-    free(m->k);
-    free(m->v);
-}
-
-static void map_clear(map *m)
-{
-    if (m->n)
-        for (size_t i = 0; i < m->cap; i++)
-            m->k[i] = INT64_MIN;
-    m->n = 0;
-}
-
-static inline size_t map_slot(const map *m, int64_t k)
-{
-    uint64_t h = (uint64_t)k * UINT64_C(0x9e3779b97f4a7c15);
-    size_t i = (size_t)(h >> 20) & (m->cap - 1);
-    while (m->k[i] != INT64_MIN && m->k[i] != k)
-        i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static void map_grow(map *m);
-
-/* The value of k (created as 0). */
-static inline int64_t *map_at(map *m, int64_t k)
-{
-    if ((m->n + 1) * 2 > m->cap)
-        map_grow(m);
-    size_t i = map_slot(m, k);
-    if (m->k[i] == INT64_MIN) {
-        m->k[i] = k;
-        m->v[i] = 0;
-        m->n++;
-    }
-    return &m->v[i];
-}
-
-static inline int64_t *map_find(map *m, int64_t k)
-{
-    size_t i = map_slot(m, k);
-    return m->k[i] == INT64_MIN ? NULL : &m->v[i];
-}
-
-static void map_grow(map *m)
-{
-    map old = *m;
-    map_init(m, old.cap * 2);
-    for (size_t i = 0; i < old.cap; i++)
-        if (old.k[i] != INT64_MIN)
-            *map_at(m, old.k[i]) = old.v[i];
-    map_free(&old);
-}
-
 static int64_t loop_query(const char *q, const nexmark_cfg *c)
 {
     const int64_t size = 10 * (int64_t)1000000000, slide = 2 * (int64_t)1000000000;
@@ -302,9 +242,9 @@ static int64_t loop_query(const char *q, const nexmark_cfg *c)
     } else if (!strcmp(q, "q5")) {
         /* A count map per open window (a ring of size / slide), closed when
          * event time leaves it: the auctions with the most bids. */
-        map w[8];
+        nx_map w[8];
         for (int i = 0; i < per; i++)
-            map_init(&w[i], 1024);
+            nx_map_init(&w[i], 1024);
         int64_t cur = INT64_MIN;
         for (int64_t n = 0; n <= c->events; n++) {
             int64_t idx;
@@ -319,7 +259,7 @@ static int64_t loop_query(const char *q, const nexmark_cfg *c)
             if (cur == INT64_MIN)
                 cur = idx;
             for (; cur < idx; cur++) { /* window starting at cur - per + 1 closes */
-                map *m = &w[((cur - per + 1) % per + per) % per];
+                nx_map *m = &w[((cur - per + 1) % per + per) % per];
                 int64_t max = 0, nmax = 0;
                 for (size_t i = 0; i < m->cap; i++) {
                     if (m->k[i] == INT64_MIN)
@@ -331,15 +271,15 @@ static int64_t loop_query(const char *q, const nexmark_cfg *c)
                     nmax += m->v[i] == max;
                 }
                 out += nmax;
-                map_clear(m);
+                nx_map_clear(m);
             }
             if (n == c->events)
                 break;
             for (int k = 0; k < per; k++)
-                (*map_at(&w[((idx - k) % per + per) % per], e.bid.auction))++;
+                (*nx_map_at(&w[((idx - k) % per + per) % per], e.bid.auction))++;
         }
         for (int i = 0; i < per; i++)
-            map_free(&w[i]);
+            nx_map_free(&w[i]);
     } else if (!strcmp(q, "q7")) {
         int64_t win = INT64_MIN;
         nexmark_q7_out best = {0};
@@ -365,9 +305,9 @@ static int64_t loop_query(const char *q, const nexmark_cfg *c)
     } else if (!strcmp(q, "q8")) {
         /* Per window: the persons who registered in it and the sellers who
          * opened auctions in it; joined when it closes. */
-        map persons, sellers;
-        map_init(&persons, 1024);
-        map_init(&sellers, 1024);
+        nx_map persons, sellers;
+        nx_map_init(&persons, 1024);
+        nx_map_init(&sellers, 1024);
         int64_t win = INT64_MIN;
         for (int64_t n = 0; n <= c->events; n++) {
             int64_t start = 0;
@@ -379,21 +319,21 @@ static int64_t loop_query(const char *q, const nexmark_cfg *c)
             }
             if (n == c->events || start != win) {
                 for (size_t i = 0; i < persons.cap; i++)
-                    if (persons.k[i] != INT64_MIN && map_find(&sellers, persons.k[i]))
+                    if (persons.k[i] != INT64_MIN && nx_map_find(&sellers, persons.k[i]))
                         out++;
-                map_clear(&persons);
-                map_clear(&sellers);
+                nx_map_clear(&persons);
+                nx_map_clear(&sellers);
                 win = start;
             }
             if (n == c->events)
                 break;
             if (e.kind == NEXMARK_PERSON)
-                *map_at(&persons, e.person.id) = 1;
+                *nx_map_at(&persons, e.person.id) = 1;
             else
-                *map_at(&sellers, e.auction.seller) = 1;
+                *nx_map_at(&sellers, e.auction.seller) = 1;
         }
-        map_free(&persons);
-        map_free(&sellers);
+        nx_map_free(&persons);
+        nx_map_free(&sellers);
     }
     if (sink == 42)
         fputc(' ', stderr); /* keep the work */
@@ -403,8 +343,10 @@ static int64_t loop_query(const char *q, const nexmark_cfg *c)
 static int run_loop(const char *name, int64_t events)
 {
     nexmark_cfg c = {.seed = 1, .events = events, .rate = RATE};
+    char base[8];
+    snprintf(base, sizeof(base), "%.2s", name); /* q5-local: the q5 loop */
     double t0 = now_s();
-    int64_t out = loop_query(name, &c);
+    int64_t out = loop_query(base, &c);
     double secs = now_s() - t0;
     printf("bench=nexmark impl=loop query=%s events=%lld events_per_s=%.0f rss_mb=%.1f out=%lld\n",
            name, (long long)events, (double)events / secs, rss_mb(), (long long)out);
@@ -433,24 +375,21 @@ typedef struct job {
     const char *name;
     query_fn q;
     int64_t events;
-    int p, ckpt, loop;
+    int local, p, ckpt, loop;
 } job;
 
 static int job_run(void *arg)
 {
     job *jb = arg;
     return jb->loop ? run_loop(jb->name, jb->events)
-                    : run_weir(jb->name, jb->q, jb->events, jb->p, jb->ckpt);
+                    : run_weir(jb->name, jb->q, jb->local, jb->events, jb->p, jb->ckpt);
 }
 
 int main(int argc, char **argv)
 {
     const char *quick = getenv("BENCH_QUICK");
     int q = quick && !strcmp(quick, "1");
-    long big = q ? 2000000 : 10000000, small = q ? 1000000 : 4000000;
     long ov = bench_parse_long(getenv("NEXMARK_EVENTS"), 0);
-    if (ov > 0)
-        big = small = ov;
     int status = 0;
     for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
         if (argc > 1) {
@@ -460,8 +399,8 @@ int main(int argc, char **argv)
             if (!want)
                 continue;
         }
-        int64_t events = queries[i].name[1] <= '2' ? big : small;
-        job jb = {queries[i].name, queries[i].fn, events, 1, 0, 1};
+        int64_t events = ov > 0 ? ov : q ? queries[i].events / 5 : queries[i].events;
+        job jb = {queries[i].name, queries[i].fn, events, queries[i].local, 1, 0, 1};
         status |= in_child(job_run, &jb);
         jb.loop = 0;
         for (int p = 1; p <= 2; p++) {

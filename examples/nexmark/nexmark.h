@@ -117,6 +117,9 @@ extern const weir_source_def nexmark_source;
 typedef struct nexmark_opts {
     int64_t window_ns; /* q5 hopping size, q7 / q8 tumbling size (10 s) */
     int64_t slide_ns;  /* q5 slide (2 s) */
+    /* q5, q7: pre-aggregate per source subtask before the keyed stage (a
+     * pane of one slide for q5, the window for q7; see queries.c) */
+    int local;
 } nexmark_opts;
 
 /* Output records of the queries (fixed structs). */

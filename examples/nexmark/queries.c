@@ -79,6 +79,90 @@ static int state_append(weir_ctx *ctx, const char *name, const void *item, size_
     return e;
 }
 
+/* An open-addressing map int64 -> int64 (key INT64_MIN: empty): the local
+ * pre-aggregation of q5 / q7 and the benchmark's hand-written loops. */
+typedef struct nx_map {
+    int64_t *k, *v;
+    size_t cap, n; /* cap: a power of two */
+} nx_map;
+
+static int nx_map_init(nx_map *m, size_t cap)
+{
+    m->cap = cap;
+    m->n = 0;
+    m->k = malloc(cap * sizeof(int64_t));
+    m->v = malloc(cap * sizeof(int64_t));
+    if (!m->k || !m->v) {
+        free(m->k);
+        free(m->v);
+        m->k = m->v = NULL;
+        m->cap = 0;
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < cap; i++)
+        m->k[i] = INT64_MIN;
+    return 0;
+}
+
+static void nx_map_free(nx_map *m)
+{
+    free(m->k);
+    free(m->v);
+}
+
+static void nx_map_clear(nx_map *m)
+{
+    if (m->n)
+        for (size_t i = 0; i < m->cap; i++)
+            m->k[i] = INT64_MIN;
+    m->n = 0;
+}
+
+static inline size_t nx_map_slot(const nx_map *m, int64_t k)
+{
+    uint64_t h = (uint64_t)k * UINT64_C(0x9e3779b97f4a7c15);
+    size_t i = (size_t)(h >> 20) & (m->cap - 1);
+    while (m->k[i] != INT64_MIN && m->k[i] != k)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static int nx_map_grow(nx_map *m);
+
+/* The value of k (created as 0); NULL when out of memory. */
+static inline int64_t *nx_map_at(nx_map *m, int64_t k)
+{
+    if ((m->n + 1) * 2 > m->cap && nx_map_grow(m) < 0)
+        return NULL;
+    size_t i = nx_map_slot(m, k);
+    if (m->k[i] == INT64_MIN) {
+        m->k[i] = k;
+        m->v[i] = 0;
+        m->n++;
+    }
+    return &m->v[i];
+}
+
+static inline int64_t *nx_map_find(nx_map *m, int64_t k)
+{
+    size_t i = nx_map_slot(m, k);
+    return m->k[i] == INT64_MIN ? NULL : &m->v[i];
+}
+
+static int nx_map_grow(nx_map *m)
+{
+    nx_map old = *m;
+    if (nx_map_init(m, old.cap ? old.cap * 2 : 64) < 0) {
+        *m = old;
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.k[i] != INT64_MIN)
+            *nx_map_at(m, old.k[i]) = old.v[i];
+    nx_map_free(&old);
+    return 0;
+}
+
 /* ---- q0: pass-through --------------------------------------------------------------------- */
 static int q0_map(weir_ctx *ctx, const weir_rec *in, void *arg)
 {
@@ -440,11 +524,162 @@ static int q5_fire(weir_ctx *ctx, void *state, int domain, int64_t when)
     return err ? err : weir_value_clear(ctx, "m");
 }
 
+/* The higher price wins; at equal prices the earlier bid. */
+static int q7_better(const nexmark_q7_out *a, const nexmark_q7_out *b)
+{
+    return a->price > b->price || (a->price == b->price && a->date_time < b->date_time);
+}
+
+/*
+ * Local pre-aggregation (nexmark_opts.local): a non-keyed operator chained
+ * to each source subtask sums its own bids per auction over a pane of one
+ * slide (q5) or keeps its highest bid of a window (q7), and emits the
+ * partial results, stamped with the pane's / window's last instant, when
+ * its input leaves the pane, when the watermark passes it, at a
+ * checkpoint's barrier (pre_commit: a partial result in flight is never
+ * only in the operator's memory) and at the end. The keyed stage after it
+ * sees one record per auction and pane (q5) or per subtask and window
+ * (q7) instead of one per bid - the local-global aggregation of other
+ * engines. Its input must come in timestamp order (the source's does); a
+ * bid of an older pane passes on unaggregated.
+ */
+typedef struct local_agg {
+    int q7;
+    int64_t size, pane;  /* pane: index of the open pane (size units), INT64_MIN: none */
+    nx_map counts;       /* q5: auction -> bids */
+    nexmark_q7_out best; /* q7: price 0 = none */
+} local_agg;
+
+static int local_open(weir_ctx *ctx, void *arg, void **state, int q7)
+{
+    (void)ctx;
+    local_agg *l = calloc(1, sizeof(*l));
+    if (!l || (!q7 && nx_map_init(&l->counts, 1024) < 0)) {
+        free(l);
+        return -ENOMEM;
+    }
+    l->q7 = q7;
+    l->size = q7 ? win_ns(arg) : slide_ns(arg);
+    l->pane = INT64_MIN;
+    *state = l;
+    return 0;
+}
+
+static int local_open_q5(weir_ctx *ctx, void *arg, void **state)
+{
+    return local_open(ctx, arg, state, 0);
+}
+
+static int local_open_q7(weir_ctx *ctx, void *arg, void **state)
+{
+    return local_open(ctx, arg, state, 1);
+}
+
+static void local_close(void *state)
+{
+    local_agg *l = state;
+    nx_map_free(&l->counts);
+    free(l);
+}
+
+static int q7_emit(weir_ctx *ctx, const nexmark_q7_out *b, int64_t size)
+{
+    struct {
+        weir_window_result h;
+        nexmark_q7_out b;
+    } r = {{b->start, b->start + size}, *b};
+    return weir_emit(ctx, &r, sizeof(r), b->start + size - 1);
+}
+
+static int local_flush(weir_ctx *ctx, local_agg *l)
+{
+    if (l->pane == INT64_MIN)
+        return 0;
+    int64_t ts = l->pane * l->size + l->size - 1;
+    if (l->q7) {
+        int e = l->best.price ? q7_emit(ctx, &l->best, l->size) : 0;
+        l->best.price = 0;
+        return e;
+    }
+    for (size_t i = 0; i < l->counts.cap; i++) {
+        if (l->counts.k[i] == INT64_MIN)
+            continue;
+        q5_count c = {l->counts.k[i], l->counts.v[i]};
+        int e = weir_emit(ctx, &c, sizeof(c), ts);
+        if (e)
+            return e;
+    }
+    nx_map_clear(&l->counts);
+    return 0;
+}
+
+static int local_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    local_agg *l = state;
+    const nexmark_event *e = EV(in);
+    if (e->kind != NEXMARK_BID)
+        return 0;
+    int64_t pane = floor_to(in->ts, l->size) / l->size;
+    if (pane != l->pane) {
+        if (l->pane != INT64_MIN && pane < l->pane) { /* an older pane: pass it on */
+            if (l->q7) {
+                nexmark_q7_out b = {pane * l->size, e->bid.auction, e->bid.bidder, e->bid.price,
+                                    e->bid.date_time};
+                return q7_emit(ctx, &b, l->size);
+            }
+            q5_count c = {e->bid.auction, 1};
+            return weir_emit(ctx, &c, sizeof(c), in->ts);
+        }
+        int err = local_flush(ctx, l);
+        if (err)
+            return err;
+        l->pane = pane;
+    }
+    if (l->q7) {
+        nexmark_q7_out b = {pane * l->size, e->bid.auction, e->bid.bidder, e->bid.price,
+                            e->bid.date_time};
+        if (!l->best.price || q7_better(&b, &l->best))
+            l->best = b;
+        return 0;
+    }
+    int64_t *n = nx_map_at(&l->counts, e->bid.auction);
+    if (!n)
+        return -ENOMEM;
+    ++*n;
+    return 0;
+}
+
+static int local_watermark(weir_ctx *ctx, void *state, int64_t wm)
+{
+    local_agg *l = state;
+    if (l->pane != INT64_MIN && l->pane * l->size + l->size - 1 <= wm)
+        return local_flush(ctx, l);
+    return 0;
+}
+
+static int local_finish(weir_ctx *ctx, void *state)
+{
+    return local_flush(ctx, state);
+}
+
+static int local_barrier(weir_ctx *ctx, void *state, uint64_t id)
+{
+    (void)id;
+    return local_flush(ctx, state);
+}
+
 int nexmark_q5(weir_job *j, weir_stream *events, weir_stream **out, const nexmark_opts *o)
 {
     static const weir_op_def def = {.process = q5_process, .on_timer = q5_fire};
+    static const weir_op_def local = {.open = local_open_q5,
+                                      .process = local_process,
+                                      .on_watermark = local_watermark,
+                                      .finish = local_finish,
+                                      .close = local_close,
+                                      .pre_commit = local_barrier};
     weir_window w = {.kind = WEIR_WINDOW_HOPPING, .size = win_ns(o), .slide = slide_ns(o)};
-    weir_stream *s = weir_stream_flat_map(events, "q5.bids", q5_project, NULL);
+    weir_stream *s = o && o->local ? weir_stream_process(events, "q5.local", &local, (void *)o)
+                                   : weir_stream_flat_map(events, "q5.bids", q5_project, NULL);
     s = weir_stream_key_by(s, key_i64, NULL);
     s = weir_stream_window(s, "q5.count", &w, q5_add, NULL);
     s = weir_stream_key_by(s, key_i64, NULL);
@@ -463,12 +698,6 @@ static int q7_project(weir_ctx *ctx, const weir_rec *in, void *arg)
     nexmark_q7_out r = {e->bid.auction, e->bid.auction, e->bid.bidder, e->bid.price,
                         e->bid.date_time};
     return weir_emit(ctx, &r, sizeof(r), in->ts);
-}
-
-/* The higher price wins; at equal prices the earlier bid. */
-static int q7_better(const nexmark_q7_out *a, const nexmark_q7_out *b)
-{
-    return a->price > b->price || (a->price == b->price && a->date_time < b->date_time);
 }
 
 static int q7_fold(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
@@ -526,10 +755,21 @@ static int q7_fire(weir_ctx *ctx, void *state, int domain, int64_t when)
 int nexmark_q7(weir_job *j, weir_stream *events, weir_stream **out, const nexmark_opts *o)
 {
     static const weir_op_def def = {.process = q7_process, .on_timer = q7_fire};
+    static const weir_op_def local = {.open = local_open_q7,
+                                      .process = local_process,
+                                      .on_watermark = local_watermark,
+                                      .finish = local_finish,
+                                      .close = local_close,
+                                      .pre_commit = local_barrier};
     weir_window w = {.kind = WEIR_WINDOW_TUMBLING, .size = win_ns(o)};
-    weir_stream *s = weir_stream_flat_map(events, "q7.bids", q7_project, NULL);
-    s = weir_stream_key_by(s, key_i64, NULL);
-    s = weir_stream_window(s, "q7.max", &w, q7_fold, NULL);
+    weir_stream *s;
+    if (o && o->local) {
+        s = weir_stream_process(events, "q7.local", &local, (void *)o);
+    } else {
+        s = weir_stream_flat_map(events, "q7.bids", q7_project, NULL);
+        s = weir_stream_key_by(s, key_i64, NULL);
+        s = weir_stream_window(s, "q7.max", &w, q7_fold, NULL);
+    }
     s = weir_stream_key_by(s, key_i64, NULL);
     return done(j, weir_stream_process(s, "q7.top", &def, NULL), out);
 }

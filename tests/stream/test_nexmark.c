@@ -82,7 +82,9 @@ typedef struct run_arg {
     query_fn q;
     nexmark_cfg cfg;
     int parallelism;
-    weir_collector *c; /* or */
+    const nexmark_opts *o;
+    const char *ckpt_dir; /* checkpoints every 10 ms there */
+    weir_collector *c;    /* or */
     sum_sink *sum;
 } run_arg;
 
@@ -92,7 +94,7 @@ static intptr_t run_main(void *arg)
     weir_job *j = weir_job_new("nexmark");
     CHECK(j != NULL);
     weir_stream *ev = weir_job_source(j, "events", &nexmark_source, &ra->cfg), *out = NULL;
-    int qe = ra->q(j, ev, &out, NULL);
+    int qe = ra->q(j, ev, &out, ra->o);
     if (qe)
         fprintf(stderr, "nexmark: %s\n", weir_job_error(j));
     CHECK_EQ(qe, 0);
@@ -101,7 +103,9 @@ static intptr_t run_main(void *arg)
         CHECK_EQ(weir_stream_collect(out, "out", ra->c), 0);
     else
         CHECK_EQ(weir_stream_sink(out, "sum", &sum_def, ra->sum), 0);
-    int e = weir_job_run(j, &(weir_run_opts){.parallelism = ra->parallelism});
+    int e = weir_job_run(j, &(weir_run_opts){.parallelism = ra->parallelism,
+                                             .checkpoint_dir = ra->ckpt_dir,
+                                             .checkpoint_interval_ms = ra->ckpt_dir ? 10 : 0});
     if (e)
         fprintf(stderr, "nexmark: %s\n", weir_job_error(j));
     CHECK_EQ(e, 0);
@@ -113,6 +117,31 @@ static void run_collect(query_fn q, int p, weir_collector *c)
 {
     run_arg ra = {.q = q, .cfg = test_cfg(), .parallelism = p, .c = c};
     CHECK_EQ(on_runtime(run_main, &ra), 0);
+}
+
+/* Configurations of the pre-aggregating queries: plain at parallelism 1
+ * and 2, local pre-aggregation at 1 and 2, and local at 2 with checkpoints
+ * every 10 ms (partial results flushed at the barriers). */
+enum { NVARIANTS = 5 };
+static const nexmark_opts local_opts = {.local = 1};
+
+static void run_variant(query_fn q, int v, weir_collector *c)
+{
+    char dir[] = "/tmp/weir-nexmark-XXXXXX";
+    run_arg ra = {.q = q, .cfg = test_cfg(), .parallelism = 1 + v % 2, .c = c};
+    if (v >= 2)
+        ra.o = &local_opts;
+    if (v == 4) {
+        CHECK(mkdtemp(dir) != NULL);
+        ra.ckpt_dir = dir;
+        ra.cfg.per_call = 16;
+    }
+    CHECK_EQ(on_runtime(run_main, &ra), 0);
+    if (v == 4) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        CHECK_EQ(system(cmd), 0);
+    }
 }
 
 /* The collected records, each `size` bytes, copied into an array. */
@@ -446,9 +475,9 @@ TEST(q5_hot_items)
         }
     }
     CHECK_GT(nw, 40);
-    for (int p = 1; p <= 2; p++) {
+    for (int v = 0; v < NVARIANTS; v++) {
         weir_collector *c = weir_collector_new();
-        run_collect(nexmark_q5, p, c);
+        run_variant(nexmark_q5, v, c);
         size_t n;
         nexmark_q5_out *got = collected(c, sizeof(*got), &n);
         qsort(got, n, sizeof(*got), cmp_q5);
@@ -485,9 +514,9 @@ TEST(q7_highest_bid)
         if (want[k].price)
             want[nw++] = want[k];
     CHECK_GE(nw, 5);
-    for (int p = 1; p <= 2; p++) {
+    for (int v = 0; v < NVARIANTS; v++) {
         weir_collector *c = weir_collector_new();
-        run_collect(nexmark_q7, p, c);
+        run_variant(nexmark_q7, v, c);
         size_t n;
         nexmark_q7_out *got = collected(c, sizeof(*got), &n);
         qsort(got, n, sizeof(*got), cmp_q5);
