@@ -11,10 +11,14 @@
 # built with, because the loader refuses a plugin whose instrumentation
 # differs (docs/jobs.md, "The ABI gate").
 #
-# Used in-tree (tests/job, examples) and from the installed package
-# (find_package(weir) defines it through weirConfig.cmake), so both build
-# plugins the same way. The caller provides the weir::job target (headers
-# and flags) before calling it.
+# weir_link_host(TARGET): make the executable TARGET a host that loads job
+# plugins (the weir command, tests/job/test_job): it links all of libweir,
+# not just the objects it calls itself, and exports every symbol, so any
+# weir_* function a plugin calls is there to bind to.
+#
+# Used in-tree and from the installed package (find_package(weir) includes
+# this file through weirConfig.cmake), so both build plugins and hosts the
+# same way. The caller provides the weir::job and weir::weir targets.
 
 function(weir_add_job name)
   if(NOT ARGN)
@@ -24,4 +28,10 @@ function(weir_add_job name)
   target_link_libraries(${name} PRIVATE weir::job)
   set_target_properties(${name} PROPERTIES PREFIX "" C_VISIBILITY_PRESET hidden
                                            POSITION_INDEPENDENT_CODE ON)
+endfunction()
+
+function(weir_link_host target)
+  set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON)
+  # weir::job: the sanitizer flags libweir was built with, for the link.
+  target_link_libraries(${target} PRIVATE weir::job "$<LINK_LIBRARY:WHOLE_ARCHIVE,weir::weir>")
 endfunction()

@@ -4,7 +4,8 @@
 #
 # Install a built weir into a temporary prefix, then build a job out of tree
 # against it twice - with the CMake package (find_package + weir_add_job)
-# and with pkg-config - and run both with the installed weir command. The
+# and with pkg-config - and run both with the installed weir command; with
+# the package, also a host program of the user's own (weir_link_host). The
 # compiler is weir's own: the ABI gate refuses a plugin from another
 # compiler family or with other sanitizer instrumentation.
 set -eu
@@ -32,6 +33,9 @@ cmake --build "$tmp/cmake" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exi
 out=$("$prefix/bin/weir" run "$tmp/cmake/ootjob.so" --quiet 250)
 test "$out" = "ootjob 250" || { echo "cmake-built job printed: $out"; exit 1; }
 "$prefix/bin/weir" lint "$tmp/cmake/ootjob.so" | grep -q '^ok: job ootjob 0.1'
+# ... and a host of the user's own (weir_link_host) loading it.
+out=$("$tmp/cmake/oothost" "$tmp/cmake/ootjob.so" 42)
+test "$out" = "ootjob 42" || { echo "oothost printed: $out"; exit 1; }
 
 # 2. pkg-config: cflags only (a plugin does not link libweir).
 PKG_CONFIG_PATH=$(dirname "$pc")
