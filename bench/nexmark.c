@@ -29,8 +29,9 @@
  * q7 / q8 hold 1M events and q5's 10 s hopping windows slide every 2 s.
  * q5 and q7 also run with local pre-aggregation (query=q5-local and
  * q7-local: nexmark_opts.local; their loop lines are the plain loops).
- * Events: 10M for q0-q2 and q7-local, 4M for q5-local, q7 and q8, 1M for
- * q5 (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all).
+ * Events: 50M for q0-q2 and q7-local, 20M for q8, 4M for q5-local and
+ * q7, 1M for q5: a few seconds each, so that checkpoints every second
+ * happen (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all).
  *
  *   bench=nexmark impl=weir query=q5 parallelism=2 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
@@ -89,10 +90,10 @@ static const struct {
     query_fn fn;
     int local;
     int64_t events;
-} queries[] = {{"q0", nexmark_q0, 0, 10000000},       {"q1", nexmark_q1, 0, 10000000},
-               {"q2", nexmark_q2, 0, 10000000},       {"q5", nexmark_q5, 0, 1000000},
+} queries[] = {{"q0", nexmark_q0, 0, 50000000},       {"q1", nexmark_q1, 0, 50000000},
+               {"q2", nexmark_q2, 0, 50000000},       {"q5", nexmark_q5, 0, 1000000},
                {"q5-local", nexmark_q5, 1, 4000000},  {"q7", nexmark_q7, 0, 4000000},
-               {"q7-local", nexmark_q7, 1, 10000000}, {"q8", nexmark_q8, 0, 4000000}};
+               {"q7-local", nexmark_q7, 1, 50000000}, {"q8", nexmark_q8, 0, 20000000}};
 
 typedef struct count_sink {
     int64_t n;

@@ -468,14 +468,13 @@ static int q5_process(weir_ctx *ctx, void *state, const weir_rec *in)
     q5_count c;
     memcpy(&h, in->data, sizeof(h));
     memcpy(&c, (const uint8_t *)in->data + sizeof(h), sizeof(c));
-    int err = weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts);
     const void *v;
     size_t len;
-    if (!err)
-        err = weir_value_get(ctx, "m", &v, &len);
-    if (err == -ENOENT) {
+    int err = weir_value_get(ctx, "m", &v, &len);
+    if (err == -ENOENT) { /* the window's first result: its timer (once, not per record) */
         q5_max m[2] = {{c.count, 1}, {c.auction, 0}};
-        return weir_value_put(ctx, "m", m, sizeof(q5_max) + sizeof(int64_t));
+        err = weir_value_put(ctx, "m", m, sizeof(q5_max) + sizeof(int64_t));
+        return err ? err : weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts);
     }
     if (err)
         return err;
@@ -723,13 +722,13 @@ static int q7_process(weir_ctx *ctx, void *state, const weir_rec *in)
     memcpy(&h, in->data, sizeof(h));
     memcpy(&b, (const uint8_t *)in->data + sizeof(h), sizeof(b));
     b.start = h.start;
-    int err = weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts);
     const void *v;
     size_t len;
-    if (!err)
-        err = weir_value_get(ctx, "m", &v, &len);
-    if (err == -ENOENT)
-        return weir_value_put(ctx, "m", &b, sizeof(b));
+    int err = weir_value_get(ctx, "m", &v, &len);
+    if (err == -ENOENT) {
+        err = weir_value_put(ctx, "m", &b, sizeof(b));
+        return err ? err : weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts);
+    }
     if (err)
         return err;
     nexmark_q7_out m;
