@@ -365,6 +365,54 @@ static int run_main(int argc, char **argv)
     return rc;
 }
 
+/* lint: the job's graph. It is defined twice and the two compared: every
+ * process that loads the job defines it, and they must agree on the
+ * operators (names, kinds, order). */
+static void lint_job(findings *f)
+{
+    const char *name = weir_plugin_entry(g.p)->name;
+    char msg[1024];
+    weir_job *j = NULL, *again = NULL;
+    if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &j, msg, sizeof(msg)) != 0) {
+        finding(f, 1, "%s", msg);
+        return;
+    }
+    int n = weir_job_ops(j), sources = 0, sinks = 0;
+    if (n == 0)
+        finding(f, 1, "job %s defines no operators", name);
+    for (int i = 0; i < n; i++) {
+        sources += weir_job_op_kind(j, i) == WEIR_OP_SOURCE;
+        sinks += weir_job_op_kind(j, i) == WEIR_OP_SINK;
+    }
+    if (n > 0 && sinks == 0)
+        finding(f, 0, "job %s has no sink: its results go nowhere", name);
+    if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &again, msg, sizeof(msg)) != 0) {
+        finding(f, 1,
+                "job %s: defined a second time it fails (%s): every process that loads "
+                "the job defines it",
+                name, msg);
+    } else if (weir_job_ops(again) != n) {
+        finding(f, 1, "job %s is not deterministic: %d operators, then %d when defined again", name,
+                n, weir_job_ops(again));
+    } else {
+        for (int i = 0; i < n; i++)
+            if (strcmp(weir_job_op_name(j, i), weir_job_op_name(again, i)) != 0 ||
+                weir_job_op_kind(j, i) != weir_job_op_kind(again, i)) {
+                finding(f, 1,
+                        "job %s is not deterministic: operator %d is \"%s\", then \"%s\" "
+                        "when defined again (name operators from the job arguments only)",
+                        name, i, weir_job_op_name(j, i), weir_job_op_name(again, i));
+                break;
+            }
+    }
+    if (!f->errors)
+        printf("ok: job %s %s, %d operators (%d sources, %d sinks)%s\n", name,
+               weir_plugin_entry(g.p)->version, n, sources, sinks,
+               f->warnings ? ", with warnings" : "");
+    weir_job_free(again);
+    weir_job_free(j);
+}
+
 static int cmd_run_or_lint(const char *cmd, int argc, char **argv)
 {
     int lint = strcmp(cmd, "lint") == 0;
@@ -393,26 +441,7 @@ static int cmd_run_or_lint(const char *cmd, int argc, char **argv)
             rc = weir_main(run_main, 1, args);
         }
     } else {
-        weir_job *j = NULL;
-        if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &j, msg, sizeof(msg)) != 0)
-            finding(&f, 1, "%s", msg);
-        else if (weir_job_ops(j) == 0)
-            finding(&f, 1, "job %s defines no operators", weir_plugin_entry(g.p)->name);
-        if (j) {
-            int sources = 0, sinks = 0;
-            for (int i = 0; i < weir_job_ops(j); i++) {
-                sources += weir_job_op_kind(j, i) == WEIR_OP_SOURCE;
-                sinks += weir_job_op_kind(j, i) == WEIR_OP_SINK;
-            }
-            if (weir_job_ops(j) > 0 && sinks == 0)
-                finding(&f, 0, "job %s has no sink: its results go nowhere",
-                        weir_plugin_entry(g.p)->name);
-            if (!f.errors)
-                printf("ok: job %s %s, %d operators (%d sources, %d sinks)%s\n",
-                       weir_plugin_entry(g.p)->name, weir_plugin_entry(g.p)->version,
-                       weir_job_ops(j), sources, sinks, f.warnings ? ", with warnings" : "");
-            weir_job_free(j);
-        }
+        lint_job(&f);
         if (f.errors)
             fprintf(stderr, "weir lint: %d error%s\n", f.errors, f.errors == 1 ? "" : "s");
         rc = f.errors ? CLI_FAILED : CLI_OK;

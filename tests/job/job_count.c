@@ -8,8 +8,9 @@
  * Job arguments (after JOB.so): a number N (default 1000), and words that
  * make it misbehave: "fail" (an operator fails at record 10), "badgraph"
  * (define builds an invalid graph: reduce without key_by), "definefail" (define returns an error),
- * "nosink" (no sink), "linger" (the source stays open 1.5 s after its last
- * record, so `weir run --progress` draws its line).
+ * "nosink" (no sink), "nondet" (an operator named after how many times
+ * define ran: a job that is not deterministic), "linger" (the source stays open 1.5 s after its
+ * last record, so `weir run --progress` draws its line).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -139,7 +140,9 @@ static int fail_at_10;
 
 static int define(weir_job *j, int argc, char **argv)
 {
-    int badgraph = 0, nosink = 0;
+    int badgraph = 0, nosink = 0, nondet = 0;
+    static int defined; /* how many times define ran in this process */
+    defined++;
     n_records = 1000;
     fail_at_10 = 0;
     linger_ms = 0;
@@ -148,6 +151,8 @@ static int define(weir_job *j, int argc, char **argv)
             fail_at_10 = 1;
         else if (strcmp(argv[i], "badgraph") == 0)
             badgraph = 1;
+        else if (strcmp(argv[i], "nondet") == 0)
+            nondet = 1;
         else if (strcmp(argv[i], "linger") == 0)
             linger_ms = 1500;
         else if (strcmp(argv[i], "nosink") == 0)
@@ -158,7 +163,9 @@ static int define(weir_job *j, int argc, char **argv)
             n_records = strtoll(argv[i], NULL, 10);
     }
     weir_stream *s = weir_job_source(j, "numbers", &numbers, &n_records);
-    s = weir_stream_map(s, "times2", times2, &fail_at_10);
+    char name[32];
+    snprintf(name, sizeof(name), "times2-%d", defined);
+    s = weir_stream_map(s, nondet ? name : "times2", times2, &fail_at_10);
     if (badgraph) /* a keyed operator without key_by */
         s = weir_stream_reduce(s, "sum", add, NULL);
     if (nosink)

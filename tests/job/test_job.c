@@ -375,6 +375,11 @@ TEST(cli_lint)
     CHECK_HAS(r->err, "weir lint: error: job count: ");
     CHECK_HAS(r->err, "weir lint: 1 error");
 
+    r = cli("lint", PLUGIN("job_count"), "nondet", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "job count is not deterministic: operator 1 is \"times2-1\", then "
+                      "\"times2-2\" when defined again");
+
     r = cli("lint", PLUGIN("job_count"), "nosink", NULL);
     CHECK_EQ(r->code, 0);
     CHECK_HAS(r->err, "warning: job count has no sink");
