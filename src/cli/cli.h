@@ -24,15 +24,17 @@ typedef struct cli_opts {
     const char *plugin; /* JOB.so */
     int job_argc;       /* job arguments, argv[0] = the plugin path */
     char **job_argv;
-    int progress; /* -1: on a terminal, 0: never, 1: always */
-    int quiet;    /* no summary */
+    int progress;  /* -1: on a terminal, 0: never, 1: always */
+    int quiet;     /* no summary */
+    int signal_fd; /* SIGINT / SIGTERM (blocked) read from here; -1: none */
 } cli_opts;
 
 /*
  * Run j (defined from plugin p) with o on the calling fiber's runtime.
  * Prints a live progress line on stderr when o->progress says so and a
- * summary at the end (unless o->quiet). CLI_OK, or CLI_FAILED with the job's
- * error printed.
+ * summary at the end (unless o->quiet). CLI_OK, CLI_FAILED with the job's
+ * error printed, or 128 + the signal's number when a signal read from
+ * o->signal_fd cancelled the job.
  */
 int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o);
 

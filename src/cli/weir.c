@@ -7,7 +7,8 @@
  * Exit codes are the interface (scripts test them, not the text): 0 ok,
  * 1 the job (or the configuration lint checked) failed, 2 bad usage - an
  * unknown flag, a missing or malformed value, a plugin that cannot be
- * loaded or that the ABI gate refuses.
+ * loaded or that the ABI gate refuses; 128 + the signal's number when
+ * SIGINT / SIGTERM interrupted `weir run`.
  *
  * run and lint share the flag parser and the configuration checks, so a
  * clean lint means run accepts the same command line.
@@ -20,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,7 +68,8 @@ static void usage_run(FILE *f)
             "arguments and run it on this process's runtime (WEIR_THREADS threads).\n"
             "\n%s\n"
             "exit: 0 the job finished, 1 it failed (the error is printed), 2 bad usage or\n"
-            "a plugin that cannot be loaded or is refused.\n",
+            "a plugin that cannot be loaded or is refused, 130 / 143 interrupted by SIGINT /\n"
+            "SIGTERM (the job is cancelled; a second signal exits at once).\n",
             flags_help);
 }
 
@@ -142,7 +147,7 @@ static const struct flag {
  * or -1 for --help (printed). */
 static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
 {
-    *o = (cli_opts){.progress = -1};
+    *o = (cli_opts){.progress = -1, .signal_fd = -1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -437,8 +442,20 @@ static int cmd_run_or_lint(const char *cmd, int argc, char **argv)
         if (f.errors) {
             rc = CLI_USAGE;
         } else {
+            /* Block SIGINT / SIGTERM before the runtime's threads exist, so
+             * every thread inherits it, and read them from a signalfd
+             * (run.c, "Interrupts"). */
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGINT);
+            sigaddset(&set, SIGTERM);
+            g.o.signal_fd = -1;
+            if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0)
+                g.o.signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
             char *args[] = {(char *)"weir", NULL};
             rc = weir_main(run_main, 1, args);
+            if (g.o.signal_fd >= 0)
+                close(g.o.signal_fd);
         }
     } else {
         lint_job(&f);

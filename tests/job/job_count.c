@@ -35,6 +35,10 @@ static int src_open(weir_ctx *ctx, void *arg, void **state)
     s->n = *(const int64_t *)arg;
     s->next = weir_ctx_subtask(ctx);
     s->linger_until = weir_time_now() + linger_ms * 1000000;
+    if (linger_ms) { /* the tests wait for this before they signal weir */
+        fputs("lingering\n", stderr);
+        fflush(stderr);
+    }
     *state = s;
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -180,6 +181,10 @@ static void slurp(const char *path, char *buf, size_t len)
     unlink(path);
 }
 
+/* When set: cli() sends cli_signal to weir once the job says it started
+ * ("lingering" on stderr, from job_count's linger source). */
+static int cli_signal;
+
 /* Run the weir command with the given arguments (NULL-terminated). */
 static cli_result *cli(const char *arg0, ...)
 {
@@ -207,6 +212,20 @@ static cli_result *cli(const char *arg0, ...)
     posix_spawn_file_actions_destroy(&fa);
     close(fo);
     close(fe);
+    if (cli_signal) {
+        for (int i = 0; i < 1000; i++) { /* up to 10 s (sanitizer builds start slowly) */
+            char buf[4096] = "";
+            FILE *f = fopen(err, "r");
+            CHECK(f != NULL);
+            size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+            buf[n] = '\0';
+            fclose(f);
+            if (strstr(buf, "lingering"))
+                break;
+            usleep(10000);
+        }
+        CHECK_EQ(kill(pid, cli_signal), 0);
+    }
     int status;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     slurp(out, res.out, sizeof(res.out));
@@ -279,6 +298,21 @@ TEST(cli_job_failures)
     r = cli("run", PLUGIN("job_count"), "badgraph", NULL);
     CHECK_EQ(r->code, 1);
     CHECK_HAS(r->err, "weir run: job count: ");
+}
+
+TEST(cli_interrupted)
+{
+    /* The source stays open 1.5 s: the signal cancels the job, which stops
+     * and reports with 128 + the signal's number. */
+    cli_signal = SIGINT;
+    cli_result *r = cli("run", PLUGIN("job_count"), "100", "linger", NULL);
+    CHECK_EQ(r->code, 128 + SIGINT);
+    CHECK_HAS(r->err, "weir run: job count interrupted by SIGINT after ");
+    cli_signal = SIGTERM;
+    r = cli("run", PLUGIN("job_count"), "100", "linger", NULL);
+    CHECK_EQ(r->code, 128 + SIGTERM);
+    CHECK_HAS(r->err, "interrupted by SIGTERM");
+    cli_signal = 0;
 }
 
 TEST(cli_bad_plugins)
