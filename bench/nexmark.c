@@ -31,7 +31,8 @@
  * q7-local: nexmark_opts.local; their loop lines are the plain loops).
  * Events: 50M for q0-q2 and q7-local, 20M for q8, 4M for q5-local and
  * q7, 1M for q5: a few seconds each, so that checkpoints every second
- * happen (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all).
+ * happen (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all;
+ * NEXMARK_PARALLELISM=1 or 2 runs only that parallelism, for profiling).
  *
  *   bench=nexmark impl=weir query=q5 parallelism=2 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
@@ -391,6 +392,7 @@ int main(int argc, char **argv)
     const char *quick = getenv("BENCH_QUICK");
     int q = quick && !strcmp(quick, "1");
     long ov = bench_parse_long(getenv("NEXMARK_EVENTS"), 0);
+    long only_p = bench_parse_long(getenv("NEXMARK_PARALLELISM"), 0); /* profiling one */
     int status = 0;
     for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
         if (argc > 1) {
@@ -405,6 +407,8 @@ int main(int argc, char **argv)
         status |= in_child(job_run, &jb);
         jb.loop = 0;
         for (int p = 1; p <= 2; p++) {
+            if (only_p > 0 && p != only_p)
+                continue;
             for (int ck = 0; ck <= 1; ck++) {
                 jb.p = p;
                 jb.ckpt = ck;
