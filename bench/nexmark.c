@@ -32,7 +32,8 @@
  * Events: 50M for q0-q2 and q7-local, 20M for q8, 4M for q5-local and
  * q7, 1M for q5: a few seconds each, so that checkpoints every second
  * happen (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all;
- * NEXMARK_PARALLELISM=1 or 2 runs only that parallelism, for profiling).
+ * NEXMARK_PARALLELISM=1 or 2 runs only that parallelism, for profiling;
+ * NEXMARK_OPSTATS=1 prints each operator's records and backpressure time).
  *
  *   bench=nexmark impl=weir query=q5 parallelism=2 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
@@ -168,6 +169,30 @@ static intptr_t run_main(void *arg)
     }
     snprintf(rc->error, sizeof(rc->error), "%s", weir_job_error(j));
     weir_job_ckpt_stats(j, &rc->st);
+    if (getenv("NEXMARK_OPSTATS")) { /* per-operator counters to stderr */
+        static const char *const ops[] = {"events",
+                                          "q0.pass",
+                                          "q1.convert",
+                                          "q2.select",
+                                          "q5.bids",
+                                          "q5.local",
+                                          "q5.count",
+                                          "q5.max",
+                                          "q7.bids",
+                                          "q7.local",
+                                          "q7.max",
+                                          "q7.top",
+                                          "q8.persons+auctions",
+                                          "q8.join",
+                                          "count"};
+        for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+            weir_op_stats os;
+            if (weir_job_op_stats(j, ops[i], &os) == 0)
+                fprintf(stderr, "  op=%s in=%llu out=%llu backpressure_ms=%.1f\n", ops[i],
+                        (unsigned long long)os.records_in, (unsigned long long)os.records_out,
+                        (double)os.backpressure_ns / 1e6);
+        }
+    }
     weir_job_free(j);
     if (rc->ckpt) {
         char cmd[128];
