@@ -9,6 +9,14 @@
  * a separate allocation, replaced on put, so a node never moves. Levels are
  * drawn with p = 1/4 (expected 1.33 pointers per node) up to 20.
  *
+ * Point operations go through a hash index beside the list (open
+ * addressing, linear probing, the key's XXH3 hash kept with each slot):
+ * get, and put of a key that exists, cost one probe sequence instead of a
+ * skip-list search; only inserts and deletes touch the list. A put of a
+ * value of the same length as the old one overwrites it in place. (Measured
+ * on the Nexmark window queries, where the skip-list search and the value
+ * allocation were 70-80% of the time.)
+ *
  * Snapshots: capture serializes every group in key order into the snapshot
  * file image (snapshot.c), a full copy taken on the owning task; restore
  * checks the whole file first, then replaces each group of the backend's
@@ -31,10 +39,17 @@ typedef struct node {
     struct node *next[]; /* [level], then the key bytes */
 } node;
 
+typedef struct slot {
+    uint64_t hash;
+    node *n; /* NULL: empty */
+} slot;
+
 typedef struct group {
     node *head[MAX_LEVEL]; /* the head's tower */
     int level;
     size_t count;
+    slot *index; /* power-of-two size, at most 3/4 full */
+    size_t icap;
 } group;
 
 typedef struct mem_backend {
@@ -91,15 +106,70 @@ static node *find_ge(group *g, const uint8_t *key, size_t klen, node ***update)
     return next[0];
 }
 
+/* ---- the hash index ------------------------------------------------------------------------ */
+static uint64_t hash_of(const void *key, size_t klen)
+{
+    return weir_key_hash(key, klen);
+}
+
+/* The slot holding key, or the empty slot where it would go. */
+static slot *index_find(group *g, const void *key, size_t klen, uint64_t h)
+{
+    size_t mask = g->icap - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        slot *sl = &g->index[i];
+        if (!sl->n || (sl->hash == h && sl->n->klen == klen &&
+                       (klen == 0 || memcmp(key_of(sl->n), key, klen) == 0)))
+            return sl;
+    }
+}
+
+static int index_grow(group *g)
+{
+    size_t cap = g->icap ? g->icap * 2 : 16;
+    slot *old = g->index, *nw = calloc(cap, sizeof(slot));
+    if (!nw)
+        return -ENOMEM;
+    size_t ocap = g->icap;
+    g->index = nw;
+    g->icap = cap;
+    for (size_t i = 0; i < ocap; i++)
+        if (old[i].n) {
+            size_t j = (size_t)old[i].hash & (cap - 1);
+            while (nw[j].n)
+                j = (j + 1) & (cap - 1);
+            nw[j] = old[i];
+        }
+    free(old);
+    return 0;
+}
+
+/* Remove the slot, shifting later members of its probe run back. */
+static void index_remove(group *g, slot *sl)
+{
+    size_t mask = g->icap - 1, i = (size_t)(sl - g->index);
+    for (size_t j = (i + 1) & mask; g->index[j].n; j = (j + 1) & mask) {
+        size_t home = (size_t)g->index[j].hash & mask;
+        /* j's entry may move to i if its home is not in (i, j]. */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            g->index[i] = g->index[j];
+            i = j;
+        }
+    }
+    g->index[i].n = NULL;
+}
+
 static int mem_get(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
                    size_t *vlen)
 {
     group *g = group_of((mem_backend *)b, kg);
-    node *n = find_ge(g, key, klen, NULL);
-    if (!n || cmp(key_of(n), n->klen, key, klen) != 0)
+    if (!g->icap)
         return -ENOENT;
-    *val = n->val;
-    *vlen = n->vlen;
+    slot *sl = index_find(g, key, klen, hash_of(key, klen));
+    if (!sl->n)
+        return -ENOENT;
+    *val = sl->n->val;
+    *vlen = sl->n->vlen;
     return 0;
 }
 
@@ -108,19 +178,29 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
 {
     mem_backend *m = (mem_backend *)b;
     group *g = group_of(m, kg);
-    node **update[MAX_LEVEL];
-    node *n = find_ge(g, key, klen, update);
+    if ((g->count + 1) * 4 > g->icap * 3 && index_grow(g) < 0)
+        return -ENOMEM;
+    uint64_t h = hash_of(key, klen);
+    slot *sl = index_find(g, key, klen, h);
+    node *n = sl->n;
+    if (n && n->vlen == vlen) { /* same size: in place (val may be its own view) */
+        if (vlen)
+            memmove(n->val, val, vlen);
+        return 0;
+    }
     uint8_t *v = malloc(vlen ? vlen : 1);
     if (!v)
         return -ENOMEM;
     if (vlen)
         memcpy(v, val, vlen);
-    if (n && cmp(key_of(n), n->klen, key, klen) == 0) {
+    if (n) {
         free(n->val);
         n->val = v;
         n->vlen = (uint32_t)vlen;
         return 0;
     }
+    node **update[MAX_LEVEL];
+    find_ge(g, key, klen, update);
     int level = random_level(m);
     n = malloc(sizeof(node) + (size_t)level * sizeof(node *) + klen);
     if (!n) {
@@ -141,6 +221,8 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
         n->next[i] = update[i][i];
         update[i][i] = n;
     }
+    sl->hash = h;
+    sl->n = n;
     g->count++;
     return 0;
 }
@@ -148,10 +230,14 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
 static int mem_del(weir_state_backend *b, int kg, const void *key, size_t klen)
 {
     group *g = group_of((mem_backend *)b, kg);
+    if (!g->icap)
+        return -ENOENT;
+    slot *sl = index_find(g, key, klen, hash_of(key, klen));
+    if (!sl->n)
+        return -ENOENT;
+    index_remove(g, sl);
     node **update[MAX_LEVEL];
     node *n = find_ge(g, key, klen, update);
-    if (!n || cmp(key_of(n), n->klen, key, klen) != 0)
-        return -ENOENT;
     for (int i = 0; i < n->level; i++)
         if (update[i][i] == n)
             update[i][i] = n->next[i];
@@ -191,6 +277,7 @@ static void group_clear(group *g)
         free(n);
         n = next;
     }
+    free(g->index);
     memset(g, 0, sizeof(*g));
 }
 

@@ -81,8 +81,10 @@ static int emit_result(weir_ctx *ctx, span s, const void *val, size_t len)
     return e;
 }
 
-/* Fold in into the window's value (absent: in itself) and store it. */
-static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_again)
+/* Fold in into the window's value (absent: in itself) and store it. The
+ * window's timers are registered when it is made (or always, `timers`:
+ * a merged session is a new window under a value already stored). */
+static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_again, int timers)
 {
     uint8_t ns[16];
     ns_of(s, ns);
@@ -90,6 +92,8 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     size_t vlen;
     int e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen);
     weir_rec out = *in;
+    if (e == -ENOENT)
+        timers = 1;
     if (e == 0) {
         weir_rec acc = {v, vlen, s.end - 1};
         if ((e = w->fn(&acc, in, &out, w->arg)) < 0)
@@ -112,7 +116,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     }
     if (copy != small)
         free(copy);
-    if (e)
+    if (e || !timers)
         return e;
     if (s.end - 1 > wm && (e = weir_timer_register(ctx, WEIR_TIME_EVENT, s.end - 1)) < 0)
         return e;
@@ -140,7 +144,7 @@ static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
         if (late_for(w, s, wm))
             continue;
         any = 1;
-        int e = fold(ctx, w, s, in, &again);
+        int e = fold(ctx, w, s, in, &again, 0);
         if (e)
             return e;
     }
@@ -250,7 +254,7 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
     }
     free(acc);
     int again = 0;
-    return e ? e : fold(ctx, w, merged, in, &again);
+    return e ? e : fold(ctx, w, merged, in, &again, 1);
 }
 
 /* ---- the operator -------------------------------------------------------------------------- */
