@@ -31,6 +31,9 @@ function(weir_add_job name)
 endfunction()
 
 function(weir_link_host target)
+  if(CMAKE_VERSION VERSION_LESS 3.24)
+    message(FATAL_ERROR "weir_link_host needs CMake 3.24 ($<LINK_LIBRARY:WHOLE_ARCHIVE,...>)")
+  endif()
   set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON)
   # weir::job: the sanitizer flags libweir was built with, for the link.
   target_link_libraries(${target} PRIVATE weir::job "$<LINK_LIBRARY:WHOLE_ARCHIVE,weir::weir>")
