@@ -241,10 +241,12 @@ typedef int (*weir_rec_fn)(weir_ctx *ctx, const weir_rec *in, void *arg);
 typedef int (*weir_filter_fn)(const weir_rec *in, void *arg);
 /* The key of a record: *key / *len (may point into the record). */
 typedef int (*weir_key_fn)(const weir_rec *in, void *arg, const void **key, size_t *len);
-/* Reduce: combine the running value acc (NULL for the key's first record)
- * with in into out (out->data may point into acc, in, or memory of arg's
- * that stays valid until the next call); the result is stored as the key's
- * value and emitted. */
+/* Reduce: combine the running value acc with in into out (out->data may
+ * point into acc, in, or memory of arg's that stays valid until the next
+ * call); the result is stored as the key's value and emitted. A key's first
+ * record becomes its value as it is (fn is not called for it), so records
+ * and the value have one shape; weir_stream_aggregate is for a value of
+ * another shape. */
 typedef int (*weir_reduce_fn)(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg);
 
 /* map and flat_map are the same function type: a map emits exactly one
@@ -253,7 +255,9 @@ weir_stream *weir_stream_map(weir_stream *s, const char *name, weir_rec_fn fn, v
 weir_stream *weir_stream_flat_map(weir_stream *s, const char *name, weir_rec_fn fn, void *arg);
 weir_stream *weir_stream_filter(weir_stream *s, const char *name, weir_filter_fn fn, void *arg);
 
-/* The edges out of s: how the next operator's subtasks receive s's records. */
+/* The edges out of s: how the next operator's subtasks receive s's records.
+ * A union is partitioned through its parts: key_by (rebalance...) each
+ * stream, then unite them. */
 weir_stream *weir_stream_key_by(weir_stream *s, weir_key_fn fn, void *arg);
 weir_stream *weir_stream_rebalance(weir_stream *s);
 weir_stream *weir_stream_broadcast(weir_stream *s);

@@ -257,7 +257,14 @@ int weir__timers_fire(subtask *st, int domain, int64_t upto)
         return 0;
     weir_ctx *c = &st->ctx[0];
     int ngroups = st->backend->end_kg - st->backend->first_kg;
-    for (;;) {
+    for (unsigned fired = 0;; fired++) {
+        /* A watermark can close many windows: let the other subtasks of
+         * this thread run now and then. */
+        if (fired % 256 == 255) {
+            int y = weir_task_yield();
+            if (y < 0)
+                return y;
+        }
         int best = -1;
         for (int g = 0; g < ngroups; g++)
             if (st->timer_first[domain][g] != INT64_MAX && st->timer_first[domain][g] <= upto &&
