@@ -450,7 +450,8 @@ const char *weir_job_error(const weir_job *j);
  * cancelled. Fibers only. 0, or the first failure (see weir_job_error). */
 int weir_job_run(weir_job *j, const weir_run_opts *opts);
 
-/* Checkpoints of the last run: completed, and the latest completed id. */
+/* Checkpoints of the run in progress or the last one (safe to read during
+ * a run): completed, the latest completed id, the restored id. */
 typedef struct weir_ckpt_stats {
     uint64_t completed, latest, restored;
     int64_t last_duration_ns; /* trigger to COMPLETED marker, of the latest */
@@ -464,7 +465,9 @@ int weir_job_ops(const weir_job *j);
 const char *weir_job_op_name(const weir_job *j, int i);
 int weir_job_op_kind(const weir_job *j, int i);
 
-/* Counters of the last run, per operator (by name). */
+/* Counters per operator (by name): of the run in progress (updated as
+ * batches go by; safe to read from any thread while weir_job_run() runs,
+ * e.g. for a progress line), or of the last run. */
 typedef struct weir_op_stats {
     uint64_t records_in, records_out;
     int64_t watermark;          /* the lowest watermark among its subtasks at the end */

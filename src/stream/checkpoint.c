@@ -430,9 +430,11 @@ intptr_t weir__ckpt_coordinator(void *arg)
             return e;
         }
         atomic_store(&r->completed, id);
+        pthread_mutex_lock(&j->lock);
         j->ckpt.completed++;
         j->ckpt.latest = id;
         j->ckpt.last_duration_ns = weir_time_now() - t0;
+        pthread_mutex_unlock(&j->lock);
         notify_all(r);
         prune(r, id);
     }
@@ -461,5 +463,7 @@ const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx)
 
 void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st)
 {
+    pthread_mutex_lock((pthread_mutex_t *)&j->lock);
     *st = j->ckpt;
+    pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
 }

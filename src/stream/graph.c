@@ -48,6 +48,7 @@ void weir_job_free(weir_job *j)
         return;
     for (int i = 0; i < j->nops; i++) {
         sop *o = j->ops[i];
+        free(o->sub_wm);
         free(o->name);
         free(o->inputs);
         free(o->outs);

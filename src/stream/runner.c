@@ -664,21 +664,30 @@ static void metrics_push(subtask *st)
 {
     for (int i = 0; i < st->nops; i++) {
         weir_ctx *c = &st->ctx[i];
-        if (!c->m_in)
-            return;
-        weir_counter_add(c->m_in, c->in - c->in_pushed);
-        weir_counter_add(c->m_out, c->out - c->out_pushed);
+        uint64_t din = c->in - c->in_pushed, dout = c->out - c->out_pushed;
+        /* The operator's totals, readable during the run (weir_job_op_stats). */
+        atomic_fetch_add_explicit(&c->op->records_in, din, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->op->records_out, dout, memory_order_relaxed);
+        if (c->op->sub_wm && st->index < c->op->sub_n)
+            atomic_store_explicit(&c->op->sub_wm[st->index], st->wm, memory_order_relaxed);
         c->in_pushed = c->in;
         c->out_pushed = c->out;
+        if (!c->m_in)
+            continue;
+        weir_counter_add(c->m_in, din);
+        weir_counter_add(c->m_out, dout);
         if (st->wm != WEIR_WATERMARK_MIN && st->wm != WEIR_WATERMARK_MAX) {
             weir_gauge_set(c->m_wm, (double)st->wm);
             if (st->max_seen != INT64_MIN)
                 weir_gauge_set(c->m_lag, (double)(st->max_seen - st->wm));
         }
     }
-    if (st->ctx[st->nops - 1].m_bp && st->bp_ns > st->bp_pushed) {
-        weir_counter_add_double(st->ctx[st->nops - 1].m_bp,
-                                (double)(st->bp_ns - st->bp_pushed) / 1e9);
+    weir_ctx *tail = &st->ctx[st->nops - 1];
+    if (st->bp_ns > st->bp_pushed) {
+        uint64_t d = st->bp_ns - st->bp_pushed;
+        atomic_fetch_add_explicit(&tail->op->backpressure_ns, d, memory_order_relaxed);
+        if (tail->m_bp)
+            weir_counter_add_double(tail->m_bp, (double)d / 1e9);
         st->bp_pushed = st->bp_ns;
     }
 }
@@ -733,6 +742,12 @@ static int plan(run *r)
         }
         o->records_in = o->records_out = o->backpressure_ns = 0;
         o->watermark = INT64_MAX;
+        free(o->sub_wm);
+        if (!(o->sub_wm = malloc((size_t)o->par * sizeof(*o->sub_wm))))
+            return -ENOMEM;
+        o->sub_n = o->par;
+        for (int k = 0; k < o->par; k++)
+            o->sub_wm[k] = WEIR_WATERMARK_MIN;
     }
     /* Subtasks and their contexts. */
     for (int ci = 0; ci < r->nchains; ci++) {
@@ -844,8 +859,8 @@ static void teardown(run *r)
             }
             for (int k = 0; st->ctx && k < st->nops; k++) {
                 weir_ctx *x = &st->ctx[k];
-                x->op->records_in += x->in;
-                x->op->records_out += x->out;
+                x->op->records_in += x->in - x->in_pushed;
+                x->op->records_out += x->out - x->out_pushed;
                 if (st->wm < x->op->watermark)
                     x->op->watermark = st->wm;
                 for (int n = 0; n < x->nstates; n++)
@@ -853,7 +868,7 @@ static void teardown(run *r)
                 free(x->keybuf);
             }
             if (st->nops)
-                st->ops[st->nops - 1]->backpressure_ns += st->bp_ns;
+                st->ops[st->nops - 1]->backpressure_ns += st->bp_ns - st->bp_pushed;
             for (int k = 0; k < st->nouts; k++)
                 free(st->outs[k].targets);
             weir_state_backend_free(st->backend);
@@ -898,14 +913,19 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
         weir__stream_fail(j, -EINVAL, "the job has no operators");
         return -EINVAL;
     }
+    pthread_mutex_lock(&j->lock);
     memset(&j->ckpt, 0, sizeof(j->ckpt));
+    pthread_mutex_unlock(&j->lock);
     int e = plan(&r);
     if (!e && (e = weir__ckpt_prepare(&r)) < 0 && !j->err)
         weir__stream_fail(j, e, "checkpoint directory \"%s\": %s",
                           r.o.checkpoint_dir ? r.o.checkpoint_dir : "(none)",
                           e == -EINVAL ? "checkpoints and restore need a checkpoint_dir"
                                        : weir_strerror(e));
+    pthread_mutex_lock(&j->lock);
     j->ckpt.restored = r.restored;
+    j->running = !e;
+    pthread_mutex_unlock(&j->lock);
     if (e) {
         if (!j->err)
             weir__stream_fail(j, e, "planning the job: %s", weir_strerror(e));
@@ -950,6 +970,9 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
         weir_task_cancel(coord);
         weir_task_join(coord, NULL, WEIR_FOREVER);
     }
+    pthread_mutex_lock(&j->lock);
+    j->running = 0;
+    pthread_mutex_unlock(&j->lock);
     teardown(&r);
     weir__ckpt_teardown(&r);
     if (j->err)
@@ -969,8 +992,23 @@ int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)
             sop *o = j->ops[i];
             st->records_in = o->records_in;
             st->records_out = o->records_out;
-            st->watermark = o->watermark;
             st->backpressure_ns = o->backpressure_ns;
+            /* During a run: the lowest of its subtasks' watermarks now;
+             * after it: the lowest they ended with. */
+            pthread_mutex_lock((pthread_mutex_t *)&j->lock);
+            int running = j->running;
+            pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
+            int64_t wm = INT64_MAX;
+            if (running && o->sub_wm) {
+                for (int k = 0; k < o->sub_n; k++) {
+                    int64_t w = atomic_load_explicit(&o->sub_wm[k], memory_order_relaxed);
+                    if (w < wm)
+                        wm = w;
+                }
+            } else {
+                wm = o->watermark;
+            }
+            st->watermark = wm;
             return 0;
         }
     return -ENOENT;

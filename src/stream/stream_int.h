@@ -49,7 +49,9 @@ struct sop {
     int chain;         /* the chain (task) it runs in */
     int chain_pos;     /* its place in that chain */
     _Atomic uint64_t records_in, records_out, backpressure_ns;
-    _Atomic int64_t watermark;
+    _Atomic int64_t watermark;  /* after a run: the lowest of its subtasks' */
+    _Atomic int64_t *sub_wm;    /* during a run: each subtask's, [par] */
+    int sub_n;
 };
 
 /* A stream handle: an operator's output with the edge the next input uses,
@@ -69,7 +71,8 @@ struct weir_stream {
 
 struct weir_job {
     char *name;
-    weir_ckpt_stats ckpt; /* of the last run */
+    weir_ckpt_stats ckpt; /* of the last (or current) run; under lock */
+    int running;          /* under lock */
     sop **ops;
     int nops, cap;
     weir_stream *streams;

@@ -408,10 +408,13 @@ TEST(damaged_checkpoint_is_refused)
     waitpid(pid, &st, 0);
     /* Flip a byte in the count operator's state file of the checkpoint. */
     char cmd[512];
+    /* (The latest completed one: a kill during pruning can leave an older
+     * checkpoint beside it, and chk-9 sorts after chk-10.) */
     snprintf(cmd, sizeof(cmd),
-             "f=$(ls %s/chk-*/count.0.state | tail -1) && "
+             "id=$(ls %s | sed -n 's/^COMPLETED-//p' | sort -n | tail -1) && "
+             "f=%s/chk-$id/count.0.state && test -f \"$f\" && "
              "printf 'X' | dd of=\"$f\" bs=1 seek=40 conv=notrunc 2>/dev/null",
-             ckpt);
+             ckpt, ckpt);
     CHECK_EQ(system(cmd), 0);
     job_cfg cfg = {.n = 20000, .src_par = 1, .count_par = 1, .ckpt = ckpt, .out = out,
                    .interval_ms = 20, .restore = 1};

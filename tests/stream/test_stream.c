@@ -648,6 +648,14 @@ static intptr_t cancel_main(void *arg)
     weir_task *t = weir_task_spawn(run_forever, j, &(weir_spawn_opts){.stack_size = 128 << 10});
     weir_time_sleep(100 * WEIR_MSEC);
     CHECK_GT(ps.count[0] + ps.count[1], 0); /* it runs */
+    /* Live counters while it runs (a progress line reads them). */
+    weir_op_stats live, later;
+    CHECK_EQ(weir_job_op_stats(j, "src", &live), 0);
+    CHECK_GT(live.records_out, 0);
+    weir_time_sleep(20 * WEIR_MSEC);
+    CHECK_EQ(weir_job_op_stats(j, "src", &later), 0);
+    CHECK_GT(later.records_out, live.records_out);
+    CHECK_GT(later.watermark, WEIR_WATERMARK_MIN);
     weir_task_cancel(t);
     intptr_t r = 0;
     weir_task_join(t, &r, WEIR_FOREVER);
