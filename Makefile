@@ -2,7 +2,8 @@
 # weir's top-level commands. Each works from a fresh clone: it installs the
 # Debian packages it needs (scripts/deps.sh, idempotent) and builds with CMake.
 #
-#   make run     build and run the demo
+#   make run     build and run the demo: Nexmark q5 (hot items) as a job plugin
+#                through `weir run`, with checkpoints; examples/demo is the HTTP demo
 #   make test    build the normal, ASan+UBSan, TSan and ucontext configurations
 #                and run the whole suite in each, under both I/O backends; run
 #                every fuzz target for a bounded time
@@ -35,7 +36,8 @@ install: build
 	cmake --install build/release --prefix $(PREFIX)
 
 run: build
-	./build/release/examples/demo
+	./build/release/weir run build/release/examples/nexmark_job.so --parallelism 2 \
+	    --checkpoint-dir build/run-checkpoints --checkpoint-interval-ms 500 -- q5 4000000
 
 test-release: build
 	cd build/release && $(CTEST)

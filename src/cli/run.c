@@ -4,11 +4,11 @@
  * live progress line and a summary.
  *
  * The progress line is a second fiber that wakes once a second and reads
- * the per-operator counters (weir_job_op_stats): records out of the
- * sources, records into the sinks, the lowest watermark of the sinks. It
- * only reads, so the job runs the same with or without it. (The runner
- * folds its subtasks' counters into the operators' when they end, so for
- * now the line shows the time and fills in as subtasks finish.)
+ * the per-operator counters (weir_job_op_stats, updated by the runner as
+ * batches go by): records out of the sources, records into the sinks, the
+ * lowest watermark of the sinks, and the last completed checkpoint
+ * (weir_job_ckpt_stats). It only reads, so the job runs the same with or
+ * without it.
  *
  * Interrupts. The job runs in a task of its own; SIGINT or SIGTERM cancels
  * it, so it stops the way weir_job_run stops any cancelled job and the
@@ -86,16 +86,19 @@ static intptr_t progress_main(void *arg)
         totals t;
         sum_ops(pr->j, &t);
         double dt = (double)(now - last) / 1e9;
-        char wm[32];
-        /* While running, the operators' watermark is not yet final: its
-         * initial value (the maximum) says nothing. */
-        fmt_wm(wm, sizeof(wm), t.wm == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MIN : t.wm);
+        char wm[32], ck[48] = "-";
+        fmt_wm(wm, sizeof(wm), t.wm);
+        weir_ckpt_stats cs;
+        weir_job_ckpt_stats(pr->j, &cs);
+        if (cs.latest)
+            snprintf(ck, sizeof(ck), "%" PRIu64 " (%.0f ms)", cs.latest,
+                     (double)cs.last_duration_ns / 1e6);
         /* \r and erase-line: the line is rewritten in place. */
         fprintf(stderr,
                 "\r\033[K[%5.0fs] sources %" PRIu64 " rec (%.0f/s)  sinks %" PRIu64
-                " rec (%.0f/s)  watermark %s",
+                " rec (%.0f/s)  watermark %s  checkpoint %s",
                 (double)(now - pr->t0) / 1e9, t.in, dt > 0 ? (double)(t.in - prev.in) / dt : 0.0,
-                t.out, dt > 0 ? (double)(t.out - prev.out) / dt : 0.0, wm);
+                t.out, dt > 0 ? (double)(t.out - prev.out) / dt : 0.0, wm, ck);
         fflush(stderr);
         atomic_store_explicit(&pr->printed, 1, memory_order_relaxed);
         prev = t;

@@ -153,8 +153,12 @@ int weir__ckpt_prepare(run *r)
         return r->o.checkpoint_interval_ms > 0 || r->o.restore ? -EINVAL : 0;
     if (mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST)
         return -errno;
+    /* Ids never go back in a directory: a fresh run into a directory that
+     * holds checkpoints of an earlier run numbers its own after them, so
+     * the latest COMPLETED marker is always the newest checkpoint. */
+    r->id_base = latest_completed(r->o.checkpoint_dir);
     if (r->o.restore) {
-        r->restored = latest_completed(r->o.checkpoint_dir);
+        r->restored = r->id_base;
         atomic_store(&r->completed, r->restored);
     }
     if (r->o.checkpoint_interval_ms > 0 &&
@@ -396,7 +400,7 @@ intptr_t weir__ckpt_coordinator(void *arg)
 {
     run *r = arg;
     weir_job *j = r->j;
-    uint64_t id = r->restored;
+    uint64_t id = r->id_base;
     for (;;) {
         if (weir_time_sleep(r->o.checkpoint_interval_ms * WEIR_MSEC) < 0)
             return 0; /* the run is over */

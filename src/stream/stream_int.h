@@ -211,6 +211,7 @@ struct run {
     weir_chan *acks;               /* subtask -> coordinator: struct ckpt_ack */
     _Atomic uint64_t completed;    /* the latest completed (or restored) checkpoint */
     uint64_t restored;
+    uint64_t id_base; /* checkpoints of this run are numbered after it */
     int nsubtasks;
 };
 

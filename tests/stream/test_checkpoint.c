@@ -317,6 +317,18 @@ TEST(checkpoints_complete_and_are_pruned)
     check_exact(out, cfg.n, cfg.src_par);
     /* Committed during the run, not only at the end: several parts. */
     CHECK_GT(count_entries(out, "part-"), 4);
+    /* A fresh run into the same directory numbers its checkpoints after
+     * the earlier run's, so the latest marker is always the newest. */
+    char out2[160];
+    snprintf(out2, sizeof(out2), "%s-2", out);
+    job_cfg again = cfg;
+    again.out = out2;
+    again.n = 4000;
+    run_result r2 = run_job(&again);
+    CHECK_EQ(r2.err, 0);
+    CHECK_GE(r2.ck.completed, 1);
+    CHECK_GT(r2.ck.latest, r.ck.latest);
+    CHECK_EQ(count_entries(ckpt, "COMPLETED-"), 1);
     cleanup();
 }
 
