@@ -444,4 +444,108 @@ TEST(cli_lint)
     CHECK_HAS(r->err, "is not a directory");
 }
 
+/* ---- the crash test: weir run SIGKILLed and restored ----------------------------------------- */
+static int cmp_line(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The committed lines of the sink's directory, sorted. */
+static char **committed_lines(const char *dir, size_t *n)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cat %s/part-* 2>/dev/null | sort", dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t cap = 1024, cnt = 0;
+    char **v = malloc(cap * sizeof(*v)), line[128];
+    while (fgets(line, sizeof(line), p)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (cnt == cap)
+            v = realloc(v, (cap *= 2) * sizeof(*v));
+        v[cnt++] = strdup(line);
+    }
+    pclose(p);
+    qsort(v, cnt, sizeof(*v), cmp_line);
+    *n = cnt;
+    return v;
+}
+
+/* weir run job_eo with checkpoints, SIGKILLed after `kill_ms` (0: run to
+ * the end); returns the exit status. */
+static int run_eo(const char *ckpt, const char *out, const char *n, int restore, int kill_ms)
+{
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)WEIR_TEST_CLI;
+    argv[a++] = "run";
+    argv[a++] = (char *)PLUGIN("job_eo");
+    argv[a++] = "--parallelism";
+    argv[a++] = "2";
+    argv[a++] = "--no-progress";
+    argv[a++] = "--checkpoint-dir";
+    argv[a++] = (char *)ckpt;
+    argv[a++] = "--checkpoint-interval-ms";
+    argv[a++] = "15";
+    if (restore)
+        argv[a++] = "--restore";
+    argv[a++] = "--";
+    argv[a++] = (char *)out;
+    argv[a++] = (char *)n;
+    argv[a] = NULL;
+    pid_t pid;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    if (kill_ms) {
+        usleep((useconds_t)kill_ms * 1000);
+        kill(pid, SIGKILL);
+    }
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+TEST(cli_crash_restore_is_exactly_once)
+{
+    char base[] = "/tmp/weir-eo-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char ckpt[128], out[128], ref[128], ref_ckpt[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", base);
+    snprintf(out, sizeof(out), "%s/out", base);
+    snprintf(ref, sizeof(ref), "%s/ref", base);
+    snprintf(ref_ckpt, sizeof(ref_ckpt), "%s/ref-ckpt", base);
+    const char *n = "100000"; /* 500 calls of >= 1 ms per source subtask: ~0.6-1 s */
+    unsigned seed = (unsigned)getpid();
+    int kills = 0;
+    for (int round = 0; round < 4; round++) {
+        int st = run_eo(ckpt, out, n, round > 0, round < 3 ? 60 + (int)(rand_r(&seed) % 150) : 0);
+        if (round < 3)
+            kills += WIFSIGNALED(st);
+        else
+            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    CHECK_GE(kills, 1);
+    int st = run_eo(ref_ckpt, ref, n, 0, 0); /* uninterrupted */
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    size_t gn, rn;
+    char **got = committed_lines(out, &gn), **want = committed_lines(ref, &rn);
+    CHECK_EQ(rn, 100000);
+    CHECK_EQ(gn, rn);
+    for (size_t i = 0; i < gn; i++) {
+        if (strcmp(got[i], want[i]))
+            fprintf(stderr, "line %zu: %s, want %s\n", i, got[i], want[i]);
+        CHECK_STR(got[i], want[i]);
+        free(got[i]);
+        free(want[i]);
+    }
+    free(got);
+    free(want);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+    CHECK_EQ(system(cmd), 0);
+}
+
 TEST_MAIN()
