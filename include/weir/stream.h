@@ -118,6 +118,10 @@ int weir_ctx_input(const weir_ctx *ctx);
  * "bad input %d", n);` reads naturally. */
 int weir_fail(weir_ctx *ctx, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The run's metrics registry (weir_run_opts.metrics), for a user function's
+ * own counters (register families once, in open()); NULL when the run has
+ * none. */
+struct weir_metrics *weir_ctx_metrics(const weir_ctx *ctx);
 /* The checkpoint this run restored from (0: none). */
 uint64_t weir_ctx_restored(const weir_ctx *ctx);
 /* A directory for the operator's own files (exactly-once sinks): the

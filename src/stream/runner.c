@@ -123,6 +123,11 @@ int weir_ctx_input(const weir_ctx *ctx)
     return ctx->side;
 }
 
+struct weir_metrics *weir_ctx_metrics(const weir_ctx *ctx)
+{
+    return ctx->st->r->o.metrics;
+}
+
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
 {
     if (len)

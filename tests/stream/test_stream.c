@@ -681,6 +681,24 @@ static double metric_sum(const char *text, const char *prefix)
     return sum;
 }
 
+/* A user function's own counter, in the run's registry. */
+static int count_even_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)arg;
+    weir_metrics *m = weir_ctx_metrics(ctx);
+    CHECK(m != NULL);
+    *state = weir_metrics_counter(m, "test_evens_total", "evens seen by the user function");
+    return *state ? 0 : -errno;
+}
+
+static int count_even(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx;
+    if (rec_i64(in) % 2 == 0)
+        weir_counter_inc(state);
+    return 0;
+}
+
 static intptr_t metrics_main(void *arg)
 {
     (void)arg;
@@ -688,10 +706,12 @@ static intptr_t metrics_main(void *arg)
     weir_job *j = weir_job_new("metrics");
     count_src cfg = {.n = 5000, .per_call = 100};
     weir_collector *c = weir_collector_new();
-    weir_stream *s = weir_job_source(j, "numbers", &count_def, &cfg);
-    s = weir_stream_rebalance(s);
+    weir_stream *numbers = weir_job_source(j, "numbers", &count_def, &cfg);
+    weir_stream *s = weir_stream_rebalance(numbers);
     s = weir_stream_filter(s, "even", is_even, NULL);
     CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    weir_op_def evens = {.open = count_even_open, .process = count_even};
+    CHECK_EQ(weir_stream_sink(weir_stream_rebalance(numbers), "evens", &evens, NULL), 0);
     CHECK_EQ(weir_job_run(j, &(weir_run_opts){.parallelism = 2, .metrics = m}), 0);
     weir_metrics_buf b = {0};
     CHECK_EQ(weir_metrics_render(m, &b), 0);
@@ -701,6 +721,7 @@ static intptr_t metrics_main(void *arg)
     CHECK(metric_sum(b.data, "weir_stream_records_out_total{operator=\"even\"") == 5000);
     CHECK(metric_sum(b.data, "weir_stream_records_in_total{operator=\"out\"") == 5000);
     CHECK(strstr(b.data, "weir_stream_watermark{operator=\"even\"") != NULL);
+    CHECK(strstr(b.data, "test_evens_total 5000") != NULL); /* the user's own counter */
     weir_metrics_buf_free(&b);
     weir_collector_free(c);
     weir_job_free(j);
