@@ -130,8 +130,9 @@ const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx);
 /* The latest checkpoint that completed in this run or was restored (0: none). */
 uint64_t weir_ctx_completed(const weir_ctx *ctx);
 
-/* Keyed operators: the current record's key (no alignment promised: copy
- * it out with memcpy to read it as a number). */
+/* Keyed operators: the current record's (or firing timer's) key - NULL
+ * outside one, e.g. in on_watermark or finish, where keyed state and timers
+ * are -EINVAL too. No alignment promised: memcpy it out to read a number. */
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
 
 /* Value state of the current key, by state name (up to 64 states per

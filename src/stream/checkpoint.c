@@ -146,6 +146,77 @@ static uint64_t latest_completed(const char *dir)
     return best;
 }
 
+/* Operators whose checkpointed data is per subtask index: sources that
+ * save a position, operators with two-phase-commit hooks. They must keep
+ * their parallelism across a restore (keyed state may change it). */
+static int fixed_par(const sop *o)
+{
+    return (o->kind == OP_SOURCE && o->src.snapshot) || o->def.pre_commit || o->def.commit;
+}
+
+/* chk-<id>/LAYOUT: "<parallelism> <fixed> <operator>" per operator. */
+static int write_layout(run *r, const char *dir)
+{
+    weir_job *j = r->j;
+    size_t cap = 256, len = 0;
+    char *buf = malloc(cap);
+    for (int i = 0; buf && i < j->nops; i++) {
+        size_t need = strlen(j->ops[i]->name) + 32;
+        if (len + need > cap) {
+            char *nb = realloc(buf, cap = (len + need) * 2);
+            if (!nb)
+                free(buf);
+            buf = nb;
+            if (!buf)
+                break;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, "%d %d %s\n", j->ops[i]->par,
+                                fixed_par(j->ops[i]), j->ops[i]->name);
+    }
+    if (!buf)
+        return -ENOMEM;
+    int e = write_atomic(dir, "LAYOUT", buf, len);
+    free(buf);
+    return e;
+}
+
+/* A restore refuses a source or a two-phase sink whose parallelism
+ * changed: their checkpointed data is per subtask. */
+static int check_layout(run *r)
+{
+    char dir[4096], path[4160];
+    chk_dir(r, r->restored, dir, sizeof(dir), 0);
+    snprintf(path, sizeof(path), "%s/LAYOUT", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int e = -errno;
+        weir__stream_fail(r->j, e, "restore: %s: %s", path, strerror(-e));
+        return e;
+    }
+    char line[512];
+    int e = 0;
+    while (!e && fgets(line, sizeof(line), f)) {
+        int par, fixed, off = 0;
+        if (sscanf(line, "%d %d %n", &par, &fixed, &off) != 2 || !off)
+            continue;
+        line[strcspn(line, "\n")] = '\0';
+        const char *name = line + off;
+        for (int i = 0; i < r->j->nops; i++) {
+            sop *o = r->j->ops[i];
+            if (strcmp(o->name, name) != 0 || !fixed || !fixed_par(o) || o->par == par)
+                continue;
+            e = -EINVAL;
+            weir__stream_fail(r->j, e,
+                              "restore from checkpoint %" PRIu64 ": \"%s\" ran on %d subtasks "
+                              "there and would run on %d now; a source that saves its position "
+                              "and an exactly-once sink must keep their parallelism",
+                              r->restored, name, par, o->par);
+        }
+    }
+    fclose(f);
+    return e;
+}
+
 int weir__ckpt_prepare(run *r)
 {
     atomic_store(&r->completed, 0);
@@ -160,6 +231,9 @@ int weir__ckpt_prepare(run *r)
     if (r->o.restore) {
         r->restored = r->id_base;
         atomic_store(&r->completed, r->restored);
+        int e = r->restored ? check_layout(r) : 0;
+        if (e)
+            return e;
     }
     if (r->o.checkpoint_interval_ms > 0 &&
         !(r->acks = weir_chan_new(sizeof(ckpt_ack), WEIR_CHAN_UNBOUNDED)))
@@ -247,9 +321,14 @@ int weir__ckpt_restore_subtask(subtask *st)
         struct dirent *de;
         int e = 0;
         while (!e && (de = readdir(d)) != NULL) {
-            const char *n = de->d_name, *dot = strrchr(n, '.');
-            if (strncmp(n, head->name, nl) != 0 || n[nl] != '.' || !dot ||
-                strcmp(dot, ".state") != 0 || dot == n + nl)
+            /* Exactly "<operator>.<digits>.state": not another operator
+             * whose name starts with this one's and a dot. */
+            const char *n = de->d_name, *q = n + nl + 1;
+            if (strncmp(n, head->name, nl) != 0 || n[nl] != '.' || *q < '0' || *q > '9')
+                continue;
+            while (*q >= '0' && *q <= '9')
+                q++;
+            if (strcmp(q, ".state") != 0)
                 continue;
             char path[4352];
             snprintf(path, sizeof(path), "%s/%s", dir, n);
@@ -313,7 +392,7 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     }
     if (!e)
         e = weir__stream_broadcast(st, IT_BARRIER, (int64_t)id);
-    if (e && e != -ECANCELED && !r->j->err)
+    if (e && e != -ECANCELED) /* (the first failure of the job wins) */
         weir__stream_fail(r->j, e, "checkpoint %" PRIu64 " in \"%s\" subtask %d: %s", id,
                           head->name, st->index, weir_strerror(e));
     ack(st, id, e);
@@ -424,6 +503,13 @@ intptr_t weir__ckpt_coordinator(void *arg)
         }
         if (failed)
             continue; /* the job is failing; the checkpoint is abandoned */
+        char cdir[4096];
+        chk_dir(r, id, cdir, sizeof(cdir), 1);
+        int le = write_layout(r, cdir);
+        if (le) {
+            weir__stream_fail(j, le, "writing %s/LAYOUT: %s", cdir, weir_strerror(le));
+            return le;
+        }
         char name[64], text[600];
         snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
         int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n", id, j->name);

@@ -18,7 +18,11 @@
  * have come before the commit). At the end of input the rest is committed
  * directly: the job succeeded. The committed files, read in order of
  * (subtask, id), are the output. A subtask keeps its index across a restore
- * (the sink's parallelism must not change).
+ * (the sink's parallelism must not change; a restore refuses a change).
+ * Files committed at the end of input by one subtask while the job as a
+ * whole then failed are removed by the restored run (their records come
+ * again from the rewound sources); a fresh run (no restore) starts the
+ * directory's part files over.
  *
  * Writes go through a 64 KiB buffer with write(2) (the page cache: quick);
  * the fsync of a pre-commit runs on the blocking pool, so a slow disk
@@ -108,6 +112,36 @@ static int seal(fsink *f, const char *kind, uint64_t id)
     return sync_dir(f);
 }
 
+/* Delete this subtask's committed files of checkpoints after `after`: a
+ * subtask that reached its end of input commits the rest of its output
+ * (fs_finish) before the job as a whole succeeded; if the job then failed
+ * and restarts from checkpoint `after`, those records come again. Files
+ * committed through a checkpoint are never after the restored one (it is
+ * the latest completed). */
+static int drop_finals_after(fsink *f, uint64_t after)
+{
+    DIR *d = opendir(f->dir);
+    if (!d)
+        return -errno;
+    char prefix[64];
+    int pl = snprintf(prefix, sizeof(prefix), "part-%d-", f->sub);
+    struct dirent *de;
+    int e = 0;
+    while (!e && (de = readdir(d)) != NULL) {
+        uint64_t id;
+        char extra;
+        if (strncmp(de->d_name, prefix, (size_t)pl) != 0 ||
+            sscanf(de->d_name + pl, "%" SCNu64 "%c", &id, &extra) != 1 || id <= after)
+            continue;
+        char path[4096];
+        name_of(f, path, sizeof(path), "final", id);
+        if (unlink(path) < 0)
+            e = -errno;
+    }
+    closedir(d);
+    return e;
+}
+
 /* Commit or drop this subtask's pending files: commit those up to `upto`
  * (all of them when drop_rest is 0), delete the others. */
 static int resolve(fsink *f, uint64_t upto, int drop_rest)
@@ -161,7 +195,9 @@ static int fs_open(weir_ctx *ctx, void *arg, void **state)
     char path[4096];
     name_of(f, path, sizeof(path), "inprogress", 0);
     unlink(path);
-    int e = resolve(f, restored, 1);
+    int e = drop_finals_after(f, restored);
+    if (!e)
+        e = resolve(f, restored, 1);
     if (e)
         return weir_fail(ctx, e, "resolving pending files in %s: %s", f->dir, weir_strerror(e));
     f->next_id = restored + 1;

@@ -88,6 +88,12 @@ static weir_stream *new_stream(weir_job *j, sop *from, int edge)
 
 static sop *new_op(weir_job *j, const char *name, int kind)
 {
+    /* Names become file names in checkpoints and labels in metrics. */
+    if (strchr(name, '/') || name[0] == '.' || strlen(name) > 200) {
+        build_fail(j, "operator name \"%.40s\": no '/', no leading '.', at most 200 bytes",
+                   name);
+        return NULL;
+    }
     for (int i = 0; i < j->nops; i++)
         if (strcmp(j->ops[i]->name, name) == 0) {
             build_fail(j, "two operators are named \"%s\": names must be unique", name);

@@ -59,6 +59,11 @@ static int64_t unord(uint64_t v)
     return (int64_t)(v ^ (UINT64_C(1) << 63));
 }
 
+static int64_t neg(int64_t v)
+{
+    return v == INT64_MIN ? INT64_MAX : -v;
+}
+
 static int64_t sat(int64_t a, int64_t b)
 {
     if (b > 0 && a > INT64_MAX - b)
@@ -153,7 +158,7 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     int e = weir__ns_put(ctx, "j", ns, 17, in->data, in->len);
     /* A right record at wm is not late, so a left record may go only once
      * ts + upper < wm (and a right one once ts - lower < wm). */
-    int64_t expire = side == 0 ? sat(in->ts, jn->upper) : sat(in->ts, -jn->lower);
+    int64_t expire = side == 0 ? sat(in->ts, jn->upper) : sat(in->ts, neg(jn->lower));
     expire = sat(expire, 1);
     if (!e && expire != INT64_MAX)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, expire);
@@ -165,8 +170,8 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
         h.lo = sat(in->ts, jn->lower);
         h.hi = sat(in->ts, jn->upper);
     } else {
-        h.lo = sat(in->ts, -jn->upper);
-        h.hi = sat(in->ts, -jn->lower);
+        h.lo = sat(in->ts, neg(jn->upper));
+        h.hi = sat(in->ts, neg(jn->lower));
     }
     e = weir__ns_scan(ctx, "j", interval_scan, &h);
     if (e > 0)
@@ -188,7 +193,7 @@ static int interval_timer(weir_ctx *ctx, join *jn, int64_t when)
     int e = 0;
     for (int side = 0; side < 2 && !e; side++) {
         hits h = {.side = side, .drop_upto = 1};
-        h.hi = sat(side == 0 ? sat(wm, -jn->upper) : sat(wm, jn->lower), -1);
+        h.hi = sat(side == 0 ? sat(wm, neg(jn->upper)) : sat(wm, jn->lower), -1);
         e = weir__ns_scan(ctx, "j", interval_scan, &h);
         if (e > 0)
             e = 0;
@@ -225,8 +230,10 @@ static int window_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     int64_t r = in->ts % slide;
     int64_t last = in->ts - (r < 0 ? r + slide : r);
     int any = 0;
-    for (int64_t start = last; start > in->ts - size; start -= slide) {
-        int64_t end = start + size;
+    int more = 1; /* 0 at the earliest window there can be */
+    for (int64_t start = last; more && sat(start, size) > in->ts; start -= more ? slide : 0) {
+        int64_t end = sat(start, size);
+        more = start >= INT64_MIN + slide;
         if (end - 1 <= wm)
             continue; /* that window has fired */
         any = 1;

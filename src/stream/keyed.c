@@ -68,8 +68,8 @@ static int reserve(weir_ctx *ctx, size_t need)
 /* [index][len][key][ns] into ctx->keybuf; 0 or a negative errno. */
 int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nslen, size_t *klen)
 {
-    if (!ctx->backend || !name)
-        return -EINVAL;
+    if (!ctx->backend || !ctx->has_key || !name)
+        return -EINVAL; /* keyed state needs a current key */
     int idx = -1;
     for (int i = 0; i < ctx->nstates; i++)
         if (strcmp(ctx->states[i], name) == 0) {
@@ -185,8 +185,8 @@ static int timer_key(weir_ctx *ctx, int domain, int64_t when, size_t *klen)
 
 int weir_timer_register(weir_ctx *ctx, int domain, int64_t when)
 {
-    if (!ctx || !ctx->backend || (domain != WEIR_TIME_EVENT && domain != WEIR_TIME_PROCESSING) ||
-        when == INT64_MAX)
+    if (!ctx || !ctx->backend || !ctx->has_key ||
+        (domain != WEIR_TIME_EVENT && domain != WEIR_TIME_PROCESSING) || when == INT64_MAX)
         return -EINVAL;
     size_t kl;
     int e = timer_key(ctx, domain, when, &kl);
@@ -203,7 +203,8 @@ int weir_timer_register(weir_ctx *ctx, int domain, int64_t when)
 
 int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when)
 {
-    if (!ctx || !ctx->backend || (domain != WEIR_TIME_EVENT && domain != WEIR_TIME_PROCESSING))
+    if (!ctx || !ctx->backend || !ctx->has_key ||
+        (domain != WEIR_TIME_EVENT && domain != WEIR_TIME_PROCESSING))
         return -EINVAL;
     size_t kl;
     int e = timer_key(ctx, domain, when, &kl);
@@ -290,12 +291,14 @@ int weir__timers_fire(subtask *st, int domain, int64_t upto)
         }
         c->key = p.key + 13;
         c->key_len = p.klen - 13;
+        c->has_key = 1;
         c->kg = kg;
         if (c->op->def.on_timer)
             e = c->op->def.on_timer(c, c->state, domain, p.when);
         free(p.raw);
         c->key = NULL;
         c->key_len = 0;
+        c->has_key = 0;
         if (e < 0)
             return e;
     }

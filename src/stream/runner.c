@@ -130,9 +130,10 @@ struct weir_metrics *weir_ctx_metrics(const weir_ctx *ctx)
 
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
 {
+    int k = ctx->backend && ctx->has_key;
     if (len)
-        *len = ctx->backend ? ctx->key_len : 0;
-    return ctx->backend ? ctx->key : NULL;
+        *len = k ? ctx->key_len : 0;
+    return k ? ctx->key : NULL;
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -371,7 +372,7 @@ static void recompute(subtask *st, int64_t now, int64_t idle_ns, int64_t *out, i
         in_state *in = &st->ins[i];
         if (in->eoi)
             continue;
-        in->idle = idle_ns > 0 && now - in->last > idle_ns;
+        in->idle = idle_ns > 0 && !in->blocked && now - in->last > idle_ns;
         if (in->idle)
             continue;
         counted++;
@@ -403,6 +404,7 @@ static int process_batch(subtask *st, in_state *in, batch *b)
             }
             c->key = k;
             c->key_len = kl;
+            c->has_key = 1;
             c->kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
         }
         if (head->def.admit) {
@@ -417,6 +419,11 @@ static int process_batch(subtask *st, in_state *in, batch *b)
         if ((e = head->def.process(c, c->state, &r)) < 0)
             e = op_error(c, e, "process");
     }
+    /* The key pointed into the batch, which is about to go: no current key
+     * outside a record (on_watermark, finish). */
+    c->key = NULL;
+    c->key_len = 0;
+    c->has_key = 0;
     return e;
 }
 
@@ -424,14 +431,21 @@ int weir_ctx_process(weir_ctx *ctx, const void *key, size_t len, const weir_rec 
 {
     if (!ctx || !in || (!key && len))
         return -EINVAL;
+    const void *pk = ctx->key;
+    size_t pl = ctx->key_len;
+    int ph = ctx->has_key, pg = ctx->kg;
     if (ctx->backend) {
         ctx->key = key;
         ctx->key_len = len;
+        ctx->has_key = 1;
         ctx->kg = weir_key_group(weir_key_hash(key, len), WEIR_KEY_GROUPS);
-        if (ctx->kg < ctx->backend->first_kg || ctx->kg >= ctx->backend->end_kg)
+        if (ctx->kg < ctx->backend->first_kg || ctx->kg >= ctx->backend->end_kg) {
+            ctx->key = pk, ctx->key_len = pl, ctx->has_key = ph, ctx->kg = pg;
             return -EINVAL;
+        }
     }
     int e = ctx->op->def.process(ctx, ctx->state, in);
+    ctx->key = pk, ctx->key_len = pl, ctx->has_key = ph, ctx->kg = pg;
     return e < 0 ? op_error(ctx, e, "process") : e;
 }
 
@@ -521,6 +535,7 @@ static int run_operator(subtask *st)
         }
         in_state *in = &st->ins[it.input];
         if (in->blocked) { /* aligned already: hold it until the snapshot */
+            in->last = weir_time_now(); /* it is not idle: it is held back */
             if ((e = weir__itemq_push(&in->stash, it)) < 0)
                 return e;
             continue;

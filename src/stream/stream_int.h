@@ -90,8 +90,9 @@ struct weir_ctx {
     weir_ctx *next; /* the next operator of the chain, NULL at its tail */
     void *state;
     /* keyed */
-    const void *key;
+    const void *key; /* the current key; valid while has_key */
     size_t key_len;
+    int has_key;     /* a record or timer of a key is being handled */
     weir_state_backend *backend;
     int kg;
     uint8_t *keybuf; /* [state index][key] composed here */

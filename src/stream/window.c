@@ -92,7 +92,12 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     size_t vlen;
     int e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen);
     weir_rec out = *in;
-    if (e == -ENOENT)
+    /* A new window needs its timers. So does any window after a restore:
+     * the watermark starts over from the minimum there, and a window that
+     * fired before the checkpoint (kept by its lateness) has no fire timer
+     * any more, though it has not "fired" for this run. Registering an
+     * existing timer again is an in-place overwrite. */
+    if (e == -ENOENT || weir_ctx_restored(ctx))
         timers = 1;
     if (e == 0) {
         weir_rec acc = {v, vlen, s.end - 1};
@@ -120,9 +125,9 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
         return e;
     if (s.end - 1 > wm && (e = weir_timer_register(ctx, WEIR_TIME_EVENT, s.end - 1)) < 0)
         return e;
-    if (w->w.allowed_lateness > 0)
-        e = weir_timer_register(ctx, WEIR_TIME_EVENT,
-                                sat_add(s.end - 1, w->w.allowed_lateness));
+    int64_t drop = sat_add(s.end - 1, w->w.allowed_lateness);
+    if (w->w.allowed_lateness > 0 && drop != INT64_MAX) /* else: kept to the end of input */
+        e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
     return e;
 }
 
@@ -139,14 +144,18 @@ static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
     int64_t wm = weir_ctx_watermark(ctx);
     int64_t last = in->ts - floor_mod(in->ts, slide);
     int any = 0, again = 0;
-    for (int64_t start = last; start > in->ts - size; start -= slide) {
-        span s = {start, start + size};
-        if (late_for(w, s, wm))
-            continue;
-        any = 1;
-        int e = fold(ctx, w, s, in, &again, 0);
-        if (e)
-            return e;
+    /* The windows [start, start + size) holding ts, latest first; saturated
+     * at the ends of the time range (a window cannot end past INT64_MAX). */
+    for (int64_t start = last; sat_add(start, size) > in->ts; start -= slide) {
+        span s = {start, sat_add(start, size)};
+        if (!late_for(w, s, wm)) {
+            any = 1;
+            int e = fold(ctx, w, s, in, &again, 0);
+            if (e)
+                return e;
+        }
+        if (start < INT64_MIN + slide)
+            break; /* the earliest window there can be */
     }
     return any ? 0 : weir_emit_side(ctx, in->data, in->len, in->ts);
 }
@@ -185,16 +194,16 @@ static int cmp_start(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* Drop a session merged into another. Its timers stay: a timer is one per
+ * key and time, and another session of the key may need the same time (its
+ * fire time may be this one's drop time); a timer with no window due finds
+ * nothing to do. */
 static int drop_window(weir_ctx *ctx, win *w, span s)
 {
+    (void)w;
     uint8_t ns[16];
     ns_of(s, ns);
-    int e = weir__ns_del(ctx, "w", ns, 16);
-    if (!e)
-        e = weir_timer_delete(ctx, WEIR_TIME_EVENT, s.end - 1);
-    if (!e && w->w.allowed_lateness > 0)
-        e = weir_timer_delete(ctx, WEIR_TIME_EVENT, sat_add(s.end - 1, w->w.allowed_lateness));
-    return e;
+    return weir__ns_del(ctx, "w", ns, 16);
 }
 
 static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)

@@ -609,6 +609,12 @@ static intptr_t graph_errors_main(void *arg)
     CHECK(strstr(weir_job_error(j), "use rebalance or key_by") != NULL);
     weir_collector_free(c);
     weir_job_free(j);
+    /* names become file names: no '/' */
+    j = weir_job_new("bad");
+    s = weir_job_source(j, "src", &count_def, &cfg);
+    CHECK(weir_stream_map(s, "a/b", times3, NULL) == NULL);
+    CHECK(strstr(weir_job_error(j), "no '/'") != NULL);
+    weir_job_free(j);
     /* bad options, empty job */
     j = weir_job_new("empty");
     CHECK_EQ(weir_job_run(j, NULL), -EINVAL);

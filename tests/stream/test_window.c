@@ -222,6 +222,37 @@ TEST(session_windows_merge)
     CHECK_EQ(on_runtime(session_main, NULL), 0);
 }
 
+/* A merge must not take timers another session of the key needs: with gap
+ * 3 and lateness 5, merging [10,13) into [10,14) leaves its drop time 17,
+ * which is [15,18)'s fire time. */
+static intptr_t session_timers_main(void *arg)
+{
+    (void)arg;
+    static const ev evs[] = {{1, 100, 10}, {1, 10, 15}, {1, 1, 11}};
+    script sc = {evs, 3, 0, 0};
+    weir_source_def sd = script_def(5);
+    weir_job *j = weir_job_new("sessions-timers");
+    weir_collector *c = weir_collector_new();
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "events", &sd, &sc), ev_key, NULL);
+    weir_window w = {.kind = WEIR_WINDOW_SESSION, .gap = 3, .allowed_lateness = 5};
+    s = weir_stream_window(s, "sess", &w, sum_values, NULL);
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    wres r[8];
+    int n = get_results(c, r, 8);
+    const wres *a = find(r, n, 1, 10, 0), *b = find(r, n, 1, 15, 0);
+    CHECK(a && a->end == 14 && a->sum == 101);
+    CHECK(b && b->end == 18 && b->sum == 10);
+    weir_collector_free(c);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(session_merge_keeps_other_sessions_timers)
+{
+    CHECK_EQ(on_runtime(session_timers_main, NULL), 0);
+}
+
 /* ---- lateness ---------------------------------------------------------------------------- */
 static intptr_t late_main(void *arg)
 {
@@ -364,8 +395,14 @@ static int wm_proc(weir_ctx *ctx, void *state, const weir_rec *in)
 
 static int wm_hook(weir_ctx *ctx, void *state, int64_t wm)
 {
-    (void)ctx;
     wm_seen *w = state;
+    /* Outside a record there is no current key: no keyed state, no timers. */
+    const void *v;
+    size_t n;
+    CHECK(weir_ctx_key(ctx, &n) == NULL);
+    CHECK_EQ(n, 0);
+    CHECK_EQ(weir_value_get(ctx, "x", &v, &n), -EINVAL);
+    CHECK_EQ(weir_timer_register(ctx, WEIR_TIME_EVENT, 5), -EINVAL);
     if (wm != WEIR_WATERMARK_MAX && wm > w->max_before_end)
         w->max_before_end = wm;
     return 0;
@@ -390,7 +427,9 @@ static intptr_t idle_main(void *arg)
     weir_op_def def = {.process = wm_proc, .on_watermark = wm_hook};
     weir_stream *parts[2] = {weir_job_source(j, "quiet", &sd, &sa),
                              weir_job_source(j, "busy", &sd, &sb)};
-    weir_stream *s = weir_stream_union(parts, 2);
+    weir_stream *both[2] = {weir_stream_key_by(parts[0], ev_key, NULL),
+                            weir_stream_key_by(parts[1], ev_key, NULL)};
+    weir_stream *s = weir_stream_union(both, 2); /* keyed: the hook checks keyed calls */
     CHECK_EQ(weir_stream_sink(s, "wm", &def, &w), 0);
     CHECK_EQ(weir_job_run(j, &(weir_run_opts){.idle_timeout_ms = idle_ms}), 0);
     if (idle_ms)
