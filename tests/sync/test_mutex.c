@@ -256,7 +256,9 @@ static intptr_t patient(void *arg)
         int64_t w = weir_time_now() - t0;
         if (w > patient_max_wait)
             patient_max_wait = w;
-        CHECK_GT(relock_rounds - rounds, 1); /* the re-locker barged meanwhile */
+        /* The re-locker barged meanwhile (at least once: on a loaded
+         * machine one round can take the whole 1 ms before the hand-over). */
+        CHECK_GE(relock_rounds - rounds, 1);
         weir_mutex_unlock(gm);
     }
     patient_done = 1;
