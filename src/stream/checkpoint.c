@@ -425,6 +425,23 @@ static int any_finished(run *r)
     return 0;
 }
 
+static void remove_chk(const char *path)
+{
+    DIR *sub = opendir(path);
+    if (sub) {
+        struct dirent *f;
+        while ((f = readdir(sub)) != NULL) {
+            if (f->d_name[0] == '.' && (!f->d_name[1] || !strcmp(f->d_name, "..")))
+                continue;
+            char fp[4608];
+            snprintf(fp, sizeof(fp), "%s/%s", path, f->d_name);
+            unlink(fp);
+        }
+        closedir(sub);
+    }
+    rmdir(path);
+}
+
 /* Remove checkpoints older than the `retain` latest, and their markers. */
 static void prune(run *r, uint64_t latest)
 {
@@ -445,19 +462,7 @@ static void prune(run *r, uint64_t latest)
             unlink(path);
         } else if (sscanf(de->d_name, "chk-%" SCNu64 "%c", &id, &extra) == 1 && id < keep_from) {
             snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
-            DIR *sub = opendir(path);
-            if (sub) {
-                struct dirent *f;
-                while ((f = readdir(sub)) != NULL) {
-                    if (f->d_name[0] == '.' && (!f->d_name[1] || !strcmp(f->d_name, "..")))
-                        continue;
-                    char fp[4608];
-                    snprintf(fp, sizeof(fp), "%s/%s", path, f->d_name);
-                    unlink(fp);
-                }
-                closedir(sub);
-            }
-            rmdir(path);
+            remove_chk(path);
         }
     }
     closedir(d);
@@ -534,6 +539,26 @@ void weir__ckpt_teardown(run *r)
 {
     if (r->acks)
         weir_chan_unref(r->acks);
+    /* Checkpoints this run started but never completed (a source ended,
+     * the job failed or was cancelled while one was under way) leave no
+     * directory behind: restores only ever use completed ones. */
+    if (!r->o.checkpoint_dir || r->o.checkpoint_interval_ms <= 0)
+        return;
+    uint64_t done = atomic_load(&r->completed);
+    DIR *d = opendir(r->o.checkpoint_dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t id;
+        char extra, path[4352];
+        if (sscanf(de->d_name, "chk-%" SCNu64 "%c", &id, &extra) == 1 && id > done &&
+            id > r->id_base) {
+            snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
+            remove_chk(path);
+        }
+    }
+    closedir(d);
 }
 
 uint64_t weir_ctx_restored(const weir_ctx *ctx)

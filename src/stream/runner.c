@@ -967,6 +967,7 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
         weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
         weir_scope_free(sc);
         teardown(&r);
+        weir__ckpt_teardown(&r);
         return j->err;
     }
     int next = 0;
