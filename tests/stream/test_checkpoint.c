@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
 
@@ -168,14 +169,8 @@ static intptr_t run_main(void *arg)
 
 static run_result run_job(const job_cfg *cfg)
 {
-    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
-    CHECK(rt != NULL);
     run_arg ra = {.cfg = *cfg};
-    weir_task *t =
-        weir_task_spawn(run_main, &ra, &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
-    CHECK(t != NULL);
-    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
-    weir_rt_free(rt);
+    test_run_on_rt(2, run_main, &ra);
     return ra.res;
 }
 
@@ -482,10 +477,7 @@ TEST(late_update_after_restore_fires)
     CHECK_GE(pid, 0);
     if (pid == 0) {
         job_cfg c = {.ckpt = ckpt, .out = out};
-        weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
-        weir_task *t = weir_task_spawn(late_restore_main, &c,
-                                       &(weir_spawn_opts){.rt = rt, .stack_size = 256 << 10});
-        weir_task_join(t, NULL, WEIR_FOREVER);
+        test_run_on_rt(2, late_restore_main, &c);
         _exit(0);
     }
     usleep(300 * 1000); /* 5 and 20 are in, [0,10) fired, checkpoints taken */
@@ -493,13 +485,7 @@ TEST(late_update_after_restore_fires)
     int st;
     waitpid(pid, &st, 0);
     job_cfg c = {.ckpt = ckpt, .out = out, .restore = 1};
-    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
-    weir_task *t = weir_task_spawn(late_restore_main, &c,
-                                   &(weir_spawn_opts){.rt = rt, .stack_size = 256 << 10});
-    intptr_t r = -1;
-    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
-    weir_rt_free(rt);
-    CHECK_EQ(r, 0);
+    CHECK_EQ(test_run_on_rt(2, late_restore_main, &c), 0);
     size_t n;
     char **lines = read_output(out, &n, 1);
     int refired = 0, later = 0;

@@ -13,20 +13,14 @@
 #include <string.h>
 
 #include "test.h"
+#include "test_rt.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
 
+/* Every job here runs on a two-thread runtime. */
 static intptr_t on_runtime(weir_task_fn fn, void *arg)
 {
-    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
-    CHECK(rt != NULL);
-    weir_task *t =
-        weir_task_spawn(fn, arg, &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
-    CHECK(t != NULL);
-    intptr_t r = -1;
-    CHECK_EQ(weir_task_join(t, &r, WEIR_FOREVER), 0);
-    weir_rt_free(rt);
-    return r;
+    return test_run_on_rt(2, fn, arg);
 }
 
 /* An event: key, value, timestamp. */
