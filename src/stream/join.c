@@ -35,42 +35,9 @@ typedef struct join {
     void *arg;
 } join;
 
-static void be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t ord(int64_t t)
-{
-    return (uint64_t)t ^ (UINT64_C(1) << 63);
-}
-
-static int64_t unord(uint64_t v)
-{
-    return (int64_t)(v ^ (UINT64_C(1) << 63));
-}
-
 static int64_t neg(int64_t v)
 {
     return v == INT64_MIN ? INT64_MAX : -v;
-}
-
-static int64_t sat(int64_t a, int64_t b)
-{
-    if (b > 0 && a > INT64_MAX - b)
-        return INT64_MAX;
-    if (b < 0 && a < INT64_MIN - b)
-        return INT64_MIN;
-    return a + b;
 }
 
 /* A copy of the buffered entries a scan found (the scan's views die with
@@ -134,7 +101,7 @@ static int interval_scan(void *arg, const void *nsv, size_t nslen, const void *v
         return -EBADMSG;
     if (ns[0] != h->side)
         return ns[0] > h->side; /* past the side: stop */
-    int64_t ts = unord(rd64(ns + 1));
+    int64_t ts = weir__get_time(ns + 1);
     if (ts > h->hi)
         return 1; /* ordered by time: nothing further matches */
     if (!h->drop_upto && ts < h->lo)
@@ -153,13 +120,13 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     /* Buffer it, with a timer to drop it once no partner can come. */
     uint8_t ns[17];
     ns[0] = (uint8_t)side;
-    be64(ns + 1, ord(in->ts));
-    be64(ns + 9, ++ctx->seq);
+    weir__put_time(ns + 1, in->ts);
+    weir__put_be64(ns + 9, ++ctx->seq);
     int e = weir__ns_put(ctx, "j", ns, 17, in->data, in->len);
     /* A right record at wm is not late, so a left record may go only once
      * ts + upper < wm (and a right one once ts - lower < wm). */
-    int64_t expire = side == 0 ? sat(in->ts, jn->upper) : sat(in->ts, neg(jn->lower));
-    expire = sat(expire, 1);
+    int64_t expire = side == 0 ? weir__sat_add(in->ts, jn->upper) : weir__sat_add(in->ts, neg(jn->lower));
+    expire = weir__sat_add(expire, 1);
     if (!e && expire != INT64_MAX)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, expire);
     if (e)
@@ -167,11 +134,11 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     /* Partners on the other side. */
     hits h = {.side = 1 - side};
     if (side == 0) {
-        h.lo = sat(in->ts, jn->lower);
-        h.hi = sat(in->ts, jn->upper);
+        h.lo = weir__sat_add(in->ts, jn->lower);
+        h.hi = weir__sat_add(in->ts, jn->upper);
     } else {
-        h.lo = sat(in->ts, neg(jn->upper));
-        h.hi = sat(in->ts, neg(jn->lower));
+        h.lo = weir__sat_add(in->ts, neg(jn->upper));
+        h.hi = weir__sat_add(in->ts, neg(jn->lower));
     }
     e = weir__ns_scan(ctx, "j", interval_scan, &h);
     if (e > 0)
@@ -193,7 +160,7 @@ static int interval_timer(weir_ctx *ctx, join *jn, int64_t when)
     int e = 0;
     for (int side = 0; side < 2 && !e; side++) {
         hits h = {.side = side, .drop_upto = 1};
-        h.hi = sat(side == 0 ? sat(wm, neg(jn->upper)) : sat(wm, jn->lower), -1);
+        h.hi = weir__sat_add(side == 0 ? weir__sat_add(wm, neg(jn->upper)) : weir__sat_add(wm, jn->lower), -1);
         e = weir__ns_scan(ctx, "j", interval_scan, &h);
         if (e > 0)
             e = 0;
@@ -231,18 +198,18 @@ static int window_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     int64_t last = in->ts - (r < 0 ? r + slide : r);
     int any = 0;
     int more = 1; /* 0 at the earliest window there can be */
-    for (int64_t start = last; more && sat(start, size) > in->ts; start -= more ? slide : 0) {
-        int64_t end = sat(start, size);
+    for (int64_t start = last; more && weir__sat_add(start, size) > in->ts; start -= more ? slide : 0) {
+        int64_t end = weir__sat_add(start, size);
         more = start >= INT64_MIN + slide;
         if (end - 1 <= wm)
             continue; /* that window has fired */
         any = 1;
         uint8_t ns[33];
-        be64(ns, ord(end));
-        be64(ns + 8, ord(start));
+        weir__put_time(ns, end);
+        weir__put_time(ns + 8, start);
         ns[16] = (uint8_t)side;
-        be64(ns + 17, ++ctx->seq);
-        be64(ns + 25, ord(in->ts));
+        weir__put_be64(ns + 17, ++ctx->seq);
+        weir__put_time(ns + 25, in->ts);
         int e = weir__ns_put(ctx, "j", ns, 33, in->data, in->len);
         if (!e)
             e = weir_timer_register(ctx, WEIR_TIME_EVENT, end - 1);
@@ -260,8 +227,8 @@ static int window_timer(weir_ctx *ctx, join *jn, int64_t when)
     int64_t end = when + 1;
     (void)slide;
     hits h = {.window = 1};
-    be64(h.win, ord(end));
-    be64(h.win + 8, ord(end - size));
+    weir__put_time(h.win, end);
+    weir__put_time(h.win + 8, end - size);
     int e = weir__ns_scan(ctx, "j", window_scan, &h);
     if (e > 0)
         e = 0;
@@ -271,8 +238,8 @@ static int window_timer(weir_ctx *ctx, join *jn, int64_t when)
         for (size_t k = 0; !e && k < h.n; k++) {
             if (h.v[k].ns[16] != 1)
                 continue;
-            weir_rec l = {h.v[i].data, h.v[i].len, unord(rd64(h.v[i].ns + 25))};
-            weir_rec rr = {h.v[k].data, h.v[k].len, unord(rd64(h.v[k].ns + 25))};
+            weir_rec l = {h.v[i].data, h.v[i].len, weir__get_time(h.v[i].ns + 25)};
+            weir_rec rr = {h.v[k].data, h.v[k].len, weir__get_time(h.v[k].ns + 25)};
             e = jn->fn(ctx, &l, &rr, jn->arg);
         }
     }

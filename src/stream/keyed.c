@@ -33,20 +33,6 @@
 #define TAG_EVENT 0xFFu
 #define TAG_PROC  0xFEu
 
-static void put_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static void put_be32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
@@ -163,11 +149,6 @@ int weir_value_clear(weir_ctx *ctx, const char *state)
 }
 
 /* ---- timers ------------------------------------------------------------------------------ */
-static uint64_t ordered(int64_t t)
-{
-    return (uint64_t)t ^ (UINT64_C(1) << 63);
-}
-
 /* [tag][time][len][key] of the current key into ctx->keybuf. */
 static int timer_key(weir_ctx *ctx, int domain, int64_t when, size_t *klen)
 {
@@ -175,7 +156,7 @@ static int timer_key(weir_ctx *ctx, int domain, int64_t when, size_t *klen)
     if (reserve(ctx, need) < 0)
         return -ENOMEM;
     ctx->keybuf[0] = domain == WEIR_TIME_EVENT ? TAG_EVENT : TAG_PROC;
-    put_be64(ctx->keybuf + 1, ordered(when));
+    weir__put_time(ctx->keybuf + 1, when);
     put_be32(ctx->keybuf + 9, (uint32_t)ctx->key_len);
     if (ctx->key_len)
         memcpy(ctx->keybuf + 13, ctx->key, ctx->key_len);
@@ -225,7 +206,7 @@ static int peek_fn(void *arg, const void *key, size_t klen, const void *val, siz
 {
     (void)val, (void)vlen;
     peek *p = arg;
-    p->when = (int64_t)(get_be64((const uint8_t *)key + 1) ^ (UINT64_C(1) << 63));
+    p->when = weir__get_time((const uint8_t *)key + 1);
     p->klen = klen;
     p->raw = malloc(klen + 3);
     if (!p->raw)
@@ -347,7 +328,7 @@ int weir_map_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *a
 int weir_list_add(weir_ctx *ctx, const char *state, const void *val, size_t len)
 {
     uint8_t pos[8];
-    put_be64(pos, ++ctx->seq);
+    weir__put_be64(pos, ++ctx->seq);
     return weir__ns_put(ctx, state, pos, 8, val, len);
 }
 

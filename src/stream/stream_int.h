@@ -237,6 +237,43 @@ int weir__stream_flush_all(subtask *st);
 int weir__stream_broadcast(subtask *st, int kind, int64_t v);
 
 
+/* Byte keys in keyed state: big-endian integers, and times with the sign
+ * bit flipped, so that byte order is numeric order (keyed.c, window.c,
+ * join.c). */
+static inline void weir__put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static inline uint64_t weir__get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static inline void weir__put_time(uint8_t *p, int64_t t)
+{
+    weir__put_be64(p, (uint64_t)t ^ (UINT64_C(1) << 63));
+}
+
+static inline int64_t weir__get_time(const uint8_t *p)
+{
+    return (int64_t)(weir__get_be64(p) ^ (UINT64_C(1) << 63));
+}
+
+/* a + b, saturated at the ends of the int64 range (event-time arithmetic). */
+static inline int64_t weir__sat_add(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return INT64_MAX;
+    if (b < 0 && a < INT64_MIN - b)
+        return INT64_MIN;
+    return a + b;
+}
+
 /* keyed.c: namespaced keyed state of the current key, and timers */
 int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nslen, size_t *klen);
 int weir__ns_get(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void **val,

@@ -31,13 +31,6 @@ typedef struct span {
     int64_t start, end;
 } span;
 
-static int64_t sat_add(int64_t a, int64_t b)
-{
-    if (b > 0 && a > INT64_MAX - b)
-        return INT64_MAX;
-    return a + b;
-}
-
 static int64_t floor_mod(int64_t a, int64_t m)
 {
     int64_t r = a % m;
@@ -46,21 +39,13 @@ static int64_t floor_mod(int64_t a, int64_t m)
 
 static void ns_of(span s, uint8_t ns[16])
 {
-    uint64_t e = (uint64_t)s.end ^ (UINT64_C(1) << 63), b = (uint64_t)s.start ^ (UINT64_C(1) << 63);
-    for (int i = 0; i < 8; i++) {
-        ns[i] = (uint8_t)(e >> (56 - 8 * i));
-        ns[8 + i] = (uint8_t)(b >> (56 - 8 * i));
-    }
+    weir__put_time(ns, s.end);
+    weir__put_time(ns + 8, s.start);
 }
 
 static span span_of(const uint8_t *ns)
 {
-    uint64_t e = 0, b = 0;
-    for (int i = 0; i < 8; i++) {
-        e = e << 8 | ns[i];
-        b = b << 8 | ns[8 + i];
-    }
-    return (span){(int64_t)(b ^ (UINT64_C(1) << 63)), (int64_t)(e ^ (UINT64_C(1) << 63))};
+    return (span){weir__get_time(ns + 8), weir__get_time(ns)};
 }
 
 /* Emit [start][end][bytes] at end - 1. */
@@ -125,7 +110,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
         return e;
     if (s.end - 1 > wm && (e = weir_timer_register(ctx, WEIR_TIME_EVENT, s.end - 1)) < 0)
         return e;
-    int64_t drop = sat_add(s.end - 1, w->w.allowed_lateness);
+    int64_t drop = weir__sat_add(s.end - 1, w->w.allowed_lateness);
     if (w->w.allowed_lateness > 0 && drop != INT64_MAX) /* else: kept to the end of input */
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
     return e;
@@ -133,7 +118,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
 
 static int late_for(const win *w, span s, int64_t wm)
 {
-    return sat_add(s.end - 1, w->w.allowed_lateness) <= wm;
+    return weir__sat_add(s.end - 1, w->w.allowed_lateness) <= wm;
 }
 
 /* ---- tumbling and hopping ------------------------------------------------------------------ */
@@ -146,8 +131,8 @@ static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
     int any = 0, again = 0;
     /* The windows [start, start + size) holding ts, latest first; saturated
      * at the ends of the time range (a window cannot end past INT64_MAX). */
-    for (int64_t start = last; sat_add(start, size) > in->ts; start -= slide) {
-        span s = {start, sat_add(start, size)};
+    for (int64_t start = last; weir__sat_add(start, size) > in->ts; start -= slide) {
+        span s = {start, weir__sat_add(start, size)};
         if (!late_for(w, s, wm)) {
             any = 1;
             int e = fold(ctx, w, s, in, &again, 0);
@@ -209,7 +194,7 @@ static int drop_window(weir_ctx *ctx, win *w, span s)
 static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
 {
     int64_t wm = weir_ctx_watermark(ctx);
-    span merged = {in->ts, sat_add(in->ts, w->w.gap)};
+    span merged = {in->ts, weir__sat_add(in->ts, w->w.gap)};
     sessions ss = {.probe = merged};
     int e = weir__ns_scan(ctx, "w", collect_overlap, &ss);
     for (int i = 0; !e && i < ss.n; i++) {
@@ -296,7 +281,7 @@ static int collect_due(void *arg, const void *ns, size_t nslen, const void *val,
         return -EBADMSG;
     span s = span_of(ns);
     int fire = s.end - 1 == d->t;
-    int drop = sat_add(s.end - 1, d->w->w.allowed_lateness) == d->t;
+    int drop = weir__sat_add(s.end - 1, d->w->w.allowed_lateness) == d->t;
     if (!fire && !drop)
         return 0;
     if (d->nfire == d->cap || d->ndrop == d->cap) {
