@@ -148,10 +148,10 @@ int weir_value_clear(weir_ctx *ctx, const char *state);
  * are valid until the next state call; the iteration callback returns
  * non-zero to stop (and that value is returned) and must not modify state.
  */
-int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
-                 const void **val, size_t *len);
-int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
-                 const void *val, size_t len);
+int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen, const void **val,
+                 size_t *len);
+int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen, const void *val,
+                 size_t len);
 int weir_map_delete(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen);
 typedef int (*weir_entry_fn)(void *arg, const void *ukey, size_t uklen, const void *val,
                              size_t len);
@@ -201,8 +201,7 @@ typedef struct weir_source_def {
     int (*restore)(weir_ctx *ctx, void *state, const void *buf, size_t len);
 } weir_source_def;
 
-weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def,
-                             void *arg);
+weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def, void *arg);
 
 /*
  * Lines of a file, or of a TCP connection, as records (without the line
@@ -315,8 +314,7 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
  * Window join: pairs in the same tumbling or hopping window (w.kind), emitted
  * when the window fires (the watermark reaches its end - 1).
  */
-typedef int (*weir_join_fn)(weir_ctx *ctx, const weir_rec *left, const weir_rec *right,
-                            void *arg);
+typedef int (*weir_join_fn)(weir_ctx *ctx, const weir_rec *left, const weir_rec *right, void *arg);
 weir_stream *weir_stream_interval_join(weir_stream *left, weir_stream *right, const char *name,
                                        int64_t lower, int64_t upper, weir_join_fn fn, void *arg);
 weir_stream *weir_stream_window_join(weir_stream *left, weir_stream *right, const char *name,
@@ -475,8 +473,8 @@ int weir_job_op_kind(const weir_job *j, int i);
  * e.g. for a progress line), or of the last run. */
 typedef struct weir_op_stats {
     uint64_t records_in, records_out;
-    int64_t watermark;          /* the lowest watermark among its subtasks at the end */
-    uint64_t backpressure_ns;   /* time its subtasks waited for credits */
+    int64_t watermark;        /* the lowest watermark among its subtasks at the end */
+    uint64_t backpressure_ns; /* time its subtasks waited for credits */
 } weir_op_stats;
 int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st);
 

@@ -82,12 +82,12 @@ typedef struct route {
     size_t nseg;
     weir_http_handler h;
     void *arg;
-    int dirfd;            /* ROUTE_STATIC */
+    int dirfd;              /* ROUTE_STATIC */
     struct weir_metrics *m; /* ROUTE_METRICS */
 } route;
 
 /* ---- metrics -------------------------------------------------------------------------- */
-static const char *const method_names[] = {"GET",    "HEAD",    "POST", "PUT",
+static const char *const method_names[] = {"GET",    "HEAD",    "POST",  "PUT",
                                            "DELETE", "OPTIONS", "PATCH", "other"};
 #define NMETHODS (sizeof(method_names) / sizeof(method_names[0]))
 static const char *const class_names[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
@@ -98,9 +98,9 @@ struct weir_http_server {
     char *token;
     size_t token_len;
     route *routes, **tail;
-    int started;           /* under lock */
-    _Atomic int stopping;  /* written under lock; read anywhere */
-    _Atomic long refs;     /* the owner's, each accept loop's, each connection's */
+    int started;          /* under lock */
+    _Atomic int stopping; /* written under lock; read anywhere */
+    _Atomic long refs;    /* the owner's, each accept loop's, each connection's */
     int nlisten;
     struct acceptor {
         weir_http_server *s;
@@ -124,9 +124,9 @@ struct weir_http_res {
     weir_http_buf hdr; /* the handler's header fields, serialized */
     int done;          /* an answer was given */
     int status;
-    int head_only;     /* HEAD request: head without the body */
-    int close;         /* answer with Connection: close and close */
-    int file_fd;       /* a static file to stream after the head, or -1 */
+    int head_only; /* HEAD request: head without the body */
+    int close;     /* answer with Connection: close and close */
+    int file_fd;   /* a static file to stream after the head, or -1 */
     uint64_t file_size;
 };
 
@@ -202,8 +202,8 @@ static size_t http_date(time_t t, char *out /* >= 30 */)
     struct tm tm;
     gmtime_r(&t, &tm);
     int n = snprintf(out, 30, "%.3s, %02d %.3s %04d %02d:%02d:%02d GMT", days + 3 * tm.tm_wday,
-                     tm.tm_mday, months + 3 * tm.tm_mon, tm.tm_year + 1900, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec);
+                     tm.tm_mday, months + 3 * tm.tm_mon, tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec);
     return n > 0 && n < 30 ? (size_t)n : 0;
 }
 
@@ -337,8 +337,8 @@ json_t *weir_http_req_json(const weir_http_req *r, char *err, size_t errcap)
         return NULL;
     }
     json_error_t e;
-    json_t *v = r ? json_loadb((const char *)r->body, r->body_len, JSON_REJECT_DUPLICATES, &e)
-                  : NULL;
+    json_t *v =
+        r ? json_loadb((const char *)r->body, r->body_len, JSON_REJECT_DUPLICATES, &e) : NULL;
     if (!v && err && errcap)
         snprintf(err, errcap, "request body is not JSON: %s (line %d, column %d)",
                  r ? e.text : "no request", r ? e.line : 0, r ? e.column : 0);
@@ -434,7 +434,8 @@ int weir_http_res_send(weir_http_res *r, int status, const char *content_type, c
 
 int weir_http_res_text(weir_http_res *r, int status, const char *text)
 {
-    return weir_http_res_send(r, status, "text/plain; charset=utf-8", text, text ? strlen(text) : 0);
+    return weir_http_res_send(r, status, "text/plain; charset=utf-8", text,
+                              text ? strlen(text) : 0);
 }
 
 static int send_json_text(weir_http_res *r, int status, char *text)
@@ -1036,9 +1037,9 @@ static void serve_static(conn *c, const route *r)
     }
     if (fd < 0) {
         int status = fd == -ENOENT || fd == -ENOTDIR || fd == -EXDEV || fd == -ELOOP ? 404
-                     : fd == -EACCES || fd == -EPERM                                   ? 403
-                     : fd == -ENAMETOOLONG                                            ? 414
-                                                                                      : 500;
+                     : fd == -EACCES || fd == -EPERM                                 ? 403
+                     : fd == -ENAMETOOLONG                                           ? 414
+                                                                                     : 500;
         answer_plain(c, status, status == 404 ? "not found" : strerror(-fd), 0);
         return;
     }
@@ -1134,7 +1135,8 @@ static void on_head(conn *c, int body_buffered)
         weir_counter_inc(s->m_req[method_index(p->method)]);
     /* origin-form "/p?q"; absolute-form "http://host/p?q"; "*" for OPTIONS. */
     const char *t = p->target.p, *end = t + p->target.len;
-    if (p->target.len > 7 && (strncasecmp(t, "http://", 7) == 0 || strncasecmp(t, "https://", 8) == 0)) {
+    if (p->target.len > 7 &&
+        (strncasecmp(t, "http://", 7) == 0 || strncasecmp(t, "https://", 8) == 0)) {
         const char *a = t + (lower(t[4]) == 's' ? 8 : 7), *sl = a;
         while (sl < end && *sl != '/' && *sl != '?')
             sl++;
@@ -1143,8 +1145,8 @@ static void on_head(conn *c, int body_buffered)
         } else { /* no path: "/" with whatever query follows */
             static const char root[] = "/";
             q->path = (weir_http_str){root, 1};
-            q->query = sl < end ? (weir_http_str){sl + 1, (size_t)(end - sl - 1)}
-                                : (weir_http_str){"", 0};
+            q->query =
+                sl < end ? (weir_http_str){sl + 1, (size_t)(end - sl - 1)} : (weir_http_str){"", 0};
             goto routed_path;
         }
     }
@@ -1375,7 +1377,7 @@ static void serve(conn *c)
             }
             deadline = 0;
             if (pos < have && only_crlf(c->rbuf + pos, have - pos))
-                pos = have; /* a stray CRLF is not a request */
+                pos = have;   /* a stray CRLF is not a request */
             if (pos < have) { /* a pipelined request follows */
                 phase = PHASE_HEAD;
                 if (s->m_dur)
@@ -1482,8 +1484,8 @@ static void reject(weir_http_server *s, int fd)
         /* A reference, not the waitgroup: stop() does not wait for these
          * (they end within a second), the server's memory stays for them. */
         atomic_fetch_add(&s->refs, 1);
-        weir_task *t = weir_task_spawn(reject_main, c,
-                                       &(weir_spawn_opts){.name = "http-reject", .stack_size = 16384});
+        weir_task *t = weir_task_spawn(
+            reject_main, c, &(weir_spawn_opts){.name = "http-reject", .stack_size = 16384});
         if (t) {
             weir_task_detach(t);
             return;
@@ -1605,8 +1607,8 @@ int weir_http_server_start(weir_http_server *s)
     for (i = 0; i < n; i++) {
         atomic_fetch_add(&s->refs, 1);
         weir_waitgroup_add(s->wg, 1);
-        weir_spawn_opts so = {.name = "http-accept", .pin = 1,
-                              .loop = rt ? weir_rt_loop(rt, i % threads) : NULL};
+        weir_spawn_opts so = {
+            .name = "http-accept", .pin = 1, .loop = rt ? weir_rt_loop(rt, i % threads) : NULL};
         s->acceptors[i] = weir_task_spawn(accept_main, &s->acc[i], &so);
         if (!s->acceptors[i]) {
             e = -errno;

@@ -418,8 +418,8 @@ int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len)
         uint64_t count = get_u64(p + pos + 4);
         pos += 12;
         if ((int64_t)kg <= last || kg >= end)
-            return weir__state_fail("snapshot: key group %u out of order or outside [%u, %u)",
-                                    kg, first, end);
+            return weir__state_fail("snapshot: key group %u out of order or outside [%u, %u)", kg,
+                                    first, end);
         last = kg;
         if (count > (body - pos) / 8)
             return weir__state_fail("snapshot: group %u claims %llu entries, more than fit", kg,

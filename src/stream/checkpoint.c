@@ -276,8 +276,7 @@ static int read_file(const char *path, uint8_t **buf, size_t *len)
 static void timers_recache(subtask *st)
 {
     for (int d = 0; d < 2; d++)
-        for (int g = 0; st->timer_first[d] && g < st->backend->end_kg - st->backend->first_kg;
-             g++)
+        for (int g = 0; st->timer_first[d] && g < st->backend->end_kg - st->backend->first_kg; g++)
             st->timer_first[d][g] = INT64_MIN; /* "maybe": firing re-reads the group */
 }
 
@@ -296,7 +295,8 @@ int weir__ckpt_restore_subtask(subtask *st)
         size_t len = 0;
         int e = read_file(path, &buf, &len);
         if (e) {
-            weir__stream_fail(r->j, e, "restore of \"%s\" subtask %d: %s: %s (a source must "
+            weir__stream_fail(r->j, e,
+                              "restore of \"%s\" subtask %d: %s: %s (a source must "
                               "keep its parallelism across a restore)",
                               head->name, st->index, path, weir_strerror(e));
             return e;
@@ -304,8 +304,10 @@ int weir__ckpt_restore_subtask(subtask *st)
         e = head->src.restore(&st->ctx[0], st->ctx[0].state, buf, len);
         free(buf);
         if (e < 0) {
-            weir__stream_fail(r->j, e, "source \"%s\" subtask %d refused its checkpointed "
-                              "position: %s", head->name, st->index, weir_strerror(e));
+            weir__stream_fail(r->j, e,
+                              "source \"%s\" subtask %d refused its checkpointed "
+                              "position: %s",
+                              head->name, st->index, weir_strerror(e));
             return e;
         }
     }
@@ -386,7 +388,8 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     for (int i = 0; !e && i < st->nops; i++) {
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.pre_commit && (e = c->op->def.pre_commit(c, c->state, id)) < 0)
-            weir__stream_fail(r->j, e, "operator \"%s\" (subtask %d): pre-commit of "
+            weir__stream_fail(r->j, e,
+                              "operator \"%s\" (subtask %d): pre-commit of "
                               "checkpoint %" PRIu64 " failed: %s",
                               c->op->name, st->index, id, weir_strerror(e));
     }
@@ -409,7 +412,8 @@ void weir__ckpt_maybe_commit(subtask *st)
         weir_ctx *x = &st->ctx[i];
         int e;
         if (x->op->def.commit && (e = x->op->def.commit(x, x->state, c)) < 0)
-            weir__stream_fail(st->r->j, e, "operator \"%s\" (subtask %d): commit of checkpoint "
+            weir__stream_fail(st->r->j, e,
+                              "operator \"%s\" (subtask %d): commit of checkpoint "
                               "%" PRIu64 " failed: %s",
                               x->op->name, st->index, c, weir_strerror(e));
     }

@@ -59,7 +59,7 @@ typedef struct lines {
     int fd;
     int64_t pos, end; /* file: next byte to read, end of our range (lines starting before it) */
     int64_t line_start;
-    uint8_t *buf;     /* unconsumed bytes: [0, len) */
+    uint8_t *buf; /* unconsumed bytes: [0, len) */
     size_t len, cap;
     int64_t lineno;
     int eof, skip_first;
@@ -77,9 +77,8 @@ static int lines_fill(lines *l)
         l->buf = b;
         l->cap = cap;
     }
-    ssize_t n = l->cfg->path
-                    ? weir_io_pread(l->fd, l->buf + l->len, CHUNK, l->pos, WEIR_FOREVER)
-                    : weir_io_recv(l->fd, l->buf + l->len, CHUNK, 0, WEIR_FOREVER);
+    ssize_t n = l->cfg->path ? weir_io_pread(l->fd, l->buf + l->len, CHUNK, l->pos, WEIR_FOREVER)
+                             : weir_io_recv(l->fd, l->buf + l->len, CHUNK, 0, WEIR_FOREVER);
     if (n < 0)
         return (int)n;
     if (n == 0)
@@ -131,8 +130,8 @@ static int lines_emit(weir_ctx *ctx, lines *l, const uint8_t *p, size_t n)
     if (n && p[n - 1] == '\r')
         n--; /* CRLF files */
     int64_t ts = l->cfg->o.timestamp ? l->cfg->o.timestamp((const char *)p, n, l->cfg->o.arg)
-                 : l->cfg->path       ? l->line_start
-                                      : weir_time_now();
+                 : l->cfg->path      ? l->line_start
+                                     : weir_time_now();
     l->lineno++;
     return weir_emit(ctx, p, n, ts);
 }
@@ -157,9 +156,9 @@ static int lines_next(weir_ctx *ctx, void *state)
                 return 0; /* hand over what we have before waiting for more */
             int e = lines_fill(l);
             if (e)
-                return e == -E2BIG ? weir_fail(ctx, e, "a line longer than %u bytes",
-                                               WEIR_MAX_RECORD)
-                                   : e;
+                return e == -E2BIG
+                           ? weir_fail(ctx, e, "a line longer than %u bytes", WEIR_MAX_RECORD)
+                           : e;
             continue;
         }
         size_t n = (size_t)(nl - l->buf);
@@ -248,8 +247,8 @@ weir_stream *weir_job_source_file(weir_job *j, const char *name, const char *pat
         return NULL;
     lines_cfg *cfg = path && *path ? cfg_new(path, NULL, o) : NULL;
     if (!cfg) {
-        weir__stream_fail(j, path && *path ? -ENOMEM : -EINVAL,
-                          "file source \"%s\" needs a path", name ? name : "?");
+        weir__stream_fail(j, path && *path ? -ENOMEM : -EINVAL, "file source \"%s\" needs a path",
+                          name ? name : "?");
         return NULL;
     }
     return lines_source(j, name, cfg);
@@ -393,8 +392,8 @@ static void text_close(void *state)
 
 int weir_stream_print(weir_stream *s, const char *name)
 {
-    weir_op_def def = {.open = text_open, .process = text_process, .finish = text_finish,
-                       .close = text_close};
+    weir_op_def def = {
+        .open = text_open, .process = text_process, .finish = text_finish, .close = text_close};
     return weir_stream_sink(s, name, &def, NULL);
 }
 
@@ -402,7 +401,7 @@ int weir_stream_text_sink(weir_stream *s, const char *name, const char *path)
 {
     if (!path || !*path)
         return -EINVAL;
-    weir_op_def def = {.open = text_open, .process = text_process, .finish = text_finish,
-                       .close = text_close};
+    weir_op_def def = {
+        .open = text_open, .process = text_process, .finish = text_finish, .close = text_close};
     return weir_stream_sink(s, name, &def, (void *)path);
 }

@@ -90,8 +90,7 @@ static sop *new_op(weir_job *j, const char *name, int kind)
 {
     /* Names become file names in checkpoints and labels in metrics. */
     if (strchr(name, '/') || name[0] == '.' || strlen(name) > 200) {
-        build_fail(j, "operator name \"%.40s\": no '/', no leading '.', at most 200 bytes",
-                   name);
+        build_fail(j, "operator name \"%.40s\": no '/', no leading '.', at most 200 bytes", name);
         return NULL;
     }
     for (int i = 0; i < j->nops; i++)
@@ -154,8 +153,7 @@ static int link_input(weir_stream *s, sop *o)
     for (int i = 0; i < o->ninputs; i++)
         hashed += o->inputs[i].edge == EDGE_HASH;
     if (hashed && hashed != o->ninputs) {
-        build_fail(j, "operator \"%s\": all of its inputs must be keyed (key_by) or none",
-                   o->name);
+        build_fail(j, "operator \"%s\": all of its inputs must be keyed (key_by) or none", o->name);
         return -EINVAL;
     }
     o->keyed = hashed > 0;
@@ -185,8 +183,7 @@ static weir_stream *add_op(weir_stream *s, const char *name, int kind, const wei
     return kind == OP_SINK ? s : new_stream(j, o, EDGE_FORWARD);
 }
 
-weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def,
-                             void *arg)
+weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_def *def, void *arg)
 {
     if (!j || j->err)
         return NULL;

@@ -53,15 +53,14 @@ typedef struct hit {
 typedef struct hits {
     hit *v;
     size_t n, cap;
-    int side;         /* interval: the side to collect */
-    int64_t lo, hi;   /* interval: ts range; window: (unused) */
-    uint8_t win[16];  /* window: [end][start] to collect */
+    int side;        /* interval: the side to collect */
+    int64_t lo, hi;  /* interval: ts range; window: (unused) */
+    uint8_t win[16]; /* window: [end][start] to collect */
     int window;
-    int drop_upto;    /* interval cleanup: collect every entry of side with ts <= hi */
+    int drop_upto; /* interval cleanup: collect every entry of side with ts <= hi */
 } hits;
 
-static int add_hit(hits *h, int64_t ts, const void *val, size_t vlen, const void *ns,
-                   size_t nslen)
+static int add_hit(hits *h, int64_t ts, const void *val, size_t vlen, const void *ns, size_t nslen)
 {
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 8;
@@ -125,7 +124,8 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     int e = weir__ns_put(ctx, "j", ns, 17, in->data, in->len);
     /* A right record at wm is not late, so a left record may go only once
      * ts + upper < wm (and a right one once ts - lower < wm). */
-    int64_t expire = side == 0 ? weir__sat_add(in->ts, jn->upper) : weir__sat_add(in->ts, neg(jn->lower));
+    int64_t expire =
+        side == 0 ? weir__sat_add(in->ts, jn->upper) : weir__sat_add(in->ts, neg(jn->lower));
     expire = weir__sat_add(expire, 1);
     if (!e && expire != INT64_MAX)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, expire);
@@ -160,7 +160,8 @@ static int interval_timer(weir_ctx *ctx, join *jn, int64_t when)
     int e = 0;
     for (int side = 0; side < 2 && !e; side++) {
         hits h = {.side = side, .drop_upto = 1};
-        h.hi = weir__sat_add(side == 0 ? weir__sat_add(wm, neg(jn->upper)) : weir__sat_add(wm, jn->lower), -1);
+        h.hi = weir__sat_add(
+            side == 0 ? weir__sat_add(wm, neg(jn->upper)) : weir__sat_add(wm, jn->lower), -1);
         e = weir__ns_scan(ctx, "j", interval_scan, &h);
         if (e > 0)
             e = 0;
@@ -171,7 +172,8 @@ static int interval_timer(weir_ctx *ctx, join *jn, int64_t when)
     return e;
 }
 
-/* ---- window join ------------------------------------------------------------------------------ */
+/* ---- window join ------------------------------------------------------------------------------
+ */
 static int window_scan(void *arg, const void *nsv, size_t nslen, const void *val, size_t vlen)
 {
     hits *h = arg;
@@ -198,7 +200,8 @@ static int window_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     int64_t last = in->ts - (r < 0 ? r + slide : r);
     int any = 0;
     int more = 1; /* 0 at the earliest window there can be */
-    for (int64_t start = last; more && weir__sat_add(start, size) > in->ts; start -= more ? slide : 0) {
+    for (int64_t start = last; more && weir__sat_add(start, size) > in->ts;
+         start -= more ? slide : 0) {
         int64_t end = weir__sat_add(start, size);
         more = start >= INT64_MIN + slide;
         if (end - 1 <= wm)

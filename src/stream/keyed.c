@@ -121,8 +121,7 @@ static int ns_scan_fn(void *arg, const void *key, size_t klen, const void *val, 
 }
 
 int weir__ns_scan(weir_ctx *ctx, const char *state,
-                  int (*fn)(void *arg, const void *ns, size_t nslen, const void *val,
-                            size_t vlen),
+                  int (*fn)(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen),
                   void *arg)
 {
     size_t kl;
@@ -299,14 +298,14 @@ int64_t weir__timers_next(subtask *st, int domain)
 }
 
 /* ---- map and list state ------------------------------------------------------------------ */
-int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
-                 const void **val, size_t *len)
+int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen, const void **val,
+                 size_t *len)
 {
     return weir__ns_get(ctx, state, ukey, uklen, val, len);
 }
 
-int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen,
-                 const void *val, size_t len)
+int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen, const void *val,
+                 size_t len)
 {
     return weir__ns_put(ctx, state, ukey, uklen, val, len);
 }

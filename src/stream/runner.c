@@ -222,12 +222,14 @@ static int route(subtask *st, sop *from, int tag, const void *data, size_t len, 
             size_t kl;
             weir_rec r = {data, len, ts};
             if ((e = o->key(&r, o->key_arg, &k, &kl)) < 0)
-                return weir__stream_fail(st->r->j, e, "key function of the edge out of \"%s\" "
-                                         "failed: %s", st->ops[st->nops - 1]->name,
-                                         weir_strerror(e)), e;
+                return weir__stream_fail(st->r->j, e,
+                                         "key function of the edge out of \"%s\" "
+                                         "failed: %s",
+                                         st->ops[st->nops - 1]->name, weir_strerror(e)),
+                       e;
             int kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
-            e = append(st, o->targets[weir_key_group_owner(kg, o->par, WEIR_KEY_GROUPS)], data,
-                       len, ts);
+            e = append(st, o->targets[weir_key_group_owner(kg, o->par, WEIR_KEY_GROUPS)], data, len,
+                       ts);
             break;
         }
         case EDGE_REBALANCE:
@@ -510,8 +512,8 @@ static int run_operator(subtask *st)
         if (e == -EAGAIN) {
             if ((e = weir__stream_flush_all(st)) < 0)
                 return e;
-            int64_t deadline = idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms)
-                                       : WEIR_FOREVER;
+            int64_t deadline =
+                idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms) : WEIR_FOREVER;
             int64_t proc = weir__timers_next(st, WEIR_TIME_PROCESSING);
             if (proc < deadline)
                 deadline = proc;
@@ -534,7 +536,7 @@ static int run_operator(subtask *st)
             continue;
         }
         in_state *in = &st->ins[it.input];
-        if (in->blocked) { /* aligned already: hold it until the snapshot */
+        if (in->blocked) {              /* aligned already: hold it until the snapshot */
             in->last = weir_time_now(); /* it is not idle: it is held back */
             if ((e = weir__itemq_push(&in->stash, it)) < 0)
                 return e;
@@ -664,8 +666,9 @@ static int metrics_child(run *r, weir_ctx *c, int subtask)
     weir_metric_family *fb =
         family(r, "weir_stream_backpressure_seconds_total",
                "Time a subtask waited for credits to send downstream", WEIR_METRIC_COUNTER);
-    weir_metric_family *fw = family(r, "weir_stream_watermark",
-                                    "The subtask's watermark (event-time units)", WEIR_METRIC_GAUGE);
+    weir_metric_family *fw =
+        family(r, "weir_stream_watermark", "The subtask's watermark (event-time units)",
+               WEIR_METRIC_GAUGE);
     weir_metric_family *fl =
         family(r, "weir_stream_watermark_lag",
                "Largest timestamp seen minus the watermark (event-time units)", WEIR_METRIC_GAUGE);
@@ -728,20 +731,18 @@ static int plan(run *r)
             fwd &= o->inputs[k].edge == EDGE_FORWARD;
         o->par = o->parallelism ? o->parallelism : fwd ? o->inputs[0].from->par : def;
         if (o->kind != OP_SOURCE && o->ninputs == 0)
-            return weir__stream_fail(j, -EINVAL, "operator \"%s\" has no input", o->name),
-                   -EINVAL;
+            return weir__stream_fail(j, -EINVAL, "operator \"%s\" has no input", o->name), -EINVAL;
         for (int k = 0; k < o->ninputs; k++)
             if (o->inputs[k].edge == EDGE_FORWARD && o->inputs[k].from->par != o->par)
                 return weir__stream_fail(j, -EINVAL,
                                          "forward edge \"%s\" -> \"%s\" joins parallelism %d "
                                          "to %d: use rebalance or key_by",
-                                         o->inputs[k].from->name, o->name,
-                                         o->inputs[k].from->par, o->par),
+                                         o->inputs[k].from->name, o->name, o->inputs[k].from->par,
+                                         o->par),
                        -EINVAL;
         sop *up = o->ninputs == 1 ? o->inputs[0].from : NULL;
         if (up && o->inputs[0].edge == EDGE_FORWARD && o->inputs[0].tag == 0 && up->nouts == 1 &&
-            up->par == o->par &&
-            up->kind != OP_SINK) {
+            up->par == o->par && up->kind != OP_SINK) {
             chain *c = &r->chains[up->chain];
             sop **ops = realloc(c->ops, (size_t)(c->nops + 1) * sizeof(*ops));
             if (!ops)
@@ -827,8 +828,8 @@ static int plan(run *r)
                     return -ENOMEM;
                 prod->outs = outs;
                 o = &prod->outs[prod->nouts++];
-                *o = (output){in->from, in->tag, in->edge, in->key, in->key_arg, c->par, NULL,
-                              (uint32_t)p};
+                *o = (output){in->from,    in->tag, in->edge, in->key,
+                              in->key_arg, c->par,  NULL,     (uint32_t)p};
                 if (!(o->targets = calloc((size_t)c->par, sizeof(channel *))))
                     return -ENOMEM;
                 for (int s = 0; s < c->par; s++) {
@@ -961,9 +962,9 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
     weir_task *coord = NULL;
     if (sc && r.acks &&
-        !(coord = weir_task_spawn(weir__ckpt_coordinator, &r,
-                                  &(weir_spawn_opts){.name = "checkpoints",
-                                                     .stack_size = 128u << 10}))) {
+        !(coord = weir_task_spawn(
+              weir__ckpt_coordinator, &r,
+              &(weir_spawn_opts){.name = "checkpoints", .stack_size = 128u << 10}))) {
         weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
         weir_scope_free(sc);
         teardown(&r);

@@ -43,14 +43,14 @@ struct sop {
     int ninputs;
     sop **outs; /* operators reading this one */
     int nouts;
-    int keyed;  /* inputs are hash edges */
+    int keyed; /* inputs are hash edges */
     /* Filled by the run. */
     int par;
-    int chain;         /* the chain (task) it runs in */
-    int chain_pos;     /* its place in that chain */
+    int chain;     /* the chain (task) it runs in */
+    int chain_pos; /* its place in that chain */
     _Atomic uint64_t records_in, records_out, backpressure_ns;
-    _Atomic int64_t watermark;  /* after a run: the lowest of its subtasks' */
-    _Atomic int64_t *sub_wm;    /* during a run: each subtask's, [par] */
+    _Atomic int64_t watermark; /* after a run: the lowest of its subtasks' */
+    _Atomic int64_t *sub_wm;   /* during a run: each subtask's, [par] */
     int sub_n;
 };
 
@@ -92,7 +92,7 @@ struct weir_ctx {
     /* keyed */
     const void *key; /* the current key; valid while has_key */
     size_t key_len;
-    int has_key;     /* a record or timer of a key is being handled */
+    int has_key; /* a record or timer of a key is being handled */
     weir_state_backend *backend;
     int kg;
     uint8_t *keybuf; /* [state index][key] composed here */
@@ -105,10 +105,11 @@ struct weir_ctx {
     struct weir_counter *m_in, *m_out, *m_bp;
     struct weir_gauge *m_wm, *m_lag;
     uint64_t in_pushed, out_pushed;
-    uint64_t seq;     /* a per-subtask sequence for buffered entries (joins, lists) */
+    uint64_t seq; /* a per-subtask sequence for buffered entries (joins, lists) */
 };
 
-/* ---- the running job (runner.c) ----------------------------------------------------------------------------- */
+/* ---- the running job (runner.c)
+ * ----------------------------------------------------------------------------- */
 typedef struct batch {
     uint32_t n, used, cap;
     int64_t ts[WEIR_BATCH_RECORDS];
@@ -209,8 +210,8 @@ struct run {
     channel **channels;
     int nchannels, chcap;
     /* checkpoints */
-    weir_chan *acks;               /* subtask -> coordinator: struct ckpt_ack */
-    _Atomic uint64_t completed;    /* the latest completed (or restored) checkpoint */
+    weir_chan *acks;            /* subtask -> coordinator: struct ckpt_ack */
+    _Atomic uint64_t completed; /* the latest completed (or restored) checkpoint */
     uint64_t restored;
     uint64_t id_base; /* checkpoints of this run are numbered after it */
     int nsubtasks;
@@ -222,8 +223,8 @@ typedef struct ckpt_ack {
 } ckpt_ack;
 
 /* checkpoint.c */
-int weir__ckpt_prepare(run *r);           /* find the checkpoint to restore, make the acks queue */
-int weir__ckpt_restore_subtask(subtask *st); /* after open: state, source position */
+int weir__ckpt_prepare(run *r); /* find the checkpoint to restore, make the acks queue */
+int weir__ckpt_restore_subtask(subtask *st);      /* after open: state, source position */
 int weir__ckpt_barrier(subtask *st, uint64_t id); /* snapshot, forward, ack */
 void weir__ckpt_maybe_commit(subtask *st);
 intptr_t weir__ckpt_coordinator(void *arg); /* the fiber that triggers and completes */
@@ -235,7 +236,6 @@ int weir__itemq_pop(itemq *q, item *it);
 int weir__stream_drain(subtask *st);
 int weir__stream_flush_all(subtask *st);
 int weir__stream_broadcast(subtask *st, int kind, int64_t v);
-
 
 /* Byte keys in keyed state: big-endian integers, and times with the sign
  * bit flipped, so that byte order is numeric order (keyed.c, window.c,
@@ -282,8 +282,7 @@ int weir__ns_put(weir_ctx *ctx, const char *state, const void *ns, size_t nslen,
                  size_t len);
 int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen);
 int weir__ns_scan(weir_ctx *ctx, const char *state,
-                  int (*fn)(void *arg, const void *ns, size_t nslen, const void *val,
-                            size_t vlen),
+                  int (*fn)(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen),
                   void *arg);
 int weir__timers_fire(subtask *st, int domain, int64_t upto);
 int64_t weir__timers_next(subtask *st, int domain);

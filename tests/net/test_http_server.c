@@ -217,8 +217,8 @@ typedef struct reply {
 } reply;
 
 /* Read one response; 0, or the error that ended it (-ECONNRESET: closed). */
-static int read_reply(int fd, weir_http_parser *p, char *buf, size_t cap, size_t *have,
-                      reply *out, int head_only)
+static int read_reply(int fd, weir_http_parser *p, char *buf, size_t cap, size_t *have, reply *out,
+                      int head_only)
 {
     memset(out, 0, sizeof(*out));
     if (head_only)
@@ -711,10 +711,11 @@ static void expect_refused(int port, const char *req, size_t len, int status)
 static intptr_t malformed_main(void *arg)
 {
     (void)arg;
-    weir_http_server_opts o = {.limits = {.max_body = 1024, .max_header_bytes = 4096, .max_start_line = 2048},
-                               .header_timeout_ms = 300,
-                               .body_timeout_ms = 300,
-                               .idle_timeout_ms = 400};
+    weir_http_server_opts o = {
+        .limits = {.max_body = 1024, .max_header_bytes = 4096, .max_start_line = 2048},
+        .header_timeout_ms = 300,
+        .body_timeout_ms = 300,
+        .idle_timeout_ms = 400};
     weir_http_server *s = make_server(&o);
     int port = weir_http_server_port(s);
     int runs = handler_runs;
@@ -859,8 +860,9 @@ static intptr_t auth_main(void *arg)
     CHECK_EQ(exchange(port, q, strlen(q), &r, NULL), 0);
     CHECK_EQ(r.status, 401);
     CHECK(strstr(r.head, "WWW-Authenticate: Bearer") != NULL);
-    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n"),
-             401);
+    CHECK_EQ(
+        get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n"),
+        401);
     CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                               "s3cret-token-and-more\r\n\r\n"),
              401);
@@ -879,7 +881,7 @@ static intptr_t auth_main(void *arg)
     CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: bearer  "
                               "s3cret-token\r\n\r\n"),
              200);
-    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* public */
+    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200);    /* public */
     CHECK_EQ(get_status(port, "OPTIONS /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 204); /* preflight */
     /* ... but an OPTIONS that would reach a handler needs the token. */
     int before = handler_runs;
@@ -993,19 +995,19 @@ static intptr_t static_main(void *arg)
         {"/assets/my%20file.txt", 200, "spaced", "text/plain"},
         {"/assets/in.js", 200, "console.log(1)", "text/javascript"},
         {"/assets/nope.js", 404, NULL, NULL},
-        {"/assets/nope", 404, NULL, NULL},                  /* no SPA on this mount */
-        {"/assets/../secret.txt", 404, NULL, NULL},         /* lexical */
-        {"/assets/%2e%2e/secret.txt", 404, NULL, NULL},     /* encoded */
+        {"/assets/nope", 404, NULL, NULL},              /* no SPA on this mount */
+        {"/assets/../secret.txt", 404, NULL, NULL},     /* lexical */
+        {"/assets/%2e%2e/secret.txt", 404, NULL, NULL}, /* encoded */
         {"/assets/sub/..%2f..%2fsecret.txt", 404, NULL, NULL},
-        {"/assets/out.txt", 404, NULL, NULL},               /* symlink out */
-        {"/assets/up/secret.txt", 404, NULL, NULL},         /* symlinked dir out */
+        {"/assets/out.txt", 404, NULL, NULL},       /* symlink out */
+        {"/assets/up/secret.txt", 404, NULL, NULL}, /* symlinked dir out */
         {"/assets/a%00b", 400, NULL, NULL},
-        {"/assets/.env", 404, NULL, NULL},                  /* hidden files */
+        {"/assets/.env", 404, NULL, NULL}, /* hidden files */
         {"/assets/sub/.hidden", 404, NULL, NULL},
         {"/assets/%zz", 400, NULL, NULL},
-        {"/api/ping", 200, "Hello, World!", NULL},         /* earlier route wins */
+        {"/api/ping", 200, "Hello, World!", NULL},               /* earlier route wins */
         {"/deep/link/route", 200, "<h1>home</h1>", "text/html"}, /* SPA fallback */
-        {"/missing.png", 404, NULL, NULL},                  /* asset with extension */
+        {"/missing.png", 404, NULL, NULL},                       /* asset with extension */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char q[256];
@@ -1029,12 +1031,14 @@ static intptr_t static_main(void *arg)
     CHECK(strstr(r.head, "Content-Length: 14\n") != NULL);
     CHECK(strstr(r.head, "Last-Modified: ") != NULL);
     CHECK_EQ(r.body_len, 0);
-    CHECK_EQ(get_status(port, "POST /assets/app.js HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
-             405);
+    CHECK_EQ(
+        get_status(port, "POST /assets/app.js HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+        405);
 
     /* A big file, streamed, then the connection goes on. */
     int fd = connect_to(port);
-    q = "GET /assets/big.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /assets/app.js HTTP/1.1\r\nHost: x\r\n\r\n";
+    q = "GET /assets/big.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /assets/app.js HTTP/1.1\r\nHost: "
+        "x\r\n\r\n";
     CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
     weir_http_parser p;
     weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
@@ -1368,8 +1372,8 @@ static intptr_t mt_client_main(void *arg)
             break;
         if (read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0) != 0)
             break;
-        m->ok += r.status == 200 &&
-                 strcmp(r.body, i % 2 ? "{\"id\":\"77\",\"post\":\"\"}" : "hi") == 0;
+        m->ok +=
+            r.status == 200 && strcmp(r.body, i % 2 ? "{\"id\":\"77\",\"post\":\"\"}" : "hi") == 0;
     }
     weir_http_parser_close(&p);
     weir_io_close(fd);
@@ -1403,8 +1407,8 @@ TEST(two_thread_runtime)
 {
     weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
     CHECK(rt != NULL);
-    weir_task *t = weir_task_spawn(mt_main, NULL,
-                                   &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
+    weir_task *t =
+        weir_task_spawn(mt_main, NULL, &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024});
     CHECK(t != NULL);
     CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
     weir_rt_free(rt);

@@ -132,8 +132,8 @@ TEST(memory_point_ops_and_scans)
     CHECK_EQ(n, 0);
 
     /* Ordered prefix scans (map entries of one key, windows of one key). */
-    const char *keys[] = {"user/2/x", "user/10/a", "user/1/b", "user/1/a", "user/1", "user/",
-                          "usea", "user/1/a/deeper", "v"};
+    const char *keys[] = {"user/2/x", "user/10/a", "user/1/b",        "user/1/a", "user/1",
+                          "user/",    "usea",      "user/1/a/deeper", "v"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         CHECK_EQ(put_str(b, 15, keys[i], "x"), 0);
     collect c = {0};
@@ -157,7 +157,7 @@ TEST(memory_point_ops_and_scans)
     CHECK_EQ(c.n, 0);
 
     /* Bounds. */
-    CHECK_EQ(put_str(b, 9, "a", "x"), -EINVAL);  /* not our group */
+    CHECK_EQ(put_str(b, 9, "a", "x"), -EINVAL); /* not our group */
     CHECK_EQ(put_str(b, 20, "a", "x"), -EINVAL);
     CHECK_EQ(weir_state_put(b, 10, NULL, 3, "x", 1), -EINVAL);
     CHECK_EQ(weir_state_put(b, 10, "a", 1, NULL, 1), -EINVAL);
@@ -435,9 +435,9 @@ TEST(lying_lengths_are_refused)
         uint8_t v;
         const char *why;
     } lies[] = {
-        {39, 0xff, "more than fit"},   /* count 255 */
-        {35, 9, "out of order"},       /* group 9 >= end 4 */
-        {47, 0xf0, "exceeds"},         /* key length 0xf0 */
+        {39, 0xff, "more than fit"}, /* count 255 */
+        {35, 9, "out of order"},     /* group 9 >= end 4 */
+        {47, 0xf0, "exceeds"},       /* key length 0xf0 */
     };
     for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
         uint8_t copy[256];

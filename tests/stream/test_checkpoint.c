@@ -25,9 +25,9 @@
 
 /* ---- the job: counter -> key_by(v % 13) -> count -> "k=K n=N" -> file sink ------------------ */
 typedef struct job_cfg {
-    int64_t n;         /* records per source subtask */
+    int64_t n; /* records per source subtask */
     int src_par, count_par;
-    int64_t sleep_us;  /* per 100 records */
+    int64_t sleep_us; /* per 100 records */
     const char *ckpt, *out;
     int64_t interval_ms;
     int restore;
@@ -145,8 +145,11 @@ static intptr_t run_main(void *arg)
     run_arg *ra = arg;
     job_cfg *cfg = &ra->cfg;
     weir_job *j = weir_job_new("ckpt-test");
-    weir_source_def sd = {.open = ctr_open, .next = ctr_next, .close = free,
-                          .max_out_of_orderness = 0, .snapshot = ctr_snapshot,
+    weir_source_def sd = {.open = ctr_open,
+                          .next = ctr_next,
+                          .close = free,
+                          .max_out_of_orderness = 0,
+                          .snapshot = ctr_snapshot,
                           .restore = ctr_restore};
     weir_stream *s = weir_stream_parallelism(weir_job_source(j, "counter", &sd, cfg), cfg->src_par);
     s = weir_stream_map(s, "one", to_one, NULL);
@@ -303,13 +306,18 @@ TEST(checkpoints_complete_and_are_pruned)
     setup();
     char ckpt[128], out[128];
     dirs(ckpt, out, "run");
-    job_cfg cfg = {.n = 20000, .src_par = 2, .count_par = 2, .sleep_us = 1000, .ckpt = ckpt,
-                   .out = out, .interval_ms = 20};
+    job_cfg cfg = {.n = 20000,
+                   .src_par = 2,
+                   .count_par = 2,
+                   .sleep_us = 1000,
+                   .ckpt = ckpt,
+                   .out = out,
+                   .interval_ms = 20};
     run_result r = run_job(&cfg);
     if (r.err)
         fprintf(stderr, "%s\n", r.error);
     CHECK_EQ(r.err, 0);
-    CHECK_GE(r.ck.completed, 3); /* ~200 ms of input, a checkpoint every 20 ms */
+    CHECK_GE(r.ck.completed, 3);                    /* ~200 ms of input, a checkpoint every 20 ms */
     CHECK_EQ(count_entries(ckpt, "COMPLETED-"), 1); /* retain 1 */
     CHECK_EQ(count_entries(ckpt, "chk-"), 1);
     check_exact(out, cfg.n, cfg.src_par);
@@ -340,8 +348,13 @@ TEST(restore_into_another_parallelism)
     pid_t pid = fork();
     CHECK_GE(pid, 0);
     if (pid == 0) {
-        job_cfg cfg = {.n = 20000, .src_par = 2, .count_par = 2, .sleep_us = 1000, .ckpt = ckpt,
-                       .out = out, .interval_ms = 20};
+        job_cfg cfg = {.n = 20000,
+                       .src_par = 2,
+                       .count_par = 2,
+                       .sleep_us = 1000,
+                       .ckpt = ckpt,
+                       .out = out,
+                       .interval_ms = 20};
         run_job(&cfg);
         _exit(0);
     }
@@ -352,8 +365,13 @@ TEST(restore_into_another_parallelism)
     CHECK(WIFSIGNALED(st));
     CHECK_GE(count_entries(ckpt, "COMPLETED-"), 1);
     /* A source that saves positions cannot change its parallelism. */
-    job_cfg wrong = {.n = 20000, .src_par = 3, .count_par = 3, .ckpt = ckpt, .out = out,
-                     .interval_ms = 20, .restore = 1};
+    job_cfg wrong = {.n = 20000,
+                     .src_par = 3,
+                     .count_par = 3,
+                     .ckpt = ckpt,
+                     .out = out,
+                     .interval_ms = 20,
+                     .restore = 1};
     run_result rw = run_job(&wrong);
     CHECK_EQ(rw.err, -EINVAL);
     CHECK(strstr(rw.error, "\"counter\" ran on 2 subtasks") != NULL);
@@ -365,8 +383,14 @@ TEST(restore_into_another_parallelism)
     CHECK(ff != NULL);
     fputs("k=0 n=424242\n", ff);
     fclose(ff);
-    job_cfg cfg = {.n = 20000, .src_par = 2, .count_par = 3, .sleep_us = 0, .ckpt = ckpt,
-                   .out = out, .interval_ms = 20, .restore = 1};
+    job_cfg cfg = {.n = 20000,
+                   .src_par = 2,
+                   .count_par = 3,
+                   .sleep_us = 0,
+                   .ckpt = ckpt,
+                   .out = out,
+                   .interval_ms = 20,
+                   .restore = 1};
     run_result r = run_job(&cfg);
     if (r.err)
         fprintf(stderr, "%s\n", r.error);
@@ -441,8 +465,8 @@ static int to_sum_line(weir_ctx *ctx, const weir_rec *in, void *arg)
     memcpy(&h, in->data, sizeof(h));
     memcpy(r, (const uint8_t *)in->data + sizeof(h), 16);
     char line[64];
-    int n = snprintf(line, sizeof(line), "[%lld,%lld) %lld", (long long)h.start,
-                     (long long)h.end, (long long)r[0]);
+    int n = snprintf(line, sizeof(line), "[%lld,%lld) %lld", (long long)h.start, (long long)h.end,
+                     (long long)r[0]);
     return weir_emit(ctx, line, (size_t)n, in->ts);
 }
 
@@ -450,8 +474,11 @@ static intptr_t late_restore_main(void *arg)
 {
     const job_cfg *cfg = arg;
     weir_job *j = weir_job_new("late-restore");
-    weir_source_def sd = {.open = ls_open, .next = ls_next, .close = free,
-                          .max_out_of_orderness = 0, .snapshot = ls_snap,
+    weir_source_def sd = {.open = ls_open,
+                          .next = ls_next,
+                          .close = free,
+                          .max_out_of_orderness = 0,
+                          .snapshot = ls_snap,
                           .restore = ls_restore};
     weir_stream *s = weir_job_source(j, "src", &sd, NULL);
     s = weir_stream_key_by(s, key16, NULL); /* the key: the second 8 bytes */
@@ -460,8 +487,8 @@ static intptr_t late_restore_main(void *arg)
     s = weir_stream_map(s, "line", to_sum_line, NULL);
     CHECK_EQ(weir_stream_file_sink(s, "out", cfg->out), 0);
     int e = weir_job_run(j, &(weir_run_opts){.checkpoint_dir = cfg->ckpt,
-                                              .checkpoint_interval_ms = 20,
-                                              .restore = cfg->restore});
+                                             .checkpoint_interval_ms = 20,
+                                             .restore = cfg->restore});
     if (e)
         fprintf(stderr, "%s\n", weir_job_error(j));
     weir_job_free(j);
@@ -504,8 +531,13 @@ TEST(crash_and_restore_is_exactly_once)
     setup();
     char ckpt[128], out[128];
     dirs(ckpt, out, "crash");
-    job_cfg cfg = {.n = 40000, .src_par = 2, .count_par = 2, .sleep_us = 1000, .ckpt = ckpt,
-                   .out = out, .interval_ms = 15};
+    job_cfg cfg = {.n = 40000,
+                   .src_par = 2,
+                   .count_par = 2,
+                   .sleep_us = 1000,
+                   .ckpt = ckpt,
+                   .out = out,
+                   .interval_ms = 15};
     unsigned seed = (unsigned)getpid();
     int kills = 0;
     for (int round = 0; round < 4; round++) {
@@ -544,8 +576,13 @@ TEST(damaged_checkpoint_is_refused)
     pid_t pid = fork();
     CHECK_GE(pid, 0);
     if (pid == 0) {
-        job_cfg cfg = {.n = 20000, .src_par = 1, .count_par = 1, .sleep_us = 1000, .ckpt = ckpt,
-                       .out = out, .interval_ms = 20};
+        job_cfg cfg = {.n = 20000,
+                       .src_par = 1,
+                       .count_par = 1,
+                       .sleep_us = 1000,
+                       .ckpt = ckpt,
+                       .out = out,
+                       .interval_ms = 20};
         run_job(&cfg);
         _exit(0);
     }
@@ -563,8 +600,13 @@ TEST(damaged_checkpoint_is_refused)
              "printf 'X' | dd of=\"$f\" bs=1 seek=40 conv=notrunc 2>/dev/null",
              ckpt, ckpt);
     CHECK_EQ(system(cmd), 0);
-    job_cfg cfg = {.n = 20000, .src_par = 1, .count_par = 1, .ckpt = ckpt, .out = out,
-                   .interval_ms = 20, .restore = 1};
+    job_cfg cfg = {.n = 20000,
+                   .src_par = 1,
+                   .count_par = 1,
+                   .ckpt = ckpt,
+                   .out = out,
+                   .interval_ms = 20,
+                   .restore = 1};
     run_result r = run_job(&cfg);
     CHECK_EQ(r.err, -EBADMSG);
     CHECK(strstr(r.error, "count") != NULL);

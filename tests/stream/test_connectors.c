@@ -124,8 +124,8 @@ static intptr_t crash_main(void *arg)
     s = weir_stream_map(s, "slow", slow_identity, NULL);
     CHECK_EQ(weir_stream_file_sink(s, "out", cc->out), 0);
     int e = weir_job_run(j, &(weir_run_opts){.checkpoint_dir = cc->ckpt,
-                                              .checkpoint_interval_ms = 10,
-                                              .restore = cc->restore});
+                                             .checkpoint_interval_ms = 10,
+                                             .restore = cc->restore});
     if (e)
         fprintf(stderr, "%s\n", weir_job_error(j));
     weir_job_free(j);
@@ -276,8 +276,9 @@ static intptr_t sinks_main(void *arg)
     weir_job_free(j);
     /* The copy has the same lines (CRs dropped, a newline at the end). */
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "tr -d '\\r' < %s | diff -q - %s >/dev/null || "
-                               "{ tr -d '\\r' < %s; echo; } | diff -q - %s >/dev/null",
+    snprintf(cmd, sizeof(cmd),
+             "tr -d '\\r' < %s | diff -q - %s >/dev/null || "
+             "{ tr -d '\\r' < %s; echo; } | diff -q - %s >/dev/null",
              in, out, in, out);
     CHECK_EQ(system(cmd), 0);
     j = weir_job_new("print");

@@ -110,8 +110,8 @@ static intptr_t join_main(void *arg)
     join_case *jc = arg;
     side_cfg L = {.n = 3000, .keys = 3, .step = 10, .jitter = 30, .seed = 1};
     side_cfg R = {.n = 2000, .keys = 3, .step = 15, .jitter = 30, .seed = 7};
-    weir_source_def sd = {.open = side_open, .next = side_next, .close = free,
-                          .max_out_of_orderness = 30};
+    weir_source_def sd = {
+        .open = side_open, .next = side_next, .close = free, .max_out_of_orderness = 30};
     weir_job *j = weir_job_new("join");
     weir_stream *l = weir_stream_parallelism(weir_job_source(j, "left", &sd, &L), 1);
     weir_stream *r = weir_stream_parallelism(weir_job_source(j, "right", &sd, &R), 1);
@@ -144,9 +144,8 @@ static intptr_t join_main(void *arg)
             ev b = make_ev(&R, k);
             if (a.key != b.key)
                 continue;
-            int match = jc->window
-                            ? (a.ts - (a.ts % jc->size)) == (b.ts - (b.ts % jc->size))
-                            : b.ts >= a.ts + jc->lower && b.ts <= a.ts + jc->upper;
+            int match = jc->window ? (a.ts - (a.ts % jc->size)) == (b.ts - (b.ts % jc->size))
+                                   : b.ts >= a.ts + jc->lower && b.ts <= a.ts + jc->upper;
             if (!match)
                 continue;
             if (n == cap)
@@ -213,11 +212,11 @@ static int late_open(weir_ctx *ctx, void *arg, void **state)
 static intptr_t late_join_main(void *arg)
 {
     (void)arg;
-    weir_source_def sd = {.open = late_open, .next = late_next, .close = free,
-                          .max_out_of_orderness = 0};
+    weir_source_def sd = {
+        .open = late_open, .next = late_next, .close = free, .max_out_of_orderness = 0};
     side_cfg R = {.n = 10, .keys = 1, .step = 50, .jitter = 0, .seed = 3};
-    weir_source_def rd = {.open = side_open, .next = side_next, .close = free,
-                          .max_out_of_orderness = 0};
+    weir_source_def rd = {
+        .open = side_open, .next = side_next, .close = free, .max_out_of_orderness = 0};
     weir_job *j = weir_job_new("late-join");
     weir_stream *l = weir_stream_key_by(weir_job_source(j, "left", &sd, NULL), ev_key, NULL);
     weir_stream *r = weir_stream_key_by(weir_job_source(j, "right", &rd, &R), ev_key, NULL);
@@ -363,8 +362,8 @@ static intptr_t state_main(void *arg)
 {
     (void)arg;
     side_cfg S = {.n = 80, .keys = 4, .step = 1, .jitter = 0, .seed = 0, .mod_keys = 1};
-    weir_source_def sd = {.open = side_open, .next = side_next, .close = free,
-                          .max_out_of_orderness = 0};
+    weir_source_def sd = {
+        .open = side_open, .next = side_next, .close = free, .max_out_of_orderness = 0};
     weir_job *j = weir_job_new("state");
     weir_stream *s = weir_stream_key_by(
         weir_stream_parallelism(weir_job_source(j, "src", &sd, &S), 1), ev_key, NULL);
@@ -373,11 +372,10 @@ static intptr_t state_main(void *arg)
     weir_collector *ca = weir_collector_new();
     CHECK_EQ(weir_stream_collect(avg, "avg-out", ca), 0);
     weir_op_def ml = {.process = map_list_first, .on_timer = map_list_timer};
-    weir_stream *m = weir_stream_process(weir_stream_key_by(
-                                             weir_stream_parallelism(
-                                                 weir_job_source(j, "src2", &sd, &S), 1),
-                                             ev_key, NULL),
-                                         "maplist", &ml, NULL);
+    weir_stream *m = weir_stream_process(
+        weir_stream_key_by(weir_stream_parallelism(weir_job_source(j, "src2", &sd, &S), 1), ev_key,
+                           NULL),
+        "maplist", &ml, NULL);
     weir_collector *cm = weir_collector_new();
     CHECK_EQ(weir_stream_collect(m, "ml-out", cm), 0);
     int e = weir_job_run(j, &(weir_run_opts){.parallelism = 2});

@@ -29,8 +29,8 @@ static intptr_t on_runtime(weir_task_fn fn, void *arg)
 
 /* ---- a counting source: int64 values 0..n-1, timestamp = value --------------------------- */
 typedef struct count_src {
-    int64_t n;          /* per subtask; < 0: unbounded */
-    int64_t per_call;   /* records per next() */
+    int64_t n;        /* per subtask; < 0: unbounded */
+    int64_t per_call; /* records per next() */
     _Atomic int64_t *emitted;
 } count_src;
 
@@ -132,8 +132,8 @@ TEST(chained_stateless_operators)
 }
 
 /* ---- word count --------------------------------------------------------------------------- */
-static const char *const words[] = {"weir", "stream", "key", "group", "batch", "credit",
-                                    "watermark", "timer", "window", "state", "fiber", "ring"};
+static const char *const words[] = {"weir",      "stream", "key",    "group", "batch", "credit",
+                                    "watermark", "timer",  "window", "state", "fiber", "ring"};
 #define NWORDS (sizeof(words) / sizeof(words[0]))
 
 typedef struct line_state {
@@ -448,8 +448,8 @@ static intptr_t watermark_main(void *arg)
     (void)arg;
     weir_job *j = weir_job_new("watermarks");
     count_src slow = {.n = 1000, .per_call = 10}, fast = {.n = 5000, .per_call = 1000};
-    weir_source_def ooo = {.open = count_open, .next = ooo_next, .close = free,
-                           .max_out_of_orderness = 9};
+    weir_source_def ooo = {
+        .open = count_open, .next = ooo_next, .close = free, .max_out_of_orderness = 9};
     wm_log w = {.last_wm = WEIR_WATERMARK_MIN};
     weir_op_def logger = {.process = wm_process, .on_watermark = wm_advance};
     weir_stream *parts[2] = {weir_job_source(j, "ooo", &ooo, &slow),
@@ -460,8 +460,8 @@ static intptr_t watermark_main(void *arg)
     CHECK_EQ(weir_stream_collect(s, "out", c), 0);
     CHECK_EQ(weir_job_run(j, NULL), 0);
     CHECK_EQ(weir_collector_count(c), 6000);
-    CHECK_EQ(w.late, 0);                  /* bound 9 covers blocks of 10 reversed */
-    CHECK_EQ(w.max_seen, 1);              /* end of input: once, last */
+    CHECK_EQ(w.late, 0);     /* bound 9 covers blocks of 10 reversed */
+    CHECK_EQ(w.max_seen, 1); /* end of input: once, last */
     CHECK_EQ(w.last_wm, WEIR_WATERMARK_MAX);
     CHECK_GT(w.advances, 2);
     weir_op_stats st;

@@ -68,8 +68,8 @@ static int script_next(weir_ctx *ctx, void *state)
 
 static weir_source_def script_def(int64_t ooo)
 {
-    return (weir_source_def){.open = script_open, .next = script_next, .close = free,
-                             .max_out_of_orderness = ooo};
+    return (weir_source_def){
+        .open = script_open, .next = script_next, .close = free, .max_out_of_orderness = ooo};
 }
 
 static int ev_key(const weir_rec *in, void *arg, const void **key, size_t *len)
@@ -181,7 +181,7 @@ static intptr_t session_main(void *arg)
     (void)arg;
     /* key 1: 0, 40, then 20 bridges them (out of order, within the bound);
      * key 2: 0, 10, 20 one session; 200 a second one. */
-    static const ev evs[] = {{1, 1, 0},  {2, 1, 0},  {1, 1, 40}, {2, 1, 10},
+    static const ev evs[] = {{1, 1, 0},  {2, 1, 0},  {1, 1, 40},  {2, 1, 10},
                              {1, 1, 20}, {2, 1, 20}, {2, 1, 200}, {1, 1, 300}};
     script sc = {evs, 8, 0, 0};
     weir_source_def sd = script_def(30);
@@ -348,7 +348,7 @@ static intptr_t timers_main(void *arg)
 {
     (void)arg;
     /* Keys 1..5 ask for timers at times out of order. */
-    static const ev evs[] = {{3, 50, 1}, {1, 30, 2}, {5, 10, 3}, {2, 40, 4},
+    static const ev evs[] = {{3, 50, 1}, {1, 30, 2}, {5, 10, 3},  {2, 40, 4},
                              {4, 20, 5}, {1, 35, 6}, {9, 1000, 7}};
     script sc = {evs, 7, 60, 0};
     weir_source_def sd = script_def(0);
@@ -546,8 +546,8 @@ static intptr_t seam_main(void *arg)
     weir_source_def sd = script_def(0);
     weir_job *j = weir_job_new("seam");
     held h = {.n = 0};
-    weir_op_def def = {.process = held_process, .on_timer = held_timer, .admit = held_admit,
-                       .drain = held_drain};
+    weir_op_def def = {
+        .process = held_process, .on_timer = held_timer, .admit = held_admit, .drain = held_drain};
     weir_stream *s = weir_stream_key_by(weir_job_source(j, "events", &sd, &sc), ev_key, NULL);
     s = weir_stream_process(s, "counted", &def, &h);
     weir_collector *c = weir_collector_new();
