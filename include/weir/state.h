@@ -94,6 +94,16 @@ typedef int (*weir_state_scan_fn)(void *arg, const void *key, size_t klen, const
  * error (val NULL). The view is valid during the call only. */
 typedef void (*weir_state_get_cb)(void *arg, int err, const void *val, size_t vlen);
 
+/* An entry handed to a capture beside the backend's own (see
+ * weir_state_capture_with). */
+typedef struct weir_state_entry {
+    int kg;
+    const void *key;
+    size_t klen;
+    const void *val;
+    size_t vlen;
+} weir_state_entry;
+
 typedef struct weir_state_backend_ops {
     const char *name;
     int (*get)(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
@@ -107,7 +117,9 @@ typedef struct weir_state_backend_ops {
      * then calls get). */
     int (*get_async)(weir_state_backend *b, int kg, const void *key, size_t klen,
                      weir_state_get_cb cb, void *arg);
-    int (*capture)(weir_state_backend *b, uint64_t checkpoint_id, weir_state_snapshot **out);
+    /* extra: n entries, checked sorted and in range, to merge in. */
+    int (*capture)(weir_state_backend *b, uint64_t checkpoint_id, const weir_state_entry *extra,
+                   size_t n, weir_state_snapshot **out);
     int (*restore)(weir_state_backend *b, const char *path);
     size_t (*entries)(weir_state_backend *b, int kg);
     void (*free)(weir_state_backend *b);
@@ -148,6 +160,13 @@ void weir_state_backend_free(weir_state_backend *b);
  * barrier phase: on the owning task, synchronous). The backend may be
  * mutated freely afterwards; the snapshot does not change. */
 int weir_state_capture(weir_state_backend *b, uint64_t checkpoint_id, weir_state_snapshot **out);
+/* The same, with n more entries merged into the snapshot as if they were
+ * the backend's: tables kept outside the backend that must move with their
+ * key groups (the stream runner's timers). They must be sorted by group,
+ * then key bytes, lie in the backend's groups, and not repeat each other's
+ * or the backend's keys: -EINVAL otherwise (nothing captured). */
+int weir_state_capture_with(weir_state_backend *b, uint64_t checkpoint_id,
+                            const weir_state_entry *extra, size_t n, weir_state_snapshot **out);
 /* Write the snapshot durably to path (temp file, fsync, rename, fsync of
  * the directory). Any thread. 0 or a negative errno. */
 int weir_state_persist(const weir_state_snapshot *s, const char *path);

@@ -63,14 +63,7 @@ static const uint8_t *key_of(const node *n)
     return (const uint8_t *)&n->next[n->level];
 }
 
-static int cmp(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
-{
-    size_t n = an < bn ? an : bn;
-    int c = n ? memcmp(a, b, n) : 0; /* (an empty key may come as NULL) */
-    if (c)
-        return c;
-    return an < bn ? -1 : an > bn;
-}
+#define cmp weir__key_cmp
 
 static group *group_of(mem_backend *m, int kg)
 {
@@ -281,20 +274,40 @@ static void group_clear(group *g)
     memset(g, 0, sizeof(*g));
 }
 
-static int mem_capture(weir_state_backend *b, uint64_t id, weir_state_snapshot **out)
+/* Each group's list merged with the extra entries of the group (both in
+ * key order; a key in both is refused). */
+static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *extra, size_t nx,
+                       weir_state_snapshot **out)
 {
     mem_backend *m = (mem_backend *)b;
     weir_state_snapshot *s = malloc(sizeof(*s));
     if (!s)
         return -ENOMEM;
     weir__snap_init(s, id, b->ngroups, b->first_kg, b->end_kg);
+    size_t x = 0;
     for (int kg = b->first_kg; kg < b->end_kg && !s->err; kg++) {
         group *g = group_of(m, kg);
-        if (!g->count)
+        size_t xe = x;
+        while (xe < nx && extra[xe].kg == kg)
+            xe++;
+        if (!g->count && x == xe)
             continue;
-        weir__snap_group(s, kg, g->count);
-        for (node *n = g->head[0]; n; n = n->next[0])
-            weir__snap_entry(s, key_of(n), n->klen, n->val, n->vlen);
+        weir__snap_group(s, kg, g->count + (xe - x));
+        node *n = g->head[0];
+        while (n || x < xe) {
+            int c = !n ? 1 : x == xe ? -1 : cmp(key_of(n), n->klen, extra[x].key, extra[x].klen);
+            if (c == 0) {
+                s->err = -EINVAL; /* the extra key is the backend's too */
+                break;
+            }
+            if (c < 0) {
+                weir__snap_entry(s, key_of(n), n->klen, n->val, n->vlen);
+                n = n->next[0];
+            } else {
+                weir__snap_entry(s, extra[x].key, extra[x].klen, extra[x].val, extra[x].vlen);
+                x++;
+            }
+        }
     }
     if (s->err) {
         int e = s->err;

@@ -161,9 +161,34 @@ void weir_state_backend_free(weir_state_backend *b)
 
 int weir_state_capture(weir_state_backend *b, uint64_t checkpoint_id, weir_state_snapshot **out)
 {
-    if (!b || !out)
+    return weir_state_capture_with(b, checkpoint_id, NULL, 0, out);
+}
+
+int weir__key_cmp(const void *a, size_t an, const void *b, size_t bn)
+{
+    size_t n = an < bn ? an : bn;
+    int c = n ? memcmp(a, b, n) : 0; /* (an empty key may come as NULL) */
+    if (c)
+        return c;
+    return an < bn ? -1 : an > bn;
+}
+
+int weir_state_capture_with(weir_state_backend *b, uint64_t checkpoint_id,
+                            const weir_state_entry *extra, size_t n, weir_state_snapshot **out)
+{
+    if (!b || !out || (n && !extra))
         return -EINVAL;
-    return b->ops->capture(b, checkpoint_id, out);
+    for (size_t i = 0; i < n; i++) {
+        const weir_state_entry *x = &extra[i];
+        if (x->kg < b->first_kg || x->kg >= b->end_kg || (x->klen && !x->key) ||
+            (x->vlen && !x->val) || x->klen > WEIR_STATE_MAX_KEY ||
+            x->vlen > WEIR_STATE_MAX_VALUE)
+            return -EINVAL;
+        if (i && (x[-1].kg > x->kg ||
+                  (x[-1].kg == x->kg && weir__key_cmp(x[-1].key, x[-1].klen, x->key, x->klen) >= 0)))
+            return -EINVAL; /* not sorted, or a key twice */
+    }
+    return b->ops->capture(b, checkpoint_id, extra, n, out);
 }
 
 int weir_state_restore(weir_state_backend *b, const char *path)

@@ -25,6 +25,9 @@ void weir__snap_group(weir_state_snapshot *s, int kg, uint64_t count);
 void weir__snap_entry(weir_state_snapshot *s, const void *key, size_t klen, const void *val,
                       size_t vlen);
 
+/* Byte order of keys: memcmp, then the shorter first. */
+int weir__key_cmp(const void *a, size_t an, const void *b, size_t bn);
+
 /* Reading a whole file image (checksum included), checked before use. */
 typedef struct weir__snap_reader {
     const uint8_t *p;

@@ -272,14 +272,6 @@ static int read_file(const char *path, uint8_t **buf, size_t *len)
     return 0;
 }
 
-/* Rebuild the timer caches after keyed state was restored. */
-static void timers_recache(subtask *st)
-{
-    for (int d = 0; d < 2; d++)
-        for (int g = 0; st->timer_first[d] && g < st->backend->end_kg - st->backend->first_kg; g++)
-            st->timer_first[d][g] = INT64_MIN; /* "maybe": firing re-reads the group */
-}
-
 int weir__ckpt_restore_subtask(subtask *st)
 {
     run *r = st->r;
@@ -339,9 +331,11 @@ int weir__ckpt_restore_subtask(subtask *st)
                                   e == -EBADMSG ? weir_state_strerror() : weir_strerror(e));
         }
         closedir(d);
+        if (!e && (e = weir__timers_load(st)) < 0)
+            weir__stream_fail(r->j, e, "restore of \"%s\": the timers in %s: %s", head->name, dir,
+                              weir_strerror(e));
         if (e)
             return e;
-        timers_recache(st);
     }
     st->committed = r->restored;
     st->last_barrier = r->restored;
@@ -378,7 +372,7 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     }
     if (!e && st->backend) {
         weir_state_snapshot *snap;
-        if ((e = weir_state_capture(st->backend, id, &snap)) == 0) {
+        if ((e = weir__timers_capture(st, id, &snap)) == 0) {
             char path[4352];
             snprintf(path, sizeof(path), "%s/%s.%d.state", dir, head->name, st->index);
             e = weir_state_persist(snap, path);

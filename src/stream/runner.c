@@ -803,12 +803,6 @@ static int plan(run *r)
                 if (!(st->backend = weir_state_memory_new(WEIR_KEY_GROUPS, first, end)))
                     return -ENOMEM;
                 st->ctx[0].backend = st->backend;
-                for (int d = 0; d < 2; d++) {
-                    if (!(st->timer_first[d] = malloc((size_t)(end - first) * sizeof(int64_t))))
-                        return -ENOMEM;
-                    for (int g = 0; g < end - first; g++)
-                        st->timer_first[d][g] = INT64_MAX;
-                }
             }
         }
     }
@@ -893,8 +887,8 @@ static void teardown(run *r)
             for (int k = 0; k < st->nouts; k++)
                 free(st->outs[k].targets);
             weir_state_backend_free(st->backend);
-            free(st->timer_first[0]);
-            free(st->timer_first[1]);
+            weir__timers_free(&st->timers[0]);
+            weir__timers_free(&st->timers[1]);
             free(st->outs);
             free(st->ins);
             free(st->ctx);

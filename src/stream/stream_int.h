@@ -169,6 +169,25 @@ typedef struct in_state {
 
 typedef struct run run;
 
+/* One timer: a key's time in a domain (timers.c). */
+typedef struct weir__timer {
+    int64_t when;
+    uint64_t seq;  /* registration number: the order among equal times */
+    uint64_t hash; /* of (when, key) */
+    size_t pos;    /* in the heap */
+    uint32_t klen;
+    int kg;
+    _Alignas(16) uint8_t key[];
+} weir__timer;
+
+typedef struct weir__timers {
+    weir__timer **heap; /* min-heap by (when, seq) */
+    size_t n, hcap;
+    weir__timer **set; /* by (when, key): open addressing, at most half full */
+    size_t scap;
+    uint64_t seq;
+} weir__timers;
+
 struct subtask {
     run *r;
     int index, par;
@@ -183,7 +202,7 @@ struct subtask {
     int64_t wm, max_ts;
     int source;
     weir_state_backend *backend;
-    int64_t *timer_first[2]; /* per group of the backend: earliest timer (keyed.c) */
+    weir__timers timers[2]; /* by domain (timers.c) */
     uint64_t bp_ns;
     /* checkpoints (checkpoint.c) */
     _Atomic uint64_t barrier_req; /* sources: the checkpoint to start */
@@ -246,6 +265,17 @@ static inline void weir__put_be64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (56 - 8 * i));
 }
 
+static inline void weir__put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+    p[3] = (uint8_t)v;
+}
+
+static inline uint32_t weir__get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 static inline uint64_t weir__get_be64(const uint8_t *p)
 {
     uint64_t v = 0;
@@ -284,8 +314,16 @@ int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
 int weir__ns_scan(weir_ctx *ctx, const char *state,
                   int (*fn)(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen),
                   void *arg);
+/* Timers (timers.c). */
+int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64_t when);
+int weir__timer_del(weir__timers *t, const void *key, size_t klen, int64_t when);
+void weir__timers_free(weir__timers *t);
 int weir__timers_fire(subtask *st, int domain, int64_t upto);
 int64_t weir__timers_next(subtask *st, int domain);
+/* Checkpoints: capture the backend with the timers as entries of their
+ * groups; after a restore, move them out of the backend into the heaps. */
+int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out);
+int weir__timers_load(subtask *st);
 
 /* runner.c, for graph.c's built-in operators */
 void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)

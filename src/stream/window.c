@@ -25,7 +25,13 @@ typedef struct win {
     weir_window w;
     weir_reduce_fn fn;
     void *arg;
+    int panes; /* hopping windows kept per slide (see the top) */
 } win;
+
+/* Records with timestamps in [PANE_LO, PANE_HI] go to panes: none of their
+ * windows reaches the ends of the time range, so no arithmetic saturates. */
+#define PANE_LO (INT64_MIN / 2)
+#define PANE_HI (INT64_MAX / 2)
 
 typedef struct span {
     int64_t start, end;
@@ -66,6 +72,32 @@ static int emit_result(weir_ctx *ctx, span s, const void *val, size_t len)
     return e;
 }
 
+/* Emit the window s if it is stored (a timer of a key with no window due
+ * finds nothing). */
+static int fire_window(weir_ctx *ctx, span s)
+{
+    uint8_t ns[16];
+    ns_of(s, ns);
+    const void *v;
+    size_t vlen;
+    int e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen);
+    if (e == -ENOENT)
+        return 0;
+    return e ? e : emit_result(ctx, s, v, vlen);
+}
+
+/* Drop a window's state. (A session merged into another keeps its timers:
+ * a timer is one per key and time, and another session of the key may
+ * need the same time; a timer with no window due finds nothing to do.) */
+static int drop_window(weir_ctx *ctx, span s)
+{
+    uint8_t ns[16];
+    ns_of(s, ns);
+    return weir__ns_del(ctx, "w", ns, 16);
+}
+
+static int fire_panes(weir_ctx *ctx, const win *w, span s);
+
 /* Fold in into the window's value (absent: in itself) and store it. The
  * window's timers are registered when it is made (or always, `timers`:
  * a merged session is a new window under a value already stored). */
@@ -101,7 +133,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     e = weir__ns_put(ctx, "w", ns, 16, copy, out.len);
     int64_t wm = weir_ctx_watermark(ctx);
     if (!e && s.end - 1 <= wm) { /* already fired: a late update fires again */
-        e = emit_result(ctx, s, copy, out.len);
+        e = w->panes ? fire_panes(ctx, w, s) : emit_result(ctx, s, copy, out.len);
         *fired_again = 1;
     }
     if (copy != small)
@@ -121,9 +153,148 @@ static int late_for(const win *w, span s, int64_t wm)
     return weir__sat_add(s.end - 1, w->w.allowed_lateness) <= wm;
 }
 
+/* ---- panes (hopping windows per slide) ---------------------------------------------------- */
+/* A running fold of values into one (the first value as it is). */
+typedef struct acc {
+    uint8_t *p;
+    size_t len, cap;
+    int have;
+    uint8_t small[256];
+} acc;
+
+static int acc_add(acc *a, const win *w, const void *v, size_t vlen, int64_t ts)
+{
+    weir_rec out = {v, vlen, ts};
+    if (a->have) {
+        weir_rec ra = {a->p, a->len, ts}, in = {v, vlen, ts};
+        int e = w->fn(&ra, &in, &out, w->arg);
+        if (e < 0)
+            return e;
+    }
+    if (!a->p) {
+        a->p = a->small;
+        a->cap = sizeof(a->small);
+    }
+    if (out.len > a->cap) { /* out may point into a->p: copy before freeing it */
+        uint8_t *n = malloc(out.len);
+        if (!n)
+            return -ENOMEM;
+        memcpy(n, out.data, out.len);
+        if (a->p != a->small)
+            free(a->p);
+        a->p = n;
+        a->cap = out.len;
+    } else if (out.len) {
+        memmove(a->p, out.data, out.len);
+    }
+    a->len = out.len;
+    a->have = 1;
+    return 0;
+}
+
+static void acc_free(acc *a)
+{
+    if (a->p != a->small)
+        free(a->p);
+}
+
+/* Fold the window's panes (in time order) and any whole-window value it has
+ * (records outside [PANE_LO, PANE_HI] keep those), then emit if anything
+ * was there. */
+static int fire_panes(weir_ctx *ctx, const win *w, span s)
+{
+    acc a = {0};
+    int e = 0;
+    int whole = s.start < PANE_LO || s.end - 1 > PANE_HI;
+    const void *v;
+    size_t vlen;
+    uint8_t ns[16];
+    for (int pass = 0; pass < 3 && !e; pass++) {
+        /* The whole-window value before the panes below PANE_LO, after them above. */
+        if (pass != 1) {
+            if (whole && (pass == 0) == (s.start < PANE_LO)) {
+                ns_of(s, ns);
+                if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) == 0)
+                    e = acc_add(&a, w, v, vlen, s.end - 1);
+            }
+        } else if (s.end - 1 >= PANE_LO && s.start <= PANE_HI) {
+            for (int64_t p = s.start; !e && p < s.end; p += w->w.slide) {
+                ns_of((span){p, p + w->w.slide}, ns);
+                if ((e = weir__ns_get(ctx, "p", ns, 16, &v, &vlen)) == 0)
+                    e = acc_add(&a, w, v, vlen, s.end - 1);
+                else if (e == -ENOENT)
+                    e = 0;
+            }
+        }
+        if (e == -ENOENT)
+            e = 0;
+    }
+    if (!e && a.have)
+        e = emit_result(ctx, s, a.p, a.len);
+    acc_free(&a);
+    return e;
+}
+
+/* A record of [PANE_LO, PANE_HI]: fold it into its pane. The pane's timers
+ * come with the pane: a fire timer for each window holding it, and the drop
+ * timer of the pane (when the last of them has passed its lateness). */
+static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
+{
+    int64_t size = w->w.size, slide = w->w.slide;
+    int64_t wm = weir_ctx_watermark(ctx);
+    int64_t last = in->ts - floor_mod(in->ts, slide);
+    span pane = {last, last + slide};
+    if (late_for(w, (span){last, last + size}, wm)) /* the latest window: all are late */
+        return weir_emit_side(ctx, in->data, in->len, in->ts);
+    uint8_t ns[16];
+    ns_of(pane, ns);
+    const void *v;
+    size_t vlen;
+    int e = weir__ns_get(ctx, "p", ns, 16, &v, &vlen);
+    int fresh = e == -ENOENT || weir_ctx_restored(ctx);
+    weir_rec out = *in;
+    if (e == 0) {
+        weir_rec a = {v, vlen, in->ts};
+        if ((e = w->fn(&a, in, &out, w->arg)) < 0)
+            return e;
+    } else if (e != -ENOENT) {
+        return e;
+    }
+    uint8_t small[512]; /* out may point into the stored value: copy before the put */
+    const uint8_t *o = out.data;
+    uint8_t *copy = NULL;
+    if (e == 0 && out.len && o >= (const uint8_t *)v && o < (const uint8_t *)v + vlen) {
+        copy = out.len <= sizeof(small) ? small : malloc(out.len);
+        if (!copy)
+            return -ENOMEM;
+        memcpy(copy, o, out.len);
+        o = copy;
+    }
+    e = weir__ns_put(ctx, "p", ns, 16, o, out.len);
+    if (copy != small)
+        free(copy);
+    if (e < 0)
+        return e;
+    for (int64_t start = last; !e && start > last - size; start -= slide) {
+        span s = {start, start + size};
+        if (late_for(w, s, wm))
+            break; /* and every earlier one */
+        if (s.end - 1 <= wm)
+            e = fire_panes(ctx, w, s); /* already fired: a late update fires again */
+        else if (fresh)
+            e = weir_timer_register(ctx, WEIR_TIME_EVENT, s.end - 1);
+    }
+    int64_t drop = weir__sat_add(last + size - 1, w->w.allowed_lateness);
+    if (!e && fresh && w->w.allowed_lateness > 0 && drop != INT64_MAX)
+        e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
+    return e;
+}
+
 /* ---- tumbling and hopping ------------------------------------------------------------------ */
 static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
 {
+    if (w->panes && in->ts >= PANE_LO && in->ts <= PANE_HI)
+        return process_pane(ctx, w, in);
     int64_t size = w->w.size;
     int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : size;
     int64_t wm = weir_ctx_watermark(ctx);
@@ -179,18 +350,6 @@ static int cmp_start(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* Drop a session merged into another. Its timers stay: a timer is one per
- * key and time, and another session of the key may need the same time (its
- * fire time may be this one's drop time); a timer with no window due finds
- * nothing to do. */
-static int drop_window(weir_ctx *ctx, win *w, span s)
-{
-    (void)w;
-    uint8_t ns[16];
-    ns_of(s, ns);
-    return weir__ns_del(ctx, "w", ns, 16);
-}
-
 static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
 {
     int64_t wm = weir_ctx_watermark(ctx);
@@ -238,7 +397,7 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
         acc = copy;
         acc_len = out.len;
         have = 1;
-        e = drop_window(ctx, w, ss.s[i]);
+        e = drop_window(ctx, ss.s[i]);
     }
     free(ss.s);
     if (!e && have) {
@@ -303,26 +462,55 @@ static int collect_due(void *arg, const void *ns, size_t nslen, const void *val,
     return 0;
 }
 
+/* Tumbling and hopping windows: the window a timer fires or drops is known
+ * from its time (start = end - size, on the slide), so no scan. A window
+ * cut short at the end of the time range is not: NULL. */
+static int window_at(const win *w, int64_t end, span *out)
+{
+    int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : w->w.size;
+    if (end == INT64_MAX || end < INT64_MIN + w->w.size)
+        return 0;
+    span s = {end - w->w.size, end};
+    if (floor_mod(s.start, slide) != 0)
+        return 0;
+    *out = s;
+    return 1;
+}
+
+static int fire(weir_ctx *ctx, const win *w, span s)
+{
+    return w->panes ? fire_panes(ctx, w, s) : fire_window(ctx, s);
+}
+
 static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
 {
     win *w = state;
     if (domain != WEIR_TIME_EVENT)
         return 0;
+    if (w->w.kind != WEIR_WINDOW_SESSION && when != INT64_MAX - 1) {
+        /* Fixed windows: the window to fire and the one (or the pane) to
+         * drop are known from the time (only windows cut short at the
+         * range's end are not: the scan below). */
+        span s;
+        int64_t end;
+        int e = window_at(w, when + 1, &s) ? fire(ctx, w, s) : 0;
+        if (!e && !__builtin_sub_overflow(when + 1, w->w.allowed_lateness, &end) &&
+            window_at(w, end, &s)) {
+            e = drop_window(ctx, s);
+            if (!e && w->panes) { /* the pane starting with the window */
+                uint8_t ns[16];
+                ns_of((span){s.start, s.start + w->w.slide}, ns);
+                e = weir__ns_del(ctx, "p", ns, 16);
+            }
+        }
+        return e;
+    }
     due d = {.w = w, .t = when};
     int e = weir__ns_scan(ctx, "w", collect_due, &d);
-    for (int i = 0; !e && i < d.nfire; i++) {
-        uint8_t ns[16];
-        ns_of(d.fire[i], ns);
-        const void *v;
-        size_t vlen;
-        if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) == 0)
-            e = emit_result(ctx, d.fire[i], v, vlen);
-    }
-    for (int i = 0; !e && i < d.ndrop; i++) {
-        uint8_t ns[16];
-        ns_of(d.drop[i], ns);
-        e = weir__ns_del(ctx, "w", ns, 16);
-    }
+    for (int i = 0; !e && i < d.nfire; i++)
+        e = fire(ctx, w, d.fire[i]);
+    for (int i = 0; !e && i < d.ndrop; i++)
+        e = drop_window(ctx, d.drop[i]);
     free(d.fire);
     free(d.drop);
     return e;
@@ -357,7 +545,10 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
         weir__stream_fail(s->j, -ENOMEM, "out of memory");
         return NULL;
     }
-    *state = (win){*w, fn, arg};
+    /* Panes when a window is a whole number of slides (2 or more). */
+    int panes = w->kind == WEIR_WINDOW_HOPPING && w->size % w->slide == 0 && w->size > w->slide &&
+                w->size <= (INT64_C(1) << 60);
+    *state = (win){*w, fn, arg, panes};
     weir_op_def def = {.open = win_open, .process = win_process, .on_timer = win_timer};
     weir_stream *out = weir_stream_process(s, name, &def, state);
     if (!out) {

@@ -350,6 +350,65 @@ TEST(snapshot_capture_persist_restore)
     rm_dir();
 }
 
+static int join_fn(void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+    snprintf(out + n, 512 - n, "%.*s=%.*s;", (int)klen, (const char *)key, (int)vlen,
+             (const char *)val);
+    return 0;
+}
+
+/* Entries kept outside a backend go into its snapshot, merged into their
+ * groups in key order, and come back with a restore like its own. */
+TEST(capture_with_extra_entries)
+{
+    make_dir();
+    weir_state_backend *b = weir_state_memory_new(128, 10, 20);
+    CHECK_EQ(put_str(b, 12, "b", "own-b"), 0);
+    CHECK_EQ(put_str(b, 12, "d", "own-d"), 0);
+    CHECK_EQ(put_str(b, 15, "m", "own-m"), 0);
+    weir_state_entry extra[] = {{11, "z", 1, "x-z", 3}, {12, "a", 1, "x-a", 3},
+                                {12, "c", 1, "x-c", 3}, {12, "e", 1, "", 0},
+                                {19, "q", 1, "x-q", 3}};
+    weir_state_snapshot *s;
+    CHECK_EQ(weir_state_capture_with(b, 3, extra, 5, &s), 0);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/extra", dir);
+    CHECK_EQ(weir_state_persist(s, path), 0);
+    weir_state_snapshot_free(s);
+    CHECK_EQ(weir_state_entries(b, 12), 2); /* the backend itself is unchanged */
+
+    weir_state_backend *r = weir_state_memory_new(128, 10, 20);
+    CHECK_EQ(weir_state_restore(r, path), 0);
+    char got[512] = "";
+    CHECK_EQ(weir_state_scan(r, 12, NULL, 0, join_fn, got), 0);
+    CHECK_STR(got, "a=x-a;b=own-b;c=x-c;d=own-d;e=;");
+    char out[16];
+    CHECK_EQ(get_str(r, 11, "z", out, sizeof(out)), 0);
+    CHECK_STR(out, "x-z");
+    CHECK_EQ(get_str(r, 19, "q", out, sizeof(out)), 0);
+    CHECK_EQ(get_str(r, 15, "m", out, sizeof(out)), 0);
+    weir_state_backend_free(r);
+
+    /* Refused whole: out of order, a key twice, a key the backend has, a
+     * group outside the backend's range. */
+    weir_state_entry unsorted[] = {{12, "c", 1, "", 0}, {12, "a", 1, "", 0}};
+    weir_state_entry twice[] = {{12, "a", 1, "", 0}, {12, "a", 1, "", 0}};
+    weir_state_entry clash[] = {{12, "b", 1, "", 0}};
+    weir_state_entry outside[] = {{20, "a", 1, "", 0}};
+    weir_state_entry groups[] = {{13, "a", 1, "", 0}, {12, "z", 1, "", 0}};
+    s = NULL;
+    CHECK_EQ(weir_state_capture_with(b, 4, unsorted, 2, &s), -EINVAL);
+    CHECK_EQ(weir_state_capture_with(b, 4, twice, 2, &s), -EINVAL);
+    CHECK_EQ(weir_state_capture_with(b, 4, clash, 1, &s), -EINVAL);
+    CHECK_EQ(weir_state_capture_with(b, 4, outside, 1, &s), -EINVAL);
+    CHECK_EQ(weir_state_capture_with(b, 4, groups, 2, &s), -EINVAL);
+    CHECK(s == NULL);
+    weir_state_backend_free(b);
+    rm_dir();
+}
+
 static void write_bytes(const char *path, const uint8_t *p, size_t n)
 {
     FILE *f = fopen(path, "wb");

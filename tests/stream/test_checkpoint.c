@@ -31,6 +31,7 @@ typedef struct job_cfg {
     const char *ckpt, *out;
     int64_t interval_ms;
     int restore;
+    int timers; /* the timer job (below) instead of the count */
 } job_cfg;
 
 typedef struct ctr {
@@ -140,6 +141,46 @@ typedef struct run_arg {
     run_result res;
 } run_arg;
 
+/* ---- the timer job: counter -> key_by(v) -> a timer at v + 500 -> "k=V t=T" -> file sink -- */
+static int key8(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = in->data;
+    *len = 8;
+    return 0;
+}
+
+/* Each record's key asks for an event-time timer 500 later, and for one
+ * at 400 that it deletes again (a deleted timer must stay deleted across a
+ * restore). */
+static int delay_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    int e = weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts + 500);
+    if (!e)
+        e = weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts + 400);
+    if (!e)
+        e = weir_timer_delete(ctx, WEIR_TIME_EVENT, in->ts + 400);
+    return e;
+}
+
+static int delay_fired(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    (void)state, (void)domain;
+    size_t kl;
+    int64_t k;
+    memcpy(&k, weir_ctx_key(ctx, &kl), sizeof(k));
+    char line[64];
+    int n = snprintf(line, sizeof(line), "k=%lld t=%lld", (long long)k, (long long)when);
+    return weir_emit(ctx, line, (size_t)n, when);
+}
+
+static int pass(weir_ctx *ctx, const weir_rec *in, void *arg)
+{
+    (void)arg;
+    return weir_emit(ctx, in->data, in->len, in->ts);
+}
+
 static intptr_t run_main(void *arg)
 {
     run_arg *ra = arg;
@@ -152,13 +193,21 @@ static intptr_t run_main(void *arg)
                           .snapshot = ctr_snapshot,
                           .restore = ctr_restore};
     weir_stream *s = weir_stream_parallelism(weir_job_source(j, "counter", &sd, cfg), cfg->src_par);
-    s = weir_stream_map(s, "one", to_one, NULL);
-    s = weir_stream_key_by(s, key16, NULL);
-    s = weir_stream_parallelism(weir_stream_reduce(s, "count", count16, NULL), cfg->count_par);
-    /* The sink keeps the sources' parallelism (an exactly-once sink's files
-     * are per subtask), so the keyed count can be rescaled alone. */
-    s = weir_stream_rebalance(s);
-    s = weir_stream_parallelism(weir_stream_map(s, "line", to_line, NULL), cfg->src_par);
+    if (cfg->timers) {
+        static const weir_op_def delay = {.process = delay_process, .on_timer = delay_fired};
+        s = weir_stream_key_by(s, key8, NULL);
+        s = weir_stream_parallelism(weir_stream_process(s, "delay", &delay, NULL), cfg->count_par);
+        s = weir_stream_rebalance(s);
+        s = weir_stream_parallelism(weir_stream_map(s, "line", pass, NULL), cfg->src_par);
+    } else {
+        s = weir_stream_map(s, "one", to_one, NULL);
+        s = weir_stream_key_by(s, key16, NULL);
+        s = weir_stream_parallelism(weir_stream_reduce(s, "count", count16, NULL), cfg->count_par);
+        /* The sink keeps the sources' parallelism (an exactly-once sink's
+         * files are per subtask), so the keyed count can be rescaled alone. */
+        s = weir_stream_rebalance(s);
+        s = weir_stream_parallelism(weir_stream_map(s, "line", to_line, NULL), cfg->src_par);
+    }
     CHECK_EQ(weir_stream_file_sink(s, "out", cfg->out), 0);
     weir_run_opts o = {.checkpoint_dir = cfg->ckpt,
                        .checkpoint_interval_ms = cfg->interval_ms,
@@ -565,6 +614,65 @@ TEST(crash_and_restore_is_exactly_once)
     }
     CHECK_GE(kills, 1);
     check_exact(out, cfg.n, cfg.src_par);
+    cleanup();
+}
+
+/* Timers are keyed state: pending ones come back with their key groups
+ * after a crash, into another parallelism, and deleted ones stay deleted.
+ * Every key's timer fires exactly once over the runs. */
+TEST(timers_survive_crashes_and_rescaling)
+{
+    setup();
+    char ckpt[128], out[128];
+    dirs(ckpt, out, "timers");
+    job_cfg cfg = {.n = 20000,
+                   .src_par = 2,
+                   .sleep_us = 1000,
+                   .ckpt = ckpt,
+                   .out = out,
+                   .interval_ms = 15,
+                   .timers = 1};
+    unsigned seed = (unsigned)getpid();
+    int kills = 0;
+    for (int round = 0; round < 3; round++) {
+        pid_t pid = fork();
+        CHECK_GE(pid, 0);
+        if (pid == 0) {
+            job_cfg c = cfg;
+            c.restore = round > 0;
+            c.count_par = round == 1 ? 1 : 2;
+            run_result r = run_job(&c);
+            if (r.err)
+                fprintf(stderr, "child: %s\n", r.error);
+            _exit(r.err ? 1 : 0);
+        }
+        int st;
+        if (round < 2) {
+            usleep((useconds_t)(60 + rand_r(&seed) % 60) * 1000);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            kills += WIFSIGNALED(st);
+        } else {
+            waitpid(pid, &st, 0);
+            CHECK(WIFEXITED(st));
+            CHECK_EQ(WEXITSTATUS(st), 0);
+        }
+    }
+    CHECK_GE(kills, 1);
+    size_t n, want_n = (size_t)(cfg.n * cfg.src_par);
+    char **got = read_output(out, &n, 1);
+    char **want = malloc(want_n * sizeof(*want));
+    for (size_t v = 0; v < want_n; v++) {
+        char line[64];
+        snprintf(line, sizeof(line), "k=%zu t=%zu", v, v + 500);
+        want[v] = strdup(line);
+    }
+    qsort(want, want_n, sizeof(*want), cmp_str);
+    CHECK_EQ(n, want_n);
+    for (size_t i = 0; i < n; i++)
+        CHECK_STR(got[i], want[i]);
+    free_lines(got, n);
+    free_lines(want, want_n);
     cleanup();
 }
 

@@ -303,6 +303,70 @@ TEST(allowed_lateness_refires)
     CHECK_EQ(on_runtime(late_main, (void *)150), 0);
 }
 
+/* Hopping windows keep their state per slide (pane): a pane must outlive
+ * every window holding it, up to the last one's lateness. size 100, slide
+ * 50, bound 0: [0,100) and [-50,50) hold 10; 150 fires them; 5 is late for
+ * both; 210 passes [-50,50)'s lateness (49 + 150) but not [0,100)'s (249),
+ * so 8 refires only [0,100), from the pane [0,50) that still holds 10 and
+ * 5; at 260 both are gone and 7 goes to the side output. */
+static intptr_t hopping_late_main(void *arg)
+{
+    int64_t lateness = (int64_t)(intptr_t)arg;
+    static const ev evs[] = {{1, 1, 10}, {1, 1, 150}, {1, 1, 5}, {1, 1, 210},
+                             {1, 1, 8},  {1, 1, 260}, {1, 1, 7}};
+    script sc = {evs, 7, 0, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("hopping-late");
+    weir_collector *c = weir_collector_new(), *late = weir_collector_new();
+    weir_stream *s = weir_job_source(j, "events", &sd, &sc);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_window w = {
+        .kind = WEIR_WINDOW_HOPPING, .size = 100, .slide = 50, .allowed_lateness = lateness};
+    weir_stream *win = weir_stream_window(s, "w", &w, sum_values, NULL);
+    CHECK_EQ(weir_stream_collect(win, "out", c), 0);
+    CHECK_EQ(weir_stream_collect(weir_stream_side(win), "late", late), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    wres r[32];
+    int n = get_results(c, r, 32);
+    /* (start, the sums of its firings in order) */
+    struct {
+        int64_t start;
+        int64_t sums[3];
+    } want[] = {{-50, {1, 2, 0}}, {0, {1, 2, 3}}, {100, {1, 0, 0}},
+                {150, {2, 0, 0}}, {200, {2, 0, 0}}, {250, {1, 0, 0}}};
+    int total = 0;
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int k = 0;
+        for (; k < 3 && want[i].sums[k]; k++) {
+            if (lateness == 0 && k > 0)
+                break; /* no refiring without lateness */
+            const wres *x = find(r, n, 1, want[i].start, k);
+            CHECK(x != NULL);
+            CHECK_EQ(x->sum, want[i].sums[k]);
+            CHECK_EQ(x->end, want[i].start + 100);
+        }
+        CHECK(find(r, n, 1, want[i].start, k) == NULL);
+        total += k;
+    }
+    CHECK_EQ(n, total);
+    CHECK_EQ(weir_collector_count(late), lateness == 0 ? 3 : 1);
+    CHECK_EQ(((const ev *)weir_collector_get(late, weir_collector_count(late) - 1)->data)->ts, 7);
+    weir_collector_free(c);
+    weir_collector_free(late);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(hopping_panes_late_records)
+{
+    CHECK_EQ(on_runtime(hopping_late_main, (void *)0), 0);
+}
+
+TEST(hopping_panes_outlive_their_windows)
+{
+    CHECK_EQ(on_runtime(hopping_late_main, (void *)150), 0);
+}
+
 /* ---- timers ------------------------------------------------------------------------------ */
 typedef struct tlog {
     int64_t times[64];
@@ -374,6 +438,89 @@ static intptr_t timers_main(void *arg)
 TEST(timers_fire_in_time_order)
 {
     CHECK_EQ(on_runtime(timers_main, NULL), 0);
+}
+
+/* Many timers over many keys, with repeats and deletes: each event of key
+ * k (value v) registers an even time after its own, once more (a no-op),
+ * and an odd one that it deletes at once. Exactly the even times fire,
+ * once each, in time order, and with their own key. */
+#define MANY_EVENTS 4000
+#define MANY_KEYS   50
+
+typedef struct many_log {
+    int64_t last;
+    int fired, bad;
+    uint8_t seen[MANY_KEYS][MANY_EVENTS * 4 + 8]; /* times are < ts + 4 * MANY_EVENTS */
+} many_log;
+
+static ev many_evs[MANY_EVENTS];
+
+static int many_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    const ev *e = in->data;
+    int r = weir_timer_register(ctx, WEIR_TIME_EVENT, e->value);
+    if (!r)
+        r = weir_timer_register(ctx, WEIR_TIME_EVENT, e->value);
+    if (!r)
+        r = weir_timer_register(ctx, WEIR_TIME_EVENT, e->value + 1);
+    if (!r)
+        r = weir_timer_delete(ctx, WEIR_TIME_EVENT, e->value + 1);
+    if (!r) /* deleting what is not there is no error */
+        r = weir_timer_delete(ctx, WEIR_TIME_EVENT, e->value + 3);
+    return r;
+}
+
+static int many_fired(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    many_log *l = state;
+    size_t kl;
+    int64_t k;
+    memcpy(&k, weir_ctx_key(ctx, &kl), sizeof(k));
+    if (domain != WEIR_TIME_EVENT || when < l->last || when % 2 || k < 0 || k >= MANY_KEYS ||
+        l->seen[k][when]++)
+        l->bad++;
+    l->last = when;
+    l->fired++;
+    return 0;
+}
+
+static intptr_t many_timers_main(void *arg)
+{
+    (void)arg;
+    static many_log l;
+    static uint8_t want[MANY_KEYS][MANY_EVENTS * 4 + 8];
+    memset(&l, 0, sizeof(l));
+    memset(want, 0, sizeof(want));
+    unsigned seed = 12345;
+    int expect = 0;
+    for (int i = 0; i < MANY_EVENTS; i++) {
+        int64_t key = rand_r(&seed) % MANY_KEYS;
+        int64_t when = (i + 1 + rand_r(&seed) % (3 * MANY_EVENTS)) & ~(int64_t)1;
+        when += when <= i ? 2 : 0; /* after the event's own time */
+        many_evs[i] = (ev){key, when, i};
+        expect += !want[key][when]++;
+    }
+    script sc = {many_evs, MANY_EVENTS, 0, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("many-timers");
+    weir_op_def def = {.process = many_process, .on_timer = many_fired};
+    weir_stream *s = weir_job_source(j, "events", &sd, &sc);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    CHECK_EQ(weir_stream_sink(s, "timers", &def, &l), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0); /* parallelism 1: one log */
+    CHECK_EQ(l.bad, 0);
+    CHECK_EQ(l.fired, expect);
+    for (int k = 0; k < MANY_KEYS; k++)
+        for (int t = 0; t < MANY_EVENTS * 4 + 8; t++)
+            CHECK_EQ(!!l.seen[k][t], !!want[k][t]);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(many_timers_with_repeats_and_deletes)
+{
+    CHECK_EQ(on_runtime(many_timers_main, NULL), 0);
 }
 
 /* ---- idle inputs -------------------------------------------------------------------------- */
