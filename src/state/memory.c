@@ -5,17 +5,24 @@
  * One skip list per key group the backend holds, ordered by the bytes of
  * the keys (memcmp, then the shorter key first), so a prefix scan is a
  * search for the prefix and a walk until the first key without it. Nodes
- * carry their key inline after their tower of next pointers; the value is
- * a separate allocation, replaced on put, so a node never moves. Levels are
- * drawn with p = 1/4 (expected 1.33 pointers per node) up to 20.
+ * carry their key inline after their towers of next and previous pointers
+ * (a delete unlinks without a search); the value is a separate
+ * allocation, replaced on put, so a node never moves. Levels are drawn
+ * with p = 1/4 (expected 1.33 pointers per node and direction) up to 20.
  *
  * Point operations go through a hash index beside the list (open
  * addressing, linear probing, the key's XXH3 hash kept with each slot):
- * get, and put of a key that exists, cost one probe sequence instead of a
- * skip-list search; only inserts and deletes touch the list. A put of a
- * value of the same length as the old one overwrites it in place. (Measured
- * on the Nexmark window queries, where the skip-list search and the value
- * allocation were 70-80% of the time.)
+ * get, and put of a key that exists, cost one probe sequence. A put of a
+ * value of the same length as the old one overwrites it in place.
+ *
+ * The list is kept lazily: a new key waits in its group's pending array
+ * (reachable through the index only) until the group is scanned or
+ * captured; then the pending keys are sorted and linked in, one search
+ * each when they are few against the list, one merging walk when they are
+ * many. Keys deleted while pending (a window's state, a join's buffered
+ * record) never touch the list. (Measured on the Nexmark window queries,
+ * where searching the list on every insert and delete was a quarter of
+ * the time.)
  *
  * Snapshots: capture serializes every group in key order into the snapshot
  * file image (snapshot.c), a full copy taken on the owning task; restore
@@ -36,7 +43,9 @@ typedef struct node {
     uint8_t *val;
     uint32_t klen, vlen;
     int level;
-    struct node *next[]; /* [level], then the key bytes */
+    int linked;          /* in the list; else pending at pend[pos] */
+    size_t pos;
+    struct node *link[]; /* next[level], prev[level] (NULL: the head), then the key */
 } node;
 
 typedef struct slot {
@@ -47,8 +56,11 @@ typedef struct slot {
 typedef struct group {
     node *head[MAX_LEVEL]; /* the head's tower */
     int level;
-    size_t count;
-    slot *index; /* power-of-two size, at most 3/4 full */
+    size_t count;   /* entries, pending ones included */
+    size_t linked;  /* entries in the list */
+    node **pend;    /* keys not linked yet, in insertion order */
+    size_t npend, pcap;
+    slot *index;    /* power-of-two size, at most 3/4 full */
     size_t icap;
 } group;
 
@@ -58,9 +70,12 @@ typedef struct mem_backend {
     group *groups; /* [end_kg - first_kg] */
 } mem_backend;
 
+#define NEXT(n, i) ((n)->link[(i)])
+#define PREV(n, i) ((n)->link[(n)->level + (i)])
+
 static const uint8_t *key_of(const node *n)
 {
-    return (const uint8_t *)&n->next[n->level];
+    return (const uint8_t *)&n->link[2 * n->level];
 }
 
 #define cmp weir__key_cmp
@@ -84,19 +99,95 @@ static int random_level(mem_backend *m)
     return level;
 }
 
-/* The first node with key >= the given key. update[i] (when not NULL) is
- * the tower (next array) whose level-i link leads to it: the head's, or the
- * previous node's. */
-static node *find_ge(group *g, const uint8_t *key, size_t klen, node ***update)
+/* The first linked node with key >= the given key. pred[i] (when not
+ * NULL) is the last node before it on level i (NULL: the head). */
+static node *find_ge(group *g, const uint8_t *key, size_t klen, node **pred)
 {
-    node **next = g->head;
+    node *x = NULL; /* the head */
     for (int i = g->level - 1; i >= 0; i--) {
-        while (next[i] && cmp(key_of(next[i]), next[i]->klen, key, klen) < 0)
-            next = next[i]->next;
-        if (update)
-            update[i] = next;
+        node *nx = x ? NEXT(x, i) : g->head[i];
+        while (nx && cmp(key_of(nx), nx->klen, key, klen) < 0) {
+            x = nx;
+            nx = NEXT(x, i);
+        }
+        if (pred)
+            pred[i] = x;
     }
-    return next[0];
+    return x ? NEXT(x, 0) : g->head[0];
+}
+
+/* Link n after pred[i] on each of its levels. */
+static void link_after(group *g, node *n, node **pred)
+{
+    for (int i = g->level; i < n->level; i++)
+        pred[i] = NULL;
+    if (n->level > g->level)
+        g->level = n->level;
+    for (int i = 0; i < n->level; i++) {
+        node **from = pred[i] ? &NEXT(pred[i], i) : &g->head[i];
+        NEXT(n, i) = *from;
+        PREV(n, i) = pred[i];
+        if (*from)
+            PREV(*from, i) = n;
+        *from = n;
+    }
+    n->linked = 1;
+    g->linked++;
+}
+
+static void unlink_node(group *g, node *n)
+{
+    for (int i = 0; i < n->level; i++) {
+        node *p = PREV(n, i), *nx = NEXT(n, i);
+        if (p)
+            NEXT(p, i) = nx;
+        else
+            g->head[i] = nx;
+        if (nx)
+            PREV(nx, i) = p;
+    }
+    while (g->level > 0 && !g->head[g->level - 1])
+        g->level--;
+    g->linked--;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const node *x = *(node *const *)a, *y = *(node *const *)b;
+    return cmp(key_of(x), x->klen, key_of(y), y->klen);
+}
+
+/* Link every pending key of the group into the list. */
+static void flush(group *g)
+{
+    if (!g->npend)
+        return;
+    qsort(g->pend, g->npend, sizeof(node *), by_key);
+    node *pred[MAX_LEVEL];
+    if (g->npend * 8 < g->linked) { /* few: a search each */
+        for (size_t k = 0; k < g->npend; k++) {
+            find_ge(g, key_of(g->pend[k]), g->pend[k]->klen, pred);
+            link_after(g, g->pend[k], pred);
+        }
+    } else { /* many: one walk, each search going on from the last one's place */
+        for (int i = 0; i < MAX_LEVEL; i++)
+            pred[i] = NULL;
+        for (size_t k = 0; k < g->npend; k++) {
+            node *n = g->pend[k];
+            for (int i = g->level - 1; i >= 0; i--) {
+                node *nx = pred[i] ? NEXT(pred[i], i) : g->head[i];
+                while (nx && cmp(key_of(nx), nx->klen, key_of(n), n->klen) < 0) {
+                    pred[i] = nx;
+                    nx = NEXT(nx, i);
+                }
+            }
+            link_after(g, n, pred);
+            /* n is now the last node before the next key on its levels */
+            for (int i = 0; i < n->level; i++)
+                pred[i] = n;
+        }
+    }
+    g->npend = 0;
 }
 
 /* ---- the hash index ------------------------------------------------------------------------ */
@@ -192,10 +283,18 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
         n->vlen = (uint32_t)vlen;
         return 0;
     }
-    node **update[MAX_LEVEL];
-    find_ge(g, key, klen, update);
+    if (g->npend == g->pcap) {
+        size_t cap = g->pcap ? g->pcap * 2 : 16;
+        node **p = realloc(g->pend, cap * sizeof(*p));
+        if (!p) {
+            free(v);
+            return -ENOMEM;
+        }
+        g->pend = p;
+        g->pcap = cap;
+    }
     int level = random_level(m);
-    n = malloc(sizeof(node) + (size_t)level * sizeof(node *) + klen);
+    n = malloc(sizeof(node) + 2 * (size_t)level * sizeof(node *) + klen);
     if (!n) {
         free(v);
         return -ENOMEM;
@@ -204,16 +303,11 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     n->vlen = (uint32_t)vlen;
     n->klen = (uint32_t)klen;
     n->level = level;
+    n->linked = 0;
+    n->pos = g->npend;
+    g->pend[g->npend++] = n;
     if (klen)
-        memcpy((uint8_t *)&n->next[level], key, klen);
-    for (int i = g->level; i < level; i++)
-        update[i] = g->head;
-    if (level > g->level)
-        g->level = level;
-    for (int i = 0; i < level; i++) {
-        n->next[i] = update[i][i];
-        update[i][i] = n;
-    }
+        memcpy((uint8_t *)&n->link[2 * level], key, klen);
     sl->hash = h;
     sl->n = n;
     g->count++;
@@ -228,14 +322,15 @@ static int mem_del(weir_state_backend *b, int kg, const void *key, size_t klen)
     slot *sl = index_find(g, key, klen, hash_of(key, klen));
     if (!sl->n)
         return -ENOENT;
+    node *n = sl->n;
     index_remove(g, sl);
-    node **update[MAX_LEVEL];
-    node *n = find_ge(g, key, klen, update);
-    for (int i = 0; i < n->level; i++)
-        if (update[i][i] == n)
-            update[i][i] = n->next[i];
-    while (g->level > 0 && !g->head[g->level - 1])
-        g->level--;
+    if (n->linked) {
+        unlink_node(g, n);
+    } else { /* out of the pending array: the last one takes its place */
+        node *last = g->pend[--g->npend];
+        g->pend[n->pos] = last;
+        last->pos = n->pos;
+    }
     g->count--;
     free(n->val);
     free(n);
@@ -246,7 +341,8 @@ static int mem_scan(weir_state_backend *b, int kg, const void *prefix, size_t pl
                     weir_state_scan_fn fn, void *arg)
 {
     group *g = group_of((mem_backend *)b, kg);
-    for (node *n = find_ge(g, prefix, plen, NULL); n; n = n->next[0]) {
+    flush(g);
+    for (node *n = find_ge(g, prefix, plen, NULL); n; n = NEXT(n, 0)) {
         if (n->klen < plen || (plen && memcmp(key_of(n), prefix, plen) != 0))
             break;
         int r = fn(arg, key_of(n), n->klen, n->val, n->vlen);
@@ -263,13 +359,18 @@ static size_t mem_entries(weir_state_backend *b, int kg)
 
 static void group_clear(group *g)
 {
+    for (size_t k = 0; k < g->npend; k++) {
+        free(g->pend[k]->val);
+        free(g->pend[k]);
+    }
     node *n = g->head[0];
     while (n) {
-        node *next = n->next[0];
+        node *next = NEXT(n, 0);
         free(n->val);
         free(n);
         n = next;
     }
+    free(g->pend);
     free(g->index);
     memset(g, 0, sizeof(*g));
 }
@@ -292,6 +393,7 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
             xe++;
         if (!g->count && x == xe)
             continue;
+        flush(g);
         weir__snap_group(s, kg, g->count + (xe - x));
         node *n = g->head[0];
         while (n || x < xe) {
@@ -302,7 +404,7 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
             }
             if (c < 0) {
                 weir__snap_entry(s, key_of(n), n->klen, n->val, n->vlen);
-                n = n->next[0];
+                n = NEXT(n, 0);
             } else {
                 weir__snap_entry(s, extra[x].key, extra[x].klen, extra[x].val, extra[x].vlen);
                 x++;
