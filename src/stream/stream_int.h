@@ -172,19 +172,30 @@ typedef struct run run;
 /* One timer: a key's time in a domain (timers.c). */
 typedef struct weir__timer {
     int64_t when;
-    uint64_t seq;  /* registration number: the order among equal times */
     uint64_t hash; /* of (when, key) */
-    size_t pos;    /* in the heap */
     uint32_t klen;
     int kg;
+    int dead; /* deleted, still in the heap */
     _Alignas(16) uint8_t key[];
 } weir__timer;
 
+typedef struct weir__theap {
+    int64_t when;
+    uint64_t seq; /* registration number: the order among equal times */
+    weir__timer *x;
+} weir__theap;
+
+typedef struct weir__tslot {
+    uint64_t hash;
+    weir__timer *x; /* NULL: empty */
+} weir__tslot;
+
 typedef struct weir__timers {
-    weir__timer **heap; /* min-heap by (when, seq) */
+    weir__theap *heap; /* min-heap by (when, seq), deleted timers included */
     size_t n, hcap;
-    weir__timer **set; /* by (when, key): open addressing, at most half full */
+    weir__tslot *set; /* the live timers by (when, key): at most half full */
     size_t scap;
+    size_t live;
     uint64_t seq;
 } weir__timers;
 

@@ -8,9 +8,13 @@
  * number), so timers of one time fire in the order they were registered,
  * and a hash set over (time, key) beside it for the one-per-key-and-time
  * rule and for weir_timer_delete. Each timer is one allocation holding its
- * key (16-byte aligned, like any key a context hands out). Registering,
- * deleting and firing cost O(log n) integer comparisons; a watermark that
- * reaches no timer costs one look at the heap's top.
+ * key (16-byte aligned, like any key a context hands out); the heap holds
+ * (time, number, timer) and the set (hash, timer) inline, so sifting and
+ * probing read no timer but the one sought. A deleted timer leaves the set
+ * at once and the heap lazily: marked, dropped when it reaches the top, or
+ * all together when the deleted outnumber the live. Registering, deleting
+ * and firing cost O(log n) integer comparisons; a watermark that reaches
+ * no timer costs one look at the heap's top.
  *
  * Checkpoints. Timers belong to key groups like any keyed state, so a
  * rescaled restore must move them with their groups. At a snapshot they are
@@ -44,58 +48,73 @@ static uint64_t timer_hash(int64_t when, const void *key, size_t klen)
     return h ^ (h >> 32);
 }
 
-/* ---- the heap ------------------------------------------------------------------------------ */
-static int before(const weir__timer *a, const weir__timer *b)
+/* ---- the heap (entries inline: sifting never touches a timer) ---------------------------- */
+static int before(const weir__theap *a, const weir__theap *b)
 {
     return a->when < b->when || (a->when == b->when && a->seq < b->seq);
 }
 
-static void place(weir__timers *t, size_t i, weir__timer *x)
-{
-    t->heap[i] = x;
-    x->pos = i;
-}
-
 static void sift_up(weir__timers *t, size_t i)
 {
-    weir__timer *x = t->heap[i];
+    weir__theap x = t->heap[i];
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (!before(x, t->heap[parent]))
+        if (!before(&x, &t->heap[parent]))
             break;
-        place(t, i, t->heap[parent]);
+        t->heap[i] = t->heap[parent];
         i = parent;
     }
-    place(t, i, x);
+    t->heap[i] = x;
 }
 
 static void sift_down(weir__timers *t, size_t i)
 {
-    weir__timer *x = t->heap[i];
+    weir__theap x = t->heap[i];
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= t->n)
             break;
-        if (c + 1 < t->n && before(t->heap[c + 1], t->heap[c]))
+        if (c + 1 < t->n && before(&t->heap[c + 1], &t->heap[c]))
             c++;
-        if (!before(t->heap[c], x))
+        if (!before(&t->heap[c], &x))
             break;
-        place(t, i, t->heap[c]);
+        t->heap[i] = t->heap[c];
         i = c;
     }
-    place(t, i, x);
+    t->heap[i] = x;
 }
 
-static void heap_remove(weir__timers *t, size_t i)
+static void heap_pop(weir__timers *t)
 {
-    weir__timer *last = t->heap[--t->n];
-    if (i == t->n)
-        return;
-    place(t, i, last);
-    if (i > 0 && before(last, t->heap[(i - 1) / 2]))
-        sift_up(t, i);
-    else
+    t->heap[0] = t->heap[--t->n];
+    if (t->n)
+        sift_down(t, 0);
+}
+
+/* Deleted timers stay in the heap, marked, until they reach its top or
+ * outnumber the live ones: then the heap is rebuilt without them. */
+static void compact(weir__timers *t)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->heap[i].x->dead)
+            free(t->heap[i].x);
+        else
+            t->heap[k++] = t->heap[i];
+    }
+    t->n = k;
+    for (size_t i = t->n / 2; i-- > 0;)
         sift_down(t, i);
+}
+
+/* Drop deleted timers from the top; the first live one, or NULL. */
+static weir__timer *top(weir__timers *t)
+{
+    while (t->n && t->heap[0].x->dead) {
+        free(t->heap[0].x);
+        heap_pop(t);
+    }
+    return t->n ? t->heap[0].x : NULL;
 }
 
 /* ---- the set (open addressing, linear probing, at most half full) ----------------------------- */
@@ -103,32 +122,41 @@ static size_t set_find(const weir__timers *t, uint64_t h, int64_t when, const vo
 {
     size_t mask = t->scap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        const weir__timer *x = t->set[i];
-        if (!x || (x->hash == h && x->when == when && x->klen == klen &&
-                   (klen == 0 || memcmp(x->key, key, klen) == 0)))
+        const weir__tslot *sl = &t->set[i];
+        if (!sl->x || (sl->hash == h && sl->x->when == when && sl->x->klen == klen &&
+                       (klen == 0 || memcmp(sl->x->key, key, klen) == 0)))
             return i;
     }
+}
+
+/* The slot of a timer that is in the set (found by identity, not key). */
+static size_t set_slot(const weir__timers *t, const weir__timer *x)
+{
+    size_t mask = t->scap - 1, i = (size_t)x->hash & mask;
+    while (t->set[i].x != x)
+        i = (i + 1) & mask;
+    return i;
 }
 
 static void set_insert(weir__timers *t, weir__timer *x)
 {
     size_t mask = t->scap - 1, i = (size_t)x->hash & mask;
-    while (t->set[i])
+    while (t->set[i].x)
         i = (i + 1) & mask;
-    t->set[i] = x;
+    t->set[i] = (weir__tslot){x->hash, x};
 }
 
 /* Empty slot i, moving later entries of its probe run back (no tombstones). */
 static void set_erase(weir__timers *t, size_t i)
 {
     size_t mask = t->scap - 1;
-    t->set[i] = NULL;
-    for (size_t j = (i + 1) & mask; t->set[j]; j = (j + 1) & mask) {
-        size_t home = (size_t)t->set[j]->hash & mask;
+    t->set[i].x = NULL;
+    for (size_t j = (i + 1) & mask; t->set[j].x; j = (j + 1) & mask) {
+        size_t home = (size_t)t->set[j].hash & mask;
         /* Move j to i when its home is not within (i, j] (cyclically). */
         if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
             t->set[i] = t->set[j];
-            t->set[j] = NULL;
+            t->set[j].x = NULL;
             i = j;
         }
     }
@@ -138,22 +166,23 @@ static int grow(weir__timers *t)
 {
     if (t->n == t->hcap) {
         size_t cap = t->hcap ? t->hcap * 2 : 64;
-        weir__timer **h = realloc(t->heap, cap * sizeof(*h));
+        weir__theap *h = realloc(t->heap, cap * sizeof(*h));
         if (!h)
             return -ENOMEM;
         t->heap = h;
         t->hcap = cap;
     }
-    if ((t->n + 1) * 2 > t->scap) {
+    if ((t->live + 1) * 2 > t->scap) {
         size_t cap = t->scap ? t->scap * 2 : 128;
-        weir__timer **s = calloc(cap, sizeof(*s));
+        weir__tslot *s = calloc(cap, sizeof(*s));
         if (!s)
             return -ENOMEM;
         free(t->set);
         t->set = s;
         t->scap = cap;
         for (size_t i = 0; i < t->n; i++)
-            set_insert(t, t->heap[i]);
+            if (!t->heap[i].x->dead)
+                set_insert(t, t->heap[i].x);
     }
     return 0;
 }
@@ -164,47 +193,51 @@ int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64
         return -ENOMEM;
     uint64_t h = timer_hash(when, key, klen);
     size_t i = set_find(t, h, when, key, klen);
-    if (t->set[i])
+    if (t->set[i].x)
         return 0; /* one per key and time */
     weir__timer *x = malloc(sizeof(*x) + klen);
     if (!x)
         return -ENOMEM;
-    *x = (weir__timer){.when = when, .seq = t->seq++, .hash = h, .klen = (uint32_t)klen, .kg = kg};
+    *x = (weir__timer){.when = when, .hash = h, .klen = (uint32_t)klen, .kg = kg};
     if (klen)
         memcpy(x->key, key, klen);
-    t->set[i] = x;
-    place(t, t->n++, x);
+    t->set[i] = (weir__tslot){h, x};
+    t->heap[t->n++] = (weir__theap){when, t->seq++, x};
     sift_up(t, t->n - 1);
+    t->live++;
     return 0;
 }
 
 int weir__timer_del(weir__timers *t, const void *key, size_t klen, int64_t when)
 {
-    if (!t->n)
+    if (!t->live)
         return -ENOENT;
     size_t i = set_find(t, timer_hash(when, key, klen), when, key, klen);
-    weir__timer *x = t->set[i];
+    weir__timer *x = t->set[i].x;
     if (!x)
         return -ENOENT;
     set_erase(t, i);
-    heap_remove(t, x->pos);
-    free(x);
+    x->dead = 1;
+    t->live--;
+    if (t->n > 64 && t->n - t->live > t->live)
+        compact(t);
     return 0;
 }
 
-/* Take the earliest timer out (the caller frees it). */
+/* Take the earliest live timer out (the caller frees it). */
 static weir__timer *pop(weir__timers *t)
 {
-    weir__timer *x = t->heap[0];
-    set_erase(t, set_find(t, x->hash, x->when, x->key, x->klen));
-    heap_remove(t, 0);
+    weir__timer *x = top(t);
+    set_erase(t, set_slot(t, x));
+    heap_pop(t);
+    t->live--;
     return x;
 }
 
 void weir__timers_free(weir__timers *t)
 {
     for (size_t i = 0; i < t->n; i++)
-        free(t->heap[i]);
+        free(t->heap[i].x);
     free(t->heap);
     free(t->set);
     *t = (weir__timers){0};
@@ -237,14 +270,15 @@ int weir__timers_fire(subtask *st, int domain, int64_t upto)
 {
     weir__timers *t = &st->timers[domain];
     weir_ctx *c = &st->ctx[0];
-    for (unsigned fired = 0; t->n && t->heap[0]->when <= upto; fired++) {
+    weir__timer *next;
+    for (unsigned fired = 0; (next = top(t)) != NULL && next->when <= upto; fired++) {
         /* A watermark can close many windows: let the other subtasks of
          * this thread run now and then. */
         if (fired % 256 == 255) {
             int y = weir_task_yield();
             if (y < 0)
                 return y;
-            if (!t->n || t->heap[0]->when > upto)
+            if (!(next = top(t)) || next->when > upto)
                 break;
         }
         weir__timer *x = pop(t);
@@ -266,8 +300,8 @@ int weir__timers_fire(subtask *st, int domain, int64_t upto)
 /* The earliest timer of the domain (INT64_MAX: none). */
 int64_t weir__timers_next(subtask *st, int domain)
 {
-    weir__timers *t = &st->timers[domain];
-    return t->n ? t->heap[0]->when : INT64_MAX;
+    weir__timer *x = top(&st->timers[domain]);
+    return x ? x->when : INT64_MAX;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------------- */
@@ -299,7 +333,7 @@ static int by_entry(const void *pa, const void *pb)
 /* Capture the backend with every timer as an entry of its group. */
 int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
 {
-    size_t n = st->timers[0].n + st->timers[1].n, bytes = 0;
+    size_t n = st->timers[0].live + st->timers[1].live, bytes = 0;
     if (!n)
         return weir_state_capture(st->backend, id, out);
     sorted *v = malloc(n * sizeof(*v));
@@ -312,8 +346,11 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
     size_t k = 0;
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < st->timers[d].n; i++) {
-            v[k++] = (sorted){st->timers[d].heap[i], tag_of(d)};
-            bytes += 13 + (size_t)st->timers[d].heap[i]->klen;
+            const weir__timer *x = st->timers[d].heap[i].x;
+            if (x->dead)
+                continue;
+            v[k++] = (sorted){x, tag_of(d)};
+            bytes += 13 + (size_t)x->klen;
         }
     qsort(v, n, sizeof(*v), by_entry);
     uint8_t *buf = malloc(bytes), *p = buf;
