@@ -11,6 +11,19 @@
  * lands in a window already fired (but within its lateness) fires that
  * window again at once.
  *
+ * Hopping windows whose size is a whole number of slides keep their state
+ * per slide instead (panes, the slicing of other engines): a record folds
+ * into one pane, not into size / slide windows, and a window that fires
+ * folds its panes in time order (so fn must be associative, as for
+ * sessions). A key's panes are one entry, state "p" without a namespace:
+ * [start i64][length u32][folded bytes] per pane, in start order, so a
+ * firing window reads one entry however many panes it spans. Timers: each
+ * window's fire time, registered when a pane of it is made, and per pane
+ * the drop time of the last window holding it (start + size - 1 +
+ * lateness), when the pane leaves the entry. Records within 2^62 ns of the
+ * ends of the time range, where window arithmetic would saturate, take the
+ * per-window path above; a firing window folds both.
+ *
  * Sessions: a record makes [ts, ts + gap); every stored session of the key
  * overlapping it is folded in (in start order) and removed with its
  * timers, and the merged session is stored with new timers.
@@ -198,6 +211,78 @@ static void acc_free(acc *a)
         free(a->p);
 }
 
+/* A key's panes entry: [start i64][len u32][bytes] per pane, by start. */
+#define PANE_HDR 12
+
+typedef struct pane_at {
+    size_t off, len; /* the pane's entry (header included), or where it would go (len 0) */
+    int found;
+} pane_at;
+
+/* Find the pane starting at `start`; -EBADMSG for a damaged entry. */
+static int pane_find(const uint8_t *v, size_t vlen, int64_t start, pane_at *at)
+{
+    size_t off = 0;
+    while (off < vlen) {
+        int64_t ps;
+        uint32_t len;
+        if (vlen - off < PANE_HDR)
+            return -EBADMSG;
+        memcpy(&ps, v + off, 8);
+        memcpy(&len, v + off + 8, 4);
+        if (len > vlen - off - PANE_HDR)
+            return -EBADMSG;
+        if (ps >= start) {
+            *at = (pane_at){off, ps == start ? PANE_HDR + len : 0, ps == start};
+            return 0;
+        }
+        off += PANE_HDR + len;
+    }
+    *at = (pane_at){off, 0, 0};
+    return 0;
+}
+
+/* Store v with the pane at `at` replaced by (start, bytes) (bytes NULL: removed). */
+static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, int64_t start,
+                      const void *bytes, size_t blen)
+{
+    size_t add = bytes ? PANE_HDR + blen : 0, n = vlen - at.len + add;
+    if (n == 0)
+        return weir__ns_del(ctx, "p", NULL, 0);
+    uint8_t small[512];
+    uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
+    if (!buf)
+        return -ENOMEM;
+    if (at.off)
+        memcpy(buf, v, at.off);
+    if (bytes) {
+        uint32_t l = (uint32_t)blen;
+        memcpy(buf + at.off, &start, 8);
+        memcpy(buf + at.off + 8, &l, 4);
+        if (blen)
+            memcpy(buf + at.off + PANE_HDR, bytes, blen);
+    }
+    if (vlen > at.off + at.len)
+        memcpy(buf + at.off + add, v + at.off + at.len, vlen - at.off - at.len);
+    int e = weir__ns_put(ctx, "p", NULL, 0, buf, n);
+    if (buf != small)
+        free(buf);
+    return e;
+}
+
+static int panes_get(weir_ctx *ctx, const uint8_t **v, size_t *vlen)
+{
+    const void *p;
+    int e = weir__ns_get(ctx, "p", NULL, 0, &p, vlen);
+    if (e == -ENOENT) {
+        *v = NULL;
+        *vlen = 0;
+        return 0;
+    }
+    *v = p;
+    return e;
+}
+
 /* Fold the window's panes (in time order) and any whole-window value it has
  * (records outside [PANE_LO, PANE_HI] keep those), then emit if anything
  * was there. */
@@ -206,33 +291,56 @@ static int fire_panes(weir_ctx *ctx, const win *w, span s)
     acc a = {0};
     int e = 0;
     int whole = s.start < PANE_LO || s.end - 1 > PANE_HI;
-    const void *v;
-    size_t vlen;
-    uint8_t ns[16];
+    const uint8_t *pv;
+    size_t pvlen;
     for (int pass = 0; pass < 3 && !e; pass++) {
         /* The whole-window value before the panes below PANE_LO, after them above. */
         if (pass != 1) {
             if (whole && (pass == 0) == (s.start < PANE_LO)) {
+                uint8_t ns[16];
+                const void *v;
+                size_t vlen;
                 ns_of(s, ns);
                 if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) == 0)
-                    e = acc_add(&a, w, v, vlen, s.end - 1);
-            }
-        } else if (s.end - 1 >= PANE_LO && s.start <= PANE_HI) {
-            for (int64_t p = s.start; !e && p < s.end; p += w->w.slide) {
-                ns_of((span){p, p + w->w.slide}, ns);
-                if ((e = weir__ns_get(ctx, "p", ns, 16, &v, &vlen)) == 0)
                     e = acc_add(&a, w, v, vlen, s.end - 1);
                 else if (e == -ENOENT)
                     e = 0;
             }
+        } else if (s.end - 1 >= PANE_LO && s.start <= PANE_HI &&
+                   (e = panes_get(ctx, &pv, &pvlen)) == 0) {
+            pane_at at;
+            if ((e = pane_find(pv, pvlen, s.start, &at)) < 0)
+                break;
+            for (size_t off = at.off; !e && off < pvlen;) {
+                int64_t ps;
+                uint32_t len;
+                memcpy(&ps, pv + off, 8);
+                memcpy(&len, pv + off + 8, 4);
+                if (ps >= s.end)
+                    break;
+                e = acc_add(&a, w, pv + off + PANE_HDR, len, s.end - 1);
+                off += PANE_HDR + len;
+            }
         }
-        if (e == -ENOENT)
-            e = 0;
     }
     if (!e && a.have)
         e = emit_result(ctx, s, a.p, a.len);
     acc_free(&a);
     return e;
+}
+
+/* Drop the pane starting at `start`, if the key has it. */
+static int drop_pane(weir_ctx *ctx, int64_t start)
+{
+    const uint8_t *v;
+    size_t vlen;
+    pane_at at;
+    int e = panes_get(ctx, &v, &vlen);
+    if (!e)
+        e = pane_find(v, vlen, start, &at);
+    if (e || !at.found)
+        return e;
+    return pane_store(ctx, v, vlen, at, start, NULL, 0);
 }
 
 /* A record of [PANE_LO, PANE_HI]: fold it into its pane. The pane's timers
@@ -243,37 +351,25 @@ static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
     int64_t size = w->w.size, slide = w->w.slide;
     int64_t wm = weir_ctx_watermark(ctx);
     int64_t last = in->ts - floor_mod(in->ts, slide);
-    span pane = {last, last + slide};
     if (late_for(w, (span){last, last + size}, wm)) /* the latest window: all are late */
         return weir_emit_side(ctx, in->data, in->len, in->ts);
-    uint8_t ns[16];
-    ns_of(pane, ns);
-    const void *v;
+    const uint8_t *v;
     size_t vlen;
-    int e = weir__ns_get(ctx, "p", ns, 16, &v, &vlen);
-    int fresh = e == -ENOENT || weir_ctx_restored(ctx);
+    pane_at at;
+    int e = panes_get(ctx, &v, &vlen);
+    if (!e)
+        e = pane_find(v, vlen, last, &at);
+    if (e)
+        return e;
+    int fresh = !at.found || weir_ctx_restored(ctx);
     weir_rec out = *in;
-    if (e == 0) {
-        weir_rec a = {v, vlen, in->ts};
+    if (at.found) {
+        weir_rec a = {v + at.off + PANE_HDR, at.len - PANE_HDR, in->ts};
         if ((e = w->fn(&a, in, &out, w->arg)) < 0)
             return e;
-    } else if (e != -ENOENT) {
-        return e;
     }
-    uint8_t small[512]; /* out may point into the stored value: copy before the put */
-    const uint8_t *o = out.data;
-    uint8_t *copy = NULL;
-    if (e == 0 && out.len && o >= (const uint8_t *)v && o < (const uint8_t *)v + vlen) {
-        copy = out.len <= sizeof(small) ? small : malloc(out.len);
-        if (!copy)
-            return -ENOMEM;
-        memcpy(copy, o, out.len);
-        o = copy;
-    }
-    e = weir__ns_put(ctx, "p", ns, 16, o, out.len);
-    if (copy != small)
-        free(copy);
-    if (e < 0)
+    /* (out may point into the stored entry: pane_store copies first) */
+    if ((e = pane_store(ctx, v, vlen, at, last, out.data, out.len)) < 0)
         return e;
     for (int64_t start = last; !e && start > last - size; start -= slide) {
         span s = {start, start + size};
@@ -497,11 +593,8 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
         if (!e && !__builtin_sub_overflow(when + 1, w->w.allowed_lateness, &end) &&
             window_at(w, end, &s)) {
             e = drop_window(ctx, s);
-            if (!e && w->panes) { /* the pane starting with the window */
-                uint8_t ns[16];
-                ns_of((span){s.start, s.start + w->w.slide}, ns);
-                e = weir__ns_del(ctx, "p", ns, 16);
-            }
+            if (!e && w->panes) /* the pane starting with the window */
+                e = drop_pane(ctx, s.start);
         }
         return e;
     }
