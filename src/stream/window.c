@@ -172,7 +172,7 @@ typedef struct acc {
     uint8_t *p;
     size_t len, cap;
     int have;
-    uint8_t small[256];
+    _Alignas(16) uint8_t small[256];
 } acc;
 
 static int acc_add(acc *a, const win *w, const void *v, size_t vlen, int64_t ts)
@@ -211,11 +211,15 @@ static void acc_free(acc *a)
         free(a->p);
 }
 
-/* A key's panes entry: [start i64][len u32][bytes] per pane, by start. */
-#define PANE_HDR 12
+/* A key's panes entry: [start i64][len u32][pad u32][bytes, padded to 16]
+ * per pane, by start: each pane's bytes 16-byte aligned, as a value of its
+ * own would be. */
+#define PANE_HDR 16
+#define PADDED(n) (((n) + 15) & ~(size_t)15)
 
 typedef struct pane_at {
-    size_t off, len; /* the pane's entry (header included), or where it would go (len 0) */
+    size_t off, len; /* the pane's entry (header, padding included), or where it would go (len 0) */
+    size_t blen;     /* its bytes */
     int found;
 } pane_at;
 
@@ -230,15 +234,15 @@ static int pane_find(const uint8_t *v, size_t vlen, int64_t start, pane_at *at)
             return -EBADMSG;
         memcpy(&ps, v + off, 8);
         memcpy(&len, v + off + 8, 4);
-        if (len > vlen - off - PANE_HDR)
+        if (PADDED(len) > vlen - off - PANE_HDR)
             return -EBADMSG;
         if (ps >= start) {
-            *at = (pane_at){off, ps == start ? PANE_HDR + len : 0, ps == start};
+            *at = (pane_at){off, ps == start ? PANE_HDR + PADDED(len) : 0, len, ps == start};
             return 0;
         }
-        off += PANE_HDR + len;
+        off += PANE_HDR + PADDED(len);
     }
-    *at = (pane_at){off, 0, 0};
+    *at = (pane_at){off, 0, 0, 0};
     return 0;
 }
 
@@ -246,21 +250,22 @@ static int pane_find(const uint8_t *v, size_t vlen, int64_t start, pane_at *at)
 static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, int64_t start,
                       const void *bytes, size_t blen)
 {
-    size_t add = bytes ? PANE_HDR + blen : 0, n = vlen - at.len + add;
+    size_t add = bytes ? PANE_HDR + PADDED(blen) : 0, n = vlen - at.len + add;
     if (n == 0)
         return weir__ns_del(ctx, "p", NULL, 0);
-    uint8_t small[512];
+    _Alignas(16) uint8_t small[512];
     uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
     if (!buf)
         return -ENOMEM;
     if (at.off)
         memcpy(buf, v, at.off);
     if (bytes) {
-        uint32_t l = (uint32_t)blen;
+        uint32_t l[2] = {(uint32_t)blen, 0};
         memcpy(buf + at.off, &start, 8);
-        memcpy(buf + at.off + 8, &l, 4);
+        memcpy(buf + at.off + 8, l, 8);
         if (blen)
             memcpy(buf + at.off + PANE_HDR, bytes, blen);
+        memset(buf + at.off + PANE_HDR + blen, 0, PADDED(blen) - blen);
     }
     if (vlen > at.off + at.len)
         memcpy(buf + at.off + add, v + at.off + at.len, vlen - at.off - at.len);
@@ -319,7 +324,7 @@ static int fire_panes(weir_ctx *ctx, const win *w, span s)
                 if (ps >= s.end)
                     break;
                 e = acc_add(&a, w, pv + off + PANE_HDR, len, s.end - 1);
-                off += PANE_HDR + len;
+                off += PANE_HDR + PADDED(len);
             }
         }
     }
@@ -364,7 +369,7 @@ static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
     int fresh = !at.found || weir_ctx_restored(ctx);
     weir_rec out = *in;
     if (at.found) {
-        weir_rec a = {v + at.off + PANE_HDR, at.len - PANE_HDR, in->ts};
+        weir_rec a = {v + at.off + PANE_HDR, at.blen, in->ts};
         if ((e = w->fn(&a, in, &out, w->arg)) < 0)
             return e;
     }
