@@ -179,11 +179,11 @@ typedef struct weir__timer {
     _Alignas(16) uint8_t key[];
 } weir__timer;
 
-typedef struct weir__theap {
+typedef struct weir__tbucket {
     int64_t when;
-    uint64_t seq; /* registration number: the order among equal times */
-    weir__timer *x;
-} weir__theap;
+    weir__timer **v; /* [head, n): not fired yet, in registration order */
+    size_t head, n, cap;
+} weir__tbucket;
 
 typedef struct weir__tslot {
     uint64_t hash;
@@ -191,12 +191,14 @@ typedef struct weir__tslot {
 } weir__tslot;
 
 typedef struct weir__timers {
-    weir__theap *heap; /* min-heap by (when, seq), deleted timers included */
-    size_t n, hcap;
-    weir__tslot *set; /* the live timers by (when, key): at most half full */
+    weir__tbucket **heap; /* buckets, min-heap by time */
+    size_t nb, bcap;
+    weir__tbucket **bmap; /* by time: open addressing, at most half full */
+    size_t bmcap;
+    weir__tbucket *last;  /* the last bucket added to */
+    weir__tslot *set;     /* the live timers by (when, key): at most half full */
     size_t scap;
-    size_t live;
-    uint64_t seq;
+    size_t live, dead;
 } weir__timers;
 
 struct subtask {

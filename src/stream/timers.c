@@ -4,17 +4,19 @@
  * timers, at most one per key and time (weir_timer_register of an existing
  * timer does nothing), fired in time order.
  *
- * Per domain, in memory: a binary min-heap ordered by (time, registration
- * number), so timers of one time fire in the order they were registered,
- * and a hash set over (time, key) beside it for the one-per-key-and-time
- * rule and for weir_timer_delete. Each timer is one allocation holding its
- * key (16-byte aligned, like any key a context hands out); the heap holds
- * (time, number, timer) and the set (hash, timer) inline, so sifting and
- * probing read no timer but the one sought. A deleted timer leaves the set
- * at once and the heap lazily: marked, dropped when it reaches the top, or
- * all together when the deleted outnumber the live. Registering, deleting
- * and firing cost O(log n) integer comparisons; a watermark that reaches
- * no timer costs one look at the heap's top.
+ * Per domain, in memory: a bucket per time holding its timers in the order
+ * they were registered (so timers of one time fire in that order), a
+ * binary min-heap of the buckets by time with a map from time to bucket
+ * beside it, and a hash set over (time, key) of every live timer for the
+ * one-per-key-and-time rule and for weir_timer_delete. Each timer is one
+ * allocation holding its key (16-byte aligned, like any key a context
+ * hands out). Window timers come by the thousand per time: registering
+ * one is a set probe and an append, firing one a read from the front of
+ * the earliest bucket and a set erase; the heap moves only when a time is
+ * new or done. A deleted timer leaves the set at once and its bucket
+ * lazily: marked, dropped when it reaches the front, or all together when
+ * the deleted outnumber the live. A watermark that reaches no timer costs
+ * one look at the earliest bucket.
  *
  * Checkpoints. Timers belong to key groups like any keyed state, so a
  * rescaled restore must move them with their groups. At a snapshot they are
@@ -48,73 +50,179 @@ static uint64_t timer_hash(int64_t when, const void *key, size_t klen)
     return h ^ (h >> 32);
 }
 
-/* ---- the heap (entries inline: sifting never touches a timer) ---------------------------- */
-static int before(const weir__theap *a, const weir__theap *b)
+/* ---- buckets: the timers of one time, and a heap of them by time ----------------------------- */
+static void bheap_up(weir__timers *t, size_t i)
 {
-    return a->when < b->when || (a->when == b->when && a->seq < b->seq);
-}
-
-static void sift_up(weir__timers *t, size_t i)
-{
-    weir__theap x = t->heap[i];
+    weir__tbucket *b = t->heap[i];
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (!before(&x, &t->heap[parent]))
+        if (t->heap[parent]->when <= b->when)
             break;
         t->heap[i] = t->heap[parent];
         i = parent;
     }
-    t->heap[i] = x;
+    t->heap[i] = b;
 }
 
-static void sift_down(weir__timers *t, size_t i)
+static void bheap_down(weir__timers *t, size_t i)
 {
-    weir__theap x = t->heap[i];
+    weir__tbucket *b = t->heap[i];
     for (;;) {
         size_t c = 2 * i + 1;
-        if (c >= t->n)
+        if (c >= t->nb)
             break;
-        if (c + 1 < t->n && before(&t->heap[c + 1], &t->heap[c]))
+        if (c + 1 < t->nb && t->heap[c + 1]->when < t->heap[c]->when)
             c++;
-        if (!before(&t->heap[c], &x))
+        if (t->heap[c]->when >= b->when)
             break;
         t->heap[i] = t->heap[c];
         i = c;
     }
-    t->heap[i] = x;
+    t->heap[i] = b;
 }
 
-static void heap_pop(weir__timers *t)
+static size_t bmap_home(const weir__timers *t, int64_t when)
 {
-    t->heap[0] = t->heap[--t->n];
-    if (t->n)
-        sift_down(t, 0);
+    uint64_t h = (uint64_t)when * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 32)) & (t->bmcap - 1);
 }
 
-/* Deleted timers stay in the heap, marked, until they reach its top or
- * outnumber the live ones: then the heap is rebuilt without them. */
+/* The map slot of `when`'s bucket, or the empty slot where it would go. */
+static size_t bmap_find(const weir__timers *t, int64_t when)
+{
+    size_t mask = t->bmcap - 1, i = bmap_home(t, when);
+    while (t->bmap[i] && t->bmap[i]->when != when)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static void bmap_erase(weir__timers *t, size_t i)
+{
+    size_t mask = t->bmcap - 1;
+    t->bmap[i] = NULL;
+    for (size_t j = (i + 1) & mask; t->bmap[j]; j = (j + 1) & mask) {
+        size_t home = bmap_home(t, t->bmap[j]->when);
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            t->bmap[i] = t->bmap[j];
+            t->bmap[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+static void bucket_free(weir__timers *t, weir__tbucket *b)
+{
+    if (t->last == b)
+        t->last = NULL;
+    free(b->v);
+    free(b);
+}
+
+/* The bucket of `when`, made (in the map and the heap) if it is new. */
+static weir__tbucket *bucket_of(weir__timers *t, int64_t when)
+{
+    if (t->last && t->last->when == when)
+        return t->last;
+    if ((t->nb + 1) * 2 > t->bmcap) {
+        size_t cap = t->bmcap ? t->bmcap * 2 : 64;
+        weir__tbucket **m = calloc(cap, sizeof(*m));
+        if (!m)
+            return NULL;
+        free(t->bmap);
+        t->bmap = m;
+        t->bmcap = cap;
+        for (size_t i = 0; i < t->nb; i++)
+            t->bmap[bmap_find(t, t->heap[i]->when)] = t->heap[i];
+    }
+    size_t i = bmap_find(t, when);
+    if (!t->bmap[i]) {
+        if (t->nb == t->bcap) {
+            size_t cap = t->bcap ? t->bcap * 2 : 16;
+            weir__tbucket **h = realloc(t->heap, cap * sizeof(*h));
+            if (!h)
+                return NULL;
+            t->heap = h;
+            t->bcap = cap;
+        }
+        weir__tbucket *b = calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        b->when = when;
+        t->bmap[i] = b;
+        t->heap[t->nb++] = b;
+        bheap_up(t, t->nb - 1);
+    }
+    return t->last = t->bmap[i];
+}
+
+static int bucket_push(weir__tbucket *b, weir__timer *x)
+{
+    if (b->n == b->cap) {
+        if (b->head > b->n / 2) { /* mostly fired already: move down, keep the memory */
+            memmove(b->v, b->v + b->head, (b->n - b->head) * sizeof(*b->v));
+            b->n -= b->head;
+            b->head = 0;
+        } else {
+            size_t cap = b->cap ? b->cap * 2 : 4;
+            weir__timer **v = realloc(b->v, cap * sizeof(*v));
+            if (!v)
+                return -ENOMEM;
+            b->v = v;
+            b->cap = cap;
+        }
+    }
+    b->v[b->n++] = x;
+    return 0;
+}
+
+/* Deleted timers stay in their buckets, marked, until they reach the front
+ * or outnumber the live ones: then every bucket is filtered at once. */
 static void compact(weir__timers *t)
 {
     size_t k = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        if (t->heap[i].x->dead)
-            free(t->heap[i].x);
-        else
-            t->heap[k++] = t->heap[i];
+    for (size_t i = 0; i < t->nb; i++) {
+        weir__tbucket *b = t->heap[i];
+        size_t m = 0;
+        for (size_t j = b->head; j < b->n; j++) {
+            if (b->v[j]->dead)
+                free(b->v[j]);
+            else
+                b->v[m++] = b->v[j];
+        }
+        b->head = 0;
+        b->n = m;
+        if (m) {
+            t->heap[k++] = b;
+        } else {
+            bmap_erase(t, bmap_find(t, b->when));
+            bucket_free(t, b);
+        }
     }
-    t->n = k;
-    for (size_t i = t->n / 2; i-- > 0;)
-        sift_down(t, i);
+    t->nb = k;
+    for (size_t i = t->nb / 2; i-- > 0;)
+        bheap_down(t, i);
+    t->dead = 0;
 }
 
-/* Drop deleted timers from the top; the first live one, or NULL. */
+/* The first live timer of the earliest bucket (emptied buckets and deleted
+ * timers in front go on the way), or NULL. */
 static weir__timer *top(weir__timers *t)
 {
-    while (t->n && t->heap[0].x->dead) {
-        free(t->heap[0].x);
-        heap_pop(t);
+    while (t->nb) {
+        weir__tbucket *b = t->heap[0];
+        while (b->head < b->n && b->v[b->head]->dead) {
+            free(b->v[b->head++]);
+            t->dead--;
+        }
+        if (b->head < b->n)
+            return b->v[b->head];
+        bmap_erase(t, bmap_find(t, b->when));
+        t->heap[0] = t->heap[--t->nb];
+        if (t->nb)
+            bheap_down(t, 0);
+        bucket_free(t, b);
     }
-    return t->n ? t->heap[0].x : NULL;
+    return NULL;
 }
 
 /* ---- the set (open addressing, linear probing, at most half full) ----------------------------- */
@@ -162,48 +270,44 @@ static void set_erase(weir__timers *t, size_t i)
     }
 }
 
-static int grow(weir__timers *t)
+static int set_grow(weir__timers *t)
 {
-    if (t->n == t->hcap) {
-        size_t cap = t->hcap ? t->hcap * 2 : 64;
-        weir__theap *h = realloc(t->heap, cap * sizeof(*h));
-        if (!h)
-            return -ENOMEM;
-        t->heap = h;
-        t->hcap = cap;
-    }
-    if ((t->live + 1) * 2 > t->scap) {
-        size_t cap = t->scap ? t->scap * 2 : 128;
-        weir__tslot *s = calloc(cap, sizeof(*s));
-        if (!s)
-            return -ENOMEM;
-        free(t->set);
-        t->set = s;
-        t->scap = cap;
-        for (size_t i = 0; i < t->n; i++)
-            if (!t->heap[i].x->dead)
-                set_insert(t, t->heap[i].x);
-    }
+    if ((t->live + 1) * 2 <= t->scap)
+        return 0;
+    size_t cap = t->scap ? t->scap * 2 : 128;
+    weir__tslot *s = calloc(cap, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    free(t->set);
+    t->set = s;
+    t->scap = cap;
+    for (size_t i = 0; i < t->nb; i++)
+        for (size_t j = t->heap[i]->head; j < t->heap[i]->n; j++)
+            if (!t->heap[i]->v[j]->dead)
+                set_insert(t, t->heap[i]->v[j]);
     return 0;
 }
 
 int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64_t when)
 {
-    if (grow(t) < 0)
+    if (set_grow(t) < 0)
         return -ENOMEM;
     uint64_t h = timer_hash(when, key, klen);
     size_t i = set_find(t, h, when, key, klen);
     if (t->set[i].x)
         return 0; /* one per key and time */
-    weir__timer *x = malloc(sizeof(*x) + klen);
+    weir__tbucket *b = bucket_of(t, when);
+    weir__timer *x = b ? malloc(sizeof(*x) + klen) : NULL;
     if (!x)
         return -ENOMEM;
     *x = (weir__timer){.when = when, .hash = h, .klen = (uint32_t)klen, .kg = kg};
     if (klen)
         memcpy(x->key, key, klen);
+    if (bucket_push(b, x) < 0) {
+        free(x);
+        return -ENOMEM;
+    }
     t->set[i] = (weir__tslot){h, x};
-    t->heap[t->n++] = (weir__theap){when, t->seq++, x};
-    sift_up(t, t->n - 1);
     t->live++;
     return 0;
 }
@@ -219,7 +323,7 @@ int weir__timer_del(weir__timers *t, const void *key, size_t klen, int64_t when)
     set_erase(t, i);
     x->dead = 1;
     t->live--;
-    if (t->n > 64 && t->n - t->live > t->live)
+    if (++t->dead > t->live + 64)
         compact(t);
     return 0;
 }
@@ -228,17 +332,23 @@ int weir__timer_del(weir__timers *t, const void *key, size_t klen, int64_t when)
 static weir__timer *pop(weir__timers *t)
 {
     weir__timer *x = top(t);
+    t->heap[0]->head++;
     set_erase(t, set_slot(t, x));
-    heap_pop(t);
     t->live--;
     return x;
 }
 
 void weir__timers_free(weir__timers *t)
 {
-    for (size_t i = 0; i < t->n; i++)
-        free(t->heap[i].x);
+    for (size_t i = 0; i < t->nb; i++) {
+        weir__tbucket *b = t->heap[i];
+        for (size_t j = b->head; j < b->n; j++)
+            free(b->v[j]);
+        free(b->v);
+        free(b);
+    }
     free(t->heap);
+    free(t->bmap);
     free(t->set);
     *t = (weir__timers){0};
 }
@@ -345,12 +455,15 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
     }
     size_t k = 0;
     for (int d = 0; d < 2; d++)
-        for (size_t i = 0; i < st->timers[d].n; i++) {
-            const weir__timer *x = st->timers[d].heap[i].x;
-            if (x->dead)
-                continue;
-            v[k++] = (sorted){x, tag_of(d)};
-            bytes += 13 + (size_t)x->klen;
+        for (size_t i = 0; i < st->timers[d].nb; i++) {
+            const weir__tbucket *b = st->timers[d].heap[i];
+            for (size_t j = b->head; j < b->n; j++) {
+                const weir__timer *x = b->v[j];
+                if (x->dead)
+                    continue;
+                v[k++] = (sorted){x, tag_of(d)};
+                bytes += 13 + (size_t)x->klen;
+            }
         }
     qsort(v, n, sizeof(*v), by_entry);
     uint8_t *buf = malloc(bytes), *p = buf;

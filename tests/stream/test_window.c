@@ -450,7 +450,7 @@ TEST(timers_fire_in_time_order)
 typedef struct many_log {
     int64_t last;
     int fired, bad;
-    uint8_t seen[MANY_KEYS][MANY_EVENTS * 4 + 8]; /* times are < ts + 4 * MANY_EVENTS */
+    uint8_t seen[MANY_KEYS][MANY_EVENTS * 4 + 32]; /* times are < ts + 4 * MANY_EVENTS */
 } many_log;
 
 static ev many_evs[MANY_EVENTS];
@@ -468,6 +468,12 @@ static int many_process(weir_ctx *ctx, void *state, const weir_rec *in)
         r = weir_timer_delete(ctx, WEIR_TIME_EVENT, e->value + 1);
     if (!r) /* deleting what is not there is no error */
         r = weir_timer_delete(ctx, WEIR_TIME_EVENT, e->value + 3);
+    /* Ten more odd ones, deleted: deleted timers soon outnumber the live
+     * ones, and the timers are compacted now and then. */
+    for (int64_t d = 5; !r && d < 25; d += 2)
+        r = weir_timer_register(ctx, WEIR_TIME_EVENT, e->value + d);
+    for (int64_t d = 5; !r && d < 25; d += 2)
+        r = weir_timer_delete(ctx, WEIR_TIME_EVENT, e->value + d);
     return r;
 }
 
@@ -478,7 +484,7 @@ static int many_fired(weir_ctx *ctx, void *state, int domain, int64_t when)
     int64_t k;
     memcpy(&k, weir_ctx_key(ctx, &kl), sizeof(k));
     if (domain != WEIR_TIME_EVENT || when < l->last || when % 2 || k < 0 || k >= MANY_KEYS ||
-        l->seen[k][when]++)
+        when >= MANY_EVENTS * 4 + 32 || l->seen[k][when]++)
         l->bad++;
     l->last = when;
     l->fired++;
@@ -489,7 +495,7 @@ static intptr_t many_timers_main(void *arg)
 {
     (void)arg;
     static many_log l;
-    static uint8_t want[MANY_KEYS][MANY_EVENTS * 4 + 8];
+    static uint8_t want[MANY_KEYS][MANY_EVENTS * 4 + 32];
     memset(&l, 0, sizeof(l));
     memset(want, 0, sizeof(want));
     unsigned seed = 12345;
@@ -512,7 +518,7 @@ static intptr_t many_timers_main(void *arg)
     CHECK_EQ(l.bad, 0);
     CHECK_EQ(l.fired, expect);
     for (int k = 0; k < MANY_KEYS; k++)
-        for (int t = 0; t < MANY_EVENTS * 4 + 8; t++)
+        for (int t = 0; t < MANY_EVENTS * 4 + 32; t++)
             CHECK_EQ(!!l.seen[k][t], !!want[k][t]);
     weir_job_free(j);
     return 0;
