@@ -68,6 +68,8 @@ typedef struct mem_backend {
     weir_state_backend base;
     uint64_t rng;
     group *groups; /* [end_kg - first_kg] */
+    node *last;    /* the node the last get found (a put of its key follows, often) */
+    int last_kg;
 } mem_backend;
 
 #define NEXT(n, i) ((n)->link[(i)])
@@ -246,12 +248,15 @@ static void index_remove(group *g, slot *sl)
 static int mem_get(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
                    size_t *vlen)
 {
-    group *g = group_of((mem_backend *)b, kg);
+    mem_backend *m = (mem_backend *)b;
+    group *g = group_of(m, kg);
     if (!g->icap)
         return -ENOENT;
     slot *sl = index_find(g, key, klen, hash_of(key, klen));
     if (!sl->n)
         return -ENOENT;
+    m->last = sl->n;
+    m->last_kg = kg;
     *val = sl->n->val;
     *vlen = sl->n->vlen;
     return 0;
@@ -262,6 +267,15 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
 {
     mem_backend *m = (mem_backend *)b;
     group *g = group_of(m, kg);
+    node *last = m->last;
+    /* Read-modify-write (a reduce, a window's fold): the key the last get
+     * found, without hashing and probing again. */
+    if (last && m->last_kg == kg && last->klen == klen && last->vlen == vlen &&
+        (klen == 0 || memcmp(key_of(last), key, klen) == 0)) {
+        if (vlen)
+            memmove(last->val, val, vlen);
+        return 0;
+    }
     if ((g->count + 1) * 4 > g->icap * 3 && index_grow(g) < 0)
         return -ENOMEM;
     uint64_t h = hash_of(key, klen);
@@ -316,13 +330,16 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
 
 static int mem_del(weir_state_backend *b, int kg, const void *key, size_t klen)
 {
-    group *g = group_of((mem_backend *)b, kg);
+    mem_backend *m = (mem_backend *)b;
+    group *g = group_of(m, kg);
     if (!g->icap)
         return -ENOENT;
     slot *sl = index_find(g, key, klen, hash_of(key, klen));
     if (!sl->n)
         return -ENOENT;
     node *n = sl->n;
+    if (m->last == n)
+        m->last = NULL;
     index_remove(g, sl);
     if (n->linked) {
         unlink_node(g, n);
@@ -442,6 +459,7 @@ static int mem_restore(weir_state_backend *b, const char *path)
      * the file holds no entries for it). */
     int lo = r.first_kg > b->first_kg ? r.first_kg : b->first_kg;
     int hi = r.end_kg < b->end_kg ? r.end_kg : b->end_kg;
+    m->last = NULL;
     for (int kg = lo; kg < hi; kg++)
         group_clear(group_of(m, kg));
     int kg;
