@@ -43,7 +43,7 @@ typedef struct node {
     uint8_t *val;
     uint32_t klen, vlen;
     int level;
-    int linked;          /* in the list; else pending at pend[pos] */
+    int linked; /* in the list; else pending at pend[pos] */
     size_t pos;
     struct node *link[]; /* next[level], prev[level] (NULL: the head), then the key */
 } node;
@@ -56,11 +56,11 @@ typedef struct slot {
 typedef struct group {
     node *head[MAX_LEVEL]; /* the head's tower */
     int level;
-    size_t count;   /* entries, pending ones included */
-    size_t linked;  /* entries in the list */
-    node **pend;    /* keys not linked yet, in insertion order */
+    size_t count;  /* entries, pending ones included */
+    size_t linked; /* entries in the list */
+    node **pend;   /* keys not linked yet, in insertion order */
     size_t npend, pcap;
-    slot *index;    /* power-of-two size, at most 3/4 full */
+    slot *index; /* power-of-two size, at most 3/4 full */
     size_t icap;
 } group;
 

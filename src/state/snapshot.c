@@ -181,11 +181,10 @@ int weir_state_capture_with(weir_state_backend *b, uint64_t checkpoint_id,
     for (size_t i = 0; i < n; i++) {
         const weir_state_entry *x = &extra[i];
         if (x->kg < b->first_kg || x->kg >= b->end_kg || (x->klen && !x->key) ||
-            (x->vlen && !x->val) || x->klen > WEIR_STATE_MAX_KEY ||
-            x->vlen > WEIR_STATE_MAX_VALUE)
+            (x->vlen && !x->val) || x->klen > WEIR_STATE_MAX_KEY || x->vlen > WEIR_STATE_MAX_VALUE)
             return -EINVAL;
-        if (i && (x[-1].kg > x->kg ||
-                  (x[-1].kg == x->kg && weir__key_cmp(x[-1].key, x[-1].klen, x->key, x->klen) >= 0)))
+        if (i && (x[-1].kg > x->kg || (x[-1].kg == x->kg &&
+                                       weir__key_cmp(x[-1].key, x[-1].klen, x->key, x->klen) >= 0)))
             return -EINVAL; /* not sorted, or a key twice */
     }
     return b->ops->capture(b, checkpoint_id, extra, n, out);

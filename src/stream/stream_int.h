@@ -195,8 +195,8 @@ typedef struct weir__timers {
     size_t nb, bcap;
     weir__tbucket **bmap; /* by time: open addressing, at most half full */
     size_t bmcap;
-    weir__tbucket *last;  /* the last bucket added to */
-    weir__tslot *set;     /* the live timers by (when, key): at most half full */
+    weir__tbucket *last; /* the last bucket added to */
+    weir__tslot *set;    /* the live timers by (when, key): at most half full */
     size_t scap;
     size_t live, dead;
 } weir__timers;

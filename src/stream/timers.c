@@ -225,8 +225,10 @@ static weir__timer *top(weir__timers *t)
     return NULL;
 }
 
-/* ---- the set (open addressing, linear probing, at most half full) ----------------------------- */
-static size_t set_find(const weir__timers *t, uint64_t h, int64_t when, const void *key, size_t klen)
+/* ---- the set (open addressing, linear probing, at most half full) -----------------------------
+ */
+static size_t set_find(const weir__timers *t, uint64_t h, int64_t when, const void *key,
+                       size_t klen)
 {
     size_t mask = t->scap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {

@@ -214,7 +214,7 @@ static void acc_free(acc *a)
 /* A key's panes entry: [start i64][len u32][pad u32][bytes, padded to 16]
  * per pane, by start: each pane's bytes 16-byte aligned, as a value of its
  * own would be. */
-#define PANE_HDR 16
+#define PANE_HDR  16
 #define PADDED(n) (((n) + 15) & ~(size_t)15)
 
 typedef struct pane_at {

@@ -377,8 +377,10 @@ TEST(capture_with_extra_entries)
     CHECK_EQ(put_str(b, 12, "b", "own-b"), 0);
     CHECK_EQ(put_str(b, 12, "d", "own-d"), 0);
     CHECK_EQ(put_str(b, 15, "m", "own-m"), 0);
-    weir_state_entry extra[] = {{11, "z", 1, "x-z", 3}, {12, "a", 1, "x-a", 3},
-                                {12, "c", 1, "x-c", 3}, {12, "e", 1, "", 0},
+    weir_state_entry extra[] = {{11, "z", 1, "x-z", 3},
+                                {12, "a", 1, "x-a", 3},
+                                {12, "c", 1, "x-c", 3},
+                                {12, "e", 1, "", 0},
                                 {19, "q", 1, "x-q", 3}};
     weir_state_snapshot *s;
     CHECK_EQ(weir_state_capture_with(b, 3, extra, 5, &s), 0);

@@ -332,7 +332,7 @@ static intptr_t hopping_late_main(void *arg)
     struct {
         int64_t start;
         int64_t sums[3];
-    } want[] = {{-50, {1, 2, 0}}, {0, {1, 2, 3}}, {100, {1, 0, 0}},
+    } want[] = {{-50, {1, 2, 0}}, {0, {1, 2, 3}},   {100, {1, 0, 0}},
                 {150, {2, 0, 0}}, {200, {2, 0, 0}}, {250, {1, 0, 0}}};
     int total = 0;
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
