@@ -12,8 +12,9 @@
  *
  * Point operations go through a hash index beside the list (open
  * addressing, linear probing, the key's XXH3 hash kept with each slot):
- * get, and put of a key that exists, cost one probe sequence. A put of a
- * value of the same length as the old one overwrites it in place.
+ * get, and put of a key that exists, cost one probe sequence; a put of the
+ * key the last get found, none. A value that fits the old one's memory
+ * (and fills at least half of it) overwrites it in place.
  *
  * The list is kept lazily: a new key waits in its group's pending array
  * (reachable through the index only) until the group is scanned or
@@ -42,6 +43,7 @@
 typedef struct node {
     uint8_t *val;
     uint32_t klen, vlen;
+    uint32_t vcap; /* bytes allocated at val */
     int level;
     int linked; /* in the list; else pending at pend[pos] */
     size_t pos;
@@ -262,6 +264,14 @@ static int mem_get(weir_state_backend *b, int kg, const void *key, size_t klen, 
     return 0;
 }
 
+/* A new value goes where the old one is when it fits and fills at least
+ * half of it (a value that shrinks and grows again, a key's list of
+ * panes, keeps its allocation). */
+static int fits(const node *n, size_t vlen)
+{
+    return vlen <= n->vcap && vlen * 2 >= n->vcap;
+}
+
 static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
                    size_t vlen)
 {
@@ -270,10 +280,11 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     node *last = m->last;
     /* Read-modify-write (a reduce, a window's fold): the key the last get
      * found, without hashing and probing again. */
-    if (last && m->last_kg == kg && last->klen == klen && last->vlen == vlen &&
+    if (last && m->last_kg == kg && last->klen == klen && fits(last, vlen) &&
         (klen == 0 || memcmp(key_of(last), key, klen) == 0)) {
         if (vlen)
             memmove(last->val, val, vlen);
+        last->vlen = (uint32_t)vlen;
         return 0;
     }
     if ((g->count + 1) * 4 > g->icap * 3 && index_grow(g) < 0)
@@ -281,9 +292,10 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     uint64_t h = hash_of(key, klen);
     slot *sl = index_find(g, key, klen, h);
     node *n = sl->n;
-    if (n && n->vlen == vlen) { /* same size: in place (val may be its own view) */
+    if (n && fits(n, vlen)) { /* in place (val may be its own view) */
         if (vlen)
             memmove(n->val, val, vlen);
+        n->vlen = (uint32_t)vlen;
         return 0;
     }
     uint8_t *v = malloc(vlen ? vlen : 1);
@@ -294,7 +306,7 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     if (n) {
         free(n->val);
         n->val = v;
-        n->vlen = (uint32_t)vlen;
+        n->vlen = n->vcap = (uint32_t)vlen;
         return 0;
     }
     if (g->npend == g->pcap) {
@@ -314,7 +326,7 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
         return -ENOMEM;
     }
     n->val = v;
-    n->vlen = (uint32_t)vlen;
+    n->vlen = n->vcap = (uint32_t)vlen;
     n->klen = (uint32_t)klen;
     n->level = level;
     n->linked = 0;

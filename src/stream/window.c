@@ -597,7 +597,10 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
         int e = window_at(w, when + 1, &s) ? fire(ctx, w, s) : 0;
         if (!e && !__builtin_sub_overflow(when + 1, w->w.allowed_lateness, &end) &&
             window_at(w, end, &s)) {
-            e = drop_window(ctx, s);
+            /* (in pane mode only windows reaching past PANE_LO / PANE_HI
+             * have whole-window state) */
+            if (!w->panes || s.start < PANE_LO || s.end - 1 > PANE_HI)
+                e = drop_window(ctx, s);
             if (!e && w->panes) /* the pane starting with the window */
                 e = drop_pane(ctx, s.start);
         }
