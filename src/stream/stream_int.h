@@ -199,6 +199,8 @@ typedef struct weir__timers {
     weir__tslot *set;    /* the live timers by (when, key): at most half full */
     size_t scap;
     size_t live, dead;
+    weir__timer *spare; /* fired timers kept for reuse (small keys) */
+    size_t nspare;
 } weir__timers;
 
 struct subtask {

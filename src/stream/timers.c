@@ -50,6 +50,32 @@ static uint64_t timer_hash(int64_t when, const void *key, size_t klen)
     return h ^ (h >> 32);
 }
 
+/* ---- timer memory: timers with keys of up to 16 bytes are recycled ----------------------- */
+#define SMALL_KEY 16
+#define SPARE_MAX 4096
+
+static weir__timer *timer_alloc(weir__timers *t, size_t klen)
+{
+    if (klen <= SMALL_KEY && t->spare) {
+        weir__timer *x = t->spare;
+        memcpy(&t->spare, x->key, sizeof(t->spare));
+        t->nspare--;
+        return x;
+    }
+    return malloc(sizeof(weir__timer) + (klen <= SMALL_KEY ? SMALL_KEY : klen));
+}
+
+static void timer_free(weir__timers *t, weir__timer *x)
+{
+    if (x->klen > SMALL_KEY || t->nspare == SPARE_MAX) {
+        free(x);
+        return;
+    }
+    memcpy(x->key, &t->spare, sizeof(t->spare));
+    t->spare = x;
+    t->nspare++;
+}
+
 /* ---- buckets: the timers of one time, and a heap of them by time ----------------------------- */
 static void bheap_up(weir__timers *t, size_t i)
 {
@@ -185,7 +211,7 @@ static void compact(weir__timers *t)
         size_t m = 0;
         for (size_t j = b->head; j < b->n; j++) {
             if (b->v[j]->dead)
-                free(b->v[j]);
+                timer_free(t, b->v[j]);
             else
                 b->v[m++] = b->v[j];
         }
@@ -211,7 +237,7 @@ static weir__timer *top(weir__timers *t)
     while (t->nb) {
         weir__tbucket *b = t->heap[0];
         while (b->head < b->n && b->v[b->head]->dead) {
-            free(b->v[b->head++]);
+            timer_free(t, b->v[b->head++]);
             t->dead--;
         }
         if (b->head < b->n)
@@ -299,14 +325,14 @@ int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64
     if (t->set[i].x)
         return 0; /* one per key and time */
     weir__tbucket *b = bucket_of(t, when);
-    weir__timer *x = b ? malloc(sizeof(*x) + klen) : NULL;
+    weir__timer *x = b ? timer_alloc(t, klen) : NULL;
     if (!x)
         return -ENOMEM;
     *x = (weir__timer){.when = when, .hash = h, .klen = (uint32_t)klen, .kg = kg};
     if (klen)
         memcpy(x->key, key, klen);
     if (bucket_push(b, x) < 0) {
-        free(x);
+        timer_free(t, x);
         return -ENOMEM;
     }
     t->set[i] = (weir__tslot){h, x};
@@ -348,6 +374,11 @@ void weir__timers_free(weir__timers *t)
             free(b->v[j]);
         free(b->v);
         free(b);
+    }
+    while (t->spare) {
+        weir__timer *x = t->spare;
+        memcpy(&t->spare, x->key, sizeof(t->spare));
+        free(x);
     }
     free(t->heap);
     free(t->bmap);
@@ -399,7 +430,7 @@ int weir__timers_fire(subtask *st, int domain, int64_t upto)
         c->has_key = 1;
         c->kg = x->kg;
         int e = c->op->def.on_timer ? c->op->def.on_timer(c, c->state, domain, x->when) : 0;
-        free(x);
+        timer_free(t, x);
         c->key = NULL;
         c->key_len = 0;
         c->has_key = 0;
