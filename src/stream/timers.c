@@ -51,8 +51,10 @@ static uint64_t timer_hash(int64_t when, const void *key, size_t klen)
 }
 
 /* ---- timer memory: timers with keys of up to 16 bytes are recycled ----------------------- */
+/* (A watermark fires a window's timers by the thousand, and as many come
+ * back before the next one: up to as many spare as live, and 4096.) */
 #define SMALL_KEY 16
-#define SPARE_MAX 4096
+#define SPARE_MIN 4096
 
 static weir__timer *timer_alloc(weir__timers *t, size_t klen)
 {
@@ -67,7 +69,7 @@ static weir__timer *timer_alloc(weir__timers *t, size_t klen)
 
 static void timer_free(weir__timers *t, weir__timer *x)
 {
-    if (x->klen > SMALL_KEY || t->nspare == SPARE_MAX) {
+    if (x->klen > SMALL_KEY || (t->nspare >= SPARE_MIN && t->nspare >= t->live)) {
         free(x);
         return;
     }
