@@ -179,7 +179,7 @@ int weir__stream_flush_all(subtask *st)
     return 0;
 }
 
-static int append(subtask *st, channel *ch, const void *data, size_t len, int64_t ts)
+static int append(subtask *st, channel *ch, const void *data, size_t len, int64_t ts, int kg)
 {
     batch *b = ch->open;
     size_t at = b ? ((size_t)b->used + 7) & ~(size_t)7 : 0;
@@ -197,6 +197,7 @@ static int append(subtask *st, channel *ch, const void *data, size_t len, int64_
     b->ts[b->n] = ts;
     b->off[b->n] = (uint32_t)at;
     b->len[b->n] = (uint32_t)len;
+    b->kg[b->n] = (uint8_t)kg;
     if (len)
         memcpy(b->data + at, data, len);
     b->used = (uint32_t)(at + len);
@@ -215,7 +216,7 @@ static int route(subtask *st, sop *from, int tag, const void *data, size_t len, 
             continue;
         switch (o->edge) {
         case EDGE_FORWARD:
-            e = append(st, o->targets[st->index], data, len, ts);
+            e = append(st, o->targets[st->index], data, len, ts, NO_KG);
             break;
         case EDGE_HASH: {
             const void *k;
@@ -229,15 +230,15 @@ static int route(subtask *st, sop *from, int tag, const void *data, size_t len, 
                        e;
             int kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
             e = append(st, o->targets[weir_key_group_owner(kg, o->par, WEIR_KEY_GROUPS)], data, len,
-                       ts);
+                       ts, kg);
             break;
         }
         case EDGE_REBALANCE:
-            e = append(st, o->targets[o->rr++ % (uint32_t)o->par], data, len, ts);
+            e = append(st, o->targets[o->rr++ % (uint32_t)o->par], data, len, ts, NO_KG);
             break;
         default: /* broadcast */
             for (int t = 0; t < o->par && !e; t++)
-                e = append(st, o->targets[t], data, len, ts);
+                e = append(st, o->targets[t], data, len, ts, NO_KG);
         }
         if (e)
             return e;
@@ -407,7 +408,8 @@ static int process_batch(subtask *st, in_state *in, batch *b)
             c->key = k;
             c->key_len = kl;
             c->has_key = 1;
-            c->kg = weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
+            c->kg = b->kg[i] != NO_KG ? b->kg[i]
+                                      : weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
         }
         if (head->def.admit) {
             int a = head->def.admit(c, c->state, &r);

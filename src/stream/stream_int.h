@@ -110,11 +110,18 @@ struct weir_ctx {
 
 /* ---- the running job (runner.c)
  * ----------------------------------------------------------------------------- */
+#define NO_KG 0xFF
+_Static_assert(WEIR_KEY_GROUPS < NO_KG, "a key group fits a batch's byte");
+
 typedef struct batch {
     uint32_t n, used, cap;
     int64_t ts[WEIR_BATCH_RECORDS];
     uint32_t off[WEIR_BATCH_RECORDS];
     uint32_t len[WEIR_BATCH_RECORDS];
+    /* The key group a hash edge routed the record by (the consumer's key
+     * function is the edge's: it need not hash again), or NO_KG. (Batches
+     * stay in the process; one that crossed a network would be rehashed.) */
+    uint8_t kg[WEIR_BATCH_RECORDS];
     _Alignas(8) uint8_t data[];
 } batch;
 

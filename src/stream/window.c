@@ -119,8 +119,12 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     uint8_t ns[16];
     ns_of(s, ns);
     const void *v;
-    size_t vlen;
-    int e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen);
+    size_t vlen, kl;
+    /* The state key once, for the get and the put (fn cannot touch ctx). */
+    int e = weir__state_key(ctx, "w", ns, 16, &kl);
+    if (e)
+        return e;
+    e = weir_state_get(ctx->backend, ctx->kg, ctx->keybuf, kl, &v, &vlen);
     weir_rec out = *in;
     /* A new window needs its timers. So does any window after a restore:
      * the watermark starts over from the minimum there, and a window that
@@ -136,17 +140,20 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     } else if (e != -ENOENT) {
         return e;
     }
-    /* out may point into the stored value: copy before the put. */
-    uint8_t small[512];
-    uint8_t *copy = out.len <= sizeof(small) ? small : malloc(out.len);
-    if (!copy)
-        return -ENOMEM;
-    if (out.len)
-        memcpy(copy, out.data, out.len);
-    e = weir__ns_put(ctx, "w", ns, 16, copy, out.len);
+    /* out may point into the stored value: then copy it before the put. */
+    _Alignas(16) uint8_t small[512];
+    const uint8_t *o = out.data;
+    uint8_t *copy = NULL;
+    if (e == 0 && out.len && o >= (const uint8_t *)v && o < (const uint8_t *)v + vlen) {
+        if (!(copy = out.len <= sizeof(small) ? small : malloc(out.len)))
+            return -ENOMEM;
+        memcpy(copy, o, out.len);
+        o = copy;
+    }
+    e = weir_state_put(ctx->backend, ctx->kg, ctx->keybuf, kl, o, out.len);
     int64_t wm = weir_ctx_watermark(ctx);
     if (!e && s.end - 1 <= wm) { /* already fired: a late update fires again */
-        e = w->panes ? fire_panes(ctx, w, s) : emit_result(ctx, s, copy, out.len);
+        e = w->panes ? fire_panes(ctx, w, s) : emit_result(ctx, s, o, out.len);
         *fired_again = 1;
     }
     if (copy != small)
