@@ -462,7 +462,13 @@ static uint8_t tag_of(int domain)
     return domain == WEIR_TIME_EVENT ? TAG_EVENT : TAG_PROC;
 }
 
+/* A timer's place in the snapshot, compared inline (a sort that followed
+ * the pointers would miss the cache at every step). */
 typedef struct sorted {
+    uint32_t kg_tag; /* group, then tag */
+    uint32_t klen;
+    int64_t when;
+    uint64_t prefix; /* the key's first 8 bytes, big-endian, zero-padded */
     const weir__timer *x;
     uint8_t tag;
 } sorted;
@@ -471,15 +477,15 @@ typedef struct sorted {
 static int by_entry(const void *pa, const void *pb)
 {
     const sorted *a = pa, *b = pb;
-    if (a->x->kg != b->x->kg)
-        return a->x->kg < b->x->kg ? -1 : 1;
-    if (a->tag != b->tag)
-        return a->tag < b->tag ? -1 : 1;
-    if (a->x->when != b->x->when)
-        return a->x->when < b->x->when ? -1 : 1;
-    if (a->x->klen != b->x->klen)
-        return a->x->klen < b->x->klen ? -1 : 1;
-    return a->x->klen ? memcmp(a->x->key, b->x->key, a->x->klen) : 0;
+    if (a->kg_tag != b->kg_tag)
+        return a->kg_tag < b->kg_tag ? -1 : 1;
+    if (a->when != b->when)
+        return a->when < b->when ? -1 : 1;
+    if (a->klen != b->klen)
+        return a->klen < b->klen ? -1 : 1;
+    if (a->prefix != b->prefix)
+        return a->prefix < b->prefix ? -1 : 1;
+    return a->klen > 8 ? memcmp(a->x->key + 8, b->x->key + 8, a->klen - 8) : 0;
 }
 
 /* Capture the backend with every timer as an entry of its group. */
@@ -503,7 +509,14 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
                 const weir__timer *x = b->v[j];
                 if (x->dead)
                     continue;
-                v[k++] = (sorted){x, tag_of(d)};
+                uint8_t pre[8] = {0};
+                memcpy(pre, x->key, x->klen < 8 ? x->klen : 8);
+                v[k++] = (sorted){(uint32_t)x->kg << 8 | tag_of(d),
+                                  x->klen,
+                                  x->when,
+                                  weir__get_be64(pre),
+                                  x,
+                                  tag_of(d)};
                 bytes += 13 + (size_t)x->klen;
             }
         }
