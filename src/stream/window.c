@@ -341,15 +341,20 @@ static int fire_panes(weir_ctx *ctx, const win *w, span s)
     return e;
 }
 
+/* The key's panes entry and the place of the pane starting at `start`. */
+static int pane_lookup(weir_ctx *ctx, int64_t start, const uint8_t **v, size_t *vlen, pane_at *at)
+{
+    int e = panes_get(ctx, v, vlen);
+    return e ? e : pane_find(*v, *vlen, start, at);
+}
+
 /* Drop the pane starting at `start`, if the key has it. */
 static int drop_pane(weir_ctx *ctx, int64_t start)
 {
     const uint8_t *v;
     size_t vlen;
     pane_at at;
-    int e = panes_get(ctx, &v, &vlen);
-    if (!e)
-        e = pane_find(v, vlen, start, &at);
+    int e = pane_lookup(ctx, start, &v, &vlen, &at);
     if (e || !at.found)
         return e;
     return pane_store(ctx, v, vlen, at, start, NULL, 0);
@@ -368,9 +373,7 @@ static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
     const uint8_t *v;
     size_t vlen;
     pane_at at;
-    int e = panes_get(ctx, &v, &vlen);
-    if (!e)
-        e = pane_find(v, vlen, last, &at);
+    int e = pane_lookup(ctx, last, &v, &vlen, &at);
     if (e)
         return e;
     int fresh = !at.found || weir_ctx_restored(ctx);

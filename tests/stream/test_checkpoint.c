@@ -349,6 +349,44 @@ static void cleanup(void)
     base[0] = '\0';
 }
 
+/* Run the job `rounds` times, each in a child restoring from the last
+ * one's checkpoints (the first starts fresh), SIGKILLing all but the last
+ * after min_ms + up to spread_ms; the last must finish cleanly. count_par
+ * (if not NULL) is the keyed operator's parallelism per round. Returns how
+ * many kills struck a running job. */
+static int crash_rounds(const job_cfg *cfg, int rounds, int min_ms, int spread_ms,
+                        const int *count_par)
+{
+    unsigned seed = (unsigned)getpid();
+    int kills = 0;
+    for (int round = 0; round < rounds; round++) {
+        pid_t pid = fork();
+        CHECK_GE(pid, 0);
+        if (pid == 0) {
+            job_cfg c = *cfg;
+            c.restore = round > 0;
+            if (count_par)
+                c.count_par = count_par[round];
+            run_result r = run_job(&c);
+            if (r.err)
+                fprintf(stderr, "child: %s\n", r.error);
+            _exit(r.err ? 1 : 0);
+        }
+        int st;
+        if (round < rounds - 1) {
+            usleep((useconds_t)(min_ms + rand_r(&seed) % spread_ms) * 1000);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            kills += WIFSIGNALED(st);
+        } else {
+            waitpid(pid, &st, 0);
+            CHECK(WIFEXITED(st));
+            CHECK_EQ(WEXITSTATUS(st), 0);
+        }
+    }
+    return kills;
+}
+
 /* ---- tests --------------------------------------------------------------------------------- */
 TEST(checkpoints_complete_and_are_pruned)
 {
@@ -587,31 +625,7 @@ TEST(crash_and_restore_is_exactly_once)
                    .ckpt = ckpt,
                    .out = out,
                    .interval_ms = 15};
-    unsigned seed = (unsigned)getpid();
-    int kills = 0;
-    for (int round = 0; round < 4; round++) {
-        pid_t pid = fork();
-        CHECK_GE(pid, 0);
-        if (pid == 0) {
-            job_cfg c = cfg;
-            c.restore = round > 0;
-            run_result r = run_job(&c);
-            if (r.err)
-                fprintf(stderr, "child: %s\n", r.error);
-            _exit(r.err ? 1 : 0);
-        }
-        int st;
-        if (round < 3) {
-            usleep((useconds_t)(60 + rand_r(&seed) % 90) * 1000);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            kills += WIFSIGNALED(st);
-        } else {
-            waitpid(pid, &st, 0);
-            CHECK(WIFEXITED(st));
-            CHECK_EQ(WEXITSTATUS(st), 0);
-        }
-    }
+    int kills = crash_rounds(&cfg, 4, 60, 90, NULL);
     CHECK_GE(kills, 1);
     check_exact(out, cfg.n, cfg.src_par);
     cleanup();
@@ -632,32 +646,8 @@ TEST(timers_survive_crashes_and_rescaling)
                    .out = out,
                    .interval_ms = 15,
                    .timers = 1};
-    unsigned seed = (unsigned)getpid();
-    int kills = 0;
-    for (int round = 0; round < 3; round++) {
-        pid_t pid = fork();
-        CHECK_GE(pid, 0);
-        if (pid == 0) {
-            job_cfg c = cfg;
-            c.restore = round > 0;
-            c.count_par = round == 1 ? 1 : 2;
-            run_result r = run_job(&c);
-            if (r.err)
-                fprintf(stderr, "child: %s\n", r.error);
-            _exit(r.err ? 1 : 0);
-        }
-        int st;
-        if (round < 2) {
-            usleep((useconds_t)(60 + rand_r(&seed) % 60) * 1000);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            kills += WIFSIGNALED(st);
-        } else {
-            waitpid(pid, &st, 0);
-            CHECK(WIFEXITED(st));
-            CHECK_EQ(WEXITSTATUS(st), 0);
-        }
-    }
+    static const int count_par[] = {2, 1, 2}; /* rescaled in between */
+    int kills = crash_rounds(&cfg, 3, 60, 60, count_par);
     CHECK_GE(kills, 1);
     size_t n, want_n = (size_t)(cfg.n * cfg.src_par);
     char **got = read_output(out, &n, 1);
