@@ -167,8 +167,11 @@ int weir_list_clear(weir_ctx *ctx, const char *state);
  * all); a processing-time timer when weir_time_now() does. on_timer() then
  * runs with that key current. One timer per (key, domain, time): registering
  * it again changes nothing. Timers fire in time order across the subtask's
- * keys, and live in keyed state (so a snapshot holds them). -EINVAL outside
- * a keyed operator, or for when == INT64_MAX.
+ * keys (those of one time in the order they were registered), and are
+ * keyed state: a snapshot holds them, a rescaled restore moves them with
+ * their keys. -EINVAL outside a keyed operator, or for when == INT64_MAX;
+ * -E2BIG for a key longer than WEIR_STATE_MAX_KEY - 13 bytes. Deleting a
+ * timer that is not there returns 0.
  */
 enum { WEIR_TIME_EVENT = 0, WEIR_TIME_PROCESSING = 1 };
 int weir_timer_register(weir_ctx *ctx, int domain, int64_t when);

@@ -406,6 +406,8 @@ int weir_timer_register(weir_ctx *ctx, int domain, int64_t when)
 {
     if (!check(ctx, domain) || when == INT64_MAX)
         return -EINVAL;
+    if (13 + ctx->key_len > WEIR_STATE_MAX_KEY)
+        return -E2BIG; /* its checkpoint entry could not be stored */
     return weir__timer_add(&ctx->st->timers[domain], ctx->kg, ctx->key, ctx->key_len, when);
 }
 
@@ -554,8 +556,8 @@ static int load_fn(void *arg, const void *key, size_t klen, const void *val, siz
     (void)val, (void)vlen;
     load *l = arg;
     const uint8_t *k = key;
-    if (klen < 13 || weir__get_be32(k + 9) != klen - 13)
-        return -EBADMSG;
+    if (klen < 13 || weir__get_be32(k + 9) != klen - 13 || weir__get_time(k + 1) == INT64_MAX)
+        return -EBADMSG; /* (no timer is ever at INT64_MAX) */
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         uint8_t **ks = realloc(l->keys, cap * sizeof(*ks));

@@ -46,6 +46,9 @@ typedef struct win {
 #define PANE_LO (INT64_MIN / 2)
 #define PANE_HI (INT64_MAX / 2)
 
+/* Window arithmetic near the ends of the time range, without overflow. */
+__extension__ typedef __int128 i128;
+
 typedef struct span {
     int64_t start, end;
 } span;
@@ -326,8 +329,12 @@ static int fire_panes(weir_ctx *ctx, const win *w, span s)
             for (size_t off = at.off; !e && off < pvlen;) {
                 int64_t ps;
                 uint32_t len;
+                if (pvlen - off < PANE_HDR)
+                    return acc_free(&a), -EBADMSG;
                 memcpy(&ps, pv + off, 8);
                 memcpy(&len, pv + off + 8, 4);
+                if (PADDED(len) > pvlen - off - PANE_HDR)
+                    return acc_free(&a), -EBADMSG; /* a damaged entry */
                 if (ps >= s.end)
                     break;
                 e = acc_add(&a, w, pv + off + PANE_HDR, len, s.end - 1);
@@ -409,20 +416,20 @@ static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
     int64_t size = w->w.size;
     int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : size;
     int64_t wm = weir_ctx_watermark(ctx);
-    int64_t last = in->ts - floor_mod(in->ts, slide);
     int any = 0, again = 0;
-    /* The windows [start, start + size) holding ts, latest first; saturated
-     * at the ends of the time range (a window cannot end past INT64_MAX). */
-    for (int64_t start = last; weir__sat_add(start, size) > in->ts; start -= slide) {
-        span s = {start, weir__sat_add(start, size)};
+    /* The windows [start, start + size) holding ts, latest first, in 128
+     * bits: near the ends of the time range a window is cut short at
+     * INT64_MIN or INT64_MAX (its span saturates). */
+    for (i128 start = (i128)in->ts - floor_mod(in->ts, slide); start + size > in->ts;
+         start -= slide) {
+        span s = {start < INT64_MIN ? INT64_MIN : (int64_t)start,
+                  start + size > INT64_MAX ? INT64_MAX : (int64_t)(start + size)};
         if (!late_for(w, s, wm)) {
             any = 1;
             int e = fold(ctx, w, s, in, &again, 0);
             if (e)
                 return e;
         }
-        if (start < INT64_MIN + slide)
-            break; /* the earliest window there can be */
     }
     return any ? 0 : weir_emit_side(ctx, in->data, in->len, in->ts);
 }
@@ -575,16 +582,14 @@ static int collect_due(void *arg, const void *ns, size_t nslen, const void *val,
 
 /* Tumbling and hopping windows: the window a timer fires or drops is known
  * from its time (start = end - size, on the slide), so no scan. A window
- * cut short at the end of the time range is not: NULL. */
-static int window_at(const win *w, int64_t end, span *out)
+ * cut short at an end of the time range is not: 0. */
+static int window_at(const win *w, i128 end, span *out)
 {
     int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : w->w.size;
-    if (end == INT64_MAX || end < INT64_MIN + w->w.size)
+    i128 start = end - w->w.size;
+    if (end >= INT64_MAX || start < INT64_MIN || floor_mod((int64_t)start, slide) != 0)
         return 0;
-    span s = {end - w->w.size, end};
-    if (floor_mod(s.start, slide) != 0)
-        return 0;
-    *out = s;
+    *out = (span){(int64_t)start, (int64_t)end};
     return 1;
 }
 
@@ -598,15 +603,15 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
     win *w = state;
     if (domain != WEIR_TIME_EVENT)
         return 0;
-    if (w->w.kind != WEIR_WINDOW_SESSION && when != INT64_MAX - 1) {
-        /* Fixed windows: the window to fire and the one (or the pane) to
-         * drop are known from the time (only windows cut short at the
-         * range's end are not: the scan below). */
-        span s;
-        int64_t end;
-        int e = window_at(w, when + 1, &s) ? fire(ctx, w, s) : 0;
-        if (!e && !__builtin_sub_overflow(when + 1, w->w.allowed_lateness, &end) &&
-            window_at(w, end, &s)) {
+    /* Fixed windows: the window to fire and the one (or the pane) to drop
+     * are known from the time, unless one of them may be cut short at an
+     * end of the time range: then the scan below. */
+    i128 fire_end = (i128)when + 1, drop_end = fire_end - w->w.allowed_lateness;
+    span s;
+    if (w->w.kind != WEIR_WINDOW_SESSION && when < INT64_MAX - 1 &&
+        drop_end - w->w.size >= INT64_MIN) {
+        int e = window_at(w, fire_end, &s) ? fire(ctx, w, s) : 0;
+        if (!e && window_at(w, drop_end, &s)) {
             /* (in pane mode only windows reaching past PANE_LO / PANE_HI
              * have whole-window state) */
             if (!w->panes || s.start < PANE_LO || s.end - 1 > PANE_HI)
@@ -622,6 +627,8 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
         e = fire(ctx, w, d.fire[i]);
     for (int i = 0; !e && i < d.ndrop; i++)
         e = drop_window(ctx, d.drop[i]);
+    if (!e && w->panes && window_at(w, drop_end, &s))
+        e = drop_pane(ctx, s.start);
     free(d.fire);
     free(d.drop);
     return e;

@@ -15,6 +15,7 @@
 #include "test.h"
 #include "test_rt.h"
 #include "weir/rt.h"
+#include "weir/state.h"
 #include "weir/stream.h"
 
 /* Every job here runs on a two-thread runtime. */
@@ -367,6 +368,108 @@ TEST(hopping_panes_outlive_their_windows)
     CHECK_EQ(on_runtime(hopping_late_main, (void *)150), 0);
 }
 
+/* ---- the ends of the time range ---------------------------------------------------------- */
+/* Records at both ends of the int64 time range and around the pane-mode
+ * bounds (INT64_MIN / 2, INT64_MAX / 2), in order: a window reaching past an
+ * end is cut short there (its start or end saturates), and every window
+ * fires exactly once with the sum of its records - checked against a model
+ * that enumerates windows in 128 bits. Modes: hopping (panes), tumbling,
+ * hopping with lateness. */
+__extension__ typedef __int128 i128;
+#define EXT_MAX 200
+static ev ext_evs[EXT_MAX];
+
+typedef struct ext_win {
+    int64_t start, end, sum;
+    int seen;
+} ext_win;
+static ext_win ext_want[EXT_MAX * 4];
+
+static int cmp_ts(const void *a, const void *b)
+{
+    const ev *x = a, *y = b;
+    return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
+static intptr_t ends_main(void *arg)
+{
+    int mode = (int)(intptr_t)arg;
+    int64_t size = mode == 1 ? 10 : 30, slide = 10, lateness = mode == 2 ? 15 : 0;
+    int n = 0, nwant = 0;
+    for (int i = 0; i < 6; i++)
+        ext_evs[n++].ts = INT64_MIN + i * 7;
+    for (int i = -25; i <= 25; i += 3)
+        ext_evs[n++].ts = INT64_MIN / 2 + i;
+    for (int i = 0; i <= 50; i += 4)
+        ext_evs[n++].ts = i;
+    for (int i = -25; i <= 25; i += 3)
+        ext_evs[n++].ts = INT64_MAX / 2 + i;
+    for (int i = 1; i <= 6; i++)
+        ext_evs[n++].ts = INT64_MAX - i * 5;
+    qsort(ext_evs, (size_t)n, sizeof(ev), cmp_ts);
+    for (int i = 0; i < n; i++) {
+        ext_evs[i].key = 1;
+        ext_evs[i].value = 1 + i % 3;
+        i128 ts = ext_evs[i].ts, r = ((ts % slide) + slide) % slide;
+        for (i128 st = ts - r; st + size > ts; st -= slide) {
+            int64_t a = st < INT64_MIN ? INT64_MIN : (int64_t)st;
+            int64_t b = st + size > INT64_MAX ? INT64_MAX : (int64_t)(st + size);
+            int k = 0;
+            while (k < nwant && !(ext_want[k].start == a && ext_want[k].end == b))
+                k++;
+            if (k == nwant)
+                ext_want[nwant++] = (ext_win){a, b, 0, 0};
+            ext_want[k].sum += ext_evs[i].value;
+        }
+    }
+    script sc = {ext_evs, n, 0, 0};
+    weir_source_def sd = script_def(0);
+    weir_job *j = weir_job_new("ends");
+    weir_collector *c = weir_collector_new(), *side = weir_collector_new();
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "events", &sd, &sc), ev_key, NULL);
+    weir_window w = {.kind = mode == 1 ? WEIR_WINDOW_TUMBLING : WEIR_WINDOW_HOPPING,
+                     .size = size,
+                     .slide = mode == 1 ? 0 : slide,
+                     .allowed_lateness = lateness};
+    weir_stream *o = weir_stream_window(s, "w", &w, sum_values, NULL);
+    CHECK_EQ(weir_stream_collect(o, "out", c), 0);
+    CHECK_EQ(weir_stream_collect(weir_stream_side(o), "late", side), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    CHECK_EQ(weir_collector_count(side), 0);
+    int got = (int)weir_collector_count(c);
+    for (int i = 0; i < got; i++) {
+        const weir_rec *r = weir_collector_get(c, i);
+        weir_window_result h;
+        ev x;
+        memcpy(&h, r->data, sizeof(h));
+        memcpy(&x, (const uint8_t *)r->data + sizeof(h), sizeof(x));
+        int k = 0;
+        while (k < nwant && !(ext_want[k].start == h.start && ext_want[k].end == h.end))
+            k++;
+        if (k == nwant || ext_want[k].seen || ext_want[k].sum != x.value)
+            fprintf(stderr, "window [%lld, %lld) sum %lld: %s\n", (long long)h.start,
+                    (long long)h.end, (long long)x.value,
+                    k == nwant         ? "unexpected"
+                    : ext_want[k].seen ? "again"
+                                       : "wrong sum");
+        CHECK(k < nwant);
+        CHECK_EQ(ext_want[k].seen, 0);
+        CHECK_EQ(ext_want[k].sum, x.value);
+        ext_want[k].seen = 1;
+    }
+    CHECK_EQ(got, nwant);
+    weir_collector_free(c);
+    weir_collector_free(side);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(windows_at_the_ends_of_time)
+{
+    for (intptr_t mode = 0; mode < 3; mode++)
+        CHECK_EQ(on_runtime(ends_main, (void *)mode), 0);
+}
+
 /* ---- timers ------------------------------------------------------------------------------ */
 typedef struct tlog {
     int64_t times[64];
@@ -527,6 +630,60 @@ static intptr_t many_timers_main(void *arg)
 TEST(many_timers_with_repeats_and_deletes)
 {
     CHECK_EQ(on_runtime(many_timers_main, NULL), 0);
+}
+
+/* A timer's key must fit a state key with the timer's 13 bytes: longer
+ * keys are refused at once (not at the next checkpoint). */
+static int big_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(1, sizeof(int));
+    return 0;
+}
+
+static int big_next(weir_ctx *ctx, void *state)
+{
+    int *done = state;
+    if (*done)
+        return 1;
+    *done = 1;
+    static uint8_t rec[WEIR_STATE_MAX_KEY];
+    int e = weir_emit(ctx, rec, sizeof(rec), 1); /* the key: all of it */
+    return e ? e : weir_emit(ctx, rec, WEIR_STATE_MAX_KEY - 13, 2);
+}
+
+static int whole_key(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = in->data;
+    *len = in->len;
+    return 0;
+}
+
+static int big_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    int e = weir_timer_register(ctx, WEIR_TIME_EVENT, 100);
+    CHECK_EQ(e, in->len > WEIR_STATE_MAX_KEY - 13 ? -E2BIG : 0);
+    return 0;
+}
+
+static intptr_t big_key_main(void *arg)
+{
+    (void)arg;
+    weir_job *j = weir_job_new("big-keys");
+    weir_source_def sd = {.open = big_open, .next = big_next, .close = free};
+    weir_op_def def = {.process = big_process};
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "events", &sd, NULL), whole_key, NULL);
+    CHECK_EQ(weir_stream_sink(s, "timers", &def, NULL), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(timer_keys_too_long_are_refused)
+{
+    CHECK_EQ(on_runtime(big_key_main, NULL), 0);
 }
 
 /* ---- idle inputs -------------------------------------------------------------------------- */
