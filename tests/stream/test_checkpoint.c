@@ -349,6 +349,24 @@ static void cleanup(void)
     base[0] = '\0';
 }
 
+/* Run fn(arg) on a two-thread runtime in a child and SIGKILL it after ms
+ * milliseconds (the checkpoints it completed by then stay). 1 if the kill
+ * struck it still running. */
+static int run_killed(intptr_t (*fn)(void *), void *arg, int ms)
+{
+    pid_t pid = fork();
+    CHECK_GE(pid, 0);
+    if (pid == 0) {
+        test_run_on_rt(2, fn, arg);
+        _exit(0);
+    }
+    usleep((useconds_t)ms * 1000);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st);
+}
+
 /* Run the job `rounds` times, each in a child restoring from the last
  * one's checkpoints (the first starts fresh), SIGKILLing all but the last
  * after min_ms + up to spread_ms; the last must finish cleanly. count_par
@@ -432,24 +450,14 @@ TEST(restore_into_another_parallelism)
     dirs(ckpt, out, "rescale");
     /* A first run killed after some checkpoints, then a restore with the
      * count operator on 3 subtasks instead of 2. */
-    pid_t pid = fork();
-    CHECK_GE(pid, 0);
-    if (pid == 0) {
-        job_cfg cfg = {.n = 20000,
-                       .src_par = 2,
-                       .count_par = 2,
-                       .sleep_us = 1000,
-                       .ckpt = ckpt,
-                       .out = out,
-                       .interval_ms = 20};
-        run_job(&cfg);
-        _exit(0);
-    }
-    usleep(120 * 1000);
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
-    CHECK(WIFSIGNALED(st));
+    run_arg first = {.cfg = {.n = 20000,
+                             .src_par = 2,
+                             .count_par = 2,
+                             .sleep_us = 1000,
+                             .ckpt = ckpt,
+                             .out = out,
+                             .interval_ms = 20}};
+    CHECK(run_killed(run_main, &first, 120));
     CHECK_GE(count_entries(ckpt, "COMPLETED-"), 1);
     /* A source that saves positions cannot change its parallelism. */
     job_cfg wrong = {.n = 20000,
@@ -587,17 +595,9 @@ TEST(late_update_after_restore_fires)
     setup();
     char ckpt[128], out[128];
     dirs(ckpt, out, "late");
-    pid_t pid = fork();
-    CHECK_GE(pid, 0);
-    if (pid == 0) {
-        job_cfg c = {.ckpt = ckpt, .out = out};
-        test_run_on_rt(2, late_restore_main, &c);
-        _exit(0);
-    }
-    usleep(300 * 1000); /* 5 and 20 are in, [0,10) fired, checkpoints taken */
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
+    job_cfg first = {.ckpt = ckpt, .out = out};
+    /* 5 and 20 are in, [0,10) fired, checkpoints taken: */
+    CHECK(run_killed(late_restore_main, &first, 300));
     job_cfg c = {.ckpt = ckpt, .out = out, .restore = 1};
     CHECK_EQ(test_run_on_rt(2, late_restore_main, &c), 0);
     size_t n;
@@ -671,23 +671,14 @@ TEST(damaged_checkpoint_is_refused)
     setup();
     char ckpt[128], out[128];
     dirs(ckpt, out, "damaged");
-    pid_t pid = fork();
-    CHECK_GE(pid, 0);
-    if (pid == 0) {
-        job_cfg cfg = {.n = 20000,
-                       .src_par = 1,
-                       .count_par = 1,
-                       .sleep_us = 1000,
-                       .ckpt = ckpt,
-                       .out = out,
-                       .interval_ms = 20};
-        run_job(&cfg);
-        _exit(0);
-    }
-    usleep(100 * 1000);
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
+    run_arg first = {.cfg = {.n = 20000,
+                             .src_par = 1,
+                             .count_par = 1,
+                             .sleep_us = 1000,
+                             .ckpt = ckpt,
+                             .out = out,
+                             .interval_ms = 20}};
+    run_killed(run_main, &first, 100);
     /* Flip a byte in the count operator's state file of the checkpoint. */
     char cmd[512];
     /* (The latest completed one: a kill during pruning can leave an older
