@@ -194,7 +194,7 @@ static int window_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     if (side != 0 && side != 1)
         return weir_fail(ctx, -EINVAL, "a join has two inputs");
     int64_t size = jn->w.size;
-    int64_t slide = jn->w.kind == WEIR_WINDOW_HOPPING ? jn->w.slide : size;
+    int64_t slide = weir__window_step(&jn->w);
     int64_t wm = weir_ctx_watermark(ctx);
     int64_t r = in->ts % slide;
     int64_t last = in->ts - (r < 0 ? r + slide : r);
@@ -225,7 +225,7 @@ static int window_process(weir_ctx *ctx, join *jn, const weir_rec *in)
 static int window_timer(weir_ctx *ctx, join *jn, int64_t when)
 {
     int64_t size = jn->w.size;
-    int64_t slide = jn->w.kind == WEIR_WINDOW_HOPPING ? jn->w.slide : size;
+    int64_t slide = weir__window_step(&jn->w);
     /* Every window of this key ending at when + 1 (one per start). */
     int64_t end = when + 1;
     (void)slide;

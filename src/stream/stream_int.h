@@ -182,7 +182,7 @@ typedef struct weir__timer {
     uint64_t hash; /* of (when, key) */
     uint32_t klen;
     int kg;
-    int dead; /* deleted, still in the heap */
+    int dead; /* deleted, still in its bucket */
     _Alignas(16) uint8_t key[];
 } weir__timer;
 
@@ -316,6 +316,13 @@ static inline int64_t weir__get_time(const uint8_t *p)
     return (int64_t)(weir__get_be64(p) ^ (UINT64_C(1) << 63));
 }
 
+/* The step between window starts: the slide of hopping windows, the size
+ * of tumbling ones (window.c, join.c). */
+static inline int64_t weir__window_step(const weir_window *w)
+{
+    return w->kind == WEIR_WINDOW_HOPPING ? w->slide : w->size;
+}
+
 /* a + b, saturated at the ends of the int64 range (event-time arithmetic). */
 static inline int64_t weir__sat_add(int64_t a, int64_t b)
 {
@@ -337,8 +344,6 @@ int weir__ns_scan(weir_ctx *ctx, const char *state,
                   int (*fn)(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen),
                   void *arg);
 /* Timers (timers.c). */
-int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64_t when);
-int weir__timer_del(weir__timers *t, const void *key, size_t klen, int64_t when);
 void weir__timers_free(weir__timers *t);
 int weir__timers_fire(subtask *st, int domain, int64_t upto);
 int64_t weir__timers_next(subtask *st, int domain);

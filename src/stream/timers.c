@@ -19,16 +19,17 @@
  * one look at the earliest bucket.
  *
  * Checkpoints. Timers belong to key groups like any keyed state, so a
- * rescaled restore must move them with their groups. At a snapshot they are
- * written into the subtask's state backend under their own prefix
+ * rescaled restore must move them with their groups. A snapshot of the
+ * subtask's state backend takes them as entries of their groups
+ * (weir_state_capture_with, sorted here), under their own prefix
  *
  *   [0xFF event | 0xFE processing][time u64][key length u32][key] -> ""
  *
  * (times order-preserving, integers big-endian; the tags sort after every
- * state index of keyed.c), the backend is captured, and they are deleted
- * again; a restore takes them back out of the backend into the heaps. So
- * the snapshot file holds them in the backend's own format and restore of
- * any range of groups brings exactly the timers of that range.
+ * state index of keyed.c); a restore takes them back out of the backend
+ * into the buckets. So the snapshot file holds them in the backend's own
+ * format, and a restore of any range of groups brings exactly the timers
+ * of that range.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -48,6 +49,14 @@ static uint64_t timer_hash(int64_t when, const void *key, size_t klen)
     h ^= h >> 29;
     h *= 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 32);
+}
+
+/* Linear probing, deleting without tombstones: an entry at j whose home
+ * slot is `home` may move back to the emptied slot i unless home lies in
+ * (i, j], cyclically. */
+static int may_move(size_t i, size_t j, size_t home)
+{
+    return (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j);
 }
 
 /* ---- timer memory: timers with keys of up to 16 bytes are recycled ----------------------- */
@@ -129,8 +138,7 @@ static void bmap_erase(weir__timers *t, size_t i)
     size_t mask = t->bmcap - 1;
     t->bmap[i] = NULL;
     for (size_t j = (i + 1) & mask; t->bmap[j]; j = (j + 1) & mask) {
-        size_t home = bmap_home(t, t->bmap[j]->when);
-        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+        if (may_move(i, j, bmap_home(t, t->bmap[j]->when))) {
             t->bmap[i] = t->bmap[j];
             t->bmap[j] = NULL;
             i = j;
@@ -290,9 +298,7 @@ static void set_erase(weir__timers *t, size_t i)
     size_t mask = t->scap - 1;
     t->set[i].x = NULL;
     for (size_t j = (i + 1) & mask; t->set[j].x; j = (j + 1) & mask) {
-        size_t home = (size_t)t->set[j].hash & mask;
-        /* Move j to i when its home is not within (i, j] (cyclically). */
-        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+        if (may_move(i, j, (size_t)t->set[j].hash & mask)) {
             t->set[i] = t->set[j];
             t->set[j].x = NULL;
             i = j;
@@ -318,7 +324,7 @@ static int set_grow(weir__timers *t)
     return 0;
 }
 
-int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64_t when)
+static int timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64_t when)
 {
     if (set_grow(t) < 0)
         return -ENOMEM;
@@ -342,7 +348,7 @@ int weir__timer_add(weir__timers *t, int kg, const void *key, size_t klen, int64
     return 0;
 }
 
-int weir__timer_del(weir__timers *t, const void *key, size_t klen, int64_t when)
+static int timer_del(weir__timers *t, const void *key, size_t klen, int64_t when)
 {
     if (!t->live)
         return -ENOENT;
@@ -408,14 +414,14 @@ int weir_timer_register(weir_ctx *ctx, int domain, int64_t when)
         return -EINVAL;
     if (13 + ctx->key_len > WEIR_STATE_MAX_KEY)
         return -E2BIG; /* its checkpoint entry could not be stored */
-    return weir__timer_add(&ctx->st->timers[domain], ctx->kg, ctx->key, ctx->key_len, when);
+    return timer_add(&ctx->st->timers[domain], ctx->kg, ctx->key, ctx->key_len, when);
 }
 
 int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when)
 {
     if (!check(ctx, domain))
         return -EINVAL;
-    int e = weir__timer_del(&ctx->st->timers[domain], ctx->key, ctx->key_len, when);
+    int e = timer_del(&ctx->st->timers[domain], ctx->key, ctx->key_len, when);
     return e == -ENOENT ? 0 : e;
 }
 
@@ -472,7 +478,6 @@ typedef struct sorted {
     int64_t when;
     uint64_t prefix; /* the key's first 8 bytes, big-endian, zero-padded */
     const weir__timer *x;
-    uint8_t tag;
 } sorted;
 
 /* Byte order of the timers' entries: group, tag, time, key length, key. */
@@ -513,12 +518,8 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
                     continue;
                 uint8_t pre[8] = {0};
                 memcpy(pre, x->key, x->klen < 8 ? x->klen : 8);
-                v[k++] = (sorted){(uint32_t)x->kg << 8 | tag_of(d),
-                                  x->klen,
-                                  x->when,
-                                  weir__get_be64(pre),
-                                  x,
-                                  tag_of(d)};
+                v[k++] = (sorted){(uint32_t)x->kg << 8 | tag_of(d), x->klen, x->when,
+                                  weir__get_be64(pre), x};
                 bytes += 13 + (size_t)x->klen;
             }
         }
@@ -527,7 +528,7 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
     int e = buf ? 0 : -ENOMEM;
     for (size_t i = 0; !e && i < n; i++) {
         const weir__timer *x = v[i].x;
-        p[0] = v[i].tag;
+        p[0] = (uint8_t)v[i].kg_tag;
         weir__put_time(p + 1, x->when);
         weir__put_be32(p + 9, x->klen);
         if (x->klen)
@@ -576,7 +577,7 @@ static int load_fn(void *arg, const void *key, size_t klen, const void *val, siz
     memcpy(copy, key, klen);
     l->keys[l->n] = copy;
     l->lens[l->n++] = klen;
-    return weir__timer_add(l->t, l->kg, k + 13, klen - 13, weir__get_time(k + 1));
+    return timer_add(l->t, l->kg, k + 13, klen - 13, weir__get_time(k + 1));
 }
 
 /* After a restore: move the timers the backend now holds into the heaps. */

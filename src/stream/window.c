@@ -46,6 +46,13 @@ typedef struct win {
 #define PANE_LO (INT64_MIN / 2)
 #define PANE_HI (INT64_MAX / 2)
 
+/* A window reaching past [PANE_LO, PANE_HI]: it may have whole-window
+ * state (besides panes) in pane mode. */
+static int past_panes(int64_t start, int64_t end)
+{
+    return start < PANE_LO || end - 1 > PANE_HI;
+}
+
 /* Window arithmetic near the ends of the time range, without overflow. */
 __extension__ typedef __int128 i128;
 
@@ -305,7 +312,7 @@ static int fire_panes(weir_ctx *ctx, const win *w, span s)
 {
     acc a = {0};
     int e = 0;
-    int whole = s.start < PANE_LO || s.end - 1 > PANE_HI;
+    int whole = past_panes(s.start, s.end);
     const uint8_t *pv;
     size_t pvlen;
     for (int pass = 0; pass < 3 && !e; pass++) {
@@ -414,7 +421,7 @@ static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
     if (w->panes && in->ts >= PANE_LO && in->ts <= PANE_HI)
         return process_pane(ctx, w, in);
     int64_t size = w->w.size;
-    int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : size;
+    int64_t slide = weir__window_step(&w->w);
     int64_t wm = weir_ctx_watermark(ctx);
     int any = 0, again = 0;
     /* The windows [start, start + size) holding ts, latest first, in 128
@@ -585,7 +592,7 @@ static int collect_due(void *arg, const void *ns, size_t nslen, const void *val,
  * cut short at an end of the time range is not: 0. */
 static int window_at(const win *w, i128 end, span *out)
 {
-    int64_t slide = w->w.kind == WEIR_WINDOW_HOPPING ? w->w.slide : w->w.size;
+    int64_t slide = weir__window_step(&w->w);
     i128 start = end - w->w.size;
     if (end >= INT64_MAX || start < INT64_MIN || floor_mod((int64_t)start, slide) != 0)
         return 0;
@@ -612,9 +619,7 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
         drop_end - w->w.size >= INT64_MIN) {
         int e = window_at(w, fire_end, &s) ? fire(ctx, w, s) : 0;
         if (!e && window_at(w, drop_end, &s)) {
-            /* (in pane mode only windows reaching past PANE_LO / PANE_HI
-             * have whole-window state) */
-            if (!w->panes || s.start < PANE_LO || s.end - 1 > PANE_HI)
+            if (!w->panes || past_panes(s.start, s.end))
                 e = drop_window(ctx, s);
             if (!e && w->panes) /* the pane starting with the window */
                 e = drop_pane(ctx, s.start);
