@@ -18,7 +18,7 @@
  * phases - capture (on the operator's thread, at the barrier: a
  * point-in-time copy, after which the operator may go on mutating) and
  * persist (anywhere, later: write it durably) - and restore. The stream
- * layer composes its keys (state id, record key, namespace, map key) into
+ * layer composes its keys (state name, record key, namespace, map key) into
  * the byte keys, so value, list and map state and windows are all layered
  * on these few calls; the ordered prefix scan is what makes "every map entry
  * of this key" and "every window of this key" cheap.

@@ -130,14 +130,20 @@ const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx);
 /* The latest checkpoint that completed in this run or was restored (0: none). */
 uint64_t weir_ctx_completed(const weir_ctx *ctx);
 
-/* Keyed operators: the current record's (or firing timer's) key - NULL
- * outside one, e.g. in on_watermark or finish, where keyed state and timers
- * are -EINVAL too. No alignment promised: memcpy it out to read a number. */
+/* Keyed operators: the current record's (or firing timer's, or
+ * weir_keys_iterate's) key - NULL outside one, e.g. in on_watermark or
+ * finish, where keyed state and timers are -EINVAL too. No alignment
+ * promised: memcpy it out to read a number. */
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
 
-/* Value state of the current key, by state name (up to 64 states per
- * operator). get: 0 with a view (valid until the next state call), or
- * -ENOENT. -EINVAL outside a keyed operator. */
+/* Value state of the current key, by state name. A state is its name (1
+ * to WEIR_STATE_NAME_MAX bytes, any number of states per operator): the
+ * same name finds the same entries in every run and subtask, so a restore,
+ * at any parallelism, finds each state whatever order the run touches
+ * them in. get: 0 with a view (valid until the next state call), or
+ * -ENOENT. -EINVAL outside a keyed operator or for a name of another
+ * length (which also fails the job, naming it). */
+#define WEIR_STATE_NAME_MAX 128
 int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len);
 int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len);
 int weir_value_clear(weir_ctx *ctx, const char *state);
@@ -160,6 +166,22 @@ int weir_list_add(weir_ctx *ctx, const char *state, const void *val, size_t len)
 /* fn gets each value (ukey is the entry's position, 8 bytes). */
 int weir_list_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *arg);
 int weir_list_clear(weir_ctx *ctx, const char *state);
+
+/*
+ * The keys of a state: fn runs once for every key of this subtask that has
+ * an entry of `state` (value, map or list; restored ones too), with that
+ * key current, so it may read and write the key's state (clear it, say),
+ * register timers and emit. Keys come in key-group order, then in byte
+ * order within a group. fn returns non-zero to stop (and that value is
+ * returned). Called from finish() it is the per-key end of input: keep
+ * the running value in value state while records come, and emit one
+ * result per key there (examples/wordcount_job.c). It reads every entry of
+ * the state once; the keys of one key group are held at a time. 0, fn's
+ * value, -EINVAL outside a keyed operator or with a NULL state or fn,
+ * -ENOMEM. The caller's current key (if any) is current again after.
+ */
+typedef int (*weir_key_visit_fn)(weir_ctx *ctx, const void *key, size_t len, void *arg);
+int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, void *arg);
 
 /*
  * Timers of the current key (keyed operators). An event-time timer fires

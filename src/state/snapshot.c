@@ -5,7 +5,7 @@
  *
  * Format (integers big-endian):
  *
- *   "WEIRSNP1"  u32 version (1)  u32 ngroups  u32 first_kg  u32 end_kg
+ *   "WEIRSNP1"  u32 version (2)  u32 ngroups  u32 first_kg  u32 end_kg
  *   u64 checkpoint id
  *   per group, ascending:  u32 kg  u64 count  count x (u32 klen, key, u32 vlen, value)
  *   u64 XXH64 (seed 0) of every byte before it
@@ -29,8 +29,13 @@
 
 #include "state/state_int.h"
 
-#define MAGIC       "WEIRSNP1"
-#define VERSION     1u
+#define MAGIC "WEIRSNP1"
+/* The version covers what the keys mean as well as the framing: 2 is the
+ * stream layer's keyed state named by its state's name (stream/keyed.c);
+ * under 1 a state was numbered in the order a subtask first touched it,
+ * and reading those keys now would mistake one state for another, so a
+ * version-1 file is refused. */
+#define VERSION     2u
 #define HEADER_LEN  (8 + 4 * 4 + 8)
 #define TRAILER_LEN 8
 

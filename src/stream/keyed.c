@@ -2,23 +2,36 @@
 /*
  * keyed.c - what a keyed operator's functions reach through their context:
  * value, map and list state of the current key (optionally under a
- * namespace such as a window). Timers are timers.c.
+ * namespace such as a window), and the walk over a state's keys
+ * (weir_keys_iterate). Timers are timers.c.
  *
  * Layout in the subtask's state backend (weir/state.h), per key group:
  *
- *   state   [index u8][key length u32][key][namespace]  -> value
+ *   state   [name length u8][name][key length u32][key][namespace]  -> value
  *
- * The index is the state's name registered in this subtask (at most
- * MAX_STATES, so it never reaches the tags timers.c uses at checkpoints).
- * Integers are big-endian. Because the key length precedes the key, the
- * prefix [index][len][key] holds exactly one key's entries (all its
- * windows, say), never another key that begins with the same bytes.
+ * A state is identified by its name itself, not by a number: a number
+ * handed out in the order a subtask first touches its states would differ
+ * between runs (and between the subtasks whose groups a rescaled restore
+ * merges), so a restore would read one state's entries as another's. A
+ * hash of the name would be as stable but could collide; a table from
+ * names to numbers kept with the snapshot would have to be merged and
+ * renumbered on a rescale. The name costs its length in every key, which
+ * for the usual short names is what a 64-bit hash would cost, and makes
+ * two states the same exactly when their names are. Names are 1 to
+ * WEIR_STATE_NAME_MAX bytes, so the first byte never reaches the tags
+ * timers.c gives timers at checkpoints (0xFE, 0xFF). Integers are
+ * big-endian. Because each length precedes its bytes, the prefix
+ * [name length][name][key length][key] holds exactly one key's entries of
+ * one state (all its windows, say), never another state or key that
+ * begins with the same bytes.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stream/stream_int.h"
+
+_Static_assert(WEIR_STATE_NAME_MAX < 0xFE, "a state's first key byte never is a timer tag");
 
 static int reserve(weir_ctx *ctx, size_t need)
 {
@@ -32,33 +45,29 @@ static int reserve(weir_ctx *ctx, size_t need)
     return 0;
 }
 
-/* [index][len][key][ns] into ctx->keybuf; 0 or a negative errno. */
+/* [name length][name][key length][key][ns] into ctx->keybuf; 0 or a
+ * negative errno. */
 int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nslen, size_t *klen)
 {
     if (!ctx->backend || !ctx->has_key || !name)
         return -EINVAL; /* keyed state needs a current key */
-    int idx = -1;
-    for (int i = 0; i < ctx->nstates; i++)
-        if (strcmp(ctx->states[i], name) == 0) {
-            idx = i;
-            break;
-        }
-    if (idx < 0) {
-        if (ctx->nstates == MAX_STATES)
-            return weir_fail(ctx, -ENOSPC, "more than %d keyed states", MAX_STATES);
-        if (!(ctx->states[ctx->nstates] = strdup(name)))
-            return -ENOMEM;
-        idx = ctx->nstates++;
-    }
-    size_t need = 5 + ctx->key_len + nslen;
+    size_t nl = strlen(name);
+    if (nl == 0 || nl > WEIR_STATE_NAME_MAX)
+        return weir_fail(ctx, -EINVAL, "keyed state name \"%.32s%s\" is %zu bytes (1 to %d)", name,
+                         nl > 32 ? "..." : "", nl, WEIR_STATE_NAME_MAX);
+    size_t need = 1 + nl + 4 + ctx->key_len + nslen;
     if (reserve(ctx, need) < 0)
         return -ENOMEM;
-    ctx->keybuf[0] = (uint8_t)idx;
-    weir__put_be32(ctx->keybuf + 1, (uint32_t)ctx->key_len);
+    uint8_t *p = ctx->keybuf;
+    *p++ = (uint8_t)nl;
+    memcpy(p, name, nl);
+    p += nl;
+    weir__put_be32(p, (uint32_t)ctx->key_len);
+    p += 4;
     if (ctx->key_len)
-        memcpy(ctx->keybuf + 5, ctx->key, ctx->key_len);
+        memcpy(p, ctx->key, ctx->key_len);
     if (nslen)
-        memcpy(ctx->keybuf + 5 + ctx->key_len, ns, nslen);
+        memcpy(p + ctx->key_len, ns, nslen);
     *klen = need;
     return 0;
 }
@@ -197,5 +206,88 @@ int weir_list_clear(weir_ctx *ctx, const char *state)
     for (size_t i = 0; !e && i < c.n; i++)
         e = weir__ns_del(ctx, state, c.ns[i], 8);
     free(c.ns);
+    return e;
+}
+
+/* ---- the keys of a state ------------------------------------------------------------------ */
+/* One group's distinct keys of a state, gathered before any is visited (a
+ * visit may change state, which a scan must not see). Each key is stored
+ * as [u32 length][bytes], padded to 16 bytes like every key a context
+ * hands out. */
+typedef struct key_walk {
+    size_t skip; /* [name length][name] */
+    uint8_t *buf;
+    size_t len, cap;
+    size_t last; /* offset of the last key gathered, or SIZE_MAX */
+} key_walk;
+
+#define KEY_AT 16 /* a gathered key's bytes start this far into its slot */
+
+static int gather_key(void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    key_walk *w = arg;
+    const uint8_t *k = key;
+    if (klen < w->skip + 4 || weir__get_be32(k + w->skip) > klen - w->skip - 4)
+        return -EBADMSG;
+    size_t n = weir__get_be32(k + w->skip);
+    const uint8_t *bytes = k + w->skip + 4;
+    /* A key's entries (its namespaces) are adjacent in key order. */
+    if (w->last != SIZE_MAX && weir__get_be32(w->buf + w->last) == n &&
+        (n == 0 || memcmp(w->buf + w->last + KEY_AT, bytes, n) == 0))
+        return 0;
+    size_t slot = KEY_AT + ((n + 15) & ~(size_t)15);
+    if (w->len + slot > w->cap) {
+        size_t cap = w->cap ? w->cap : 1024;
+        while (cap < w->len + slot)
+            cap *= 2;
+        uint8_t *b = realloc(w->buf, cap);
+        if (!b)
+            return -ENOMEM;
+        w->buf = b;
+        w->cap = cap;
+    }
+    weir__put_be32(w->buf + w->len, (uint32_t)n);
+    if (n)
+        memcpy(w->buf + w->len + KEY_AT, bytes, n);
+    w->last = w->len;
+    w->len += slot;
+    return 0;
+}
+
+int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, void *arg)
+{
+    if (!ctx || !ctx->backend || !state || !fn)
+        return -EINVAL;
+    size_t nl = strlen(state);
+    if (nl == 0 || nl > WEIR_STATE_NAME_MAX)
+        return weir_fail(ctx, -EINVAL, "keyed state name \"%.32s%s\" is %zu bytes (1 to %d)", state,
+                         nl > 32 ? "..." : "", nl, WEIR_STATE_NAME_MAX);
+    uint8_t prefix[1 + WEIR_STATE_NAME_MAX];
+    prefix[0] = (uint8_t)nl;
+    memcpy(prefix + 1, state, nl);
+    /* The caller's current key (if any) comes back after the walk. */
+    const void *pk = ctx->key;
+    size_t pl = ctx->key_len;
+    int ph = ctx->has_key, pg = ctx->kg;
+    key_walk w = {.skip = 1 + nl};
+    int e = 0;
+    for (int kg = ctx->backend->first_kg; kg < ctx->backend->end_kg && !e; kg++) {
+        w.len = 0;
+        w.last = SIZE_MAX;
+        if ((e = weir_state_scan(ctx->backend, kg, prefix, 1 + nl, gather_key, &w)) != 0)
+            break;
+        for (size_t off = 0; off < w.len && !e;) {
+            size_t n = weir__get_be32(w.buf + off);
+            ctx->key = w.buf + off + KEY_AT;
+            ctx->key_len = n;
+            ctx->has_key = 1;
+            ctx->kg = kg;
+            e = fn(ctx, ctx->key, n, arg);
+            off += KEY_AT + ((n + 15) & ~(size_t)15);
+        }
+    }
+    ctx->key = pk, ctx->key_len = pl, ctx->has_key = ph, ctx->kg = pg;
+    free(w.buf);
     return e;
 }

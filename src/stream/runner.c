@@ -880,8 +880,6 @@ static void teardown(run *r)
                 x->op->records_out += x->out - x->out_pushed;
                 if (st->wm < x->op->watermark)
                     x->op->watermark = st->wm;
-                for (int n = 0; n < x->nstates; n++)
-                    free(x->states[n]);
                 free(x->keybuf);
             }
             if (st->nops)

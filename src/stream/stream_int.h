@@ -17,8 +17,6 @@
 enum { EDGE_FORWARD, EDGE_HASH, EDGE_REBALANCE, EDGE_BROADCAST };
 enum { OP_SOURCE, OP_OPERATOR, OP_SINK };
 
-#define MAX_STATES 64
-
 typedef struct sop sop;
 
 /* One input of an operator: records of `from`, partitioned by `edge`. */
@@ -95,10 +93,8 @@ struct weir_ctx {
     int has_key; /* a record or timer of a key is being handled */
     weir_state_backend *backend;
     int kg;
-    uint8_t *keybuf; /* [state index][key] composed here */
+    uint8_t *keybuf; /* a state entry's key composed here (keyed.c) */
     size_t keycap;
-    char *states[MAX_STATES]; /* state names, by index (this subtask's) */
-    int nstates;
     uint64_t in, out; /* records, added to the operator's counters at the end */
     int side;         /* the input the current record came from */
     /* metrics (opts.metrics): children of this operator + subtask */

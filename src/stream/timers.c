@@ -25,8 +25,9 @@
  *
  *   [0xFF event | 0xFE processing][time u64][key length u32][key] -> ""
  *
- * (times order-preserving, integers big-endian; the tags sort after every
- * state index of keyed.c); a restore takes them back out of the backend
+ * (times order-preserving, integers big-endian; the tags sort after the
+ * first byte of every state entry, its state name's length, keyed.c); a
+ * restore takes them back out of the backend
  * into the buckets. So the snapshot file holds them in the backend's own
  * format, and a restore of any range of groups brings exactly the timers
  * of that range.

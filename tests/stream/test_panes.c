@@ -45,8 +45,6 @@ static void setup(fixture *f)
 
 static void teardown(fixture *f)
 {
-    for (int i = 0; i < f->ctx.nstates; i++)
-        free(f->ctx.states[i]);
     free(f->ctx.keybuf);
     weir_state_backend_free(f->b);
 }
