@@ -5,8 +5,10 @@
  *     weir run build/release/examples/wordcount_job.so [--parallelism N] [FILE]
  *
  * Reads FILE (default: a few built-in lines), splits it into words, counts
- * each word with a keyed reduce and prints "<word> <count>" for every word
- * at the end of input. Built like any out-of-tree job, with weir_add_job.
+ * each word in keyed value state and prints "<word> <count>" once for
+ * every word at the end of input (weir_keys_iterate from finish(): one
+ * walk over the counts, whatever the number of distinct words). Built like
+ * any out-of-tree job, with weir_add_job.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -87,22 +89,20 @@ static const weir_source_def lines_def = {
 
 /* ---- split, key, count ---------------------------------------------------------------- */
 
-/* A count record: the 8-byte count, then the word. */
+/* A word record: the word's bytes (at most 256). */
 static int split(weir_ctx *ctx, const weir_rec *in, void *arg)
 {
     (void)arg;
     const char *s = in->data;
-    char rec[8 + 256];
-    int64_t one = 1;
-    memcpy(rec, &one, 8);
+    char word[256];
     for (size_t i = 0; i < in->len;) {
         while (i < in->len && !isalnum((unsigned char)s[i]))
             i++;
         size_t start = i;
-        while (i < in->len && isalnum((unsigned char)s[i]) && i - start < 256)
-            rec[8 + i - start] = (char)tolower((unsigned char)s[i]), i++;
+        while (i < in->len && isalnum((unsigned char)s[i]) && i - start < sizeof(word))
+            word[i - start] = (char)tolower((unsigned char)s[i]), i++;
         if (i > start) {
-            int e = weir_emit(ctx, rec, 8 + i - start, in->ts);
+            int e = weir_emit(ctx, word, i - start, in->ts);
             if (e)
                 return e;
         }
@@ -113,31 +113,53 @@ static int split(weir_ctx *ctx, const weir_rec *in, void *arg)
 static int word_key(const weir_rec *in, void *arg, const void **key, size_t *len)
 {
     (void)arg;
-    *key = (const char *)in->data + 8;
-    *len = in->len - 8;
+    *key = in->data;
+    *len = in->len;
     return 0;
 }
 
-/* The reduce's output lives until its next call on the same subtask; a
- * subtask runs on one thread and does not yield inside a reduce, so one
- * buffer per thread serves every subtask. */
-static _Thread_local char sum_buf[8 + 256];
+/* Each word's running count is its value of the state "n"; nothing is
+ * emitted per record. */
+static int count_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state, (void)in;
+    const void *v;
+    size_t len;
+    int64_t n = 0;
+    int e = weir_value_get(ctx, "n", &v, &len);
+    if (e == 0)
+        memcpy(&n, v, sizeof(n));
+    else if (e != -ENOENT)
+        return e;
+    n++;
+    return weir_value_put(ctx, "n", &n, sizeof(n));
+}
 
-static int add(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
+/* At the end of input, once per word (the current key): a count record,
+ * the 8-byte count then the word. */
+static int emit_count(weir_ctx *ctx, const void *word, size_t len, void *arg)
 {
     (void)arg;
-    int64_t n = 0, m;
-    if (acc)
-        memcpy(&n, acc->data, 8);
-    memcpy(&m, in->data, 8);
-    n += m;
-    memcpy(sum_buf, &n, 8);
-    memcpy(sum_buf + 8, (const char *)in->data + 8, in->len - 8);
-    *out = (weir_rec){.data = sum_buf, .len = in->len, .ts = in->ts};
-    return 0;
+    const void *v;
+    size_t vlen;
+    int e = weir_value_get(ctx, "n", &v, &vlen);
+    if (e)
+        return e;
+    char rec[8 + 256];
+    memcpy(rec, v, 8);
+    memcpy(rec + 8, word, len);
+    return weir_emit(ctx, rec, 8 + len, 0);
 }
 
-/* ---- sink: the final count of each word, printed at the end ---------------------------- */
+static int count_finish(weir_ctx *ctx, void *state)
+{
+    (void)state;
+    return weir_keys_iterate(ctx, "n", emit_count, NULL);
+}
+
+static const weir_op_def count_def = {.process = count_process, .finish = count_finish};
+
+/* ---- sink: "<word> <count>" per word ------------------------------------------------------ */
 
 static int print_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
@@ -151,74 +173,6 @@ static int print_process(weir_ctx *ctx, void *state, const weir_rec *in)
 
 static const weir_op_def print_def = {.process = print_process};
 
-/* Keep only each word's last update: the reduce emits every update, so the
- * counts are held and printed at the end of input. */
-typedef struct last {
-    size_t n, cap;
-    char **recs;
-    size_t *lens;
-} last;
-
-static int last_open(weir_ctx *ctx, void *arg, void **state)
-{
-    (void)ctx;
-    (void)arg;
-    return (*state = calloc(1, sizeof(last))) ? 0 : -ENOMEM;
-}
-
-static int last_process(weir_ctx *ctx, void *state, const weir_rec *in)
-{
-    (void)ctx;
-    last *l = state;
-    for (size_t i = 0; i < l->n; i++)
-        if (l->lens[i] == in->len &&
-            memcmp(l->recs[i] + 8, (const char *)in->data + 8, in->len - 8) == 0) {
-            memcpy(l->recs[i], in->data, 8);
-            return 0;
-        }
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        char **r = realloc(l->recs, cap * sizeof(*r));
-        if (!r)
-            return -ENOMEM;
-        l->recs = r;
-        size_t *n = realloc(l->lens, cap * sizeof(*n));
-        if (!n)
-            return -ENOMEM;
-        l->lens = n;
-        l->cap = cap;
-    }
-    if (!(l->recs[l->n] = malloc(in->len)))
-        return -ENOMEM;
-    memcpy(l->recs[l->n], in->data, in->len);
-    l->lens[l->n++] = in->len;
-    return 0;
-}
-
-static int last_finish(weir_ctx *ctx, void *state)
-{
-    last *l = state;
-    for (size_t i = 0; i < l->n; i++) {
-        int e = weir_emit(ctx, l->recs[i], l->lens[i], 0);
-        if (e)
-            return e;
-    }
-    return 0;
-}
-
-static void last_close(void *state)
-{
-    last *l = state;
-    for (size_t i = 0; i < l->n; i++)
-        free(l->recs[i]);
-    free(l->recs);
-    free(l->lens);
-    free(l);
-}
-
-static const weir_op_def last_def = {
-    .open = last_open, .process = last_process, .finish = last_finish, .close = last_close};
-
 static int define(weir_job *j, int argc, char **argv)
 {
     if (argc > 2) {
@@ -229,8 +183,7 @@ static int define(weir_job *j, int argc, char **argv)
     s = weir_stream_parallelism(s, 1);
     s = weir_stream_flat_map(s, "split", split, NULL);
     s = weir_stream_key_by(s, word_key, NULL);
-    s = weir_stream_reduce(s, "count", add, NULL);
-    s = weir_stream_process(s, "latest", &last_def, NULL);
+    s = weir_stream_process(s, "count", &count_def, NULL);
     return weir_stream_sink(s, "print", &print_def, NULL) < 0 ? -EINVAL : 0;
 }
 
