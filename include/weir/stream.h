@@ -171,8 +171,8 @@ int weir_list_clear(weir_ctx *ctx, const char *state);
  * The keys of a state: fn runs once for every key of this subtask that has
  * an entry of `state` (value, map or list; restored ones too), with that
  * key current, so it may read and write the key's state (clear it, say),
- * register timers and emit. Keys come in key-group order, then in byte
- * order within a group. fn returns non-zero to stop (and that value is
+ * register timers and emit. Keys come in key-group order, then shorter
+ * before longer and in byte order within a group. fn returns non-zero to stop (and that value is
  * returned). Called from finish() it is the per-key end of input: keep
  * the running value in value state while records come, and emit one
  * result per key there (examples/wordcount_job.c). It reads every entry of

@@ -296,7 +296,7 @@ static int emit_final(weir_ctx *ctx, const void *key, size_t len, void *arg)
     CHECK(weir_ctx_key(ctx, NULL) == key);
     uint64_t k;
     memcpy(&k, key, 8);
-    /* Keys in group order, then byte order within a group, each once. */
+    /* Keys in group order, then (all 8 bytes long) byte order within a group. */
     uint64_t kg = (uint64_t)weir_key_group(weir_key_hash(key, len), WEIR_KEY_GROUPS);
     uint8_t be[8], last_be[8];
     for (int i = 0; i < 8; i++)
