@@ -6,7 +6,9 @@
 #                through `weir run`, with checkpoints; examples/demo is the HTTP demo
 #   make test    build the normal, ASan+UBSan, TSan and ucontext configurations
 #                and run the whole suite in each, under both I/O backends; run
-#                every fuzz target for a bounded time
+#                every fuzz target for a bounded time; then scripts/check-deps
+#                (every system header, library and tool used comes from a
+#                package scripts/deps.sh installs)
 #   make test-fuzz  build the libFuzzer targets (build/fuzz) and run each for
 #                FUZZ_SECONDS (default 20) from its seed corpus in fuzz/corpus/
 #   make bench   build Release and run every benchmark with its peers
@@ -19,7 +21,7 @@ FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 CTEST = ctest --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz bench clean format
+.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz check-deps bench clean format
 
 all: build
 
@@ -70,7 +72,19 @@ test-fuzz: deps
 	cmake --build build/fuzz -j$(JOBS)
 	fuzz/run.sh build/fuzz $(FUZZ_SECONDS)
 
+# Every system file the configurations above used must come from a package
+# scripts/deps.sh installs (or a hard Depends of one): a Recommends is not on
+# a new machine. The second line proves the check can fail: without the
+# aarch64 C library headers it must name one of them.
+check-deps:
+	scripts/check-deps build
+	@if CHECK_DEPS_DROP=libc6-dev-arm64-cross scripts/check-deps build 2>&1 | \
+	    grep -q '/usr/aarch64-linux-gnu/include/.* is in package libc6-dev-arm64-cross'; then \
+	  echo "check-deps: self-test ok (a dropped package is named)"; \
+	else echo "check-deps: self-test FAILED: dropping libc6-dev-arm64-cross went unnoticed"; exit 1; fi
+
 test: test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz
+	$(MAKE) --no-print-directory check-deps
 	@echo "make test: all configurations passed"
 
 bench: deps

@@ -3,6 +3,13 @@
 # Install the Debian packages weir's build, tests, demo and benchmarks need.
 # Idempotent: packages already installed are skipped (dpkg -s), and apt-get
 # runs only when something is missing. Needs root (or sudo) on a Debian host.
+#
+# Packages are installed with --no-install-recommends, so name here every
+# package whose files the build, tests, examples or benchmarks use, even
+# one that another package here merely recommends. scripts/check-deps (run
+# by `make test`) finds the files they really use and fails, naming the
+# file and its package, when that package is neither listed here nor a
+# hard Depends of one that is. `scripts/deps.sh --list` prints the list.
 set -euo pipefail
 
 pkgs=(
@@ -18,12 +25,18 @@ pkgs=(
   # gives slow and chunked responses), curl (a real client for the server),
   # libcurl's multi interface (the http_client peer)
   nginx-light libnginx-mod-http-echo curl libcurl4-openssl-dev
-  # aarch64 context switch: cross compiler + qemu user emulation (scripts/test-aarch64.sh)
-  gcc-aarch64-linux-gnu qemu-user
+  # aarch64 context switch: cross compiler, its C library headers (only a
+  # Recommends of the compiler) + qemu user emulation (scripts/test-aarch64.sh)
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 )
 # The Tokio peer builds with cargo; a rustup toolchain on PATH is fine,
 # otherwise take Debian's.
 command -v cargo >/dev/null 2>&1 || pkgs+=(cargo)
+
+if [ "${1:-}" = --list ]; then
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

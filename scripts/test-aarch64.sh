@@ -6,8 +6,10 @@
 # emulation. Proves src/rt/ctx_aarch64.S (and the ucontext fallback) on an
 # x86-64 machine; a native aarch64 machine runs them through CMake instead.
 #
-# Needs the Debian packages gcc-aarch64-linux-gnu (pulls in
-# libc6-dev-arm64-cross) and qemu-user. Skips, successfully, with a message
+# Needs the Debian packages gcc-aarch64-linux-gnu, libc6-dev-arm64-cross (only
+# a Recommends of the compiler, so scripts/deps.sh names it) and qemu-user.
+# Each build leaves its header dependencies (BIN.d) and the files the linker
+# read (BIN.link) for scripts/check-deps. Skips, successfully, with a message
 # when they are missing. Usage: scripts/test-aarch64.sh [BUILD_DIR]
 set -eu
 
@@ -39,8 +41,15 @@ for ctx in asm ucontext; do
     fi
     for t in test_ctx test_stack; do
         bin="$out/$t.$ctx"
-        # shellcheck disable=SC2086 # word splitting of the flag lists is intended
-        "$cc" $flags $defs "$root/tests/rt/$t.c" $srcs -o "$bin" -lm
+        objs=""
+        for src in "$root/tests/rt/$t.c" $srcs; do
+            obj="$bin.$(basename "$src").o"
+            # shellcheck disable=SC2086 # word splitting of the flag lists is intended
+            "$cc" $flags $defs -c -MD -MF "$obj.d" "$src" -o "$obj"
+            objs="$objs $obj"
+        done
+        # shellcheck disable=SC2086
+        "$cc" $flags $objs -o "$bin" -lm -Wl,--trace >"$bin.link"
         echo "== $t ($ctx) under $qemu"
         if ! "$qemu" "$bin"; then
             echo "test-aarch64: FAIL: $t ($ctx)"
