@@ -15,12 +15,16 @@
  *     }
  *     WEIR_REGISTER_JOB("word-count", "1.0", define);
  *
- * The macro emits the handshake functions the loader looks up by name (the
- * weir_plugin_* prototypes below): the identity of the headers the plugin
- * was compiled against (ABI fingerprint and version), its target (OS and
- * CPU) and its toolchain (compiler family and sanitizer instrumentation),
- * and the job entry itself. weir_plugin_open() dlopens the file and refuses
- * it unless all four match the running weir: a plugin compiled against
+ * The macro emits the plugin's identity twice: as an ELF note in the file
+ * (.note.weir.job) and as the handshake functions the loader looks up by
+ * name (the weir_plugin_* prototypes below). The identity is that of the
+ * headers the plugin was compiled against (ABI fingerprint and version),
+ * its target (OS and CPU) and its toolchain (compiler family and sanitizer
+ * instrumentation); the macro also emits the job entry itself.
+ * weir_plugin_open() reads the note from the file, without loading it, and
+ * refuses the plugin unless all four match the running weir; only then
+ * does it dlopen the file (which runs the plugin's constructors) and check
+ * the handshake again, in memory. A plugin compiled against
  * other headers could lay out a weir struct differently, and one built with
  * another sanitizer calls into a runtime that is not there.
  *
@@ -38,13 +42,14 @@
  * Lifetime. A plugin that passed the gate stays mapped until the process
  * exits: a job built from it holds pointers to its functions and constants,
  * and nothing can prove they are all gone. weir_plugin_close() frees the
- * handle only. A plugin refused by the gate is unmapped at once: none of its
- * code has been called.
+ * handle only. A plugin refused by the gate was never loaded: none of its
+ * code, constructors included, has run.
  */
 #ifndef WEIR_JOB_H
 #define WEIR_JOB_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "stream.h"
 #include <weir/abi.h>
@@ -155,10 +160,34 @@ const weir_job_entry *weir_plugin_job(void);
 
 #define WEIR__PLUGIN_EXPORT __attribute__((visibility("default"), used))
 
+/* The identity note: an ELF note (section .note.weir.job, so the linker puts
+ * it in a PT_NOTE segment) named "weir", whose desc is the ABI version as a
+ * 32-bit integer, then the fingerprint, target and toolchain as
+ * NUL-terminated strings, zero-padded to 4 bytes. The loader reads it from
+ * the file before dlopen, so a refused plugin's code (its constructors
+ * included) never runs. */
+#define WEIR__PLUGIN_NOTE_NAME "weir"
+#define WEIR__PLUGIN_NOTE_TYPE 0x574a4f42u /* "WJOB" */
+#define WEIR__PLUGIN_NOTE_STRS                                                                     \
+    WEIR__PLUGIN_FINGERPRINT "\0" WEIR__PLUGIN_TARGET "\0" WEIR__PLUGIN_TOOLCHAIN
+#define WEIR__PLUGIN_NOTE_STRS_SIZE ((sizeof(WEIR__PLUGIN_NOTE_STRS) + 3) & ~(size_t)3)
+
 /* Register the plugin's job: name and version are string literals,
  * define_fn a weir_job_define_fn. Once per plugin, at file scope, followed
  * by a semicolon. */
 #define WEIR_REGISTER_JOB(name, version, define_fn)                                                \
+    static const struct {                                                                          \
+        uint32_t n_namesz, n_descsz, n_type;                                                       \
+        char n_name[8];                                                                            \
+        int32_t n_version;                                                                         \
+        char n_strs[WEIR__PLUGIN_NOTE_STRS_SIZE];                                                  \
+    } weir__plugin_note __attribute__((section(".note.weir.job"), aligned(4), used)) = {           \
+        sizeof(WEIR__PLUGIN_NOTE_NAME),                                                            \
+        4 + WEIR__PLUGIN_NOTE_STRS_SIZE,                                                           \
+        WEIR__PLUGIN_NOTE_TYPE,                                                                    \
+        WEIR__PLUGIN_NOTE_NAME,                                                                    \
+        WEIR_ABI_VERSION,                                                                          \
+        WEIR__PLUGIN_NOTE_STRS};                                                                   \
     WEIR__PLUGIN_EXPORT const char *weir_plugin_abi_fingerprint(void)                              \
     {                                                                                              \
         return WEIR__PLUGIN_FINGERPRINT;                                                           \
@@ -191,8 +220,12 @@ typedef struct weir_plugin weir_plugin;
  * gate. 0 with *out, else a negative errno and a message in msg (msglen
  * bytes, may be NULL/0):
  *   -ENOENT   no such file (or not a regular file: -EISDIR / -EACCES...)
- *   -ENOEXEC  not loadable (the dynamic loader's message: not an ELF file,
- *             an undefined symbol...) or not a weir job (no handshake)
+ *   -ENOEXEC  refused from the file, before loading: not an ELF file, not
+ *             a shared object, another ELF class, byte order or machine,
+ *             damaged program headers or notes, no weir identity note (not
+ *             a weir job, or one built against an older weir); or not
+ *             loadable (the dynamic loader's message: an undefined
+ *             symbol...), or no handshake functions
  *   -EPROTO   refused by the gate: which of ABI version, fingerprint,
  *             target, toolchain differ, the plugin's value and weir's
  * The same path may be opened any number of times (one mapping).

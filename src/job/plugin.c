@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * plugin.c - loading job plugins (weir/job.h): dlopen, the handshake, the
- * ABI gate, and defining a job from the registration.
+ * plugin.c - loading job plugins (weir/job.h): the ABI gate, dlopen, the
+ * handshake, and defining a job from the registration.
+ *
+ * Order. dlopen runs the plugin's ELF constructors, so the gate decides
+ * before it, on the identity note read from the file (plugin_elf.c): a
+ * refused plugin has run nothing. After dlopen the handshake functions
+ * report the identity again and pass the gate a second time: the file may
+ * have been replaced between the read and the load (a rebuild racing the
+ * loader), and then the in-memory identity is the one that counts.
  *
  * The gate compares four things between this weir and the plugin: the ABI
  * version (bumped by hand), the fingerprint of the public headers, the
@@ -16,13 +23,17 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "job/plugin_elf.h"
 #include "weir/job.h"
 
 struct weir_plugin {
@@ -105,6 +116,51 @@ static void *sym(void *dl, const char *name)
     return dlsym(dl, name);
 }
 
+/* The gate on the file itself, before anything of it is loaded: read the
+ * identity note from the bytes (mapped read-only, never executable) and
+ * compare it with this weir's. */
+static int gate_file(const char *path, const char *real, char *msg, size_t msglen)
+{
+    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = -errno;
+        msg_add(msg, msglen, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return e;
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        msg_add(msg, msglen, "%s: refused: an empty file, not an ELF file", path);
+        return -ENOEXEC;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int me = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        msg_add(msg, msglen, "%s: cannot read: %s", path, strerror(me));
+        return -me;
+    }
+    weir__plugin_note note;
+    char why[768] = "";
+    int e = weir__plugin_elf_identity(map, (size_t)st.st_size, &note, why, sizeof(why));
+    munmap(map, (size_t)st.st_size);
+    if (e < 0) {
+        msg_add(msg, msglen, "%s: refused: %s", path, why);
+        return e;
+    }
+    weir_abi_id id = {.fingerprint = note.fingerprint,
+                      .version = note.version,
+                      .target = note.target,
+                      .toolchain = note.toolchain};
+    if (weir_abi_check(&self_id, &id, why, sizeof(why)) != 0) {
+        msg_add(msg, msglen, "%s: refused: %s", path, why);
+        return -EPROTO;
+    }
+    return 0;
+}
+
 int weir_plugin_open(const char *path, weir_plugin **out, char *msg, size_t msglen)
 {
     if (msg && msglen)
@@ -128,6 +184,9 @@ int weir_plugin_open(const char *path, weir_plugin **out, char *msg, size_t msgl
         msg_add(msg, msglen, "%s: %s", path, strerror(errno));
         return e;
     }
+    int e = gate_file(path, real, msg, msglen);
+    if (e < 0)
+        return e;
     /* An absolute path: dlopen must not search the library path. */
     void *dl = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
@@ -159,7 +218,7 @@ int weir_plugin_open(const char *path, weir_plugin **out, char *msg, size_t msgl
         .fingerprint = fp(), .version = ver(), .target = target(), .toolchain = tool()};
     char why[768] = "";
     if (weir_abi_check(&self_id, &id, why, sizeof(why)) != 0) {
-        msg_add(msg, msglen, "%s: refused: %s", path, why);
+        msg_add(msg, msglen, "%s: refused (changed while it was loaded?): %s", path, why);
         dlclose(dl); /* nothing of the plugin's can be referenced yet */
         return -EPROTO;
     }

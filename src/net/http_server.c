@@ -818,21 +818,24 @@ static void route_request(conn *c)
     }
     q->nparams = 0;
     if (str_eq(q->method, "OPTIONS") && path_matched) {
-        c->early_status = 204; /* CORS preflight / capability query */
+        c->early_status = 204; /* capability query (behind the token, if one is set) */
         return;
     }
     c->early_status = path_matched ? 405 : 404;
 }
 
-/* Does the request carry the token? Exempt: public routes, and OPTIONS the
- * server answers itself (a CORS preflight carries no credentials); an
- * OPTIONS that reaches a handler (a route for any method, or for OPTIONS)
- * needs the token like any other request. */
+/* Does the request carry the token? Only public routes are exempt. Asked
+ * after routing (a public route must be known), but its answer replaces
+ * routing's: without the token an existing path and an unknown one get the
+ * same 401, whatever the method, so nobody without the token can probe
+ * which routes exist. OPTIONS is no exception: the 204 the server answers
+ * itself lists the path's methods, and a CORS preflight gains nothing from
+ * it (the server sends no Access-Control-* fields, so a browser refuses the
+ * cross-origin request either way). */
 static int authorized(conn *c)
 {
     weir_http_server *s = c->s;
-    if (!s->token || (c->rt && (c->rt->flags & WEIR_HTTP_PUBLIC)) ||
-        (!c->rt && c->early_status == 204))
+    if (!s->token || (c->rt && (c->rt->flags & WEIR_HTTP_PUBLIC)))
         return 1;
     const weir_http_str *a = weir_http_header_get(&c->p, "authorization");
     if (!a || a->len < 7)
@@ -1157,16 +1160,19 @@ static void on_head(conn *c, int body_buffered)
     }
 routed_path:
     if (str_eq(p->target, "*")) {
-        c->early_status = str_eq(p->method, "OPTIONS") ? 204 : 400;
         c->allow[0] = '\0';
-        return;
-    }
-    if (q->path.len == 0 || q->path.p[0] != '/') {
+        if (!str_eq(p->method, "OPTIONS")) {
+            c->early_status = 400;
+            return;
+        }
+        c->early_status = 204; /* "OPTIONS *": still behind the token, below */
+    } else if (q->path.len == 0 || q->path.p[0] != '/') {
         c->early_status = 400;
         c->early_msg = "request target must be a path starting with /";
         return;
+    } else {
+        route_request(c);
     }
-    route_request(c);
     if (!authorized(c)) {
         c->rt = NULL;
         c->early_status = 401;

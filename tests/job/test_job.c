@@ -3,11 +3,14 @@
  * test_job.c - job plugins (weir/job.h) and the weir command: the gate as a
  * pure function; loading a plugin in this process (which exports libweir,
  * like the weir command) twice and getting identical graphs, then running
- * it; refusals of a missing file, a non-ELF file, a library without the
- * handshake, and plugins claiming another fingerprint / toolchain / target;
+ * it; refusals of a missing file, a non-ELF file, damaged ELF files, a
+ * library without the identity note, and plugins claiming another
+ * fingerprint / toolchain / target, refused before any of their code (a
+ * constructor) runs;
  * and `weir run` / `weir lint` spawned as a process: exit codes and the
  * messages users see.
  */
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -137,7 +140,9 @@ TEST(refusals)
     CHECK_HAS(msg, "no_such_job.so: No such file");
 
     CHECK_EQ(weir_plugin_open(PLUGIN("job_not_plugin"), &p, msg, sizeof(msg)), -ENOEXEC);
-    CHECK_HAS(msg, "not a weir job plugin (no weir_plugin_abi_fingerprint");
+    CHECK_HAS(msg, "job_not_plugin.so: refused: not a weir job plugin of this weir: no weir "
+                   "identity note");
+    CHECK_HAS(msg, "rebuilt against this one");
 
     char path[] = "/tmp/weir-test-notelf-XXXXXX";
     int fd = mkstemp(path);
@@ -145,7 +150,7 @@ TEST(refusals)
     CHECK_EQ(write(fd, "hello\n", 6), 6);
     close(fd);
     CHECK_EQ(weir_plugin_open(path, &p, msg, sizeof(msg)), -ENOEXEC);
-    CHECK_HAS(msg, "cannot load: ");
+    CHECK_HAS(msg, "refused: not an ELF file");
     unlink(path);
 
     CHECK_EQ(weir_plugin_open(WEIR_TEST_PLUGIN_DIR, &p, msg, sizeof(msg)), -EISDIR);
@@ -162,6 +167,145 @@ TEST(refusals)
     CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_target"), &p, msg, sizeof(msg)), -EPROTO);
     CHECK_HAS(msg, "target differs: plugin linux-mips, weir linux-");
     CHECK(p == NULL);
+}
+
+/* The gate reads the identity from the file: a refused plugin's
+ * constructor never runs (the good copy's does, so the marker works). */
+TEST(refused_before_any_code_runs)
+{
+    char dir[] = "/tmp/weir-test-ctor-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char marker[128];
+    snprintf(marker, sizeof(marker), "%s/ran", dir);
+    setenv("WEIR_TEST_CTOR_MARKER", marker, 1);
+    char msg[1024];
+    weir_plugin *p = NULL;
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_ctor_bad_fingerprint"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "refused: ABI fingerprint differs: plugin 1111111111111111");
+    CHECK(p == NULL);
+    CHECK_EQ(access(marker, F_OK), -1); /* its constructor did not run */
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_ctor"), &p, msg, sizeof(msg)), 0);
+    CHECK_STR(weir_plugin_entry(p)->name, "ctor");
+    CHECK_EQ(access(marker, F_OK), 0); /* this one's did */
+    weir_plugin_close(p);
+    unsetenv("WEIR_TEST_CTOR_MARKER");
+    unlink(marker);
+    rmdir(dir);
+}
+
+static unsigned char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    CHECK_EQ(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    CHECK_GT(n, 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)n);
+    CHECK(b != NULL);
+    CHECK_EQ(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* Write len bytes of b to a temporary file and open it as a plugin: the
+ * error, with the message in msg. */
+static int open_bytes(const unsigned char *b, size_t len, char *msg, size_t msglen)
+{
+    char path[] = "/tmp/weir-test-elf-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(write(fd, b, len), (ssize_t)len);
+    close(fd);
+    weir_plugin *p = NULL;
+    int e = weir_plugin_open(path, &p, msg, msglen);
+    unlink(path);
+    if (e == 0)
+        weir_plugin_close(p);
+    return e;
+}
+
+/* Damaged copies of a good plugin, each refused from the file with a
+ * message naming what is wrong (and before dlopen: it would fail or crash
+ * on most of them, with another message). */
+TEST(damaged_elf_refused)
+{
+    size_t len;
+    unsigned char *good = read_all(PLUGIN("job_count"), &len);
+    unsigned char *b = malloc(len);
+    CHECK(b != NULL);
+    char msg[1024];
+    CHECK_EQ(open_bytes(good, len, msg, sizeof(msg)), 0); /* the copy itself is fine */
+
+    CHECK_EQ(open_bytes(good, 10, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "not an ELF file");
+    CHECK_EQ(open_bytes(good, 40, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "truncated ELF file (40 bytes");
+    CHECK_EQ(open_bytes(good, 200, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "truncated or damaged ELF file");
+
+    Elf64_Ehdr eh;
+    memcpy(&eh, good, sizeof(eh));
+#define MUTATE(stmt)                                                                               \
+    do {                                                                                           \
+        memcpy(b, good, len);                                                                      \
+        Elf64_Ehdr h = eh;                                                                         \
+        stmt;                                                                                      \
+        memcpy(b, &h, sizeof(h));                                                                  \
+    } while (0)
+    MUTATE(h.e_ident[EI_CLASS] = ELFCLASS32);
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "a 32-bit ELF file, weir is 64-bit");
+    MUTATE(h.e_type = ET_EXEC);
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "not a shared object (ELF type 2, an executable)");
+    MUTATE(h.e_machine = h.e_machine == EM_S390 ? EM_PPC64 : EM_S390);
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "built for ");
+    CHECK_HAS(msg, "weir runs on ");
+    MUTATE(h.e_phoff = len - 8);
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "program headers past its end");
+    MUTATE(h.e_phentsize = 12);
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "damaged ELF file (program header size 12");
+#undef MUTATE
+
+    /* The note itself: find it by its header, then damage it. */
+    static const unsigned char name[8] = "weir";
+    unsigned char *note = NULL;
+    for (size_t i = 12; i + 8 <= len && !note; i += 4)
+        if (memcmp(good + i, name, 8) == 0) {
+            uint32_t h[3];
+            memcpy(h, good + i - 12, sizeof(h));
+            if (h[0] == 5 && h[2] == WEIR__PLUGIN_NOTE_TYPE)
+                note = good + i - 12;
+        }
+    CHECK(note != NULL);
+    size_t at = (size_t)(note - good);
+    uint32_t descsz;
+    memcpy(&descsz, note + 4, 4);
+    memcpy(b, good, len);
+    uint32_t huge = 0xfffffff0u;
+    memcpy(b + at + 4, &huge, 4); /* desc past the segment */
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "damaged ELF notes");
+    memcpy(b, good, len);
+    memset(b + at + 24, 'x', descsz - 4); /* the strings lose their NULs */
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "damaged ELF notes");
+    memcpy(b, good, len);
+    b[at + 12] = 'W'; /* no longer weir's note: as if built before there was one */
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -ENOEXEC);
+    CHECK_HAS(msg, "no weir identity note");
+    memcpy(b, good, len);
+    int32_t v = weir_abi_self()->version + 1;
+    memcpy(b + at + 20, &v, 4); /* another ABI version, read from the file */
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "refused: ABI version differs");
+    free(b);
+    free(good);
 }
 
 /* ---- the weir command ----------------------------------------------------------------- */
@@ -327,7 +471,11 @@ TEST(cli_bad_plugins)
 
     r = cli("run", "/etc/hostname", NULL);
     CHECK_EQ(r->code, 2);
-    CHECK_HAS(r->err, "cannot load: ");
+    CHECK_HAS(r->err, "refused: not an ELF file");
+
+    r = cli("lint", PLUGIN("job_not_plugin"), NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "no weir identity note");
 
     r = cli("run", PLUGIN("job_bad_fingerprint"), NULL);
     CHECK_EQ(r->code, 2);

@@ -847,6 +847,36 @@ TEST(malformed_oversized_and_slow)
 }
 
 /* ---- auth ----------------------------------------------------------------------------- */
+/* "<request line> HTTP/1.1" with the extra header lines, on its own
+ * connection closed by the server: the whole answer, byte for byte, minus
+ * the Date field (the one part that may differ between two answers). */
+static void raw_no_date(int port, const char *line, const char *extra, char *out, size_t cap)
+{
+    char req[512];
+    int n = snprintf(req, sizeof(req), "%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n",
+                     line, extra);
+    CHECK(n > 0 && (size_t)n < sizeof(req));
+    int fd = connect_to(port);
+    CHECK_EQ(send_str(fd, req, (size_t)n), n);
+    size_t have = 0;
+    for (;;) {
+        CHECK_LT(have, cap - 1);
+        ssize_t r = weir_io_recv(fd, out + have, cap - 1 - have, 0, after_ms(5000));
+        CHECK_GE(r, 0);
+        if (r == 0)
+            break;
+        have += (size_t)r;
+    }
+    weir_io_close(fd);
+    out[have] = '\0';
+    char *d = strstr(out, "\r\nDate: ");
+    if (d) {
+        char *e = strstr(d + 2, "\r\n");
+        CHECK(e != NULL);
+        memmove(d, e, strlen(e) + 1);
+    }
+}
+
 static intptr_t auth_main(void *arg)
 {
     (void)arg;
@@ -881,9 +911,44 @@ static intptr_t auth_main(void *arg)
     CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: bearer  "
                               "s3cret-token\r\n\r\n"),
              200);
-    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200);    /* public */
-    CHECK_EQ(get_status(port, "OPTIONS /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 204); /* preflight */
-    /* ... but an OPTIONS that would reach a handler needs the token. */
+    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* public */
+    /* With the token, OPTIONS says what the path allows. */
+    reply ro;
+    q = "OPTIONS /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret-token\r\n\r\n";
+    CHECK_EQ(exchange(port, q, strlen(q), &ro, NULL), 0);
+    CHECK_EQ(ro.status, 204);
+    CHECK(strstr(ro.head, "Allow: GET, HEAD\n") != NULL);
+    CHECK_EQ(get_status(port, "OPTIONS * HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "s3cret-token\r\n\r\n"),
+             204);
+    /* Without it (or with a wrong one), an existing path and an unknown one
+     * get the same bytes, whatever the method: no probing. */
+    static const char *const probes[][2] = {
+        {"OPTIONS /hello", "OPTIONS /nope"}, {"OPTIONS /users/7", "OPTIONS /users/7/nope"},
+        {"OPTIONS *", "OPTIONS /nope"},      {"HEAD /hello", "HEAD /nope"},
+        {"POST /hello", "POST /nope"},       {"DELETE /echo", "DELETE /nope"},
+        {"FROB /hello", "FROB /nope"},       {"GET /hello", "GET /nope"},
+    };
+    static const char *const creds[] = {
+        "",
+        "Authorization: Bearer wrong\r\n",
+        /* a CORS preflight's shape */
+        "Origin: http://elsewhere.example\r\nAccess-Control-Request-Method: GET\r\n",
+    };
+    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++)
+        for (size_t k = 0; k < sizeof(creds) / sizeof(creds[0]); k++) {
+            char a[2048], b[2048];
+            raw_no_date(port, probes[i][0], creds[k], a, sizeof(a));
+            raw_no_date(port, probes[i][1], creds[k], b, sizeof(b));
+            if (strcmp(a, b) != 0)
+                fprintf(stderr, "%s vs %s (%s):\n%s\n----\n%s\n", probes[i][0], probes[i][1],
+                        creds[k], a, b);
+            CHECK_STR(a, b);
+            CHECK(strncmp(a, "HTTP/1.1 401 ", 13) == 0);
+            CHECK(strstr(a, "WWW-Authenticate: Bearer") != NULL);
+            CHECK(strstr(a, "Allow:") == NULL);
+        }
+    /* An OPTIONS that would reach a handler needs the token too. */
     int before = handler_runs;
     CHECK_EQ(get_status(port, "OPTIONS /any HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
     CHECK_EQ(handler_runs, before);
