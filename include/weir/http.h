@@ -551,10 +551,11 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
  * Authentication. When a bearer token is configured (the option, or the
  * environment variable named by auth_env, WEIR_AUTH_TOKEN by default, read
  * when the server is made) every request must carry "Authorization: Bearer
- * <token>" or gets 401 before any handler runs. OPTIONS requests pass (a
- * CORS preflight carries no credentials); routes registered with the
- * WEIR_HTTP_PUBLIC flag pass too. An empty or unset variable leaves auth
- * off.
+ * <token>" or gets 401 before any handler runs, whatever its method and
+ * whether or not its path is routed (OPTIONS too: an unauthenticated
+ * client gets the same answer for every path, so it cannot probe which
+ * routes exist). Only routes registered with the WEIR_HTTP_PUBLIC flag
+ * pass without it. An empty or unset variable leaves auth off.
  *
  * Static files. weir_http_route_static() serves a directory under a
  * wildcard pattern: the tail is percent-decoded, "." and ".." segments and
