@@ -475,7 +475,9 @@ void weir_job_free(weir_job *j);
  * parallelism, a keyed operator without key_by...), checked by run. */
 const char *weir_job_error(const weir_job *j);
 /* Run the job to the end (bounded sources) or until the calling task is
- * cancelled. Fibers only. 0, or the first failure (see weir_job_error). */
+ * cancelled (-ECANCELED). Fibers only. 0, or the first failure (see
+ * weir_job_error). Returns only once every task of the run has ended,
+ * cancelled or not: nothing of the run outlives the call. */
 int weir_job_run(weir_job *j, const weir_run_opts *opts);
 
 /* Checkpoints of the run in progress or the last one (safe to read during

@@ -2,11 +2,13 @@
 /*
  * checkpoint.c - aligned-barrier checkpoints of a running job, and restore.
  *
- * Trigger. A coordinator fiber (one per run with checkpoint_interval_ms)
- * starts checkpoint id every interval, one at a time: it asks every source
- * subtask for a barrier (an atomic request each reads between two calls of
- * its next()). Ids continue after the restored checkpoint, so a restarted
- * job never reuses one.
+ * Trigger. A coordinator fiber (one per run with checkpoint_interval_ms,
+ * in a scope of its own that weir_job_run cancels and joins once the
+ * subtasks have ended: the run it reads lives until then, even when the
+ * job was cancelled) starts checkpoint id every interval, one at a time:
+ * it asks every source subtask for a barrier (an atomic request each reads
+ * between two calls of its next()). Ids continue after the restored
+ * checkpoint, so a restarted job never reuses one.
  *
  * Barrier. A source subtask flushes what it emitted, writes its position
  * (source snapshot), snapshots its chain (below), sends the barrier after

@@ -39,7 +39,15 @@
  *
  * Teardown. Batches still queued when subtasks stop (after a failure or a
  * cancel) are freed once every subtask has been joined: the run owns the
- * queues and channels, not the subtasks.
+ * queues and channels, not the subtasks. Nothing is freed before every
+ * task of the run has ended, whatever the caller's cancellation state: the
+ * subtasks are joined through their scope, and the checkpoint coordinator,
+ * which must outlive them (it is cancelled once they have ended), through
+ * a scope of its own. A scope's join waits for its children even when the
+ * joining task is cancelled; a plain weir_task_join() would return
+ * -ECANCELED at once in a cancelled caller (weir_job_run's task, when the
+ * job is cancelled), leaving the coordinator running on the freed run and
+ * its handle leaked.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -954,12 +962,14 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     for (int ci = 0; ci < r.nchains; ci++)
         r.nsubtasks += r.chains[ci].par;
     weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
-    weir_task *coord = NULL;
+    /* The coordinator has a scope of its own (see Teardown at the top). */
+    weir_scope *cs = NULL;
     if (sc && r.acks &&
-        !(coord = weir_task_spawn(
-              weir__ckpt_coordinator, &r,
-              &(weir_spawn_opts){.name = "checkpoints", .stack_size = 128u << 10}))) {
+        (!(cs = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)) ||
+         !weir_scope_spawn(cs, weir__ckpt_coordinator, &r,
+                           &(weir_spawn_opts){.name = "checkpoints", .stack_size = 128u << 10}))) {
         weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
+        weir_scope_free(cs); /* no child: no join needed */
         weir_scope_free(sc);
         teardown(&r);
         weir__ckpt_teardown(&r);
@@ -982,9 +992,10 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     weir_scope_result res = {0};
     e = sc ? weir_scope_join(sc, &res) : -ENOMEM;
     weir_scope_free(sc);
-    if (coord) {
-        weir_task_cancel(coord);
-        weir_task_join(coord, NULL, WEIR_FOREVER);
+    if (cs) {
+        weir_scope_cancel(cs);
+        weir_scope_join(cs, NULL);
+        weir_scope_free(cs);
     }
     pthread_mutex_lock(&j->lock);
     j->running = 0;

@@ -5,7 +5,9 @@
  * their cleanup handlers run, the result names the failing child); the
  * COLLECT_ALL policy; the scope deadline; weir_scope_cancel from a task and
  * from another thread; cancelling the task that joins nested scopes three
- * levels deep; stackless children; children on another loop's thread.
+ * levels deep; a joiner cancelled before it joins still waits for a child
+ * that takes a while to end; stackless children; children on another
+ * loop's thread.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -444,6 +446,55 @@ TEST(scope_children_on_another_thread)
     pthread_join(th, NULL);
     weir_loop_free(l);
     CHECK_EQ(atomic_load(&cleaned), 50 * 6);
+}
+
+/* ---- a joiner cancelled before it joins waits for a slow child ------------------------------ */
+/* weir_job_run's teardown relies on this: its task may be cancelled before
+ * it joins the checkpoint coordinator's scope, and the coordinator may take
+ * a while to notice (it is writing a checkpoint). The child here keeps
+ * going for 30 ms of wall time after its cancel (its yields fail, it does
+ * not stop); the join must still wait for it. */
+static _Atomic int slow_done;
+
+static intptr_t slow_child(void *arg)
+{
+    (void)arg;
+    while (weir_task_yield() == 0)
+        ;
+    int64_t until = weir_time_now() + 30 * WEIR_MSEC;
+    while (weir_time_now() < until)
+        weir_task_yield();
+    atomic_store(&slow_done, 1);
+    return 0;
+}
+
+static intptr_t cancelled_joiner(void *arg)
+{
+    (void)arg;
+    weir_scope *s = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER);
+    CHECK(weir_scope_spawn(s, slow_child, NULL, NULL) != NULL);
+    weir_task_cancel(weir_task_current());
+    CHECK(weir_task_cancelled());
+    weir_scope_result res;
+    CHECK_EQ(weir_scope_join(s, &res), -ECANCELED);
+    CHECK_EQ(atomic_load(&slow_done), 1);
+    CHECK_EQ(res.cancelled, 1);
+    weir_scope_free(s);
+    return 0;
+}
+
+static intptr_t slow_main(void *arg)
+{
+    (void)arg;
+    weir_task *t = test_spawn(cancelled_joiner, NULL);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), -ECANCELED); /* it cancelled itself */
+    return 0;
+}
+
+TEST(scope_cancelled_joiner_waits_for_slow_child)
+{
+    atomic_store(&slow_done, 0);
+    test_run_main(slow_main, NULL);
 }
 
 TEST_MAIN()
