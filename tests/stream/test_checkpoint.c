@@ -349,10 +349,47 @@ static void cleanup(void)
     base[0] = '\0';
 }
 
-/* Run fn(arg) on a two-thread runtime in a child and SIGKILL it after ms
- * milliseconds (the checkpoints it completed by then stay). 1 if the kill
+/* The newest COMPLETED-<id> in dir (0: none). */
+static uint64_t latest_completed(const char *dir)
+{
+    DIR *d = opendir(dir);
+    uint64_t best = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        unsigned long long id;
+        char end;
+        if (sscanf(de->d_name, "COMPLETED-%llu%c", &id, &end) == 1 && id > best)
+            best = id;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
+/* Wait (30 s at most) until child pid has completed a checkpoint past
+ * `after` in ckpt, or has ended; then SIGKILL it, extra_ms later. 1 if the
+ * kill struck it still running. */
+static int kill_after_checkpoint(pid_t pid, const char *ckpt, uint64_t after, int extra_ms)
+{
+    int64_t give_up = weir_time_now() + 30 * WEIR_SEC;
+    int st;
+    while (latest_completed(ckpt) <= after) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return 0; /* ended before: nothing to kill */
+        CHECK_LT(weir_time_now(), give_up);
+        usleep(1000);
+    }
+    if (extra_ms)
+        usleep((useconds_t)extra_ms * 1000);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st);
+}
+
+/* Run fn(arg) on a two-thread runtime in a child and SIGKILL it once it has
+ * completed checkpoint min_id (or a later one) into ckpt. 1 if the kill
  * struck it still running. */
-static int run_killed(intptr_t (*fn)(void *), void *arg, int ms)
+static int run_killed(intptr_t (*fn)(void *), void *arg, const char *ckpt, uint64_t min_id)
 {
     pid_t pid = fork();
     CHECK_GE(pid, 0);
@@ -360,24 +397,21 @@ static int run_killed(intptr_t (*fn)(void *), void *arg, int ms)
         test_run_on_rt(2, fn, arg);
         _exit(0);
     }
-    usleep((useconds_t)ms * 1000);
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFSIGNALED(st);
+    return kill_after_checkpoint(pid, ckpt, min_id - 1, 0);
 }
 
 /* Run the job `rounds` times, each in a child restoring from the last
  * one's checkpoints (the first starts fresh), SIGKILLing all but the last
- * after min_ms + up to spread_ms; the last must finish cleanly. count_par
- * (if not NULL) is the keyed operator's parallelism per round. Returns how
- * many kills struck a running job. */
-static int crash_rounds(const job_cfg *cfg, int rounds, int min_ms, int spread_ms,
-                        const int *count_par)
+ * once it completed a checkpoint of its own and up to spread_ms more; the
+ * last must finish cleanly. count_par (if not NULL) is the keyed
+ * operator's parallelism per round. Returns how many kills struck a
+ * running job. */
+static int crash_rounds(const job_cfg *cfg, int rounds, int spread_ms, const int *count_par)
 {
     unsigned seed = (unsigned)getpid();
     int kills = 0;
     for (int round = 0; round < rounds; round++) {
+        uint64_t before = latest_completed(cfg->ckpt);
         pid_t pid = fork();
         CHECK_GE(pid, 0);
         if (pid == 0) {
@@ -392,10 +426,7 @@ static int crash_rounds(const job_cfg *cfg, int rounds, int min_ms, int spread_m
         }
         int st;
         if (round < rounds - 1) {
-            usleep((useconds_t)(min_ms + rand_r(&seed) % spread_ms) * 1000);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            kills += WIFSIGNALED(st);
+            kills += kill_after_checkpoint(pid, cfg->ckpt, before, rand_r(&seed) % spread_ms);
         } else {
             waitpid(pid, &st, 0);
             CHECK(WIFEXITED(st));
@@ -457,7 +488,7 @@ TEST(restore_into_another_parallelism)
                              .ckpt = ckpt,
                              .out = out,
                              .interval_ms = 20}};
-    CHECK(run_killed(run_main, &first, 120));
+    CHECK(run_killed(run_main, &first, ckpt, 1));
     CHECK_GE(count_entries(ckpt, "COMPLETED-"), 1);
     /* A source that saves positions cannot change its parallelism. */
     job_cfg wrong = {.n = 20000,
@@ -596,8 +627,9 @@ TEST(late_update_after_restore_fires)
     char ckpt[128], out[128];
     dirs(ckpt, out, "late");
     job_cfg first = {.ckpt = ckpt, .out = out};
-    /* 5 and 20 are in, [0,10) fired, checkpoints taken: */
-    CHECK(run_killed(late_restore_main, &first, 300));
+    /* 5 and 20 are in, [0,10) fired, checkpoints taken (the second one
+     * comes after the source's first wait, so it holds both records): */
+    CHECK(run_killed(late_restore_main, &first, ckpt, 2));
     job_cfg c = {.ckpt = ckpt, .out = out, .restore = 1};
     CHECK_EQ(test_run_on_rt(2, late_restore_main, &c), 0);
     size_t n;
@@ -625,7 +657,7 @@ TEST(crash_and_restore_is_exactly_once)
                    .ckpt = ckpt,
                    .out = out,
                    .interval_ms = 15};
-    int kills = crash_rounds(&cfg, 4, 60, 90, NULL);
+    int kills = crash_rounds(&cfg, 4, 90, NULL);
     CHECK_GE(kills, 1);
     check_exact(out, cfg.n, cfg.src_par);
     cleanup();
@@ -647,7 +679,7 @@ TEST(timers_survive_crashes_and_rescaling)
                    .interval_ms = 15,
                    .timers = 1};
     static const int count_par[] = {2, 1, 2}; /* rescaled in between */
-    int kills = crash_rounds(&cfg, 3, 60, 60, count_par);
+    int kills = crash_rounds(&cfg, 3, 60, count_par);
     CHECK_GE(kills, 1);
     size_t n, want_n = (size_t)(cfg.n * cfg.src_par);
     char **got = read_output(out, &n, 1);
@@ -678,7 +710,7 @@ TEST(damaged_checkpoint_is_refused)
                              .ckpt = ckpt,
                              .out = out,
                              .interval_ms = 20}};
-    run_killed(run_main, &first, 100);
+    run_killed(run_main, &first, ckpt, 1);
     /* Flip a byte in the count operator's state file of the checkpoint. */
     char cmd[512];
     /* (The latest completed one: a kill during pruning can leave an older
