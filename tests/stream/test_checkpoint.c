@@ -32,6 +32,10 @@ typedef struct job_cfg {
     int64_t interval_ms;
     int restore;
     int timers; /* the timer job (below) instead of the count */
+    /* The rescale recipe instead: count at the job's parallelism (job_par),
+     * its lines through a rebalance into the sink, fixed at sink_par when
+     * not 0. */
+    int job_par, sink_par;
 } job_cfg;
 
 typedef struct ctr {
@@ -199,6 +203,11 @@ static intptr_t run_main(void *arg)
         s = weir_stream_parallelism(weir_stream_process(s, "delay", &delay, NULL), cfg->count_par);
         s = weir_stream_rebalance(s);
         s = weir_stream_parallelism(weir_stream_map(s, "line", pass, NULL), cfg->src_par);
+    } else if (cfg->job_par) {
+        s = weir_stream_map(s, "one", to_one, NULL);
+        s = weir_stream_key_by(s, key16, NULL);
+        s = weir_stream_map(weir_stream_reduce(s, "count", count16, NULL), "line", to_line, NULL);
+        s = weir_stream_rebalance(s);
     } else {
         s = weir_stream_map(s, "one", to_one, NULL);
         s = weir_stream_key_by(s, key16, NULL);
@@ -209,7 +218,10 @@ static intptr_t run_main(void *arg)
         s = weir_stream_parallelism(weir_stream_map(s, "line", to_line, NULL), cfg->src_par);
     }
     CHECK_EQ(weir_stream_file_sink(s, "out", cfg->out), 0);
-    weir_run_opts o = {.checkpoint_dir = cfg->ckpt,
+    if (cfg->sink_par)
+        CHECK_EQ(weir_job_sink_parallelism(j, "out", cfg->sink_par), 0);
+    weir_run_opts o = {.parallelism = cfg->job_par,
+                       .checkpoint_dir = cfg->ckpt,
                        .checkpoint_interval_ms = cfg->interval_ms,
                        .restore = cfg->restore};
     ra->res.err = weir_job_run(j, &o);
@@ -524,6 +536,64 @@ TEST(restore_into_another_parallelism)
     CHECK_GT(r.ck.restored, 0);
     check_exact(out, cfg.n, cfg.src_par); /* (the fake part file is gone) */
     cleanup();
+}
+
+/* docs/stream.md's recipe: a sink behind a rebalance, its parallelism
+ * fixed, lets the job's parallelism change on a restore (2 -> 3). */
+TEST(sink_with_its_own_parallelism_survives_a_rescale)
+{
+    setup();
+    char ckpt[128], out[128];
+    dirs(ckpt, out, "sinkpar");
+    run_arg first = {.cfg = {.n = 20000,
+                             .src_par = 1,
+                             .job_par = 2,
+                             .sink_par = 1,
+                             .sleep_us = 1000,
+                             .ckpt = ckpt,
+                             .out = out,
+                             .interval_ms = 20}};
+    CHECK(run_killed(run_main, &first, ckpt, 1));
+    /* Without its own parallelism the sink follows the job's: refused. */
+    job_cfg loose = first.cfg;
+    loose.job_par = 3;
+    loose.sink_par = 0;
+    loose.restore = 1;
+    run_result rl = run_job(&loose);
+    CHECK_EQ(rl.err, -EINVAL);
+    CHECK(strstr(rl.error, "\"out\" ran on 1 subtasks") != NULL);
+    job_cfg cfg = loose;
+    cfg.sink_par = 1;
+    cfg.sleep_us = 0;
+    run_result r = run_job(&cfg);
+    if (r.err)
+        fprintf(stderr, "%s\n", r.error);
+    CHECK_EQ(r.err, 0);
+    CHECK_GT(r.ck.restored, 0);
+    check_exact(out, cfg.n, cfg.src_par);
+    cleanup();
+}
+
+TEST(sink_parallelism_is_checked)
+{
+    weir_job *j = weir_job_new("bad-sink-par");
+    weir_collector *c = weir_collector_new();
+    weir_stream *s = weir_job_source_file(j, "src", "/dev/null", NULL);
+    CHECK_EQ(weir_stream_collect(s, "sink", c), 0);
+    CHECK_EQ(weir_job_sink_parallelism(j, "sink", 0), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "sink \"sink\": parallelism 0") != NULL);
+    weir_job_free(j);
+    j = weir_job_new("bad-sink-name");
+    s = weir_job_source_file(j, "src", "/dev/null", NULL);
+    CHECK_EQ(weir_stream_collect(s, "sink", c), 0);
+    CHECK_EQ(weir_job_sink_parallelism(j, "src", 2), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "\"src\" is not a sink") != NULL);
+    weir_job_free(j);
+    j = weir_job_new("no-sink");
+    CHECK_EQ(weir_job_sink_parallelism(j, "nope", 2), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "no sink named \"nope\"") != NULL);
+    weir_job_free(j);
+    weir_collector_free(c);
 }
 
 /* A window that fired before the checkpoint and is kept by its lateness
