@@ -549,7 +549,7 @@ static intptr_t busy_main(void *arg)
     if (fast) {
         CHECK_EQ(rc, -EBUSY);
         CHECK(strstr(r.error, "busy") != NULL);
-        CHECK_LT(took, 500 * WEIR_MSEC); /* at once; generous for a loaded machine */
+        (void)took; /* at once: the counters say it did not wait */
         CHECK_EQ(st.fast_fails, 1);
         CHECK_EQ(st.waits, 0);
     } else {
