@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -594,6 +595,116 @@ TEST(sink_parallelism_is_checked)
     CHECK(strstr(weir_job_error(j), "no sink named \"nope\"") != NULL);
     weir_job_free(j);
     weir_collector_free(c);
+}
+
+/* A checkpoint of a large keyed state lets the other tasks of its thread
+ * run while it captures: on a one-thread runtime a ticker fiber counts its
+ * turns, and the keyed sink notes the count at the barrier's drain (just
+ * before the capture) and at its pre_commit (just after). 40k keys with a
+ * value and a timer each: the capture must have yielded a few times. */
+static _Atomic long ticks;
+static _Atomic int ticker_stop;
+
+static intptr_t ticker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&ticker_stop)) {
+        atomic_fetch_add(&ticks, 1);
+        weir_task_yield();
+    }
+    return 0;
+}
+
+typedef struct big_src {
+    int64_t next;
+} big_src;
+
+static int big_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(1, sizeof(big_src));
+    return 0;
+}
+
+static int big_next(weir_ctx *ctx, void *state)
+{
+    big_src *b = state;
+    for (int i = 0; i < 1000 && b->next < 40000; i++, b->next++) {
+        int e = weir_emit(ctx, &b->next, sizeof(b->next), b->next);
+        if (e)
+            return e;
+    }
+    /* Every key is in: end once a checkpoint holding them completed. */
+    return b->next == 40000 && weir_ctx_completed(ctx) > 0 ? 1 : 0;
+}
+
+typedef struct big_sink {
+    long at_drain, most; /* ticks at the last drain; most turns within a barrier */
+} big_sink;
+
+static int big_sink_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    *state = arg;
+    return 0;
+}
+
+static int big_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    int e = weir_value_put(ctx, "v", in->data, in->len);
+    return e ? e : weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts + 1);
+}
+
+static int big_drain(weir_ctx *ctx, void *state)
+{
+    (void)ctx;
+    ((big_sink *)state)->at_drain = atomic_load(&ticks);
+    return 0;
+}
+
+static int big_pre_commit(weir_ctx *ctx, void *state, uint64_t id)
+{
+    (void)ctx, (void)id;
+    big_sink *b = state;
+    long turns = atomic_load(&ticks) - b->at_drain;
+    if (turns > b->most)
+        b->most = turns;
+    return 0;
+}
+
+static intptr_t big_main(void *arg)
+{
+    big_sink *bs = arg;
+    weir_task *t = test_spawn(ticker, NULL);
+    weir_job *j = weir_job_new("big-state");
+    weir_source_def sd = {
+        .open = big_open, .next = big_next, .close = free, .max_out_of_orderness = -1};
+    weir_op_def od = {.open = big_sink_open,
+                      .process = big_process,
+                      .drain = big_drain,
+                      .pre_commit = big_pre_commit};
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "src", &sd, NULL), key8, NULL);
+    CHECK_EQ(weir_stream_sink(s, "keep", &od, bs), 0);
+    char ckpt[128], out[128];
+    dirs(ckpt, out, "big");
+    int e = weir_job_run(j, &(weir_run_opts){.checkpoint_dir = ckpt, .checkpoint_interval_ms = 10});
+    if (e)
+        fprintf(stderr, "%s\n", weir_job_error(j));
+    CHECK_EQ(e, 0);
+    weir_job_free(j);
+    atomic_store(&ticker_stop, 1);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    return 0;
+}
+
+TEST(capture_of_a_large_state_yields)
+{
+    setup();
+    big_sink bs = {0};
+    CHECK_EQ(test_run_on_rt(1, big_main, &bs), 0);
+    CHECK_GE(bs.most, 4); /* 80k entries, a yield every 8192 */
+    cleanup();
 }
 
 /* A window that fired before the checkpoint and is kept by its lateness
