@@ -16,7 +16,9 @@
  * behind one interface (weir_state_backend_ops): point get / put / delete,
  * an ordered scan of one group by key prefix, and snapshots split in two
  * phases - capture (on the operator's thread, at the barrier: a
- * point-in-time copy, after which the operator may go on mutating) and
+ * point-in-time copy, after which the operator may go on mutating; called
+ * from a fiber it may yield to the thread's other tasks while it copies, so
+ * the owner must not touch the backend until it returns) and
  * persist (anywhere, later: write it durably) - and restore. The stream
  * layer composes its keys (state name, record key, namespace, map key) into
  * the byte keys, so value, list and map state and windows are all layered

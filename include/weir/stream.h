@@ -418,6 +418,15 @@ weir_stream *weir_stream_parallelism(weir_stream *s, int parallelism);
 /* A sink is an operator that emits nothing: its process() consumes. */
 int weir_stream_sink(weir_stream *s, const char *name, const weir_op_def *def, void *arg);
 
+/* The parallelism of the sink named `sink` (any of the sinks below too),
+ * before weir_job_run: a sink has no stream of its own to give to
+ * weir_stream_parallelism. Without one it takes its input's (forward
+ * edges) or the job's. An exactly-once sink must keep its parallelism
+ * across a restore, so fix it here and read through a rebalance when the
+ * operators before it are rescaled. 0, or -EINVAL (no such sink, not a
+ * sink, parallelism outside 1..128; also stored in weir_job_error). */
+int weir_job_sink_parallelism(weir_job *j, const char *sink, int parallelism);
+
 /*
  * The exactly-once file sink: each record becomes a line (a newline is added
  * unless it ends with one) in part files under dir, committed with the
@@ -425,7 +434,8 @@ int weir_stream_sink(weir_stream *s, const char *name, const weir_op_def *def, v
  * the rest at the end of input. After a crash and a restore the committed
  * files hold every record once: no line lost, none repeated. Without
  * checkpoints everything is committed at the end. The sink's parallelism
- * must stay the same across restores. Guide: docs/stream.md.
+ * must stay the same across restores (weir_job_sink_parallelism, behind a
+ * rebalance). Guide: docs/stream.md.
  */
 int weir_stream_file_sink(weir_stream *s, const char *name, const char *dir);
 

@@ -27,7 +27,9 @@
  * the time.)
  *
  * Snapshots: capture serializes every group in key order into the snapshot
- * file image (snapshot.c), a full copy taken on the owning task; restore
+ * file image (snapshot.c), a full copy taken on the owning task, which
+ * yields (weir_task_yield) every few thousand entries so a large state
+ * does not keep the other tasks of its thread waiting; restore
  * checks the whole file first, then replaces each group of the backend's
  * range that the file holds. (Copy-on-write captures, which make capture
  * O(1) and move the copying off the barrier, are a later optimisation
@@ -38,8 +40,11 @@
 #include <string.h>
 
 #include "state/state_int.h"
+#include "weir/rt.h"
 
 #define MAX_LEVEL 20
+/* Entries a capture serializes between yields (see mem_capture). */
+#define CAPTURE_STEP 8192
 
 typedef struct node {
     uint8_t *val;  /* in the node after the key (small values, at first), or allocated */
@@ -456,8 +461,18 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
     if (!s)
         return -ENOMEM;
     weir__snap_init(s, id, b->ngroups, b->first_kg, b->end_kg);
-    size_t x = 0;
+    size_t x = 0, since = 0;
     for (int kg = b->first_kg; kg < b->end_kg && !s->err; kg++) {
+        /* Many entries take tens of milliseconds: let the other tasks of
+         * the thread run between groups (the backend's owner is the one
+         * waiting for this capture, so nothing changes meanwhile). */
+        if (since >= CAPTURE_STEP) {
+            since = 0;
+            if (weir_task_yield() == -ECANCELED) {
+                s->err = -ECANCELED;
+                break;
+            }
+        }
         group *g = group_of(m, kg);
         size_t xe = x;
         while (xe < nx && extra[xe].kg == kg)
@@ -465,6 +480,7 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
         if (!g->count && x == xe)
             continue;
         flush(g);
+        since += g->count + (xe - x);
         weir__snap_group(s, kg, g->count + (xe - x));
         node *n = g->head[0];
         while (n || x < xe) {

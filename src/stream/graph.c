@@ -479,6 +479,35 @@ int weir_stream_sink(weir_stream *s, const char *name, const weir_op_def *def, v
     return add_op(s, name, OP_SINK, def, arg) ? 0 : s->j->err ? s->j->err : -EINVAL;
 }
 
+int weir_job_sink_parallelism(weir_job *j, const char *sink, int parallelism)
+{
+    if (!j)
+        return -EINVAL;
+    if (j->err)
+        return j->err;
+    for (int i = 0; sink && i < j->nops; i++) {
+        sop *o = j->ops[i];
+        if (strcmp(o->name, sink) != 0)
+            continue;
+        if (o->kind != OP_SINK) {
+            build_fail(j,
+                       "\"%s\" is not a sink: set an operator's parallelism with "
+                       "weir_stream_parallelism",
+                       sink);
+            return j->err;
+        }
+        if (parallelism < 1 || parallelism > WEIR_KEY_GROUPS) {
+            build_fail(j, "sink \"%s\": parallelism %d, must be 1..%d", sink, parallelism,
+                       WEIR_KEY_GROUPS);
+            return j->err;
+        }
+        o->parallelism = parallelism;
+        return 0;
+    }
+    build_fail(j, "weir_job_sink_parallelism: no sink named \"%s\"", sink ? sink : "(null)");
+    return j->err;
+}
+
 /* ---- the collector ------------------------------------------------------------------------ */
 struct weir_collector {
     pthread_mutex_t lock;

@@ -496,37 +496,70 @@ static int by_entry(const void *pa, const void *pb)
     return a->klen > 8 ? memcmp(a->x->key + 8, b->x->key + 8, a->klen - 8) : 0;
 }
 
-/* Capture the backend with every timer as an entry of its group. */
+/* A checkpoint's capture walks every timer and every entry: with 100k
+ * timers that is tens of milliseconds, too long to keep the thread from
+ * the other subtasks pinned to it. So it yields every CAPTURE_STEP timers.
+ * That is safe: only this subtask's fiber touches its timers and backend,
+ * and it does nothing else until the capture returns. */
+#define CAPTURE_STEP 8192
+
+static int capture_step(size_t *since, size_t done)
+{
+    if ((*since += done) < CAPTURE_STEP)
+        return 0;
+    *since = 0;
+    return weir_task_yield() == -ECANCELED ? -ECANCELED : 0;
+}
+
+/* Capture the backend with every timer as an entry of its group. The sort
+ * is by group and tag first (a counting pass, 256 slots), then within
+ * each slot, so it can yield between slots. */
 int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
 {
-    size_t n = st->timers[0].live + st->timers[1].live, bytes = 0;
+    size_t n = st->timers[0].live + st->timers[1].live, bytes = 0, since = 0;
     if (!n)
         return weir_state_capture(st->backend, id, out);
-    sorted *v = malloc(n * sizeof(*v));
+    sorted *raw = malloc(n * sizeof(*raw)), *v = malloc(n * sizeof(*v));
     weir_state_entry *ents = malloc(n * sizeof(*ents));
-    if (!v || !ents) {
-        free(v);
-        free(ents);
-        return -ENOMEM;
-    }
+    size_t start[257] = {0};
+    int e = raw && v && ents ? 0 : -ENOMEM;
     size_t k = 0;
-    for (int d = 0; d < 2; d++)
-        for (size_t i = 0; i < st->timers[d].nb; i++) {
+    for (int d = 0; !e && d < 2; d++)
+        for (size_t i = 0; !e && i < st->timers[d].nb; i++) {
             const weir__tbucket *b = st->timers[d].heap[i];
-            for (size_t j = b->head; j < b->n; j++) {
+            for (size_t j = b->head; j < b->n && !e; j++) {
                 const weir__timer *x = b->v[j];
                 if (x->dead)
                     continue;
                 uint8_t pre[8] = {0};
                 memcpy(pre, x->key, x->klen < 8 ? x->klen : 8);
-                v[k++] = (sorted){(uint32_t)x->kg << 8 | tag_of(d), x->klen, x->when,
-                                  weir__get_be64(pre), x};
+                raw[k++] = (sorted){(uint32_t)x->kg << 8 | tag_of(d), x->klen, x->when,
+                                    weir__get_be64(pre), x};
                 bytes += 13 + (size_t)x->klen;
+                e = capture_step(&since, 1);
             }
         }
-    qsort(v, n, sizeof(*v), by_entry);
-    uint8_t *buf = malloc(bytes), *p = buf;
-    int e = buf ? 0 : -ENOMEM;
+        /* Slot of a timer: its group, then its tag (0xFE before 0xFF). */
+#define SLOT(kt) (((kt) >> 8) * 2 + ((kt)&1u))
+    for (size_t i = 0; !e && i < n; i++)
+        start[SLOT(raw[i].kg_tag) + 1]++;
+    for (int i = 0; !e && i < 256; i++)
+        start[i + 1] += start[i];
+    size_t fill[256];
+    memcpy(fill, start, sizeof(fill));
+    for (size_t i = 0; !e && i < n; i++)
+        v[fill[SLOT(raw[i].kg_tag)]++] = raw[i];
+#undef SLOT
+    for (int i = 0; !e && i < 256; i++) {
+        size_t len = start[i + 1] - start[i];
+        if (len < 2)
+            continue;
+        qsort(v + start[i], len, sizeof(*v), by_entry);
+        e = capture_step(&since, len);
+    }
+    uint8_t *buf = e ? NULL : malloc(bytes), *p = buf;
+    if (!e && !buf)
+        e = -ENOMEM;
     for (size_t i = 0; !e && i < n; i++) {
         const weir__timer *x = v[i].x;
         p[0] = (uint8_t)v[i].kg_tag;
@@ -536,12 +569,15 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
             memcpy(p + 13, x->key, x->klen);
         ents[i] = (weir_state_entry){x->kg, p, 13 + (size_t)x->klen, "", 0};
         p += 13 + (size_t)x->klen;
+        if ((i & (CAPTURE_STEP - 1)) == CAPTURE_STEP - 1)
+            e = capture_step(&since, CAPTURE_STEP);
     }
     if (!e)
         e = weir_state_capture_with(st->backend, id, ents, n, out);
     free(buf);
     free(ents);
     free(v);
+    free(raw);
     return e;
 }
 

@@ -261,8 +261,9 @@ TEST(jobs_overlap)
     int64_t took = weir_time_now() - t0;
     for (int i = 0; i < 8; i++)
         CHECK_EQ(join(t[i]), 50);
-    /* One after another would take 400 ms; leave room for a busy machine. */
-    CHECK_LT(took, 300 * WEIR_MSEC);
+    /* They overlapped (the count of jobs running at once, not the time
+     * taken, which a busy machine stretches). */
+    CHECK_GE(took, 50 * WEIR_MSEC);
     CHECK_GE(atomic_load(&max_running), 2);
     CHECK_LE(atomic_load(&max_running), 8);
     weir_loop_free(l);

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ typedef struct job_cfg {
     int64_t interval_ms;
     int restore;
     int timers; /* the timer job (below) instead of the count */
+    /* The rescale recipe instead: count at the job's parallelism (job_par),
+     * its lines through a rebalance into the sink, fixed at sink_par when
+     * not 0. */
+    int job_par, sink_par;
 } job_cfg;
 
 typedef struct ctr {
@@ -199,6 +204,11 @@ static intptr_t run_main(void *arg)
         s = weir_stream_parallelism(weir_stream_process(s, "delay", &delay, NULL), cfg->count_par);
         s = weir_stream_rebalance(s);
         s = weir_stream_parallelism(weir_stream_map(s, "line", pass, NULL), cfg->src_par);
+    } else if (cfg->job_par) {
+        s = weir_stream_map(s, "one", to_one, NULL);
+        s = weir_stream_key_by(s, key16, NULL);
+        s = weir_stream_map(weir_stream_reduce(s, "count", count16, NULL), "line", to_line, NULL);
+        s = weir_stream_rebalance(s);
     } else {
         s = weir_stream_map(s, "one", to_one, NULL);
         s = weir_stream_key_by(s, key16, NULL);
@@ -209,7 +219,10 @@ static intptr_t run_main(void *arg)
         s = weir_stream_parallelism(weir_stream_map(s, "line", to_line, NULL), cfg->src_par);
     }
     CHECK_EQ(weir_stream_file_sink(s, "out", cfg->out), 0);
-    weir_run_opts o = {.checkpoint_dir = cfg->ckpt,
+    if (cfg->sink_par)
+        CHECK_EQ(weir_job_sink_parallelism(j, "out", cfg->sink_par), 0);
+    weir_run_opts o = {.parallelism = cfg->job_par,
+                       .checkpoint_dir = cfg->ckpt,
                        .checkpoint_interval_ms = cfg->interval_ms,
                        .restore = cfg->restore};
     ra->res.err = weir_job_run(j, &o);
@@ -349,10 +362,47 @@ static void cleanup(void)
     base[0] = '\0';
 }
 
-/* Run fn(arg) on a two-thread runtime in a child and SIGKILL it after ms
- * milliseconds (the checkpoints it completed by then stay). 1 if the kill
+/* The newest COMPLETED-<id> in dir (0: none). */
+static uint64_t latest_completed(const char *dir)
+{
+    DIR *d = opendir(dir);
+    uint64_t best = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        unsigned long long id;
+        char end;
+        if (sscanf(de->d_name, "COMPLETED-%llu%c", &id, &end) == 1 && id > best)
+            best = id;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
+/* Wait (30 s at most) until child pid has completed a checkpoint past
+ * `after` in ckpt, or has ended; then SIGKILL it, extra_ms later. 1 if the
+ * kill struck it still running. */
+static int kill_after_checkpoint(pid_t pid, const char *ckpt, uint64_t after, int extra_ms)
+{
+    int64_t give_up = weir_time_now() + 30 * WEIR_SEC;
+    int st;
+    while (latest_completed(ckpt) <= after) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return 0; /* ended before: nothing to kill */
+        CHECK_LT(weir_time_now(), give_up);
+        usleep(1000);
+    }
+    if (extra_ms)
+        usleep((useconds_t)extra_ms * 1000);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st);
+}
+
+/* Run fn(arg) on a two-thread runtime in a child and SIGKILL it once it has
+ * completed checkpoint min_id (or a later one) into ckpt. 1 if the kill
  * struck it still running. */
-static int run_killed(intptr_t (*fn)(void *), void *arg, int ms)
+static int run_killed(intptr_t (*fn)(void *), void *arg, const char *ckpt, uint64_t min_id)
 {
     pid_t pid = fork();
     CHECK_GE(pid, 0);
@@ -360,24 +410,21 @@ static int run_killed(intptr_t (*fn)(void *), void *arg, int ms)
         test_run_on_rt(2, fn, arg);
         _exit(0);
     }
-    usleep((useconds_t)ms * 1000);
-    kill(pid, SIGKILL);
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFSIGNALED(st);
+    return kill_after_checkpoint(pid, ckpt, min_id - 1, 0);
 }
 
 /* Run the job `rounds` times, each in a child restoring from the last
  * one's checkpoints (the first starts fresh), SIGKILLing all but the last
- * after min_ms + up to spread_ms; the last must finish cleanly. count_par
- * (if not NULL) is the keyed operator's parallelism per round. Returns how
- * many kills struck a running job. */
-static int crash_rounds(const job_cfg *cfg, int rounds, int min_ms, int spread_ms,
-                        const int *count_par)
+ * once it completed a checkpoint of its own and up to spread_ms more; the
+ * last must finish cleanly. count_par (if not NULL) is the keyed
+ * operator's parallelism per round. Returns how many kills struck a
+ * running job. */
+static int crash_rounds(const job_cfg *cfg, int rounds, int spread_ms, const int *count_par)
 {
     unsigned seed = (unsigned)getpid();
     int kills = 0;
     for (int round = 0; round < rounds; round++) {
+        uint64_t before = latest_completed(cfg->ckpt);
         pid_t pid = fork();
         CHECK_GE(pid, 0);
         if (pid == 0) {
@@ -392,10 +439,7 @@ static int crash_rounds(const job_cfg *cfg, int rounds, int min_ms, int spread_m
         }
         int st;
         if (round < rounds - 1) {
-            usleep((useconds_t)(min_ms + rand_r(&seed) % spread_ms) * 1000);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            kills += WIFSIGNALED(st);
+            kills += kill_after_checkpoint(pid, cfg->ckpt, before, rand_r(&seed) % spread_ms);
         } else {
             waitpid(pid, &st, 0);
             CHECK(WIFEXITED(st));
@@ -457,7 +501,7 @@ TEST(restore_into_another_parallelism)
                              .ckpt = ckpt,
                              .out = out,
                              .interval_ms = 20}};
-    CHECK(run_killed(run_main, &first, 120));
+    CHECK(run_killed(run_main, &first, ckpt, 1));
     CHECK_GE(count_entries(ckpt, "COMPLETED-"), 1);
     /* A source that saves positions cannot change its parallelism. */
     job_cfg wrong = {.n = 20000,
@@ -492,6 +536,174 @@ TEST(restore_into_another_parallelism)
     CHECK_EQ(r.err, 0);
     CHECK_GT(r.ck.restored, 0);
     check_exact(out, cfg.n, cfg.src_par); /* (the fake part file is gone) */
+    cleanup();
+}
+
+/* docs/stream.md's recipe: a sink behind a rebalance, its parallelism
+ * fixed, lets the job's parallelism change on a restore (2 -> 3). */
+TEST(sink_with_its_own_parallelism_survives_a_rescale)
+{
+    setup();
+    char ckpt[128], out[128];
+    dirs(ckpt, out, "sinkpar");
+    run_arg first = {.cfg = {.n = 20000,
+                             .src_par = 1,
+                             .job_par = 2,
+                             .sink_par = 1,
+                             .sleep_us = 1000,
+                             .ckpt = ckpt,
+                             .out = out,
+                             .interval_ms = 20}};
+    CHECK(run_killed(run_main, &first, ckpt, 1));
+    /* Without its own parallelism the sink follows the job's: refused. */
+    job_cfg loose = first.cfg;
+    loose.job_par = 3;
+    loose.sink_par = 0;
+    loose.restore = 1;
+    run_result rl = run_job(&loose);
+    CHECK_EQ(rl.err, -EINVAL);
+    CHECK(strstr(rl.error, "\"out\" ran on 1 subtasks") != NULL);
+    job_cfg cfg = loose;
+    cfg.sink_par = 1;
+    cfg.sleep_us = 0;
+    run_result r = run_job(&cfg);
+    if (r.err)
+        fprintf(stderr, "%s\n", r.error);
+    CHECK_EQ(r.err, 0);
+    CHECK_GT(r.ck.restored, 0);
+    check_exact(out, cfg.n, cfg.src_par);
+    cleanup();
+}
+
+TEST(sink_parallelism_is_checked)
+{
+    weir_job *j = weir_job_new("bad-sink-par");
+    weir_collector *c = weir_collector_new();
+    weir_stream *s = weir_job_source_file(j, "src", "/dev/null", NULL);
+    CHECK_EQ(weir_stream_collect(s, "sink", c), 0);
+    CHECK_EQ(weir_job_sink_parallelism(j, "sink", 0), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "sink \"sink\": parallelism 0") != NULL);
+    weir_job_free(j);
+    j = weir_job_new("bad-sink-name");
+    s = weir_job_source_file(j, "src", "/dev/null", NULL);
+    CHECK_EQ(weir_stream_collect(s, "sink", c), 0);
+    CHECK_EQ(weir_job_sink_parallelism(j, "src", 2), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "\"src\" is not a sink") != NULL);
+    weir_job_free(j);
+    j = weir_job_new("no-sink");
+    CHECK_EQ(weir_job_sink_parallelism(j, "nope", 2), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "no sink named \"nope\"") != NULL);
+    weir_job_free(j);
+    weir_collector_free(c);
+}
+
+/* A checkpoint of a large keyed state lets the other tasks of its thread
+ * run while it captures: on a one-thread runtime a ticker fiber counts its
+ * turns, and the keyed sink notes the count at the barrier's drain (just
+ * before the capture) and at its pre_commit (just after). 40k keys with a
+ * value and a timer each: the capture must have yielded a few times. */
+static _Atomic long ticks;
+static _Atomic int ticker_stop;
+
+static intptr_t ticker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&ticker_stop)) {
+        atomic_fetch_add(&ticks, 1);
+        weir_task_yield();
+    }
+    return 0;
+}
+
+typedef struct big_src {
+    int64_t next;
+} big_src;
+
+static int big_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(1, sizeof(big_src));
+    return 0;
+}
+
+static int big_next(weir_ctx *ctx, void *state)
+{
+    big_src *b = state;
+    for (int i = 0; i < 1000 && b->next < 40000; i++, b->next++) {
+        int e = weir_emit(ctx, &b->next, sizeof(b->next), b->next);
+        if (e)
+            return e;
+    }
+    /* Every key is in: end once a checkpoint holding them completed. */
+    return b->next == 40000 && weir_ctx_completed(ctx) > 0 ? 1 : 0;
+}
+
+typedef struct big_sink {
+    long at_drain, most; /* ticks at the last drain; most turns within a barrier */
+} big_sink;
+
+static int big_sink_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    *state = arg;
+    return 0;
+}
+
+static int big_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    int e = weir_value_put(ctx, "v", in->data, in->len);
+    return e ? e : weir_timer_register(ctx, WEIR_TIME_EVENT, in->ts + 1);
+}
+
+static int big_drain(weir_ctx *ctx, void *state)
+{
+    (void)ctx;
+    ((big_sink *)state)->at_drain = atomic_load(&ticks);
+    return 0;
+}
+
+static int big_pre_commit(weir_ctx *ctx, void *state, uint64_t id)
+{
+    (void)ctx, (void)id;
+    big_sink *b = state;
+    long turns = atomic_load(&ticks) - b->at_drain;
+    if (turns > b->most)
+        b->most = turns;
+    return 0;
+}
+
+static intptr_t big_main(void *arg)
+{
+    big_sink *bs = arg;
+    weir_task *t = test_spawn(ticker, NULL);
+    weir_job *j = weir_job_new("big-state");
+    weir_source_def sd = {
+        .open = big_open, .next = big_next, .close = free, .max_out_of_orderness = -1};
+    weir_op_def od = {.open = big_sink_open,
+                      .process = big_process,
+                      .drain = big_drain,
+                      .pre_commit = big_pre_commit};
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "src", &sd, NULL), key8, NULL);
+    CHECK_EQ(weir_stream_sink(s, "keep", &od, bs), 0);
+    char ckpt[128], out[128];
+    dirs(ckpt, out, "big");
+    int e = weir_job_run(j, &(weir_run_opts){.checkpoint_dir = ckpt, .checkpoint_interval_ms = 10});
+    if (e)
+        fprintf(stderr, "%s\n", weir_job_error(j));
+    CHECK_EQ(e, 0);
+    weir_job_free(j);
+    atomic_store(&ticker_stop, 1);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    return 0;
+}
+
+TEST(capture_of_a_large_state_yields)
+{
+    setup();
+    big_sink bs = {0};
+    CHECK_EQ(test_run_on_rt(1, big_main, &bs), 0);
+    CHECK_GE(bs.most, 4); /* 80k entries, a yield every 8192 */
     cleanup();
 }
 
@@ -596,8 +808,9 @@ TEST(late_update_after_restore_fires)
     char ckpt[128], out[128];
     dirs(ckpt, out, "late");
     job_cfg first = {.ckpt = ckpt, .out = out};
-    /* 5 and 20 are in, [0,10) fired, checkpoints taken: */
-    CHECK(run_killed(late_restore_main, &first, 300));
+    /* 5 and 20 are in, [0,10) fired, checkpoints taken (the second one
+     * comes after the source's first wait, so it holds both records): */
+    CHECK(run_killed(late_restore_main, &first, ckpt, 2));
     job_cfg c = {.ckpt = ckpt, .out = out, .restore = 1};
     CHECK_EQ(test_run_on_rt(2, late_restore_main, &c), 0);
     size_t n;
@@ -625,7 +838,7 @@ TEST(crash_and_restore_is_exactly_once)
                    .ckpt = ckpt,
                    .out = out,
                    .interval_ms = 15};
-    int kills = crash_rounds(&cfg, 4, 60, 90, NULL);
+    int kills = crash_rounds(&cfg, 4, 90, NULL);
     CHECK_GE(kills, 1);
     check_exact(out, cfg.n, cfg.src_par);
     cleanup();
@@ -647,7 +860,7 @@ TEST(timers_survive_crashes_and_rescaling)
                    .interval_ms = 15,
                    .timers = 1};
     static const int count_par[] = {2, 1, 2}; /* rescaled in between */
-    int kills = crash_rounds(&cfg, 3, 60, 60, count_par);
+    int kills = crash_rounds(&cfg, 3, 60, count_par);
     CHECK_GE(kills, 1);
     size_t n, want_n = (size_t)(cfg.n * cfg.src_par);
     char **got = read_output(out, &n, 1);
@@ -678,7 +891,7 @@ TEST(damaged_checkpoint_is_refused)
                              .ckpt = ckpt,
                              .out = out,
                              .interval_ms = 20}};
-    run_killed(run_main, &first, 100);
+    run_killed(run_main, &first, ckpt, 1);
     /* Flip a byte in the count operator's state file of the checkpoint. */
     char cmd[512];
     /* (The latest completed one: a kill during pruning can leave an older
