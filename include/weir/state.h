@@ -125,6 +125,11 @@ typedef struct weir_state_backend_ops {
     int (*restore)(weir_state_backend *b, const char *path);
     size_t (*entries)(weir_state_backend *b, int kg);
     void (*free)(weir_state_backend *b);
+    /* The entries with the prefix from the first key >= from on (a seek,
+     * then the walk scan does). NULL: weir_state_scan_from walks the
+     * prefix from its start and skips the keys below from. */
+    int (*scan_from)(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                     const void *from, size_t flen, weir_state_scan_fn fn, void *arg);
 } weir_state_backend_ops;
 
 /* Every backend starts with this header (its private state follows). */
@@ -144,6 +149,11 @@ int weir_state_delete(weir_state_backend *b, int kg, const void *key, size_t kle
  * ascending byte order of their keys. */
 int weir_state_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
                     weir_state_scan_fn fn, void *arg);
+/* The same, from the first key >= from on (keys in byte order, the
+ * shorter first): a range read costs a search, not a walk past the keys
+ * below from. */
+int weir_state_scan_from(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                         const void *from, size_t flen, weir_state_scan_fn fn, void *arg);
 /* 0 / -ENOENT at once (cb not called), or -EINPROGRESS and cb later. */
 int weir_state_get_async(weir_state_backend *b, int kg, const void *key, size_t klen,
                          weir_state_get_cb cb, void *arg);

@@ -45,9 +45,12 @@
  *
  * Event time. Records carry a timestamp (nanoseconds or any unit the job
  * chooses, consistently). A source says how late its records may be
- * (weir_source_def.max_out_of_orderness): its watermark - "no record older
- * than this will come" - is the largest timestamp it emitted minus that
- * bound. A subtask's watermark is the minimum over its inputs; an input idle
+ * (weir_source_def.max_out_of_orderness): its watermark - "no record at or
+ * before this time is still on time" - is the largest timestamp it emitted
+ * minus that bound minus one. Everywhere a record with ts > watermark is on
+ * time and one with ts <= watermark may be late; a timer at t fires once
+ * t <= watermark, a window [start, end) once end - 1 <= watermark. So a
+ * record exactly the bound behind the largest is on time. A subtask's watermark is the minimum over its inputs; an input idle
  * for opts.idle_timeout_ms is left out of the minimum until it sends again.
  * When a bounded source ends, its watermark jumps to WEIR_WATERMARK_MAX
  * (end of input), which fires every pending event-time timer downstream.
@@ -215,7 +218,8 @@ typedef struct weir_source_def {
     int (*next)(weir_ctx *ctx, void *state);
     void (*close)(void *state);
     /* Watermarks: the largest timestamp emitted so far minus this bound
-     * (>= 0). -1: the source emits no watermarks (processing-time jobs). */
+     * (>= 0) minus one. -1: the source emits no watermarks (processing-time
+     * jobs). */
     int64_t max_out_of_orderness;
     /* Checkpoints (both NULL: the source cannot be rewound, and a restored
      * job starts it from the beginning). snapshot() gives the subtask's
@@ -333,8 +337,11 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
  *
  * Interval join: pairs where right.ts is in [left.ts + lower, left.ts +
  * upper] (lower <= upper, either may be negative). Each side's records are
- * kept until the watermark shows no partner can come; a record older than
- * the watermark when it arrives goes to the side output.
+ * kept, ordered by time, until the watermark shows no partner can come (a
+ * left record until the watermark reaches ts + upper, a right one ts -
+ * lower); a record matches by a seek into the other side's buffer, O(log n
+ * + matches). A record at or below the watermark when it arrives goes to
+ * the side output.
  *
  * Window join: pairs in the same tumbling or hopping window (w.kind), emitted
  * when the window fires (the watermark reaches its end - 1).

@@ -416,12 +416,16 @@ static int mem_del(weir_state_backend *b, int kg, const void *key, size_t klen)
     return 0;
 }
 
-static int mem_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
-                    weir_state_scan_fn fn, void *arg)
+/* A seek to the larger of prefix and from (the first key with the prefix
+ * at or after from), then a walk until the first key without the prefix. */
+static int mem_scan_from(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                         const void *from, size_t flen, weir_state_scan_fn fn, void *arg)
 {
     group *g = group_of((mem_backend *)b, kg);
     flush(g);
-    for (node *n = find_ge(g, prefix, plen, NULL); n; n = NEXT(n, 0)) {
+    int later = cmp(from, flen, prefix, plen) > 0;
+    for (node *n = later ? find_ge(g, from, flen, NULL) : find_ge(g, prefix, plen, NULL); n;
+         n = NEXT(n, 0)) {
         if (n->klen < plen || (plen && memcmp(key_of(n), prefix, plen) != 0))
             break;
         int r = fn(arg, key_of(n), n->klen, n->val, n->vlen);
@@ -429,6 +433,12 @@ static int mem_scan(weir_state_backend *b, int kg, const void *prefix, size_t pl
             return r;
     }
     return 0;
+}
+
+static int mem_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                    weir_state_scan_fn fn, void *arg)
+{
+    return mem_scan_from(b, kg, prefix, plen, prefix, plen, fn, arg);
 }
 
 static size_t mem_entries(weir_state_backend *b, int kg)
@@ -568,6 +578,7 @@ static const weir_state_backend_ops mem_ops = {
     .restore = mem_restore,
     .entries = mem_entries,
     .free = mem_free,
+    .scan_from = mem_scan_from,
 };
 
 weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg)

@@ -109,6 +109,36 @@ int weir_state_scan(weir_state_backend *b, int kg, const void *prefix, size_t pl
     return b->ops->scan(b, kg, prefix, plen, fn, arg);
 }
 
+/* A backend without a seek: its prefix walk, the keys below from skipped. */
+typedef struct from_skip {
+    const void *from;
+    size_t flen;
+    weir_state_scan_fn fn;
+    void *arg;
+} from_skip;
+
+static int skip_below(void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    from_skip *f = arg;
+    if (weir__key_cmp(key, klen, f->from, f->flen) < 0)
+        return 0;
+    return f->fn(f->arg, key, klen, val, vlen);
+}
+
+int weir_state_scan_from(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                         const void *from, size_t flen, weir_state_scan_fn fn, void *arg)
+{
+    int e = check(b, kg, prefix, plen);
+    if (!e)
+        e = check(b, kg, from, flen);
+    if (e || !fn)
+        return e ? e : -EINVAL;
+    if (b->ops->scan_from)
+        return b->ops->scan_from(b, kg, prefix, plen, from, flen, fn, arg);
+    from_skip f = {from, flen, fn, arg};
+    return b->ops->scan(b, kg, prefix, plen, skip_below, &f);
+}
+
 int weir_state_get_async(weir_state_backend *b, int kg, const void *key, size_t klen,
                          weir_state_get_cb cb, void *arg)
 {

@@ -6,15 +6,18 @@
  * event-time timers.
  *
  * Interval join. Each record is buffered under the state "j" with the
- * namespace [side][ts][seq] (ordered: a side's records by time), matched
- * against the other side's buffered records of the key, and dropped by a
- * timer once no partner can still come: a left record at ts pairs with
- * right records in [ts + lower, ts + upper], and a right record arriving
- * at the watermark is not late, so the left record can go once the
- * watermark is past ts + upper; a right record (partners in [ts - upper,
- * ts - lower]) once it is past ts - lower. A record whose
- * timestamp is already below the watermark when it arrives is late: side
- * output.
+ * namespace [side][ts][seq]: the backend keeps a side's records ordered by
+ * time (an out-of-order record is inserted in its place, one search). A
+ * record with ts above the watermark (on time) is matched against the
+ * other side's records of the key in its interval - a left record at ts
+ * pairs with right records in [ts + lower, ts + upper] - by a seek to the
+ * interval's start and a walk that stops past its end, so a record costs
+ * O(log n + matches) however far one input lags behind the other. A left
+ * record goes once the watermark reaches ts + upper (every right partner
+ * would be late from then on), a right one once it reaches ts - lower: an
+ * event-time timer, which drops the side's expired prefix and stops at its
+ * first live entry. A record at or below the watermark when it arrives is
+ * late: side output.
  *
  * Window join. Records are buffered per window under the namespace
  * [end][start][side][seq]; when the window fires (event-time timer at
@@ -54,10 +57,10 @@ typedef struct hits {
     hit *v;
     size_t n, cap;
     int side;        /* interval: the side to collect */
-    int64_t lo, hi;  /* interval: ts range; window: (unused) */
+    int64_t lo, hi;  /* interval: ts range (the scan seeks to lo); window: (unused) */
     uint8_t win[16]; /* window: [end][start] to collect */
     int window;
-    int drop_upto; /* interval cleanup: collect every entry of side with ts <= hi */
+    int drop_upto; /* interval cleanup: the namespaces only, not the values */
 } hits;
 
 static int add_hit(hits *h, int64_t ts, const void *val, size_t vlen, const void *ns, size_t nslen)
@@ -92,20 +95,57 @@ static void free_hits(hits *h)
 }
 
 /* ---- interval join --------------------------------------------------------------------------- */
+/* The buffered entries of the current key in state "j" whose namespace
+ * starts with the first plen bytes of from, from the first one >= from on:
+ * one seek in the backend, then the walk (fn sees the namespace only). */
+typedef struct from_scan {
+    size_t skip; /* the state key's bytes before the namespace */
+    int (*fn)(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen);
+    void *arg;
+} from_scan;
+
+static int from_scan_fn(void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    from_scan *f = arg;
+    return f->fn(f->arg, (const uint8_t *)key + f->skip, klen - f->skip, val, vlen);
+}
+
+static int ns_scan_from(weir_ctx *ctx, const uint8_t *from, size_t flen, size_t plen,
+                        int (*fn)(void *arg, const void *ns, size_t nslen, const void *val,
+                                  size_t vlen),
+                        void *arg)
+{
+    size_t kl;
+    int e = weir__state_key(ctx, "j", from, flen, &kl);
+    if (e < 0)
+        return e;
+    from_scan f = {kl - flen, fn, arg};
+    return weir_state_scan_from(ctx->backend, ctx->kg, ctx->keybuf, kl - flen + plen, ctx->keybuf,
+                                kl, from_scan_fn, &f);
+}
+
+/* Entries of one side from h->lo on (the scan seeks there), up to h->hi. */
 static int interval_scan(void *arg, const void *nsv, size_t nslen, const void *val, size_t vlen)
 {
     hits *h = arg;
     const uint8_t *ns = nsv;
     if (nslen != 17)
         return -EBADMSG;
-    if (ns[0] != h->side)
-        return ns[0] > h->side; /* past the side: stop */
     int64_t ts = weir__get_time(ns + 1);
     if (ts > h->hi)
         return 1; /* ordered by time: nothing further matches */
-    if (!h->drop_upto && ts < h->lo)
-        return 0;
-    return add_hit(h, ts, val, vlen, ns, nslen);
+    /* Cleanup needs the namespaces only. */
+    return add_hit(h, ts, val, h->drop_upto ? 0 : vlen, ns, nslen);
+}
+
+/* The side's buffered entries with lo <= ts <= hi, in time order. */
+static int interval_range(weir_ctx *ctx, hits *h)
+{
+    uint8_t from[9];
+    from[0] = (uint8_t)h->side;
+    weir__put_time(from + 1, h->lo);
+    int e = ns_scan_from(ctx, from, sizeof(from), 1, interval_scan, h);
+    return e > 0 ? 0 : e;
 }
 
 static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
@@ -113,8 +153,10 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     int side = weir_ctx_input(ctx);
     if (side != 0 && side != 1)
         return weir_fail(ctx, -EINVAL, "a join has two inputs");
+    /* At or below the watermark: late (no partner on time could pair with
+     * it after the timers below dropped them). */
     int64_t wm = weir_ctx_watermark(ctx);
-    if (in->ts < wm)
+    if (in->ts <= wm)
         return weir_emit_side(ctx, in->data, in->len, in->ts);
     /* Buffer it, with a timer to drop it once no partner can come. */
     uint8_t ns[17];
@@ -122,11 +164,11 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     weir__put_time(ns + 1, in->ts);
     weir__put_be64(ns + 9, ++ctx->seq);
     int e = weir__ns_put(ctx, "j", ns, 17, in->data, in->len);
-    /* A right record at wm is not late, so a left record may go only once
-     * ts + upper < wm (and a right one once ts - lower < wm). */
+    /* A right partner of a left record has ts <= ts + upper, late once the
+     * watermark reaches that: the left record goes then (a right one once
+     * the watermark reaches ts - lower). Saturated: kept to the end. */
     int64_t expire =
         side == 0 ? weir__sat_add(in->ts, jn->upper) : weir__sat_add(in->ts, neg(jn->lower));
-    expire = weir__sat_add(expire, 1);
     if (!e && expire != INT64_MAX)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, expire);
     if (e)
@@ -140,9 +182,7 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
         h.lo = weir__sat_add(in->ts, neg(jn->upper));
         h.hi = weir__sat_add(in->ts, neg(jn->lower));
     }
-    e = weir__ns_scan(ctx, "j", interval_scan, &h);
-    if (e > 0)
-        e = 0;
+    e = interval_range(ctx, &h);
     for (size_t i = 0; !e && i < h.n; i++) {
         weir_rec other = {h.v[i].data, h.v[i].len, h.v[i].ts};
         e = side == 0 ? jn->fn(ctx, in, &other, jn->arg) : jn->fn(ctx, &other, in, jn->arg);
@@ -152,19 +192,17 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
 }
 
 /* Drop what can no longer pair: left records with ts + upper <= wm, right
- * records with ts - lower <= wm. */
+ * records with ts - lower <= wm - each side's expired prefix, the walk
+ * stopping at its first live entry. */
 static int interval_timer(weir_ctx *ctx, join *jn, int64_t when)
 {
     (void)when;
     int64_t wm = weir_ctx_watermark(ctx);
     int e = 0;
     for (int side = 0; side < 2 && !e; side++) {
-        hits h = {.side = side, .drop_upto = 1};
-        h.hi = weir__sat_add(
-            side == 0 ? weir__sat_add(wm, neg(jn->upper)) : weir__sat_add(wm, jn->lower), -1);
-        e = weir__ns_scan(ctx, "j", interval_scan, &h);
-        if (e > 0)
-            e = 0;
+        hits h = {.side = side, .drop_upto = 1, .lo = INT64_MIN};
+        h.hi = side == 0 ? weir__sat_add(wm, neg(jn->upper)) : weir__sat_add(wm, jn->lower);
+        e = interval_range(ctx, &h);
         for (size_t i = 0; !e && i < h.n; i++)
             e = weir__ns_del(ctx, "j", h.v[i].ns, h.v[i].nslen);
         free_hits(&h);
@@ -180,11 +218,6 @@ static int window_scan(void *arg, const void *nsv, size_t nslen, const void *val
     const uint8_t *ns = nsv;
     if (nslen != 33)
         return -EBADMSG;
-    int c = memcmp(ns, h->win, 16);
-    if (c < 0)
-        return 0;
-    if (c > 0)
-        return 1; /* ordered by window end: past it */
     return add_hit(h, 0, val, vlen, ns, nslen);
 }
 
@@ -232,9 +265,8 @@ static int window_timer(weir_ctx *ctx, join *jn, int64_t when)
     hits h = {.window = 1};
     weir__put_time(h.win, end);
     weir__put_time(h.win + 8, end - size);
-    int e = weir__ns_scan(ctx, "j", window_scan, &h);
-    if (e > 0)
-        e = 0;
+    /* The window's entries: a seek to [end][start], a walk of its own. */
+    int e = ns_scan_from(ctx, h.win, 16, 16, window_scan, &h);
     for (size_t i = 0; !e && i < h.n; i++) {
         if (h.v[i].ns[16] != 0)
             continue;

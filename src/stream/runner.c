@@ -29,7 +29,7 @@
  * channel's items arrive in order.
  *
  * Watermarks. A source's watermark is its largest timestamp minus its
- * bound, advanced after each next(). A consumer keeps each input's
+ * bound minus one (source_watermark), advanced after each next(). A consumer keeps each input's
  * watermark; its own is the minimum over inputs that have not ended and
  * are not idle (silent longer than opts.idle_timeout_ms, when set). An
  * advance calls on_watermark() down the chain, then goes out on every
@@ -345,6 +345,20 @@ static int finish_chain(subtask *st)
     return e;
 }
 
+/* A source's watermark: the largest timestamp it emitted minus its bound,
+ * minus one. A record within the bound of the largest (ts >= max - bound)
+ * is on time, so the watermark is the latest time that no on-time record
+ * can still carry: every consumer counts ts <= watermark as passed (a
+ * window [start, end) fires once end - 1 <= watermark, a timer at t once
+ * t <= watermark, a record with ts <= watermark is late). Near INT64_MIN
+ * (nothing emitted, or max - bound - 1 below the least time) it stays at
+ * WEIR_WATERMARK_MIN. */
+static int64_t source_watermark(int64_t max_ts, int64_t bound)
+{
+    /* INT64_MIN + 1 + bound cannot overflow for 0 <= bound <= INT64_MAX. */
+    return max_ts >= INT64_MIN + 1 + bound ? max_ts - bound - 1 : WEIR_WATERMARK_MIN;
+}
+
 static int run_source(subtask *st)
 {
     sop *src = st->ops[0];
@@ -356,9 +370,8 @@ static int run_source(subtask *st)
         int e = weir__stream_flush_all(st);
         st->max_seen = st->max_ts;
         metrics_push(st);
-        if (!e && src->src.max_out_of_orderness >= 0 && st->max_ts != INT64_MIN &&
-            st->max_ts - src->src.max_out_of_orderness > st->wm)
-            e = advance(st, st->max_ts - src->src.max_out_of_orderness);
+        if (!e && src->src.max_out_of_orderness >= 0)
+            e = advance(st, source_watermark(st->max_ts, src->src.max_out_of_orderness));
         if (e)
             return e;
         if (r == 1)

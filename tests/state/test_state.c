@@ -156,6 +156,31 @@ TEST(memory_point_ops_and_scans)
     CHECK_EQ(weir_state_scan(b, 15, "zzz", 3, collect_fn, &c), 0);
     CHECK_EQ(c.n, 0);
 
+    /* From a key on: a seek inside the prefix, the same through the walk of
+     * a backend without a seek op. */
+    const weir_state_backend_ops *ops = b->ops;
+    weir_state_backend_ops no_seek = *ops;
+    no_seek.scan_from = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        b->ops = pass ? &no_seek : ops;
+        c = (collect){0};
+        CHECK_EQ(weir_state_scan_from(b, 15, "user/", 5, "user/1/a0", 9, collect_fn, &c), 0);
+        CHECK_EQ(c.n, 3); /* user/1/a/deeper < user/1/a0: not visited */
+        CHECK_STR(c.keys[0], "user/1/b");
+        CHECK_STR(c.keys[1], "user/10/a");
+        CHECK_STR(c.keys[2], "user/2/x");
+        c = (collect){0}; /* from before the prefix: the whole prefix */
+        CHECK_EQ(weir_state_scan_from(b, 15, "user/1/", 7, "a", 1, collect_fn, &c), 0);
+        CHECK_EQ(c.n, 3);
+        c = (collect){0}; /* from past the prefix: nothing */
+        CHECK_EQ(weir_state_scan_from(b, 15, "user/1/", 7, "user/2", 6, collect_fn, &c), 0);
+        CHECK_EQ(c.n, 0);
+        c = (collect){.stop_after = 1};
+        CHECK_EQ(weir_state_scan_from(b, 15, NULL, 0, "user/1", 6, collect_fn, &c), 7);
+        CHECK_STR(c.keys[0], "user/1");
+    }
+    b->ops = ops;
+
     /* Bounds. */
     CHECK_EQ(put_str(b, 9, "a", "x"), -EINVAL); /* not our group */
     CHECK_EQ(put_str(b, 20, "a", "x"), -EINVAL);

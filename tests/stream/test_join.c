@@ -179,6 +179,12 @@ TEST(interval_join_matches_nested_loop)
     CHECK_EQ(on_runtime(join_main, &b), 0);
     join_case c = {.lower = 5, .upper = 90, .par = 3};
     CHECK_EQ(on_runtime(join_main, &c), 0);
+    /* Partners far back in time: a record's interval starts deep inside the
+     * other side's buffer (the seek, not the walk from its start, finds it). */
+    join_case d = {.lower = -3000, .upper = -2900, .par = 2};
+    CHECK_EQ(on_runtime(join_main, &d), 0);
+    join_case e = {.lower = 2900, .upper = 3000, .par = 1};
+    CHECK_EQ(on_runtime(join_main, &e), 0);
 }
 
 TEST(window_join_matches_nested_loop)

@@ -304,6 +304,68 @@ TEST(allowed_lateness_refires)
     CHECK_EQ(on_runtime(late_main, (void *)150), 0);
 }
 
+/* The watermark's boundary (bound 100, one record per next()): after 950
+ * and 1099 the watermark is 1099 - 100 - 1 = 998, so 999 (exactly the bound
+ * behind, on the last instant of [0, 1000)) is on time; after 1100 it is
+ * 999, and 999 (bound + 1 behind) is late. arg: kind | late << 4. Sessions
+ * use gap 1 so that 999's session [999, 1000) ends on that instant too. */
+static intptr_t boundary_main(void *arg)
+{
+    int kind = (int)(intptr_t)arg & 15, behind = (int)(intptr_t)arg >> 4;
+    ev evs[] = {{1, 1, 950}, {1, 1, behind ? 1100 : 1099}, {1, 1, 999}, {1, 1, 2500}};
+    script sc = {evs, 4, 0, 0};
+    weir_source_def sd = script_def(100);
+    weir_job *j = weir_job_new("boundary");
+    weir_collector *c = weir_collector_new(), *late = weir_collector_new();
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "events", &sd, &sc), ev_key, NULL);
+    weir_window w = {.kind = kind, .size = 1000, .slide = 500, .gap = 1};
+    weir_stream *win = weir_stream_window(s, "w", &w, sum_values, NULL);
+    CHECK_EQ(weir_stream_collect(win, "out", c), 0);
+    CHECK_EQ(weir_stream_collect(weir_stream_side(win), "late", late), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    wres r[16];
+    int n = get_results(c, r, 16);
+    if (kind == WEIR_WINDOW_SESSION) {
+        const wres *x = find(r, n, 1, 999, 0);
+        CHECK_EQ(x != NULL, !behind);
+    } else {
+        const wres *x = find(r, n, 1, 0, 0);
+        CHECK(x != NULL);
+        CHECK_EQ(x->sum, behind ? 1 : 2);
+        CHECK(find(r, n, 1, 0, 1) == NULL);
+    }
+    /* Hopping: 999 is also in [500, 1500) (with 950 and 1099/1100), not
+     * fired, so it is not late for all its windows. */
+    int late_n = kind == WEIR_WINDOW_HOPPING ? 0 : behind;
+    if (kind == WEIR_WINDOW_HOPPING)
+        CHECK(find(r, n, 1, 500, 0) && find(r, n, 1, 500, 0)->sum == 3);
+    CHECK_EQ(weir_collector_count(late), (size_t)late_n);
+    if (late_n)
+        CHECK_EQ(weir_collector_get(late, 0)->ts, 999);
+    weir_collector_free(c);
+    weir_collector_free(late);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(watermark_boundary_tumbling)
+{
+    CHECK_EQ(on_runtime(boundary_main, (void *)(intptr_t)WEIR_WINDOW_TUMBLING), 0);
+    CHECK_EQ(on_runtime(boundary_main, (void *)(intptr_t)(WEIR_WINDOW_TUMBLING | 16)), 0);
+}
+
+TEST(watermark_boundary_hopping)
+{
+    CHECK_EQ(on_runtime(boundary_main, (void *)(intptr_t)WEIR_WINDOW_HOPPING), 0);
+    CHECK_EQ(on_runtime(boundary_main, (void *)(intptr_t)(WEIR_WINDOW_HOPPING | 16)), 0);
+}
+
+TEST(watermark_boundary_session)
+{
+    CHECK_EQ(on_runtime(boundary_main, (void *)(intptr_t)WEIR_WINDOW_SESSION), 0);
+    CHECK_EQ(on_runtime(boundary_main, (void *)(intptr_t)(WEIR_WINDOW_SESSION | 16)), 0);
+}
+
 /* Hopping windows keep their state per slide (pane): a pane must outlive
  * every window holding it, up to the last one's lateness. size 100, slide
  * 50, bound 0: [0,100) and [-50,50) hold 10; 150 fires them; 5 is late for
