@@ -281,6 +281,11 @@ static void fs_close(void *state)
     free(f);
 }
 
+const char *weir__filesink_dir(const sop *o)
+{
+    return o->kind == OP_SINK && o->def.open == fs_open ? o->arg : NULL;
+}
+
 int weir_stream_file_sink(weir_stream *s, const char *name, const char *dir)
 {
     if (!dir || !*dir)
