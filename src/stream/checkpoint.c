@@ -31,6 +31,10 @@
  * checkpoint starts: the rest of a bounded job is made durable by its end
  * (finish hooks).
  *
+ * Directories. Before anything else, prepare locks the checkpoint
+ * directory and every file sink's output directory (dirlock.c); teardown
+ * releases them last. A second run on one of them is refused with -EBUSY.
+ *
  * Restore. With opts.restore the latest COMPLETED-<id> in the directory is
  * the restore point: every keyed subtask loads its key groups from all
  * state files of its operator in chk-<id> (so parallelism may change),
