@@ -442,7 +442,11 @@ int weir_job_sink_parallelism(weir_job *j, const char *sink, int parallelism);
  * files hold every record once: no line lost, none repeated. Without
  * checkpoints everything is committed at the end. The sink's parallelism
  * must stay the same across restores (weir_job_sink_parallelism, behind a
- * rebalance). Guide: docs/stream.md.
+ * rebalance). A run holds dir for its lifetime
+ * (see checkpoint_dir in weir_run_opts): another run writing into it is
+ * refused with -EBUSY; two file sinks of one job may not share a directory
+ * (-EINVAL: their part files would collide), though a sink may write into
+ * the checkpoint directory. Guide: docs/stream.md.
  */
 int weir_stream_file_sink(weir_stream *s, const char *name, const char *dir);
 
@@ -472,7 +476,13 @@ typedef struct weir_run_opts {
     /* Checkpoints: every checkpoint_interval_ms (0: none) into
      * checkpoint_dir; restore: start from the latest completed checkpoint
      * there (none yet: start afresh); retain: completed checkpoints kept
-     * (default 1). See docs/stream.md, "Checkpoints". */
+     * (default 1). A run holds checkpoint_dir and every file sink's
+     * directory from its start to its end (flock on DIR/.lock, which the
+     * kernel drops when the process dies, even by SIGKILL): a second run on
+     * one of them, in another process or in this one, is refused before it
+     * touches anything: weir_job_run returns -EBUSY and weir_job_error
+     * names the directory and the holder's pid. A process forked during a
+     * run shares its locks. See docs/stream.md, "Checkpoints". */
     const char *checkpoint_dir;
     int64_t checkpoint_interval_ms;
     int restore;

@@ -33,8 +33,10 @@ typedef struct cli_opts {
  * Run j (defined from plugin p) with o on the calling fiber's runtime.
  * Prints a live progress line on stderr when o->progress says so and a
  * summary at the end (unless o->quiet). CLI_OK, CLI_FAILED with the job's
- * error printed, or 128 + the signal's number when a signal read from
- * o->signal_fd cancelled the job.
+ * error printed, CLI_USAGE when the job was not started because another run
+ * holds its checkpoint or output directory (-EBUSY; the message names the
+ * directory and the holder's pid), or 128 + the signal's number when a
+ * signal read from o->signal_fd cancelled the job.
  */
 int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o);
 

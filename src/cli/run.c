@@ -193,6 +193,15 @@ int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
                 signo == SIGINT ? "SIGINT" : "SIGTERM", secs);
         return 128 + signo;
     }
+    if (e == -EBUSY) {
+        /* Its checkpoint or output directory is another run's (weir_job_run
+         * refuses before touching anything): the command was wrong, like
+         * bad arguments, and nothing ran. */
+        const char *why = weir_job_error(j);
+        fprintf(stderr, "weir run: job %s not started: %s\n", entry->name,
+                why && *why ? why : weir_strerror(e));
+        return CLI_USAGE;
+    }
     if (e < 0) {
         const char *why = weir_job_error(j);
         fprintf(stderr, "weir run: job %s failed: %s\n", entry->name,

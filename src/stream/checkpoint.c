@@ -33,6 +33,10 @@
  * checkpoint starts: the rest of a bounded job is made durable by its end
  * (finish hooks).
  *
+ * Directories. Before anything else, prepare locks the checkpoint
+ * directory and every file sink's output directory (dirlock.c); teardown
+ * releases them last. A second run on one of them is refused with -EBUSY.
+ *
  * Restore. With opts.restore the latest COMPLETED-<id> in the directory is
  * the restore point: every keyed subtask loads its key groups from all
  * state files of its operator in chk-<id> (so parallelism may change),
@@ -219,13 +223,61 @@ static int check_layout(run *r)
     return e;
 }
 
+/* Take the run's directories: the checkpoint directory and every file
+ * sink's output directory, before anything in them is read or changed (a
+ * sink's open() deletes the part files a run in progress would commit).
+ * One lock per directory: the checkpoint directory may also be a sink's
+ * output (their file names differ), but two file sinks of one job may not
+ * share one (their part files would have the same names). */
+static int lock_dirs(run *r)
+{
+    weir_job *j = r->j;
+    char msg[sizeof(j->error)];
+    const char *held;
+    int e = 0;
+    if (r->o.checkpoint_dir) {
+        if (mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST) {
+            e = -errno;
+            weir__stream_fail(j, e, "checkpoint directory \"%s\": %s", r->o.checkpoint_dir,
+                              strerror(-e));
+            return e;
+        }
+        e = weir__dirlock_take(&r->locks, r->o.checkpoint_dir, NULL, "checkpoint directory", &held,
+                               msg, sizeof(msg));
+    }
+    for (int i = 0; !e && i < j->nops; i++) {
+        const char *dir = weir__filesink_dir(j->ops[i]);
+        if (!dir)
+            continue;
+        char what[128];
+        snprintf(what, sizeof(what), "output directory of file sink \"%.80s\"", j->ops[i]->name);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            e = -errno;
+            snprintf(msg, sizeof(msg), "%s \"%s\": %s", what, dir, strerror(-e));
+            break;
+        }
+        e = weir__dirlock_take(&r->locks, dir, j->ops[i]->name, what, &held, msg, sizeof(msg));
+        if (!e && held) {
+            e = -EINVAL;
+            snprintf(msg, sizeof(msg),
+                     "file sinks \"%s\" and \"%s\" both write into \"%s\" (their part files "
+                     "would collide): give each its own directory",
+                     held, j->ops[i]->name, dir);
+        }
+    }
+    if (e)
+        weir__stream_fail(j, e, "%s", msg);
+    return e;
+}
+
 int weir__ckpt_prepare(run *r)
 {
     atomic_store(&r->completed, 0);
-    if (!r->o.checkpoint_dir)
-        return r->o.checkpoint_interval_ms > 0 || r->o.restore ? -EINVAL : 0;
-    if (mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST)
-        return -errno;
+    if (!r->o.checkpoint_dir && (r->o.checkpoint_interval_ms > 0 || r->o.restore))
+        return -EINVAL;
+    int e = lock_dirs(r);
+    if (e || !r->o.checkpoint_dir)
+        goto out;
     /* Ids never go back in a directory: a fresh run into a directory that
      * holds checkpoints of an earlier run numbers its own after them, so
      * the latest COMPLETED marker is always the newest checkpoint. */
@@ -233,14 +285,17 @@ int weir__ckpt_prepare(run *r)
     if (r->o.restore) {
         r->restored = r->id_base;
         atomic_store(&r->completed, r->restored);
-        int e = r->restored ? check_layout(r) : 0;
-        if (e)
-            return e;
+        if (r->restored && (e = check_layout(r)) != 0)
+            goto out;
     }
     if (r->o.checkpoint_interval_ms > 0 &&
         !(r->acks = weir_chan_new(sizeof(ckpt_ack), WEIR_CHAN_UNBOUNDED)))
-        return -ENOMEM;
-    return 0;
+        e = -ENOMEM;
+out:
+    /* A failed prepare is not followed by weir__ckpt_teardown. */
+    if (e)
+        weir__dirlock_release_all(&r->locks);
+    return e;
 }
 
 static int read_file(const char *path, uint8_t **buf, size_t *len)
@@ -543,11 +598,11 @@ void weir__ckpt_teardown(run *r)
      * the job failed or was cancelled while one was under way) leave no
      * directory behind: restores only ever use completed ones. */
     if (!r->o.checkpoint_dir || r->o.checkpoint_interval_ms <= 0)
-        return;
+        goto unlock;
     uint64_t done = atomic_load(&r->completed);
     DIR *d = opendir(r->o.checkpoint_dir);
     if (!d)
-        return;
+        goto unlock;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         uint64_t id;
@@ -559,6 +614,10 @@ void weir__ckpt_teardown(run *r)
         }
     }
     closedir(d);
+unlock:
+    /* Last: every subtask has ended (their sinks' files are closed) and the
+     * cleanup above is done while the directories are still this run's. */
+    weir__dirlock_release_all(&r->locks);
 }
 
 uint64_t weir_ctx_restored(const weir_ctx *ctx)

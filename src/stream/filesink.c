@@ -24,6 +24,13 @@
  * again from the rewound sources); a fresh run (no restore) starts the
  * directory's part files over.
  *
+ * open() deletes and commits files without asking whether another run is
+ * using them: that is safe because the run holds the directory from its
+ * start (checkpoint.c's prepare locks every file sink's directory with
+ * dirlock.c before any subtask opens), which is also why two file sinks of
+ * one job may not share a directory. weir__filesink_dir() tells the run
+ * which operators are file sinks.
+ *
  * Writes go through a 64 KiB buffer with write(2) (the page cache: quick);
  * the fsync of a pre-commit runs on the blocking pool, so a slow disk
  * stalls this subtask, never its thread.
@@ -279,6 +286,11 @@ static void fs_close(void *state)
     free(f->buf);
     free(f->dir);
     free(f);
+}
+
+const char *weir__filesink_dir(const sop *o)
+{
+    return o->kind == OP_SINK && o->def.open == fs_open ? o->arg : NULL;
 }
 
 int weir_stream_file_sink(weir_stream *s, const char *name, const char *dir)

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "stream/dirlock.h"
 #include "weir/metrics.h"
 #include "weir/state.h"
 #include "weir/stream.h"
@@ -252,6 +253,7 @@ struct run {
     uint64_t restored;
     uint64_t id_base; /* checkpoints of this run are numbered after it */
     int nsubtasks;
+    weir__dirlocks locks; /* the checkpoint and sink directories, held while it runs */
 };
 
 typedef struct ckpt_ack {
@@ -265,9 +267,13 @@ int weir__ckpt_restore_subtask(subtask *st);      /* after open: state, source p
 int weir__ckpt_barrier(subtask *st, uint64_t id); /* snapshot, forward, ack */
 void weir__ckpt_maybe_commit(subtask *st);
 intptr_t weir__ckpt_coordinator(void *arg); /* the fiber that triggers and completes */
-void weir__ckpt_teardown(run *r);
+void weir__ckpt_teardown(run *r);           /* also releases the directory locks */
 int weir__itemq_push(itemq *q, item it);
 int weir__itemq_pop(itemq *q, item *it);
+
+/* filesink.c: the output directory of an exactly-once file sink, NULL for
+ * any other operator (the run locks it, checkpoint.c). */
+const char *weir__filesink_dir(const sop *o);
 
 /* runner.c, for checkpoint.c */
 int weir__stream_drain(subtask *st);

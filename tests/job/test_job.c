@@ -621,9 +621,8 @@ static char **committed_lines(const char *dir, size_t *n)
     return v;
 }
 
-/* weir run job_eo with checkpoints, SIGKILLed after `kill_ms` (0: run to
- * the end); returns the exit status. */
-static int run_eo(const char *ckpt, const char *out, const char *n, int restore, int kill_ms)
+/* Start weir run job_eo with checkpoints (stderr: the test's). */
+static pid_t spawn_eo(const char *ckpt, const char *out, const char *n, int restore)
 {
     char *argv[16];
     int a = 0;
@@ -649,6 +648,14 @@ static int run_eo(const char *ckpt, const char *out, const char *n, int restore,
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+/* weir run job_eo with checkpoints, SIGKILLed after `kill_ms` (0: run to
+ * the end); returns the exit status. */
+static int run_eo(const char *ckpt, const char *out, const char *n, int restore, int kill_ms)
+{
+    pid_t pid = spawn_eo(ckpt, out, n, restore);
     if (kill_ms) {
         usleep((useconds_t)kill_ms * 1000);
         kill(pid, SIGKILL);
@@ -786,6 +793,91 @@ TEST(cli_sigterm_while_checkpointing)
         }
         closedir(d);
     }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+    CHECK_EQ(system(cmd), 0);
+}
+
+/* ---- two runs on one directory ----------------------------------------------------------------
+ */
+static int has_completed(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "ls %s 2>/dev/null | grep -q '^COMPLETED-'", dir);
+    return system(cmd) == 0;
+}
+
+/* A run holding its directories (stopped, so it stays mid-job with output
+ * pending): the same command with --restore is refused at once with exit
+ * 2 naming the directory and the holder's pid, and so is a run with its
+ * own checkpoint directory writing into the same output. The holder then
+ * dies by SIGKILL: its lock goes with it, the restore runs, and the output
+ * has every line exactly once. */
+TEST(cli_second_run_on_held_dirs_exits_2_and_a_killed_holder_does_not_block)
+{
+    char base[] = "/tmp/weir-lock-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char ckpt[128], ckpt2[128], out[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", base);
+    snprintf(ckpt2, sizeof(ckpt2), "%s/ckpt2", base);
+    snprintf(out, sizeof(out), "%s/out", base);
+    const long long total = 200000; /* 1000 calls of >= 1 ms per source subtask */
+    char n[32];
+    snprintf(n, sizeof(n), "%lld", total);
+    pid_t holder = spawn_eo(ckpt, out, n, 0);
+    int st;
+    for (int i = 0; i < 6000 && !has_completed(ckpt); i++) { /* up to 30 s */
+        CHECK_EQ(waitpid(holder, &st, WNOHANG), 0);          /* still running */
+        usleep(5000);
+    }
+    CHECK(has_completed(ckpt));
+    CHECK_EQ(kill(holder, SIGSTOP), 0);
+    CHECK_EQ(waitpid(holder, &st, WUNTRACED), holder);
+    CHECK(WIFSTOPPED(st));
+
+    char pid[32];
+    snprintf(pid, sizeof(pid), "process %ld", (long)holder);
+    cli_result *r =
+        cli("run", PLUGIN("job_eo"), "--parallelism", "2", "--no-progress", "--checkpoint-dir",
+            ckpt, "--checkpoint-interval-ms", "15", "--restore", "--", out, n, NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "not started");
+    CHECK_HAS(r->err, ckpt);
+    CHECK_HAS(r->err, pid);
+    r = cli("run", PLUGIN("job_eo"), "--parallelism", "2", "--no-progress", "--checkpoint-dir",
+            ckpt2, "--checkpoint-interval-ms", "15", "--", out, n, NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "output directory of file sink \"out\"");
+    CHECK_HAS(r->err, out);
+    CHECK_HAS(r->err, pid);
+
+    CHECK_EQ(kill(holder, SIGKILL), 0);
+    CHECK_EQ(waitpid(holder, &st, 0), holder);
+    CHECK(WIFSIGNALED(st));
+    st = run_eo(ckpt, out, n, 1, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    /* Exactly once: key k's running count goes 1, 2, ... up to how many
+     * of 0..total-1 are k mod 13, each line once. */
+    size_t gn, wn = 0;
+    char **got = committed_lines(out, &gn);
+    char **want = malloc((size_t)total * sizeof(*want));
+    for (long long k = 0; k < 13; k++)
+        for (long long c = 1; c <= (total - k + 12) / 13; c++) {
+            char line[64];
+            snprintf(line, sizeof(line), "k=%lld n=%lld", k, c);
+            want[wn++] = strdup(line);
+        }
+    CHECK_EQ(wn, (size_t)total);
+    qsort(want, wn, sizeof(*want), cmp_line);
+    CHECK_EQ(gn, wn);
+    for (size_t i = 0; i < gn; i++) {
+        CHECK_STR(got[i], want[i]);
+        free(got[i]);
+        free(want[i]);
+    }
+    free(got);
+    free(want);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
     CHECK_EQ(system(cmd), 0);

@@ -256,7 +256,9 @@ static char **read_output(const char *dir, size_t *n, int clean)
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.') {
-            if (clean && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            /* .lock: the run's directory lock (dirlock.c), not output */
+            if (clean && strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+                strcmp(de->d_name, ".lock"))
                 TEST__FAIL("uncommitted file left: %s", de->d_name);
             continue;
         }
