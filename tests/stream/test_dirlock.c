@@ -315,4 +315,36 @@ TEST(a_sink_may_write_into_the_checkpoint_dir)
     test_run_on_rt(2, sink_in_ckpt_dir, NULL);
 }
 
+/* A run cancelled mid-job (its task cancelled while weir_job_run waits)
+ * releases its directories: the restore that follows runs. */
+static intptr_t released_after_cancel(void *arg)
+{
+    (void)arg;
+    char *base = tmpdir(), *ckpt = sub(base, "ckpt"), *out = sub(base, "out");
+    _Atomic int gate = 0; /* never opened: only the cancel ends the first run */
+    job_cfg a = {.n = 300, .gate = &gate, .ckpt = ckpt, .out = out};
+    weir_task *ta = test_spawn(job_main, &a);
+    int64_t deadline = weir_time_now() + 30 * WEIR_SEC;
+    while (!has_completed(ckpt) && weir_time_now() < deadline)
+        weir_time_sleep(WEIR_MSEC);
+    CHECK(has_completed(ckpt));
+    weir_task_cancel(ta);
+    int je = weir_task_join(ta, NULL, WEIR_FOREVER); /* after the task has ended */
+    CHECK(je == 0 || je == -ECANCELED);
+    CHECK_NE(a.err, 0); /* cancelled, not finished */
+    job_cfg b = {.n = 300, .ckpt = ckpt, .out = out, .restore = 1};
+    job_main(&b);
+    if (b.err)
+        TEST__FAIL("after a cancelled run: %d %s", b.err, b.error);
+    check_output(out, 2 * 300);
+    rm_rf(base);
+    free(base), free(ckpt), free(out);
+    return 0;
+}
+
+TEST(lock_released_after_a_cancelled_run)
+{
+    test_run_on_rt(2, released_after_cancel, NULL);
+}
+
 TEST_MAIN()

@@ -218,8 +218,7 @@ static void check_exact(const char *dir)
     while ((de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.') {
             /* .lock is the run's directory lock (kept, never deleted). */
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-                strcmp(de->d_name, ".lock"))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strcmp(de->d_name, ".lock"))
                 TEST__FAIL("uncommitted file left: %s", de->d_name);
             continue;
         }
