@@ -140,7 +140,9 @@ uint64_t weir_ctx_completed(const weir_ctx *ctx);
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len);
 
 /* Value state of the current key, by state name. A state is its name (1
- * to WEIR_STATE_NAME_MAX bytes, any number of states per operator): the
+ * to WEIR_STATE_NAME_MAX bytes, any number of states per operator; names
+ * beginning with a control character are kept for weir's own windows,
+ * joins and reduce, and refused like a name of another length): the
  * same name finds the same entries in every run and subtask, so a restore,
  * at any parallelism, finds each state whatever order the run touches
  * them in. get: 0 with a view (valid until the next state call), or
@@ -189,7 +191,8 @@ int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, vo
 /*
  * Timers of the current key (keyed operators). An event-time timer fires
  * when the subtask's watermark reaches `when` (end of input fires them
- * all); a processing-time timer when weir_time_now() does. on_timer() then
+ * all, and those finish() registers fire right after it returns); a
+ * processing-time timer when weir_time_now() does. on_timer() then
  * runs with that key current. One timer per (key, domain, time): registering
  * it again changes nothing. Timers fire in time order across the subtask's
  * keys (those of one time in the order they were registered), and are

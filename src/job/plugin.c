@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,8 +116,14 @@ static void *sym(void *dl, const char *name)
 }
 
 /* The gate on the file itself, before anything of it is loaded: read the
- * identity note from the bytes (mapped read-only, never executable) and
- * compare it with this weir's. */
+ * identity note from the file's bytes and compare it with this weir's.
+ * The bytes are read into memory, not mapped: a plugin being rewritten in
+ * place (a rebuild's cp) while it is checked would make a read of a
+ * mapped page past the new end raise SIGBUS and kill the process. Only
+ * the first GATE_READ_MAX bytes are read: the toolchain puts the notes
+ * (and the headers that locate them) in the file's first page, and a
+ * large plugin (debug info) need not be read whole. */
+#define GATE_READ_MAX (16u << 20)
 static int gate_file(const char *path, const char *real, char *msg, size_t msglen)
 {
     int fd = open(real, O_RDONLY | O_CLOEXEC);
@@ -135,17 +140,32 @@ static int gate_file(const char *path, const char *real, char *msg, size_t msgle
         msg_add(msg, msglen, "%s: refused: an empty file, not an ELF file", path);
         return -ENOEXEC;
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int me = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        msg_add(msg, msglen, "%s: cannot read: %s", path, strerror(me));
-        return -me;
+    size_t want = st.st_size > (off_t)GATE_READ_MAX ? GATE_READ_MAX : (size_t)st.st_size, got = 0;
+    unsigned char *map = malloc(want);
+    if (!map) {
+        close(fd);
+        return -ENOMEM;
     }
+    while (got < want) {
+        ssize_t n = pread(fd, map + got, want - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int me = errno;
+            close(fd);
+            free(map);
+            msg_add(msg, msglen, "%s: cannot read: %s", path, strerror(me));
+            return -me;
+        }
+        if (n == 0)
+            break; /* shorter now than fstat said: parse what is there */
+        got += (size_t)n;
+    }
+    close(fd);
     weir__plugin_note note;
     char why[768] = "";
-    int e = weir__plugin_elf_identity(map, (size_t)st.st_size, &note, why, sizeof(why));
-    munmap(map, (size_t)st.st_size);
+    int e = weir__plugin_elf_identity(map, got, &note, why, sizeof(why));
+    free(map);
     if (e < 0) {
         msg_add(msg, msglen, "%s: refused: %s", path, why);
         return e;

@@ -142,15 +142,15 @@ static size_t pad(size_t n, size_t align)
 static int scan_notes(const unsigned char *seg, size_t len, size_t align, weir__plugin_note *out)
 {
     static const char name[] = WEIR__PLUGIN_NOTE_NAME;
+    /* Zeros to the end are padding, not notes: an instrumented build
+     * (ASan's redzone after a global) pads the weir note's section. Found
+     * once, from the end (a rescan before each note would be quadratic in
+     * a crafted segment of zero-sized notes). */
+    size_t used = len; /* bytes up to the last non-zero one */
+    while (used > 0 && seg[used - 1] == 0)
+        used--;
     size_t off = 0;
-    while (off < len) {
-        /* Zeros to the end are padding, not notes: an instrumented build
-         * (ASan's redzone after a global) pads the weir note's section. */
-        size_t z = off;
-        while (z < len && seg[z] == 0)
-            z++;
-        if (z == len)
-            return 0;
+    while (off < used) {
         nhdr_t h;
         if (len - off < sizeof(h))
             return -1;

@@ -324,7 +324,7 @@ static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
     fn_arg *f = state;
     const void *v;
     size_t vlen;
-    int e = weir_value_get(ctx, "reduce", &v, &vlen);
+    int e = weir__ns_get(ctx, WEIR__STATE_REDUCE, NULL, 0, &v, &vlen);
     weir_rec out = *in;
     if (e == 0) {
         if (vlen < 8)
@@ -344,7 +344,7 @@ static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
     memcpy(buf, &in->ts, 8);
     if (out.len)
         memcpy(buf + 8, out.data, out.len);
-    e = weir_value_put(ctx, "reduce", buf, out.len + 8);
+    e = weir__ns_put(ctx, WEIR__STATE_REDUCE, NULL, 0, buf, out.len + 8);
     if (!e)
         e = weir_emit(ctx, buf + 8, out.len, in->ts);
     if (buf != small)

@@ -5,7 +5,7 @@
  * inputs (input 0 left, input 1 right) on namespaced keyed state and
  * event-time timers.
  *
- * Interval join. Each record is buffered under the state "j" with the
+ * Interval join. Each record is buffered under the state WEIR__STATE_JOIN with the
  * namespace [side][ts][seq]: the backend keeps a side's records ordered by
  * time (an out-of-order record is inserted in its place, one search). A
  * record with ts above the watermark (on time) is matched against the
@@ -95,7 +95,7 @@ static void free_hits(hits *h)
 }
 
 /* ---- interval join --------------------------------------------------------------------------- */
-/* The buffered entries of the current key in state "j" whose namespace
+/* The buffered entries of the current key in the join state whose namespace
  * starts with the first plen bytes of from, from the first one >= from on:
  * one seek in the backend, then the walk (fn sees the namespace only). */
 typedef struct from_scan {
@@ -116,7 +116,7 @@ static int ns_scan_from(weir_ctx *ctx, const uint8_t *from, size_t flen, size_t 
                         void *arg)
 {
     size_t kl;
-    int e = weir__state_key(ctx, "j", from, flen, &kl);
+    int e = weir__state_key(ctx, WEIR__STATE_JOIN, from, flen, &kl);
     if (e < 0)
         return e;
     from_scan f = {kl - flen, fn, arg};
@@ -163,7 +163,7 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
     ns[0] = (uint8_t)side;
     weir__put_time(ns + 1, in->ts);
     weir__put_be64(ns + 9, ++ctx->seq);
-    int e = weir__ns_put(ctx, "j", ns, 17, in->data, in->len);
+    int e = weir__ns_put(ctx, WEIR__STATE_JOIN, ns, 17, in->data, in->len);
     /* A right partner of a left record has ts <= ts + upper, late once the
      * watermark reaches that: the left record goes then (a right one once
      * the watermark reaches ts - lower). Saturated: kept to the end. */
@@ -204,7 +204,7 @@ static int interval_timer(weir_ctx *ctx, join *jn, int64_t when)
         h.hi = side == 0 ? weir__sat_add(wm, neg(jn->upper)) : weir__sat_add(wm, jn->lower);
         e = interval_range(ctx, &h);
         for (size_t i = 0; !e && i < h.n; i++)
-            e = weir__ns_del(ctx, "j", h.v[i].ns, h.v[i].nslen);
+            e = weir__ns_del(ctx, WEIR__STATE_JOIN, h.v[i].ns, h.v[i].nslen);
         free_hits(&h);
     }
     return e;
@@ -246,7 +246,7 @@ static int window_process(weir_ctx *ctx, join *jn, const weir_rec *in)
         ns[16] = (uint8_t)side;
         weir__put_be64(ns + 17, ++ctx->seq);
         weir__put_time(ns + 25, in->ts);
-        int e = weir__ns_put(ctx, "j", ns, 33, in->data, in->len);
+        int e = weir__ns_put(ctx, WEIR__STATE_JOIN, ns, 33, in->data, in->len);
         if (!e)
             e = weir_timer_register(ctx, WEIR_TIME_EVENT, end - 1);
         if (e)
@@ -279,7 +279,7 @@ static int window_timer(weir_ctx *ctx, join *jn, int64_t when)
         }
     }
     for (size_t i = 0; !e && i < h.n; i++)
-        e = weir__ns_del(ctx, "j", h.v[i].ns, h.v[i].nslen);
+        e = weir__ns_del(ctx, WEIR__STATE_JOIN, h.v[i].ns, h.v[i].nslen);
     free_hits(&h);
     return e;
 }

@@ -122,18 +122,36 @@ int weir__ns_scan(weir_ctx *ctx, const char *state,
     return weir_state_scan(ctx->backend, ctx->kg, ctx->keybuf, kl, ns_scan_fn, &s);
 }
 
+/* A user's state name: weir's own operators (windows, joins, reduce) keep
+ * their state under names that begin with a control character
+ * (WEIR__STATE_*), so no user function handed the same context can read
+ * or overwrite theirs. */
+static int user_name(weir_ctx *ctx, const char *name)
+{
+    if (name && (unsigned char)name[0] > 0 && (unsigned char)name[0] < 0x20)
+        return weir_fail(ctx, -EINVAL,
+                         "keyed state names beginning with a control character are weir's own");
+    return 0;
+}
+
 int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *len)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     return weir__ns_get(ctx, state, NULL, 0, val, len);
 }
 
 int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     return weir__ns_put(ctx, state, NULL, 0, val, len);
 }
 
 int weir_value_clear(weir_ctx *ctx, const char *state)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     return weir__ns_del(ctx, state, NULL, 0);
 }
 
@@ -141,22 +159,30 @@ int weir_value_clear(weir_ctx *ctx, const char *state)
 int weir_map_get(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen, const void **val,
                  size_t *len)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     return weir__ns_get(ctx, state, ukey, uklen, val, len);
 }
 
 int weir_map_put(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen, const void *val,
                  size_t len)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     return weir__ns_put(ctx, state, ukey, uklen, val, len);
 }
 
 int weir_map_delete(weir_ctx *ctx, const char *state, const void *ukey, size_t uklen)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     return weir__ns_del(ctx, state, ukey, uklen);
 }
 
 int weir_map_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *arg)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     if (!fn)
         return -EINVAL;
     return weir__ns_scan(ctx, state, fn, arg);
@@ -166,6 +192,8 @@ int weir_map_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *a
  * (big-endian), so iteration is append order. */
 int weir_list_add(weir_ctx *ctx, const char *state, const void *val, size_t len)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     uint8_t pos[8];
     weir__put_be64(pos, ++ctx->seq);
     return weir__ns_put(ctx, state, pos, 8, val, len);
@@ -201,6 +229,8 @@ static int collect_pos(void *arg, const void *ns, size_t nslen, const void *val,
 
 int weir_list_clear(weir_ctx *ctx, const char *state)
 {
+    if (user_name(ctx, state))
+        return -EINVAL;
     collect_ns c = {0};
     int e = weir__ns_scan(ctx, state, collect_pos, &c);
     for (size_t i = 0; !e && i < c.n; i++)
@@ -257,7 +287,7 @@ static int gather_key(void *arg, const void *key, size_t klen, const void *val, 
 
 int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, void *arg)
 {
-    if (!ctx || !ctx->backend || !state || !fn)
+    if (!ctx || !ctx->backend || !state || !fn || user_name(ctx, state))
         return -EINVAL;
     size_t nl = strlen(state);
     if (nl == 0 || nl > WEIR_STATE_NAME_MAX)

@@ -337,6 +337,11 @@ static int finish_chain(subtask *st)
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.finish && (e = c->op->def.finish(c, c->state)) < 0)
             e = op_error(c, e, "finish");
+        /* Event-time timers the head's finish() registered (per key, from
+         * weir_keys_iterate, say) are past the final watermark already:
+         * they fire now, before the rest of the chain finishes. */
+        if (!e && i == 0 && (e = weir__timers_fire(st, WEIR_TIME_EVENT, WEIR_WATERMARK_MAX)) < 0)
+            e = op_error(c, e, "on_timer");
     }
     if (!e)
         e = weir__stream_flush_all(st);

@@ -335,7 +335,14 @@ static inline int64_t weir__sat_add(int64_t a, int64_t b)
     return a + b;
 }
 
-/* keyed.c: namespaced keyed state of the current key, and timers */
+/* keyed.c: namespaced keyed state of the current key, and timers. weir's
+ * own operators keep their state under names that begin with a control
+ * character, which the public state calls refuse: a user function handed
+ * the operator's context cannot reach them. */
+#define WEIR__STATE_WINDOWS "\x01w" /* window.c: one entry per open window */
+#define WEIR__STATE_PANES   "\x01p" /* window.c: a key's hopping panes */
+#define WEIR__STATE_JOIN    "\x01j" /* join.c: buffered records */
+#define WEIR__STATE_REDUCE  "\x01r" /* graph.c: a keyed reduce's value */
 int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nslen, size_t *klen);
 int weir__ns_get(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void **val,
                  size_t *len);

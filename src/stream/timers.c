@@ -512,7 +512,7 @@ static int capture_step(size_t *since, size_t done)
 }
 
 /* Capture the backend with every timer as an entry of its group. The sort
- * is by group and tag first (a counting pass, 256 slots), then within
+ * is by group and tag first (a counting pass, 2 slots per group), then within
  * each slot, so it can yield between slots. */
 int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
 {
@@ -521,7 +521,8 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
         return weir_state_capture(st->backend, id, out);
     sorted *raw = malloc(n * sizeof(*raw)), *v = malloc(n * sizeof(*v));
     weir_state_entry *ents = malloc(n * sizeof(*ents));
-    size_t start[257] = {0};
+    enum { SLOTS = 2 * WEIR_KEY_GROUPS };
+    size_t start[SLOTS + 1] = {0};
     int e = raw && v && ents ? 0 : -ENOMEM;
     size_t k = 0;
     for (int d = 0; !e && d < 2; d++)
@@ -543,14 +544,14 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
 #define SLOT(kt) (((kt) >> 8) * 2 + ((kt)&1u))
     for (size_t i = 0; !e && i < n; i++)
         start[SLOT(raw[i].kg_tag) + 1]++;
-    for (int i = 0; !e && i < 256; i++)
+    for (int i = 0; !e && i < SLOTS; i++)
         start[i + 1] += start[i];
-    size_t fill[256];
+    size_t fill[SLOTS];
     memcpy(fill, start, sizeof(fill));
     for (size_t i = 0; !e && i < n; i++)
         v[fill[SLOT(raw[i].kg_tag)]++] = raw[i];
 #undef SLOT
-    for (int i = 0; !e && i < 256; i++) {
+    for (int i = 0; !e && i < SLOTS; i++) {
         size_t len = start[i + 1] - start[i];
         if (len < 2)
             continue;

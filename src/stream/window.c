@@ -4,7 +4,7 @@
  * session windows with allowed lateness and a late side output, built as a
  * keyed operator on namespaced keyed state and event-time timers.
  *
- * State, per key: one entry per open window under the state "w", its
+ * State, per key: one entry per open window under the state WEIR__STATE_WINDOWS, its
  * namespace [end][start] (big-endian, sign flipped: ordered by end), its
  * value the folded bytes. Timers, per window: end - 1 (fire) and, with
  * allowed lateness, end - 1 + lateness (drop the state). A record that
@@ -15,7 +15,7 @@
  * per slide instead (panes, the slicing of other engines): a record folds
  * into one pane, not into size / slide windows, and a window that fires
  * folds its panes in time order (so fn must be associative, as for
- * sessions). A key's panes are one entry, state "p" without a namespace:
+ * sessions). A key's panes are one entry, state WEIR__STATE_PANES without a namespace:
  * [start i64][length u32][folded bytes] per pane, in start order, so a
  * firing window reads one entry however many panes it spans. Timers: each
  * window's fire time, registered when a pane of it is made, and per pane
@@ -103,7 +103,7 @@ static int fire_window(weir_ctx *ctx, span s)
     ns_of(s, ns);
     const void *v;
     size_t vlen;
-    int e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen);
+    int e = weir__ns_get(ctx, WEIR__STATE_WINDOWS, ns, 16, &v, &vlen);
     if (e == -ENOENT)
         return 0;
     return e ? e : emit_result(ctx, s, v, vlen);
@@ -116,7 +116,7 @@ static int drop_window(weir_ctx *ctx, span s)
 {
     uint8_t ns[16];
     ns_of(s, ns);
-    return weir__ns_del(ctx, "w", ns, 16);
+    return weir__ns_del(ctx, WEIR__STATE_WINDOWS, ns, 16);
 }
 
 static int fire_panes(weir_ctx *ctx, const win *w, span s);
@@ -131,7 +131,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     const void *v;
     size_t vlen, kl;
     /* The state key once, for the get and the put (fn cannot touch ctx). */
-    int e = weir__state_key(ctx, "w", ns, 16, &kl);
+    int e = weir__state_key(ctx, WEIR__STATE_WINDOWS, ns, 16, &kl);
     if (e)
         return e;
     e = weir_state_get(ctx->backend, ctx->kg, ctx->keybuf, kl, &v, &vlen);
@@ -269,7 +269,7 @@ static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, 
 {
     size_t add = bytes ? PANE_HDR + PADDED(blen) : 0, n = vlen - at.len + add;
     if (n == 0)
-        return weir__ns_del(ctx, "p", NULL, 0);
+        return weir__ns_del(ctx, WEIR__STATE_PANES, NULL, 0);
     _Alignas(16) uint8_t small[512];
     uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
     if (!buf)
@@ -286,7 +286,7 @@ static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, 
     }
     if (vlen > at.off + at.len)
         memcpy(buf + at.off + add, v + at.off + at.len, vlen - at.off - at.len);
-    int e = weir__ns_put(ctx, "p", NULL, 0, buf, n);
+    int e = weir__ns_put(ctx, WEIR__STATE_PANES, NULL, 0, buf, n);
     if (buf != small)
         free(buf);
     return e;
@@ -295,7 +295,7 @@ static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, 
 static int panes_get(weir_ctx *ctx, const uint8_t **v, size_t *vlen)
 {
     const void *p;
-    int e = weir__ns_get(ctx, "p", NULL, 0, &p, vlen);
+    int e = weir__ns_get(ctx, WEIR__STATE_PANES, NULL, 0, &p, vlen);
     if (e == -ENOENT) {
         *v = NULL;
         *vlen = 0;
@@ -323,7 +323,7 @@ static int fire_panes(weir_ctx *ctx, const win *w, span s)
                 const void *v;
                 size_t vlen;
                 ns_of(s, ns);
-                if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) == 0)
+                if ((e = weir__ns_get(ctx, WEIR__STATE_WINDOWS, ns, 16, &v, &vlen)) == 0)
                     e = acc_add(&a, w, v, vlen, s.end - 1);
                 else if (e == -ENOENT)
                     e = 0;
@@ -480,7 +480,7 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
     int64_t wm = weir_ctx_watermark(ctx);
     span merged = {in->ts, weir__sat_add(in->ts, w->w.gap)};
     sessions ss = {.probe = merged};
-    int e = weir__ns_scan(ctx, "w", collect_overlap, &ss);
+    int e = weir__ns_scan(ctx, WEIR__STATE_WINDOWS, collect_overlap, &ss);
     for (int i = 0; !e && i < ss.n; i++) {
         if (ss.s[i].start < merged.start)
             merged.start = ss.s[i].start;
@@ -503,7 +503,7 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
         ns_of(ss.s[i], ns);
         const void *v;
         size_t vlen;
-        if ((e = weir__ns_get(ctx, "w", ns, 16, &v, &vlen)) < 0)
+        if ((e = weir__ns_get(ctx, WEIR__STATE_WINDOWS, ns, 16, &v, &vlen)) < 0)
             break;
         weir_rec part = {v, vlen, ss.s[i].end - 1}, out = part;
         if (have) {
@@ -528,7 +528,7 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
     if (!e && have) {
         uint8_t ns[16];
         ns_of(merged, ns);
-        e = weir__ns_put(ctx, "w", ns, 16, acc, acc_len);
+        e = weir__ns_put(ctx, WEIR__STATE_WINDOWS, ns, 16, acc, acc_len);
     }
     free(acc);
     int again = 0;
@@ -627,7 +627,7 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
         return e;
     }
     due d = {.w = w, .t = when};
-    int e = weir__ns_scan(ctx, "w", collect_due, &d);
+    int e = weir__ns_scan(ctx, WEIR__STATE_WINDOWS, collect_due, &d);
     for (int i = 0; !e && i < d.nfire; i++)
         e = fire(ctx, w, d.fire[i]);
     for (int i = 0; !e && i < d.ndrop; i++)

@@ -9,6 +9,7 @@
  * the same across a checkpoint and a rescaled restore.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,6 +473,34 @@ static int long_name(weir_ctx *ctx, void *state, const weir_rec *in)
     return -EINVAL;
 }
 
+/* A name beginning with a control character is weir's own (a window's,
+ * a join's, a reduce's state): refused, failing the job, naming why. */
+static int own_name(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state, (void)in;
+    CHECK_EQ(weir_value_put(ctx, "\x01w", "v", 1), -EINVAL);
+    return -EINVAL;
+}
+
+static intptr_t own_name_main(void *arg)
+{
+    (void)arg;
+    src_cfg c = {.first = 0, .n = 1};
+    weir_job *j = weir_job_new("names");
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &gen_def, &c), 1);
+    s = weir_stream_key_by(s, u64_key, NULL);
+    CHECK_EQ(weir_stream_sink(s, "named", &(weir_op_def){.process = own_name}, NULL), 0);
+    CHECK_EQ(weir_job_run(j, &(weir_run_opts){.parallelism = 1}), -EINVAL);
+    CHECK(strstr(weir_job_error(j), "control character are weir's own") != NULL);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(state_names_of_weirs_own_operators_are_refused)
+{
+    CHECK_EQ(on_runtime(own_name_main, NULL), 0);
+}
+
 static intptr_t long_name_main(void *arg)
 {
     (void)arg;
@@ -535,6 +564,59 @@ static intptr_t keys_restore_main(void *arg)
 TEST(keys_iterate_visits_restored_keys_after_a_rescale)
 {
     CHECK_EQ(on_runtime(keys_restore_main, NULL), 0);
+}
+
+/* Event-time timers registered per key from finish() (past the final
+ * watermark) fire right after it, each with its key current. */
+static int arm_final(weir_ctx *ctx, const void *key, size_t len, void *arg)
+{
+    (void)key, (void)len, (void)arg;
+    return weir_timer_register(ctx, WEIR_TIME_EVENT, 1000000 + (int64_t)key_of(ctx));
+}
+
+static int arm_finish(weir_ctx *ctx, void *state)
+{
+    (void)state;
+    return weir_keys_iterate(ctx, "n", arm_final, NULL);
+}
+
+static _Atomic int64_t fired_sum, fired_n;
+
+static int fired(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    (void)state;
+    CHECK_EQ(domain, WEIR_TIME_EVENT);
+    CHECK_EQ(when, 1000000 + (int64_t)key_of(ctx));
+    atomic_fetch_add(&fired_sum, (int64_t)key_of(ctx));
+    atomic_fetch_add(&fired_n, 1);
+    return 0;
+}
+
+static intptr_t finish_timers_main(void *arg)
+{
+    (void)arg;
+    enum { N = 500 };
+    atomic_store(&fired_sum, 0);
+    atomic_store(&fired_n, 0);
+    src_cfg c = {.first = 0, .n = N, .reps_mod = 2};
+    weir_job *j = weir_job_new("finish-timers");
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &gen_def, &c), 1);
+    s = weir_stream_key_by(s, u64_key, NULL);
+    CHECK_EQ(weir_stream_sink(
+                 s, "count",
+                 &(weir_op_def){.process = count_process, .finish = arm_finish, .on_timer = fired},
+                 NULL),
+             0);
+    CHECK_EQ(run_job(j, &(weir_run_opts){.parallelism = 2}), 0);
+    CHECK_EQ(atomic_load(&fired_n), N);
+    CHECK_EQ(atomic_load(&fired_sum), (int64_t)N * (N - 1) / 2);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(timers_registered_in_finish_fire)
+{
+    CHECK_EQ(on_runtime(finish_timers_main, NULL), 0);
 }
 
 TEST_MAIN()

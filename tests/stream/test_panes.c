@@ -111,19 +111,19 @@ TEST(damaged_entries_are_refused)
      * there: finding pane 0 is fine, firing [0,20) must not read on. */
     header(v, 0, 0);
     header(v + 16, 10, 4096);
-    CHECK_EQ(weir__ns_put(&f.ctx, "p", NULL, 0, v, 32), 0);
+    CHECK_EQ(weir__ns_put(&f.ctx, WEIR__STATE_PANES, NULL, 0, v, 32), 0);
     CHECK_EQ(pane_lookup(&f.ctx, 0, &got, &glen, &at), 0);
     CHECK(at.found);
     CHECK_EQ(fire_panes(&f.ctx, &f.w, (span){0, 20}), -EBADMSG);
     CHECK_EQ(pane_lookup(&f.ctx, 10, &got, &glen, &at), -EBADMSG);
     /* A header cut short. */
     header(v, 0, 0);
-    CHECK_EQ(weir__ns_put(&f.ctx, "p", NULL, 0, v, 16 + 8), 0);
+    CHECK_EQ(weir__ns_put(&f.ctx, WEIR__STATE_PANES, NULL, 0, v, 16 + 8), 0);
     CHECK_EQ(fire_panes(&f.ctx, &f.w, (span){0, 20}), -EBADMSG);
     CHECK_EQ(pane_lookup(&f.ctx, 10, &got, &glen, &at), -EBADMSG);
     /* A length whose padding runs past the end. */
     header(v, 0, 20);
-    CHECK_EQ(weir__ns_put(&f.ctx, "p", NULL, 0, v, 16 + 20), 0);
+    CHECK_EQ(weir__ns_put(&f.ctx, WEIR__STATE_PANES, NULL, 0, v, 16 + 20), 0);
     CHECK_EQ(pane_lookup(&f.ctx, 0, &got, &glen, &at), -EBADMSG);
     CHECK_EQ(fire_panes(&f.ctx, &f.w, (span){0, 20}), -EBADMSG);
     teardown(&f);
