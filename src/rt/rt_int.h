@@ -257,8 +257,11 @@ struct weir_loop {
 
     /* Published for the blocking watchdog (watchdog.c), written by the loop
      * thread only: poll_seq counts task polls, running_name is the name of
-     * the task being polled (NULL between polls). Relaxed: the watchdog
-     * samples them and tolerates staleness of one period. */
+     * the task being polled (NULL between polls). poll_seq is relaxed: the
+     * watchdog samples it and tolerates staleness of one period.
+     * running_name is stored with release and loaded with acquire: the
+     * watchdog reads the string's bytes, which another thread wrote (the
+     * one that named the task), so it needs that write ordered before. */
     _Atomic uint64_t poll_seq;
     _Atomic(const char *) running_name;
     struct weir__trace *trace; /* WEIR_TRACE: task lifecycle events, or NULL */

@@ -666,7 +666,7 @@ void weir_rt_free(weir_rt *rt)
                 /* A thread stuck in one task cannot answer the request
                  * below: name what it runs from here. */
                 const char *name =
-                    atomic_load_explicit(&rt->loops[i]->running_name, memory_order_relaxed);
+                    atomic_load_explicit(&rt->loops[i]->running_name, memory_order_acquire);
                 if (name)
                     weir__log(WEIR__LOG_WARN, "rt",
                               "runtime shutdown: thread %d is still running task '%s'", i, name);

@@ -465,8 +465,8 @@ void weir__task_run(weir_loop *l, weir_task *t)
     l->current = t;
     WEIR__STAT_ADD(l->polls, 1);
     l->coop_budget = WEIR__COOP_BUDGET;
-    /* relaxed: see the comment on poll_seq in rt_int.h */
-    atomic_store_explicit(&l->running_name, t->name, memory_order_relaxed);
+    /* release (the name) and relaxed (poll_seq): see rt_int.h */
+    atomic_store_explicit(&l->running_name, t->name, memory_order_release);
     atomic_store_explicit(&l->poll_seq, l->polls, memory_order_relaxed);
     weir__trace(l, WEIR__EV_POLL, t, 0);
     int ready;

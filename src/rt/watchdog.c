@@ -107,10 +107,11 @@ static int64_t mono_ns(void)
 static void wd_sample(wd_entry *e, int64_t now, int64_t threshold_ns)
 {
     weir_loop *l = e->loop;
-    /* Relaxed: see the comment on poll_seq in rt_int.h. A stale pair costs
-     * at most one period of timing against the wrong poll, which the next
-     * sample corrects when it sees the new poll_seq. */
-    const char *name = atomic_load_explicit(&l->running_name, memory_order_relaxed);
+    /* See the comment on poll_seq in rt_int.h. A stale pair costs at most
+     * one period of timing against the wrong poll, which the next sample
+     * corrects when it sees the new poll_seq. The name is acquired: its
+     * bytes are read below. */
+    const char *name = atomic_load_explicit(&l->running_name, memory_order_acquire);
     uint64_t seq = atomic_load_explicit(&l->poll_seq, memory_order_relaxed);
     if (!name) {
         e->timing = 0; /* between polls: the loop is alive */

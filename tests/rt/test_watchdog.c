@@ -18,6 +18,8 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,6 +190,34 @@ TEST(spinning_task_is_named_once)
     check_no_watchdog_thread();
 }
 
+/* A name written after the watchdog thread started (a job names its
+ * subtasks after the runtime is up): the watchdog reads its bytes, so the
+ * loop must publish the name with release and the watchdog acquire it
+ * (TSan reports the read as a race otherwise). */
+TEST(name_written_after_the_watchdog_started_is_read_safely)
+{
+    setenv("WEIR_BLOCKING_WARN_MS", "50", 1);
+    uint64_t before = weir__watchdog_reports();
+    capture_begin();
+    weir_loop *l = weir_loop_new(NULL);
+    CHECK(l != NULL);
+    CHECK_EQ(watchdog_threads(), 1);
+    char *name = strdup("heap-named");
+    CHECK(name != NULL);
+    weir_task *t = weir_task_spawn(spinner, (void *)(intptr_t)200,
+                                   &(weir_spawn_opts){.name = name, .loop = l});
+    CHECK(t != NULL);
+    CHECK_EQ(weir_loop_run(l), 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    weir_loop_free(l);
+    free(name);
+    char *out = capture_end();
+    CHECK_EQ(weir__watchdog_reports() - before, 1);
+    CHECK(strstr(out, "task 'heap-named' has blocked its thread") != NULL);
+    free(out);
+    check_no_watchdog_thread();
+}
+
 TEST(yielding_task_is_not_named)
 {
     setenv("WEIR_BLOCKING_WARN_MS", "50", 1);
@@ -318,7 +348,6 @@ static intptr_t few_yields(void *arg)
         CHECK_EQ(weir_task_yield(), 0);
     return 0;
 }
-
 
 static void *churn_main(void *p)
 {
