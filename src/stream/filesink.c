@@ -84,9 +84,30 @@ static int flush_buf(fsink *f)
     return 0;
 }
 
+/* The pool's job owns a descriptor of its own and closes it: a cancelled
+ * subtask stops waiting at once while the fsync may still run (or not have
+ * started), and the sink's descriptor is closed right after - the job
+ * must not fsync a number that open() may have handed out again. */
 static intptr_t fsync_job(void *arg)
 {
-    return fsync((int)(intptr_t)arg) < 0 ? -errno : 0;
+    int fd = (int)(intptr_t)arg;
+    int e = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return e;
+}
+
+static void fsync_discard(void *arg)
+{
+    close((int)(intptr_t)arg);
+}
+
+/* fsync(fd) on the blocking pool, fd left open. */
+static int fsync_pooled(int fd)
+{
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return -errno;
+    return (int)weir_blocking_run_ex(fsync_job, (void *)(intptr_t)own, fsync_discard, WEIR_FOREVER);
 }
 
 static int sync_dir(const fsink *f)
@@ -94,7 +115,7 @@ static int sync_dir(const fsink *f)
     int fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int e = (int)weir_blocking_run(fsync_job, (void *)(intptr_t)fd, WEIR_FOREVER);
+    int e = fsync_pooled(fd);
     close(fd);
     return e;
 }
@@ -106,7 +127,7 @@ static int seal(fsink *f, const char *kind, uint64_t id)
         return 0;
     int e = flush_buf(f);
     if (!e)
-        e = (int)weir_blocking_run(fsync_job, (void *)(intptr_t)f->fd, WEIR_FOREVER);
+        e = fsync_pooled(f->fd);
     close(f->fd);
     f->fd = -1;
     if (e)
