@@ -162,9 +162,12 @@ weir_task *weir_task_spawn_stackless(weir_poll_fn poll, void *frame, const weir_
  * 0 when the task ended normally, -ECANCELED when it was cancelled (its
  * return value is still stored); the handle is consumed. If the *joiner*
  * times out or is cancelled (-ETIMEDOUT / -ECANCELED with the task still
- * running) the handle is not consumed. -EDEADLK when called on the task's
- * own loop thread outside any task while the task still runs (nothing
- * would run it); drive the loop instead (weir_loop_run / weir_loop_poll).
+ * running) the handle is not consumed: a cancelled task's join returns at
+ * once. To wait for a task whatever the caller's cancellation state (say,
+ * before freeing what it uses), spawn it in a scope: weir_scope_join
+ * (sync.h) keeps waiting. -EDEADLK when called on the task's own loop
+ * thread outside any task while the task still runs (nothing would run
+ * it); drive the loop instead (weir_loop_run / weir_loop_poll).
  *
  * Blocking-style calls like this one (and weir_time_sleep, weir_io_read,
  * weir_mutex_lock...) are for fibers: a stackless task gets -EINVAL and uses

@@ -199,7 +199,10 @@ long weir_arc_weak_count(const void *p);
  * WEIR_SCOPE_CANCEL_SIBLINGS (the default) its siblings are then cancelled.
  * Cancelling the scope, or the task joining it, cancels every child, and
  * their own scopes in turn (recursively), and still waits for them all to
- * end. The result names the first child that failed and why. */
+ * end - also when the joining task was cancelled before it called join
+ * (unlike weir_task_join), so a cancelled task can tear down what its
+ * children use after the join. The result names the first child that
+ * failed and why. */
 enum { WEIR_SCOPE_CANCEL_SIBLINGS = 0, WEIR_SCOPE_COLLECT_ALL = 1 };
 typedef struct weir_scope weir_scope;
 typedef struct weir_scope_result {
