@@ -5,6 +5,7 @@
  * join, keyed aggregate with a result function, map and list state.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,8 @@ typedef struct ev {
  * (out of order within the bound). */
 typedef struct side_cfg {
     int64_t n, keys, step, jitter, seed;
-    int mod_keys; /* key = id % keys (else a hash of the id) */
+    int64_t shift; /* every timestamp this much earlier: the side lags in event time */
+    int mod_keys;  /* key = id % keys (else a hash of the id) */
 } side_cfg;
 
 static ev make_ev(const side_cfg *c, int64_t i)
@@ -36,7 +38,7 @@ static ev make_ev(const side_cfg *c, int64_t i)
     uint64_t x = (uint64_t)(i * 2654435761u + (uint64_t)c->seed);
     x ^= x >> 13;
     return (ev){c->mod_keys ? i % c->keys : (int64_t)((x >> 20) % (uint64_t)c->keys), i,
-                i * c->step + (int64_t)(x % (uint64_t)(c->jitter + 1))};
+                i * c->step - c->shift + (int64_t)(x % (uint64_t)(c->jitter + 1))};
 }
 
 typedef struct side_state {
@@ -103,6 +105,7 @@ typedef struct join_case {
     int window; /* 0 interval, 1 tumbling window join */
     int64_t lower, upper, size;
     int par;
+    int64_t lag_left, lag_right; /* event time the side's records run behind */
 } join_case;
 
 static intptr_t join_main(void *arg)
@@ -110,6 +113,8 @@ static intptr_t join_main(void *arg)
     join_case *jc = arg;
     side_cfg L = {.n = 3000, .keys = 3, .step = 10, .jitter = 30, .seed = 1};
     side_cfg R = {.n = 2000, .keys = 3, .step = 15, .jitter = 30, .seed = 7};
+    L.shift = jc->lag_left;
+    R.shift = jc->lag_right;
     weir_source_def sd = {
         .open = side_open, .next = side_next, .close = free, .max_out_of_orderness = 30};
     weir_job *j = weir_job_new("join");
@@ -187,6 +192,20 @@ TEST(interval_join_matches_nested_loop)
     CHECK_EQ(on_runtime(join_main, &e), 0);
 }
 
+/* One input far behind the other in event time (the join's watermark
+ * follows the lagging one, so the leading side's buffer holds thousands of
+ * records a probe must skip past), records out of order within the
+ * bound: still exactly the nested loop's pairs. */
+TEST(interval_join_with_a_lagging_input)
+{
+    join_case a = {.lower = -20, .upper = 40, .par = 1, .lag_right = 12000};
+    CHECK_EQ(on_runtime(join_main, &a), 0);
+    join_case b = {.lower = -35, .upper = -3, .par = 2, .lag_left = 9000};
+    CHECK_EQ(on_runtime(join_main, &b), 0);
+    join_case c = {.lower = 0, .upper = 3, .par = 1, .lag_left = 20000};
+    CHECK_EQ(on_runtime(join_main, &c), 0);
+}
+
 TEST(window_join_matches_nested_loop)
 {
     join_case a = {.window = 1, .size = 100, .par = 2};
@@ -260,6 +279,124 @@ static intptr_t late_join_main(void *arg)
 TEST(join_late_records_and_errors)
 {
     CHECK_EQ(on_runtime(late_join_main, NULL), 0);
+}
+
+/* ---- the watermark boundary ---------------------------------------------------------------- */
+/* Bound 100. The left input holds 950 and ends; the right sends `top`,
+ * waits until the join's watermark has reached top - 101 (seen by an
+ * on_watermark tap after the join), then 999 and 2500. The watermark is
+ * max - bound - 1: with top 1099, 999 is exactly the bound behind and on
+ * time (it pairs with 950); with top 1100 it is at the watermark: late. */
+static _Atomic int64_t tap_wm = INT64_MIN;
+
+typedef struct wait_src {
+    const ev *evs;
+    int n, wait_before; /* before evs[wait_before]: wait for tap_wm >= wait_wm */
+    int64_t wait_wm;
+    int i;
+} wait_src;
+
+static int wait_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    wait_src *s = malloc(sizeof(*s));
+    *s = *(const wait_src *)arg;
+    *state = s;
+    return 0;
+}
+
+static int wait_next(weir_ctx *ctx, void *state)
+{
+    wait_src *s = state;
+    if (s->i >= s->n)
+        return 1;
+    if (s->i == s->wait_before) {
+        int64_t deadline = weir_time_now() + 20 * WEIR_SEC;
+        while (atomic_load(&tap_wm) < s->wait_wm) {
+            CHECK_LT(weir_time_now(), deadline);
+            weir_time_sleep(WEIR_MSEC);
+        }
+    }
+    const ev *e = &s->evs[s->i++];
+    return weir_emit(ctx, e, sizeof(*e), e->ts);
+}
+
+static int tap_pass(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir_emit(ctx, in->data, in->len, in->ts);
+}
+
+static int tap_hook(weir_ctx *ctx, void *state, int64_t wm)
+{
+    (void)ctx, (void)state;
+    atomic_store(&tap_wm, wm);
+    return 0;
+}
+
+typedef struct boundary_case {
+    int window;  /* 0 interval [0, 49], 1 tumbling 1000 */
+    int64_t top; /* 1099: on time; 1100: one past the bound */
+} boundary_case;
+
+static intptr_t boundary_main(void *arg)
+{
+    const boundary_case *bc = arg;
+    atomic_store(&tap_wm, INT64_MIN);
+    static const ev left[] = {{1, 1, 950}};
+    const ev right[] = {{1, 101, bc->top}, {1, 102, 999}, {1, 103, 2500}};
+    wait_src ls = {left, 1, -1, 0, 0}, rs = {right, 3, 1, bc->top - 101, 0};
+    weir_source_def sd = {
+        .open = wait_open, .next = wait_next, .close = free, .max_out_of_orderness = 100};
+    weir_job *j = weir_job_new("join-boundary");
+    weir_stream *l = weir_stream_key_by(weir_job_source(j, "left", &sd, &ls), ev_key, NULL);
+    weir_stream *r = weir_stream_key_by(weir_job_source(j, "right", &sd, &rs), ev_key, NULL);
+    weir_stream *out;
+    if (bc->window) {
+        weir_window w = {.kind = WEIR_WINDOW_TUMBLING, .size = 1000};
+        out = weir_stream_window_join(l, r, "wjoin", &w, pair, NULL);
+    } else {
+        out = weir_stream_interval_join(l, r, "ijoin", 0, 49, pair, NULL);
+    }
+    weir_op_def tap = {.process = tap_pass, .on_watermark = tap_hook};
+    weir_stream *tapped = weir_stream_process(out, "tap", &tap, NULL);
+    weir_collector *c = weir_collector_new(), *late = weir_collector_new();
+    CHECK_EQ(weir_stream_collect(tapped, "out", c), 0);
+    CHECK_EQ(weir_stream_collect(weir_stream_side(out), "late", late), 0);
+    int e = weir_job_run(j, NULL);
+    if (e)
+        fprintf(stderr, "%s\n", weir_job_error(j));
+    CHECK_EQ(e, 0);
+    size_t n;
+    int64_t(*got)[2] = collect_pairs(c, &n);
+    if (bc->top == 1099) {
+        CHECK_EQ(n, 1);
+        CHECK(n == 1 && got[0][0] == 1 && got[0][1] == 102);
+        CHECK_EQ(weir_collector_count(late), 0);
+    } else {
+        CHECK_EQ(n, 0);
+        CHECK_EQ(weir_collector_count(late), 1);
+        CHECK_EQ(((const ev *)weir_collector_get(late, 0)->data)->id, 102);
+    }
+    free(got);
+    weir_collector_free(c);
+    weir_collector_free(late);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(watermark_boundary_interval_join)
+{
+    boundary_case a = {0, 1099}, b = {0, 1100};
+    CHECK_EQ(on_runtime(boundary_main, &a), 0);
+    CHECK_EQ(on_runtime(boundary_main, &b), 0);
+}
+
+TEST(watermark_boundary_window_join)
+{
+    boundary_case a = {1, 1099}, b = {1, 1100};
+    CHECK_EQ(on_runtime(boundary_main, &a), 0);
+    CHECK_EQ(on_runtime(boundary_main, &b), 0);
 }
 
 /* ---- aggregate, map and list state ---------------------------------------------------------- */
