@@ -17,8 +17,10 @@ pkgs=(
   build-essential cmake pkg-config clang
   # I/O backend; JSON for the HTTP server (jansson); key hashing (xxHash)
   liburing-dev libjansson-dev libxxhash-dev
-  # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer)
-  libclang-rt-14-dev
+  # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer); llvm
+  # gives the llvm-ar / llvm-ranlib CMake picks for them (only a Recommends
+  # of clang)
+  libclang-rt-14-dev llvm
   # demo / benchmarks: load generator and peers
   wrk golang-go libuv1-dev libboost-context-dev g++ librust-tokio-dev
   # HTTP tests and benchmarks: nginx (the client's peer; the echo module
