@@ -636,6 +636,15 @@ static intptr_t subtask_main(void *arg)
         st->ctx[i].seq = (st->r->restored + 1) << 40;
     if (!e)
         e = st->source ? run_source(st) : run_operator(st);
+    /* -ECANCELED from an operator of a run nobody cancelled (a function
+     * that returned it, or weir_fail with it) is a failure: as a scope
+     * child's "cancelled" it would end this subtask without failing the
+     * job or ending its output, and the rest would wait for it forever. */
+    if (e == -ECANCELED && !weir_task_cancelled()) {
+        weir__stream_fail(st->r->j, e, "operator \"%s\" (subtask %d) returned -ECANCELED: %s",
+                          st->ctx[0].op->name, st->index, weir_strerror(e));
+        e = -EPROTO; /* any failure the scope acts on; the job keeps the error above */
+    }
     atomic_store(&st->finished, 1);
     for (int i = opened - 1; i >= 0; i--) {
         weir_ctx *c = &st->ctx[i];

@@ -288,4 +288,41 @@ TEST(cancel_while_checkpointing)
     CHECK_EQ(system(cmd), 0);
 }
 
+/* ---- -ECANCELED from an operator when nobody cancelled the run ------------------------------ */
+/* A source whose next() returns -ECANCELED after some records (a function
+ * that passed on a cancelled call's result, say): the job fails with that
+ * error and a message naming the operator, instead of ending that subtask
+ * as "cancelled" and leaving the rest waiting for its input forever. */
+static int quits_next(weir_ctx *ctx, void *state)
+{
+    ctr *c = state;
+    int64_t v = c->next++;
+    int e = weir_emit(ctx, &v, sizeof(v), v);
+    return e ? e : c->next == 50 && weir_ctx_subtask(ctx) == 0 ? -ECANCELED : 0;
+}
+
+static intptr_t quits_main(void *arg)
+{
+    (void)arg;
+    weir_job *j = weir_job_new("quits");
+    weir_source_def sd = {
+        .open = ctr_open, .next = quits_next, .close = free, .max_out_of_orderness = 0};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "quitter", &sd, NULL), 2);
+    s = weir_stream_map(s, "one", to_one, NULL);
+    s = weir_stream_key_by(s, key16, NULL);
+    s = weir_stream_parallelism(weir_stream_reduce(s, "count", count16, NULL), 2);
+    weir_collector *c = weir_collector_new();
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    CHECK_EQ(weir_job_run(j, NULL), -ECANCELED);
+    CHECK(strstr(weir_job_error(j), "\"quitter\" (subtask 0) returned -ECANCELED") != NULL);
+    weir_collector_free(c);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(ecanceled_from_an_operator_fails_the_job)
+{
+    CHECK_EQ(test_run_on_rt(2, quits_main, NULL), 0);
+}
+
 TEST_MAIN()
