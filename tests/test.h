@@ -70,6 +70,13 @@ extern int test__ncases;
         if (strcmp(test__sa, test__sb) != 0)                                                       \
             TEST__FAIL("%s == %s (\"%s\" vs \"%s\")", #a, #b, test__sa, test__sb);                 \
     } while (0)
+/* needle occurs in hay (a NULL hay fails). */
+#define CHECK_HAS(hay, needle)                                                                     \
+    do {                                                                                           \
+        const char *test__h = (hay), *test__n = (needle);                                          \
+        if (!test__h || !strstr(test__h, test__n))                                                 \
+            TEST__FAIL("\"%s\" in \"%s\"", test__n, test__h ? test__h : "(null)");                 \
+    } while (0)
 
 #define TEST_MAIN()                                                                                \
     test_case test__cases[TEST_MAX];                                                               \

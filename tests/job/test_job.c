@@ -32,13 +32,6 @@ extern char **environ;
 
 #define PLUGIN(name) WEIR_TEST_PLUGIN_DIR "/" name ".so"
 
-#define CHECK_HAS(hay, needle)                                                                     \
-    do {                                                                                           \
-        const char *test__h = (hay), *test__n = (needle);                                          \
-        if (!test__h || !strstr(test__h, test__n))                                                 \
-            TEST__FAIL("\"%s\" in \"%s\"", test__n, test__h ? test__h : "(null)");                 \
-    } while (0)
-
 /* ---- the gate, pure ------------------------------------------------------------------- */
 
 TEST(gate_names_every_difference)

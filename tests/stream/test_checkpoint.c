@@ -21,6 +21,7 @@
 
 #include "test.h"
 #include "test_rt.h"
+#include "count_ops.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
 
@@ -84,55 +85,6 @@ static int ctr_restore(weir_ctx *ctx, void *state, const void *buf, size_t len)
         return weir_fail(ctx, -EBADMSG, "position of %zu bytes", len);
     memcpy(&c->next, buf, sizeof(int64_t));
     return 0;
-}
-
-/* The first record of a key reaches reduce as the raw value: make every
- * record [1][key] first so the reduce sees one shape. */
-static int to_one(weir_ctx *ctx, const weir_rec *in, void *arg)
-{
-    (void)arg;
-    int64_t v;
-    memcpy(&v, in->data, 8);
-    uint8_t rec[16];
-    uint64_t one = 1;
-    int64_t k = v % 13;
-    memcpy(rec, &one, 8);
-    memcpy(rec + 8, &k, 8);
-    return weir_emit(ctx, rec, 16, in->ts);
-}
-
-static int count16(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
-{
-    static __thread uint8_t buf[16];
-    (void)arg;
-    uint64_t a, b;
-    memcpy(&a, acc->data, 8);
-    memcpy(&b, in->data, 8);
-    a += b;
-    memcpy(buf, &a, 8);
-    memcpy(buf + 8, (const uint8_t *)in->data + 8, 8);
-    *out = (weir_rec){buf, 16, in->ts};
-    return 0;
-}
-
-static int key16(const weir_rec *in, void *arg, const void **key, size_t *len)
-{
-    (void)arg;
-    *key = (const uint8_t *)in->data + 8;
-    *len = 8;
-    return 0;
-}
-
-static int to_line(weir_ctx *ctx, const weir_rec *in, void *arg)
-{
-    (void)arg;
-    uint64_t n;
-    int64_t k;
-    memcpy(&n, in->data, 8);
-    memcpy(&k, (const uint8_t *)in->data + 8, 8);
-    char line[64];
-    int len = snprintf(line, sizeof(line), "k=%lld n=%llu", (long long)k, (unsigned long long)n);
-    return weir_emit(ctx, line, (size_t)len, in->ts);
 }
 
 typedef struct run_result {

@@ -22,13 +22,6 @@
 #include "weir/rt.h"
 #include "weir/stream.h"
 
-#define CHECK_HAS(hay, needle)                                                                     \
-    do {                                                                                           \
-        const char *test__h = (hay), *test__n = (needle);                                          \
-        if (!test__h || !strstr(test__h, test__n))                                                 \
-            TEST__FAIL("\"%s\" in \"%s\"", test__n, test__h ? test__h : "(null)");                 \
-    } while (0)
-
 /* ---- the job: numbers -> "v=N" lines -> file sink(s) ----------------------------------------- */
 typedef struct job_cfg {
     int64_t n;                     /* records per source subtask */

@@ -22,12 +22,13 @@
 
 #include "test.h"
 #include "test_rt.h"
+#include "count_ops.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
 
 #define SRC_PAR   2
 #define N_PER_SRC 20000 /* 200 calls of >= 100 us per source subtask */
-#define KEYS      13
+#define KEYS      COUNT_KEYS
 
 /* ---- the job: counter -> key_by(v % 13) -> count -> "k=K n=N" -> file sink ------------------ */
 typedef struct ctr {
@@ -74,47 +75,6 @@ static int ctr_restore(weir_ctx *ctx, void *state, const void *buf, size_t len)
         return weir_fail(ctx, -EBADMSG, "position of %zu bytes", len);
     memcpy(&((ctr *)state)->next, buf, sizeof(int64_t));
     return 0;
-}
-
-/* [count 1][key] per record, so the reduce sees one shape from the first. */
-static int to_one(weir_ctx *ctx, const weir_rec *in, void *arg)
-{
-    (void)arg;
-    int64_t v;
-    memcpy(&v, in->data, 8);
-    uint64_t rec[2] = {1, (uint64_t)(v % KEYS)};
-    return weir_emit(ctx, rec, sizeof(rec), in->ts);
-}
-
-static int count16(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
-{
-    static __thread uint64_t buf[2];
-    (void)arg;
-    uint64_t a, b;
-    memcpy(&a, acc->data, 8);
-    memcpy(&b, in->data, 8);
-    buf[0] = a + b;
-    memcpy(&buf[1], (const uint8_t *)in->data + 8, 8);
-    *out = (weir_rec){buf, sizeof(buf), in->ts};
-    return 0;
-}
-
-static int key16(const weir_rec *in, void *arg, const void **key, size_t *len)
-{
-    (void)arg;
-    *key = (const uint8_t *)in->data + 8;
-    *len = 8;
-    return 0;
-}
-
-static int to_line(weir_ctx *ctx, const weir_rec *in, void *arg)
-{
-    (void)arg;
-    uint64_t v[2];
-    memcpy(v, in->data, sizeof(v));
-    char line[64];
-    int n = snprintf(line, sizeof(line), "k=%" PRIu64 " n=%" PRIu64, v[1], v[0]);
-    return weir_emit(ctx, line, (size_t)n, in->ts);
 }
 
 typedef struct job_arg {
