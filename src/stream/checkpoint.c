@@ -229,34 +229,32 @@ static int check_layout(run *r)
  * One lock per directory: the checkpoint directory may also be a sink's
  * output (their file names differ), but two file sinks of one job may not
  * share one (their part files would have the same names). */
+static int take_dir(run *r, const char *dir, const char *owner, const char *what, const char **held,
+                    char *msg, size_t cap)
+{
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        int e = -errno;
+        snprintf(msg, cap, "%s \"%s\": %s", what, dir, strerror(-e));
+        return e;
+    }
+    return weir__dirlock_take(&r->locks, dir, owner, what, held, msg, cap);
+}
+
 static int lock_dirs(run *r)
 {
     weir_job *j = r->j;
     char msg[sizeof(j->error)];
     const char *held;
     int e = 0;
-    if (r->o.checkpoint_dir) {
-        if (mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST) {
-            e = -errno;
-            weir__stream_fail(j, e, "checkpoint directory \"%s\": %s", r->o.checkpoint_dir,
-                              strerror(-e));
-            return e;
-        }
-        e = weir__dirlock_take(&r->locks, r->o.checkpoint_dir, NULL, "checkpoint directory", &held,
-                               msg, sizeof(msg));
-    }
+    if (r->o.checkpoint_dir)
+        e = take_dir(r, r->o.checkpoint_dir, NULL, "checkpoint directory", &held, msg, sizeof(msg));
     for (int i = 0; !e && i < j->nops; i++) {
         const char *dir = weir__filesink_dir(j->ops[i]);
         if (!dir)
             continue;
         char what[128];
         snprintf(what, sizeof(what), "output directory of file sink \"%.80s\"", j->ops[i]->name);
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-            e = -errno;
-            snprintf(msg, sizeof(msg), "%s \"%s\": %s", what, dir, strerror(-e));
-            break;
-        }
-        e = weir__dirlock_take(&r->locks, dir, j->ops[i]->name, what, &held, msg, sizeof(msg));
+        e = take_dir(r, dir, j->ops[i]->name, what, &held, msg, sizeof(msg));
         if (!e && held) {
             e = -EINVAL;
             snprintf(msg, sizeof(msg),
