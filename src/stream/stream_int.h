@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "base/be.h"
 #include "stream/dirlock.h"
 #include "weir/metrics.h"
 #include "weir/state.h"
@@ -283,31 +284,6 @@ int weir__stream_broadcast(subtask *st, int kind, int64_t v);
 /* Byte keys in keyed state: big-endian integers, and times with the sign
  * bit flipped, so that byte order is numeric order (keyed.c, window.c,
  * join.c). */
-static inline void weir__put_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static inline void weir__put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
-    p[3] = (uint8_t)v;
-}
-
-static inline uint32_t weir__get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static inline uint64_t weir__get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static inline void weir__put_time(uint8_t *p, int64_t t)
 {
     weir__put_be64(p, (uint64_t)t ^ (UINT64_C(1) << 63));
