@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/log.h"
 #include "weir/rt.h"
 #include "rt/ctx.h"
 #include "rt/deque.h"
@@ -557,14 +558,5 @@ static inline void weir__trace(weir_loop *l, int ev, const weir_task *t, uint64_
  * busy past WEIR_BLOCKING_WARN_MS (default 100), once per such poll. */
 int weir__watchdog_add(weir_loop *l);
 void weir__watchdog_remove(weir_loop *l);
-
-/* Logging (log.c): level 0 error .. 3 debug; WEIR_LOG=error|warn|info|debug */
-enum { WEIR__LOG_ERROR = 0, WEIR__LOG_WARN, WEIR__LOG_INFO, WEIR__LOG_DEBUG };
-void weir__log(int level, const char *component, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-int weir__log_level(void);
-
-/* Environment helpers */
-long weir__env_long(const char *name, long dflt, long min, long max);
 
 #endif

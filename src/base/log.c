@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * log.c - weir's small leveled logger and environment helpers.
+ * log.c - weir's small leveled logger and environment helpers (log.h).
  *
  * Lines go to stderr as "weir <level> <component>: message". The level comes
  * from WEIR_LOG (error, warn, info, debug; default warn) and is read once;
@@ -8,11 +8,13 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt/rt_int.h"
+#include "base/log.h"
+#include "weir/rt.h"
 
 static _Atomic int log_level = -1;
 
@@ -62,19 +64,3 @@ long weir__env_long(const char *name, long dflt, long min, long max)
     return v;
 }
 
-const char *weir_strerror(int err)
-{
-    if (err > 0)
-        err = -err;
-    switch (err) {
-    case 0:
-        return "success";
-    case -ECANCELED:
-        return "operation cancelled";
-    case -ETIMEDOUT:
-        return "deadline passed";
-    default:
-        /* strerror() text for the rest; glibc's table is static. */
-        return strerror(-err);
-    }
-}
