@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 #include "weir/sync.h"
 
@@ -65,7 +66,7 @@ static void metrics_push(subtask *st);
 static batch *batch_new(size_t need)
 {
     size_t cap = need > WEIR_BATCH_BYTES ? (need + 7) & ~(size_t)7 : WEIR_BATCH_BYTES;
-    batch *b = malloc(sizeof(batch) + cap);
+    batch *b = weir__malloc(sizeof(batch) + cap);
     if (b) {
         b->n = b->used = 0;
         b->cap = (uint32_t)cap;
@@ -145,31 +146,16 @@ const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
-static int send_item(subtask *st, channel *ch, item it)
-{
-    (void)st;
-    return weir_chan_send(ch->to->inq, &it, WEIR_FOREVER);
-}
-
 /* Send the channel's open batch, spending a credit (waiting for one). */
 static int flush_channel(subtask *st, channel *ch)
 {
     batch *b = ch->open;
     if (!b || b->n == 0)
         return 0;
-    if (weir_sem_try_acquire(ch->credits, 1) != 0) {
-        int64_t t0 = weir_time_now();
-        int e = weir_sem_acquire(ch->credits, 1, WEIR_FOREVER);
-        st->bp_ns += (uint64_t)(weir_time_now() - t0);
-        if (e)
-            return e;
-    }
     ch->open = NULL;
-    int e = send_item(st, ch, (item){IT_BATCH, ch->input, b, 0});
-    if (e) {
-        ch->open = b; /* freed at teardown */
-        weir_sem_release(ch->credits, 1);
-    }
+    int e = ch->ops->send_batch(ch, b, &st->bp_ns);
+    if (e)
+        ch->open = b; /* freed with the channel */
     return e;
 }
 
@@ -294,7 +280,7 @@ int weir__stream_broadcast(subtask *st, int kind, int64_t wm)
                 continue;
             int e = flush_channel(st, ch);
             if (!e)
-                e = send_item(st, ch, (item){kind, ch->input, NULL, wm});
+                e = ch->ops->send_ctl(ch, kind, wm);
             if (e)
                 return e;
         }
@@ -580,8 +566,8 @@ static int run_operator(subtask *st)
         }
         if (it.kind == IT_BATCH) {
             e = process_batch(st, in, it.b);
-            free(it.b);
-            weir_sem_release(in->ch->credits, 1);
+            weir__free(it.b);
+            in->ch->ops->credit(in->ch);
             metrics_push(st);
             if (e)
                 return e;
@@ -666,13 +652,11 @@ static channel *new_channel(run *r, subtask *to, int credits)
         r->channels = c;
         r->chcap = cap;
     }
-    channel *ch = calloc(1, sizeof(*ch));
-    if (!ch || !(ch->credits = weir_sem_new(credits))) {
-        free(ch);
-        return NULL;
+    channel *ch = weir__channel_local_new(to, credits);
+    if (ch) {
+        ch->id = (uint32_t)r->nchannels;
+        r->channels[r->nchannels++] = ch;
     }
-    ch->to = to;
-    r->channels[r->nchannels++] = ch;
     return ch;
 }
 
@@ -898,7 +882,7 @@ static void teardown(run *r)
                 item it;
                 while (weir_chan_try_recv(st->inq, &it) == 0)
                     if (it.kind == IT_BATCH)
-                        free(it.b);
+                        weir__free(it.b);
                 weir_chan_unref(st->inq);
             }
             for (int k = 0; k <= st->nins; k++) {
@@ -906,7 +890,7 @@ static void teardown(run *r)
                 item it;
                 while (weir__itemq_pop(q, &it) == 0)
                     if (it.kind == IT_BATCH)
-                        free(it.b);
+                        weir__free(it.b);
                 free(q->v);
             }
             for (int k = 0; st->ctx && k < st->nops; k++) {
@@ -931,11 +915,8 @@ static void teardown(run *r)
         free(c->subs);
         free(c->ops);
     }
-    for (int i = 0; i < r->nchannels; i++) {
-        free(r->channels[i]->open);
-        weir_sem_free(r->channels[i]->credits);
-        free(r->channels[i]);
-    }
+    for (int i = 0; i < r->nchannels; i++)
+        r->channels[i]->ops->free(r->channels[i]);
     free(r->channels);
     free(r->chains);
 }

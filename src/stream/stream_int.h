@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "base/be.h"
+#include "stream/channel.h"
 #include "stream/dirlock.h"
 #include "weir/metrics.h"
 #include "weir/state.h"
@@ -142,12 +143,8 @@ typedef struct itemq {
 
 typedef struct subtask subtask;
 
-typedef struct channel {
-    weir_sem *credits;
-    subtask *to;
-    int input;
-    batch *open; /* the producer's batch being filled */
-} channel;
+/* A channel (channel.h) between a producer and a consumer subtask. */
+typedef weir__channel channel;
 
 typedef struct output {
     sop *from; /* the operator of the chain whose records these are */
