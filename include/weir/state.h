@@ -202,6 +202,23 @@ const char *weir_state_strerror(void);
  * memory. NULL with errno EINVAL (a bad range) or ENOMEM. */
 weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg);
 
+/* ---- backends by URI ------------------------------------------------------------------ */
+/* A job's keyed state lives in the backend its run names by URI
+ * (weir_run_opts.state_backend): "<scheme>:<rest>". Built in: "memory:"
+ * (weir_state_memory_new). A factory makes the backend of groups
+ * [first_kg, end_kg) for a URI of its scheme, or returns NULL with errno
+ * set (EINVAL: a URI it does not understand). */
+typedef weir_state_backend *(*weir_state_backend_factory)(void *arg, const char *uri, int ngroups,
+                                                           int first_kg, int end_kg);
+/* Add a scheme (before any job runs). -EINVAL (bad name: 1..31 bytes, no
+ * ':'), -EEXIST, -ENOSPC (16 schemes at most). */
+int weir_state_backend_register(const char *scheme, weir_state_backend_factory make, void *arg);
+/* The backend of groups [first_kg, end_kg) for uri (NULL: "memory:").
+ * -EINVAL (malformed, or refused by its factory), -ENOENT (no such
+ * scheme), -ENOMEM. */
+int weir_state_backend_open(const char *uri, int ngroups, int first_kg, int end_kg,
+                            weir_state_backend **out);
+
 #ifdef __cplusplus
 }
 #endif

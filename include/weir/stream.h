@@ -496,6 +496,9 @@ typedef struct weir_run_opts {
      * weir_stream_watermark and weir_stream_watermark_lag (the largest
      * timestamp the subtask has seen minus its watermark). NULL: none. */
     struct weir_metrics *metrics;
+    /* Where keyed state lives: a backend URI (weir/state.h,
+     * weir_state_backend_open). NULL: "memory:". */
+    const char *state_backend;
 } weir_run_opts;
 
 /* A new, empty job. NULL with errno. */

@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/deploy.h"
 #include "stream/stream_int.h"
 #include "weir/sync.h"
 
@@ -641,68 +642,6 @@ static intptr_t subtask_main(void *arg)
     return e;
 }
 
-/* ---- planning ----------------------------------------------------------------------------- */
-static channel *new_channel(run *r, subtask *to, int credits)
-{
-    if (r->nchannels == r->chcap) {
-        int cap = r->chcap ? r->chcap * 2 : 64;
-        channel **c = realloc(r->channels, (size_t)cap * sizeof(*c));
-        if (!c)
-            return NULL;
-        r->channels = c;
-        r->chcap = cap;
-    }
-    channel *ch = weir__channel_local_new(to, credits);
-    if (ch) {
-        ch->id = (uint32_t)r->nchannels;
-        r->channels[r->nchannels++] = ch;
-    }
-    return ch;
-}
-
-/* ---- metrics ------------------------------------------------------------------------------- */
-static weir_metric_family *family(run *r, const char *name, const char *help, int type)
-{
-    weir_metric_def d = {.name = name,
-                         .help = help,
-                         .type = type,
-                         .labels = WEIR_LABELS("operator", "subtask"),
-                         .nlabels = 2};
-    weir_metric_family *f = NULL;
-    const char *why;
-    if (weir_metrics_register(r->o.metrics, &d, &f, &why) < 0)
-        return NULL;
-    return f;
-}
-
-static int metrics_child(run *r, weir_ctx *c, int subtask)
-{
-    char sub[16];
-    snprintf(sub, sizeof(sub), "%d", subtask);
-    const char *const lv[] = {c->op->name, sub};
-    weir_metric_family *fi = family(r, "weir_stream_records_in_total",
-                                    "Records an operator's subtask processed", WEIR_METRIC_COUNTER);
-    weir_metric_family *fo = family(r, "weir_stream_records_out_total",
-                                    "Records an operator's subtask emitted", WEIR_METRIC_COUNTER);
-    weir_metric_family *fb =
-        family(r, "weir_stream_backpressure_seconds_total",
-               "Time a subtask waited for credits to send downstream", WEIR_METRIC_COUNTER);
-    weir_metric_family *fw =
-        family(r, "weir_stream_watermark", "The subtask's watermark (event-time units)",
-               WEIR_METRIC_GAUGE);
-    weir_metric_family *fl =
-        family(r, "weir_stream_watermark_lag",
-               "Largest timestamp seen minus the watermark (event-time units)", WEIR_METRIC_GAUGE);
-    if (!fi || !fo || !fb || !fw || !fl)
-        return -ENOMEM;
-    c->m_in = weir_metric_counter(fi, lv);
-    c->m_out = weir_metric_counter(fo, lv);
-    c->m_bp = weir_metric_counter(fb, lv);
-    c->m_wm = weir_metric_gauge(fw, lv);
-    c->m_lag = weir_metric_gauge(fl, lv);
-    return c->m_in && c->m_out && c->m_bp && c->m_wm && c->m_lag ? 0 : -ENOMEM;
-}
-
 /* Push the counts gathered since the last push (every batch or source call). */
 static void metrics_push(subtask *st)
 {
@@ -736,189 +675,25 @@ static void metrics_push(subtask *st)
     }
 }
 
-static int plan(run *r)
+/* Options with their defaults filled in, or -EINVAL with the job's error. */
+static int run_opts(weir_job *j, const weir_run_opts *opts, weir_run_opts *o)
 {
-    weir_job *j = r->j;
-    int def = r->o.parallelism;
-    r->chains = calloc((size_t)j->nops, sizeof(chain));
-    if (!r->chains)
-        return -ENOMEM;
-    for (int i = 0; i < j->nops; i++) {
-        sop *o = j->ops[i];
-        /* Without its own parallelism an operator reading only forward
-         * edges takes its input's (so it can chain), else the job's. */
-        int fwd = o->ninputs > 0;
-        for (int k = 0; k < o->ninputs; k++)
-            fwd &= o->inputs[k].edge == EDGE_FORWARD;
-        o->par = o->parallelism ? o->parallelism : fwd ? o->inputs[0].from->par : def;
-        if (o->kind != OP_SOURCE && o->ninputs == 0)
-            return weir__stream_fail(j, -EINVAL, "operator \"%s\" has no input", o->name), -EINVAL;
-        for (int k = 0; k < o->ninputs; k++)
-            if (o->inputs[k].edge == EDGE_FORWARD && o->inputs[k].from->par != o->par)
-                return weir__stream_fail(j, -EINVAL,
-                                         "forward edge \"%s\" -> \"%s\" joins parallelism %d "
-                                         "to %d: use rebalance or key_by",
-                                         o->inputs[k].from->name, o->name, o->inputs[k].from->par,
-                                         o->par),
-                       -EINVAL;
-        sop *up = o->ninputs == 1 ? o->inputs[0].from : NULL;
-        if (up && o->inputs[0].edge == EDGE_FORWARD && o->inputs[0].tag == 0 && up->nouts == 1 &&
-            up->par == o->par && up->kind != OP_SINK) {
-            chain *c = &r->chains[up->chain];
-            sop **ops = realloc(c->ops, (size_t)(c->nops + 1) * sizeof(*ops));
-            if (!ops)
-                return -ENOMEM;
-            c->ops = ops;
-            o->chain = up->chain;
-            o->chain_pos = c->nops;
-            c->ops[c->nops++] = o;
-        } else {
-            chain *c = &r->chains[r->nchains];
-            if (!(c->ops = malloc(sizeof(*c->ops))))
-                return -ENOMEM;
-            c->ops[0] = o;
-            c->nops = 1;
-            c->par = o->par;
-            o->chain = r->nchains++;
-            o->chain_pos = 0;
-        }
-        o->records_in = o->records_out = o->backpressure_ns = 0;
-        o->watermark = INT64_MAX;
-        free(o->sub_wm);
-        if (!(o->sub_wm = malloc((size_t)o->par * sizeof(*o->sub_wm))))
-            return -ENOMEM;
-        o->sub_n = o->par;
-        for (int k = 0; k < o->par; k++)
-            o->sub_wm[k] = WEIR_WATERMARK_MIN;
+    *o = opts ? *opts : (weir_run_opts){0};
+    if (o->parallelism == 0)
+        o->parallelism = 1;
+    if (o->credits == 0)
+        o->credits = 4;
+    if (o->parallelism < 1 || o->parallelism > WEIR_KEY_GROUPS || o->credits < 1 ||
+        o->threads < 0) {
+        weir__stream_fail(j, -EINVAL, "bad run options (parallelism 1..%d, credits >= 1)",
+                          WEIR_KEY_GROUPS);
+        return -EINVAL;
     }
-    /* Subtasks and their contexts. */
-    for (int ci = 0; ci < r->nchains; ci++) {
-        chain *c = &r->chains[ci];
-        if (!(c->subs = calloc((size_t)c->par, sizeof(subtask))))
-            return -ENOMEM;
-        for (int s = 0; s < c->par; s++) {
-            subtask *st = &c->subs[s];
-            st->r = r;
-            st->index = s;
-            st->par = c->par;
-            st->ops = c->ops;
-            st->nops = c->nops;
-            st->wm = WEIR_WATERMARK_MIN;
-            st->max_ts = INT64_MIN;
-            st->source = c->ops[0]->kind == OP_SOURCE;
-            if (!(st->ctx = calloc((size_t)c->nops, sizeof(weir_ctx))))
-                return -ENOMEM;
-            for (int k = 0; k < c->nops; k++) {
-                st->ctx[k].st = st;
-                st->ctx[k].op = c->ops[k];
-                st->ctx[k].next = k + 1 < c->nops ? &st->ctx[k + 1] : NULL;
-                if (r->o.metrics && metrics_child(r, &st->ctx[k], s) < 0)
-                    return -ENOMEM;
-            }
-            st->max_seen = INT64_MIN;
-            if (!st->source && !(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
-                return -ENOMEM;
-            if (c->ops[0]->keyed) {
-                int first, end;
-                weir_key_group_range(s, c->par, WEIR_KEY_GROUPS, &first, &end);
-                if (!(st->backend = weir_state_memory_new(WEIR_KEY_GROUPS, first, end)))
-                    return -ENOMEM;
-                st->ctx[0].backend = st->backend;
-            }
-        }
-    }
-    /* Channels: for each chain head's input, producer subtask -> consumer subtask. */
-    int credits = r->o.credits;
-    for (int ci = 0; ci < r->nchains; ci++) {
-        chain *c = &r->chains[ci];
-        sop *head = c->ops[0];
-        for (int k = 0; k < head->ninputs; k++) {
-            sinput *in = &head->inputs[k];
-            chain *pc = &r->chains[in->from->chain];
-            for (int p = 0; p < pc->par; p++) {
-                subtask *prod = &pc->subs[p];
-                output *o = NULL;
-                output *outs = realloc(prod->outs, (size_t)(prod->nouts + 1) * sizeof(*outs));
-                if (!outs)
-                    return -ENOMEM;
-                prod->outs = outs;
-                o = &prod->outs[prod->nouts++];
-                *o = (output){in->from,    in->tag, in->edge, in->key,
-                              in->key_arg, c->par,  NULL,     (uint32_t)p};
-                if (!(o->targets = calloc((size_t)c->par, sizeof(channel *))))
-                    return -ENOMEM;
-                for (int s = 0; s < c->par; s++) {
-                    if (in->edge == EDGE_FORWARD && s != p)
-                        continue;
-                    subtask *cons = &c->subs[s];
-                    channel *ch = new_channel(r, cons, credits);
-                    if (!ch)
-                        return -ENOMEM;
-                    in_state *ins = realloc(cons->ins, (size_t)(cons->nins + 1) * sizeof(*ins));
-                    if (!ins)
-                        return -ENOMEM;
-                    cons->ins = ins;
-                    ch->input = cons->nins;
-                    ins[cons->nins++] = (in_state){.ch = ch,
-                                                   .wm = WEIR_WATERMARK_MIN,
-                                                   .key = in->key,
-                                                   .key_arg = in->key_arg,
-                                                   .side = k};
-                    o->targets[s] = ch;
-                }
-            }
-        }
+    if (j->nops == 0) {
+        weir__stream_fail(j, -EINVAL, "the job has no operators");
+        return -EINVAL;
     }
     return 0;
-}
-
-static void teardown(run *r)
-{
-    for (int ci = 0; ci < r->nchains; ci++) {
-        chain *c = &r->chains[ci];
-        for (int s = 0; c->subs && s < c->par; s++) {
-            subtask *st = &c->subs[s];
-            if (st->inq) {
-                item it;
-                while (weir_chan_try_recv(st->inq, &it) == 0)
-                    if (it.kind == IT_BATCH)
-                        weir__free(it.b);
-                weir_chan_unref(st->inq);
-            }
-            for (int k = 0; k <= st->nins; k++) {
-                itemq *q = k < st->nins ? &st->ins[k].stash : &st->replay;
-                item it;
-                while (weir__itemq_pop(q, &it) == 0)
-                    if (it.kind == IT_BATCH)
-                        weir__free(it.b);
-                free(q->v);
-            }
-            for (int k = 0; st->ctx && k < st->nops; k++) {
-                weir_ctx *x = &st->ctx[k];
-                x->op->records_in += x->in - x->in_pushed;
-                x->op->records_out += x->out - x->out_pushed;
-                if (st->wm < x->op->watermark)
-                    x->op->watermark = st->wm;
-                free(x->keybuf);
-            }
-            if (st->nops)
-                st->ops[st->nops - 1]->backpressure_ns += st->bp_ns - st->bp_pushed;
-            for (int k = 0; k < st->nouts; k++)
-                free(st->outs[k].targets);
-            weir_state_backend_free(st->backend);
-            weir__timers_free(&st->timers[0]);
-            weir__timers_free(&st->timers[1]);
-            free(st->outs);
-            free(st->ins);
-            free(st->ctx);
-        }
-        free(c->subs);
-        free(c->ops);
-    }
-    for (int i = 0; i < r->nchannels; i++)
-        r->channels[i]->ops->free(r->channels[i]);
-    free(r->channels);
-    free(r->chains);
 }
 
 int weir_job_run(weir_job *j, const weir_run_opts *opts)
@@ -929,25 +704,39 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
         return j->err;
     if (!weir_task_current())
         return -EINVAL;
-    run r = {.j = j, .o = opts ? *opts : (weir_run_opts){0}};
-    if (r.o.parallelism == 0)
-        r.o.parallelism = 1;
-    if (r.o.credits == 0)
-        r.o.credits = 4;
-    if (r.o.parallelism < 1 || r.o.parallelism > WEIR_KEY_GROUPS || r.o.credits < 1 ||
-        r.o.threads < 0) {
-        weir__stream_fail(j, -EINVAL, "bad run options (parallelism 1..%d, credits >= 1)",
-                          WEIR_KEY_GROUPS);
-        return -EINVAL;
+    weir_run_opts o;
+    if (run_opts(j, opts, &o) < 0)
+        return j->err;
+    weir__plan *p;
+    char why[sizeof(j->error)];
+    int e = weir__plan_make(j, o.parallelism, o.credits, &p, why, sizeof(why));
+    if (e) {
+        weir__stream_fail(j, e, "%s", why);
+        return e;
     }
-    if (j->nops == 0) {
-        weir__stream_fail(j, -EINVAL, "the job has no operators");
-        return -EINVAL;
+    e = weir__job_run_plan(j, p, &o, NULL);
+    weir__plan_free(p);
+    return e;
+}
+
+int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *opts,
+                       const weir__deploy *d)
+{
+    if (j->err)
+        return j->err;
+    run r = {.j = j};
+    if (run_opts(j, opts, &r.o) < 0)
+        return j->err;
+    char why[sizeof(j->error)];
+    int e = weir__plan_bind(p, j, why, sizeof(why));
+    if (e) {
+        weir__stream_fail(j, e, "%s", why);
+        return e;
     }
     pthread_mutex_lock(&j->lock);
     memset(&j->ckpt, 0, sizeof(j->ckpt));
     pthread_mutex_unlock(&j->lock);
-    int e = plan(&r);
+    e = weir__deploy_build(&r, p, d);
     if (!e && (e = weir__ckpt_prepare(&r)) < 0 && !j->err)
         weir__stream_fail(j, e, "checkpoint directory \"%s\": %s",
                           r.o.checkpoint_dir ? r.o.checkpoint_dir : "(none)",
@@ -959,16 +748,14 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     pthread_mutex_unlock(&j->lock);
     if (e) {
         if (!j->err)
-            weir__stream_fail(j, e, "planning the job: %s", weir_strerror(e));
-        teardown(&r);
+            weir__stream_fail(j, e, "deploying the job: %s", weir_strerror(e));
+        weir__deploy_teardown(&r);
         return j->err;
     }
     weir_rt *rt = weir_rt_current();
     int threads = rt ? weir_rt_threads(rt) : 1;
     if (r.o.threads > 0 && r.o.threads < threads)
         threads = r.o.threads;
-    for (int ci = 0; ci < r.nchains; ci++)
-        r.nsubtasks += r.chains[ci].par;
     weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
     /* The coordinator has a scope of its own (see Teardown at the top). */
     weir_scope *cs = NULL;
@@ -979,13 +766,15 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
         weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
         weir_scope_free(cs); /* no child: no join needed */
         weir_scope_free(sc);
-        teardown(&r);
+        weir__deploy_teardown(&r);
         weir__ckpt_teardown(&r);
         return j->err;
     }
     int next = 0;
     for (int ci = 0; sc && ci < r.nchains; ci++)
         for (int s = 0; s < r.chains[ci].par; s++) {
+            if (!r.chains[ci].subs[s].here)
+                continue;
             weir_spawn_opts so = {.name = r.chains[ci].ops[0]->name,
                                   .stack_size = SUBTASK_STACK,
                                   .pin = 1,
@@ -1008,7 +797,7 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts)
     pthread_mutex_lock(&j->lock);
     j->running = 0;
     pthread_mutex_unlock(&j->lock);
-    teardown(&r);
+    weir__deploy_teardown(&r);
     weir__ckpt_teardown(&r);
     if (j->err)
         return j->err;

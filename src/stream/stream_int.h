@@ -208,6 +208,7 @@ typedef struct weir__timers {
 struct subtask {
     run *r;
     int index, par;
+    int here; /* deployed in this process (deploy.c); the rest are empty slots */
     sop **ops;
     int nops;
     weir_ctx *ctx;
@@ -238,9 +239,12 @@ typedef struct chain {
     subtask *subs;
 } chain;
 
+struct weir__plan;
+
 struct run {
     weir_job *j;
     weir_run_opts o;
+    const struct weir__plan *plan; /* what the run deployed (deploy.c) */
     chain *chains;
     int nchains;
     channel **channels;
@@ -333,6 +337,12 @@ int64_t weir__timers_next(subtask *st, int domain);
  * groups; after a restore, move them out of the backend into the heaps. */
 int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out);
 int weir__timers_load(subtask *st);
+
+/* runner.c: run the subtasks of plan p that d deploys here (d NULL: all,
+ * local channels), as weir_job_run does for the whole job. */
+struct weir__deploy;
+int weir__job_run_plan(weir_job *j, const struct weir__plan *p, const weir_run_opts *opts,
+                       const struct weir__deploy *d);
 
 /* runner.c, for graph.c's built-in operators */
 void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * deploy.h - building the subtasks of a plan (or of part of it) in this
+ * process.
+ *
+ * weir__deploy_build makes, for every subtask of the plan that runs here
+ * (d->here), its contexts, input queue, keyed state backend (by the run's
+ * state_backend URI, over the plan's key-group range) and metrics, and for
+ * every channel with at least one end here the channel, from d->channel
+ * (NULL: local channels, which need both ends here). The run owns all of
+ * it; weir__deploy_teardown frees it once every task of the run ended.
+ * Subtasks that run elsewhere keep an empty slot (here = 0) so that the
+ * plan's (chain, subtask) numbers index r->chains[].subs[] everywhere.
+ */
+#ifndef WEIR_STREAM_DEPLOY_H
+#define WEIR_STREAM_DEPLOY_H
+
+#include "stream/plan.h"
+#include "stream/stream_int.h"
+
+typedef struct weir__deploy {
+    /* 1 when subtask sub of chain runs in this process. NULL: all do. */
+    int (*here)(void *arg, uint32_t chain, uint32_t sub);
+    /* The channel c; prod / cons are its ends' subtasks when they run here,
+     * else NULL (one of them is here). NULL with *err set on failure. */
+    weir__channel *(*channel)(void *arg, run *r, const weir__plan_channel *c, subtask *prod,
+                              subtask *cons, int *err);
+    void *arg;
+} weir__deploy;
+
+/* 0, or a negative errno with the job's error set. On failure what was
+ * built is freed by weir__deploy_teardown as after a run. */
+int weir__deploy_build(run *r, const weir__plan *p, const weir__deploy *d);
+void weir__deploy_teardown(run *r);
+
+#endif
