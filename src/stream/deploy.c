@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 static weir_metric_family *family(run *r, const char *name, const char *help, int type)
@@ -131,6 +132,8 @@ static int build_subtask(run *r, const weir__plan_chain *pc, chain *c, int s)
     }
     if (!st->source && !(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
         return -ENOMEM;
+    if (!st->source && (c->ops[0]->def.admit || c->ops[0]->def.drain))
+        st->ctl = &weir__controller_hooks;
     if (c->ops[0]->keyed) {
         int e = weir_state_backend_open(r->o.state_backend, (int)r->plan->ngroups,
                                         (int)pc->kg_first[s], (int)pc->kg_end[s], &st->backend);

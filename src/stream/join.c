@@ -120,7 +120,7 @@ static int ns_scan_from(weir_ctx *ctx, const uint8_t *from, size_t flen, size_t 
     if (e < 0)
         return e;
     from_scan f = {kl - flen, fn, arg};
-    return weir_state_scan_from(ctx->backend, ctx->kg, ctx->keybuf, kl - flen + plen, ctx->keybuf,
+    return weir_state_scan_from(ctx->backend, ctx->rc->kg, ctx->keybuf, kl - flen + plen, ctx->keybuf,
                                 kl, from_scan_fn, &f);
 }
 

@@ -49,25 +49,25 @@ static int reserve(weir_ctx *ctx, size_t need)
  * negative errno. */
 int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nslen, size_t *klen)
 {
-    if (!ctx->backend || !ctx->has_key || !name)
+    if (!ctx->backend || !ctx->rc || !name)
         return -EINVAL; /* keyed state needs a current key */
     size_t nl = strlen(name);
     if (nl == 0 || nl > WEIR_STATE_NAME_MAX)
         return weir_fail(ctx, -EINVAL, "keyed state name \"%.32s%s\" is %zu bytes (1 to %d)", name,
                          nl > 32 ? "..." : "", nl, WEIR_STATE_NAME_MAX);
-    size_t need = 1 + nl + 4 + ctx->key_len + nslen;
+    size_t need = 1 + nl + 4 + ctx->rc->klen + nslen;
     if (reserve(ctx, need) < 0)
         return -ENOMEM;
     uint8_t *p = ctx->keybuf;
     *p++ = (uint8_t)nl;
     memcpy(p, name, nl);
     p += nl;
-    weir__put_be32(p, (uint32_t)ctx->key_len);
+    weir__put_be32(p, (uint32_t)ctx->rc->klen);
     p += 4;
-    if (ctx->key_len)
-        memcpy(p, ctx->key, ctx->key_len);
+    if (ctx->rc->klen)
+        memcpy(p, ctx->rc->key, ctx->rc->klen);
     if (nslen)
-        memcpy(p + ctx->key_len, ns, nslen);
+        memcpy(p + ctx->rc->klen, ns, nslen);
     *klen = need;
     return 0;
 }
@@ -77,7 +77,7 @@ int weir__ns_get(weir_ctx *ctx, const char *state, const void *ns, size_t nslen,
 {
     size_t kl;
     int e = weir__state_key(ctx, state, ns, nslen, &kl);
-    return e < 0 ? e : weir_state_get(ctx->backend, ctx->kg, ctx->keybuf, kl, val, len);
+    return e < 0 ? e : weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
 }
 
 int weir__ns_put(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void *val,
@@ -85,7 +85,7 @@ int weir__ns_put(weir_ctx *ctx, const char *state, const void *ns, size_t nslen,
 {
     size_t kl;
     int e = weir__state_key(ctx, state, ns, nslen, &kl);
-    return e < 0 ? e : weir_state_put(ctx->backend, ctx->kg, ctx->keybuf, kl, val, len);
+    return e < 0 ? e : weir_state_put(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
 }
 
 int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
@@ -94,7 +94,7 @@ int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
     int e = weir__state_key(ctx, state, ns, nslen, &kl);
     if (e < 0)
         return e;
-    e = weir_state_delete(ctx->backend, ctx->kg, ctx->keybuf, kl);
+    e = weir_state_delete(ctx->backend, ctx->rc->kg, ctx->keybuf, kl);
     return e == -ENOENT ? 0 : e;
 }
 
@@ -119,7 +119,7 @@ int weir__ns_scan(weir_ctx *ctx, const char *state,
     if (e < 0)
         return e;
     ns_scan s = {kl, fn, arg};
-    return weir_state_scan(ctx->backend, ctx->kg, ctx->keybuf, kl, ns_scan_fn, &s);
+    return weir_state_scan(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, ns_scan_fn, &s);
 }
 
 /* A user's state name: weir's own operators (windows, joins, reduce) keep
@@ -297,9 +297,7 @@ int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, vo
     prefix[0] = (uint8_t)nl;
     memcpy(prefix + 1, state, nl);
     /* The caller's current key (if any) comes back after the walk. */
-    const void *pk = ctx->key;
-    size_t pl = ctx->key_len;
-    int ph = ctx->has_key, pg = ctx->kg;
+    weir__rctx *prev = ctx->rc, rc = {.ts = prev ? prev->ts : INT64_MIN};
     key_walk w = {.skip = 1 + nl};
     int e = 0;
     for (int kg = ctx->backend->first_kg; kg < ctx->backend->end_kg && !e; kg++) {
@@ -309,15 +307,15 @@ int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, vo
             break;
         for (size_t off = 0; off < w.len && !e;) {
             size_t n = weir__get_be32(w.buf + off);
-            ctx->key = w.buf + off + KEY_AT;
-            ctx->key_len = n;
-            ctx->has_key = 1;
-            ctx->kg = kg;
-            e = fn(ctx, ctx->key, n, arg);
+            rc.key = w.buf + off + KEY_AT;
+            rc.klen = n;
+            rc.kg = kg;
+            ctx->rc = &rc;
+            e = fn(ctx, rc.key, n, arg);
             off += KEY_AT + ((n + 15) & ~(size_t)15);
         }
     }
-    ctx->key = pk, ctx->key_len = pl, ctx->has_key = ph, ctx->kg = pg;
+    ctx->rc = prev;
     free(w.buf);
     return e;
 }

@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 #include "stream/deploy.h"
 #include "stream/stream_int.h"
 #include "weir/sync.h"
@@ -104,7 +105,7 @@ int weir_fail(weir_ctx *ctx, int err, const char *fmt, ...)
 }
 
 /* A user function's error without a weir_fail message gets one. */
-static int op_error(weir_ctx *ctx, int e, const char *what)
+int weir__op_error(weir_ctx *ctx, int e, const char *what)
 {
     if (e < 0 && e != -ECANCELED)
         weir__stream_fail(ctx->st->r->j, e, "operator \"%s\" (subtask %d): %s failed: %s",
@@ -140,10 +141,10 @@ struct weir_metrics *weir_ctx_metrics(const weir_ctx *ctx)
 
 const void *weir_ctx_key(const weir_ctx *ctx, size_t *len)
 {
-    int k = ctx->backend && ctx->has_key;
+    int k = ctx->backend && ctx->rc;
     if (len)
-        *len = k ? ctx->key_len : 0;
-    return k ? ctx->key : NULL;
+        *len = k ? ctx->rc->klen : 0;
+    return k ? ctx->rc->key : NULL;
 }
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -256,7 +257,7 @@ int weir_emit(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
         n->in++;
         weir_rec r = {data, len, ts};
         int e = n->op->def.process(n, n->state, &r);
-        return e < 0 ? op_error(n, e, "process") : e;
+        return e < 0 ? weir__op_error(n, e, "process") : e;
     }
     return route(st, ctx->op, 0, data, len, ts);
 }
@@ -302,13 +303,13 @@ static int advance(subtask *st, int64_t wm)
      * time order), then the hooks, then the watermark goes downstream. */
     e = weir__timers_fire(st, WEIR_TIME_EVENT, wm);
     if (e < 0)
-        return op_error(&st->ctx[0], e, "on_timer");
+        return weir__op_error(&st->ctx[0], e, "on_timer");
     for (int i = 0; i < st->nops; i++) {
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.on_watermark) {
             int e = c->op->def.on_watermark(c, c->state, wm);
             if (e < 0)
-                return op_error(c, e, "on_watermark");
+                return weir__op_error(c, e, "on_watermark");
         }
     }
     return weir__stream_broadcast(st, IT_WATERMARK, wm);
@@ -323,12 +324,12 @@ static int finish_chain(subtask *st)
     for (int i = 0; i < st->nops && !e; i++) {
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.finish && (e = c->op->def.finish(c, c->state)) < 0)
-            e = op_error(c, e, "finish");
+            e = weir__op_error(c, e, "finish");
         /* Event-time timers the head's finish() registered (per key, from
          * weir_keys_iterate, say) are past the final watermark already:
          * they fire now, before the rest of the chain finishes. */
         if (!e && i == 0 && (e = weir__timers_fire(st, WEIR_TIME_EVENT, WEIR_WATERMARK_MAX)) < 0)
-            e = op_error(c, e, "on_timer");
+            e = weir__op_error(c, e, "on_timer");
     }
     if (!e)
         e = weir__stream_flush_all(st);
@@ -358,7 +359,7 @@ static int run_source(subtask *st)
     for (;;) {
         int r = src->src.next(c, c->state);
         if (r < 0)
-            return op_error(c, r, "next");
+            return weir__op_error(c, r, "next");
         int e = weir__stream_flush_all(st);
         st->max_seen = st->max_ts;
         metrics_push(st);
@@ -403,6 +404,7 @@ static int process_batch(subtask *st, in_state *in, batch *b)
 {
     weir_ctx *c = &st->ctx[0];
     sop *head = st->ops[0];
+    weir__controller *ctl = st->ctl;
     int e = 0;
     c->side = in->side;
     for (uint32_t i = 0; i < b->n && !e; i++) {
@@ -410,37 +412,34 @@ static int process_batch(subtask *st, in_state *in, batch *b)
         c->in++;
         if (r.ts > st->max_seen)
             st->max_seen = r.ts;
-        if (st->backend) {
-            const void *k;
-            size_t kl;
-            if ((e = in->key(&r, in->key_arg, &k, &kl)) < 0) {
-                weir__stream_fail(st->r->j, e, "key function into \"%s\" failed: %s", head->name,
-                                  weir_strerror(e));
-                break;
-            }
-            c->key = k;
-            c->key_len = kl;
-            c->has_key = 1;
-            c->kg = b->kg[i] != NO_KG ? b->kg[i]
-                                      : weir_key_group(weir_key_hash(k, kl), WEIR_KEY_GROUPS);
+        if (!st->backend) {
+            if (ctl)
+                e = ctl->ops->admit(ctl, c, NULL, &r);
+            else if ((e = head->def.process(c, c->state, &r)) < 0)
+                e = weir__op_error(c, e, "process");
+            continue;
         }
-        if (head->def.admit) {
-            int a = head->def.admit(c, c->state, &r);
-            if (a < 0) {
-                e = op_error(c, a, "admit");
-                break;
-            }
-            if (a == 1)
-                continue; /* the controller runs it later */
+        weir__rctx rc = {.ts = r.ts};
+        if ((e = in->key(&r, in->key_arg, &rc.key, &rc.klen)) < 0) {
+            weir__stream_fail(st->r->j, e, "key function into \"%s\" failed: %s", head->name,
+                              weir_strerror(e));
+            break;
         }
-        if ((e = head->def.process(c, c->state, &r)) < 0)
-            e = op_error(c, e, "process");
+        /* The group the producer routed by; it must be one of ours (a
+         * batch that crossed a network is not trusted to say so). */
+        rc.kg = b->kg[i] != NO_KG ? b->kg[i]
+                                  : weir_key_group(weir_key_hash(rc.key, rc.klen), WEIR_KEY_GROUPS);
+        if (rc.kg < st->backend->first_kg || rc.kg >= st->backend->end_kg) {
+            e = -EPROTO;
+            weir__stream_fail(st->r->j, e,
+                              "\"%s\" subtask %d got a record of key group %d on channel %u; it "
+                              "owns groups [%d, %d)",
+                              head->name, st->index, rc.kg, in->ch->id, st->backend->first_kg,
+                              st->backend->end_kg);
+            break;
+        }
+        e = ctl ? ctl->ops->admit(ctl, c, &rc, &r) : weir__ctl_run(c, &rc, &r);
     }
-    /* The key pointed into the batch, which is about to go: no current key
-     * outside a record (on_watermark, finish). */
-    c->key = NULL;
-    c->key_len = 0;
-    c->has_key = 0;
     return e;
 }
 
@@ -448,32 +447,19 @@ int weir_ctx_process(weir_ctx *ctx, const void *key, size_t len, const weir_rec 
 {
     if (!ctx || !in || (!key && len))
         return -EINVAL;
-    const void *pk = ctx->key;
-    size_t pl = ctx->key_len;
-    int ph = ctx->has_key, pg = ctx->kg;
+    weir__rctx rc = {key, len, 0, in->ts};
     if (ctx->backend) {
-        ctx->key = key;
-        ctx->key_len = len;
-        ctx->has_key = 1;
-        ctx->kg = weir_key_group(weir_key_hash(key, len), WEIR_KEY_GROUPS);
-        if (ctx->kg < ctx->backend->first_kg || ctx->kg >= ctx->backend->end_kg) {
-            ctx->key = pk, ctx->key_len = pl, ctx->has_key = ph, ctx->kg = pg;
+        rc.kg = weir_key_group(weir_key_hash(key, len), WEIR_KEY_GROUPS);
+        if (rc.kg < ctx->backend->first_kg || rc.kg >= ctx->backend->end_kg)
             return -EINVAL;
-        }
     }
-    int e = ctx->op->def.process(ctx, ctx->state, in);
-    ctx->key = pk, ctx->key_len = pl, ctx->has_key = ph, ctx->kg = pg;
-    return e < 0 ? op_error(ctx, e, "process") : e;
+    return weir__ctl_run(ctx, ctx->backend ? &rc : ctx->rc, in);
 }
 
 /* The head's controller (if any) finishes what it holds. */
 int weir__stream_drain(subtask *st)
 {
-    weir_ctx *c = &st->ctx[0];
-    if (st->source || !c->op->def.drain)
-        return 0;
-    int e = c->op->def.drain(c, c->state);
-    return e < 0 ? op_error(c, e, "drain") : 0;
+    return st->ctl ? st->ctl->ops->drain(st->ctl, &st->ctx[0]) : 0;
 }
 
 /* Every input still open has delivered the barrier: snapshot, forward,
@@ -518,7 +504,7 @@ static int run_operator(subtask *st)
                 return e;
             if (st->backend && weir__timers_next(st, WEIR_TIME_PROCESSING) <= weir_time_now() &&
                 (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now())) < 0)
-                return op_error(&st->ctx[0], e, "on_timer");
+                return weir__op_error(&st->ctx[0], e, "on_timer");
         }
         /* Items held back during an alignment go first, then the queue. */
         e = weir__itemq_pop(&st->replay, &it);
@@ -537,7 +523,7 @@ static int run_operator(subtask *st)
                 int64_t now = weir_time_now(), m;
                 int any;
                 if (proc <= now && (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, now)) < 0)
-                    return op_error(&st->ctx[0], e, "on_timer");
+                    return weir__op_error(&st->ctx[0], e, "on_timer");
                 recompute(st, now, idle_ns, &m, &any);
                 if (any && m != INT64_MAX && (e = advance(st, m)) < 0)
                     return e;
@@ -605,7 +591,7 @@ static intptr_t subtask_main(void *arg)
         int (*open)(weir_ctx *, void *, void **) = o->kind == OP_SOURCE ? o->src.open : o->def.open;
         c->state = o->arg;
         if (open && (e = open(c, o->arg, &c->state)) < 0) {
-            op_error(c, e, "open");
+            weir__op_error(c, e, "open");
             /* An open() that failed after making its state gets it closed,
              * as one that succeeded would. */
             void (*close)(void *) = o->kind == OP_SOURCE ? o->src.close : o->def.close;

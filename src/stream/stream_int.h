@@ -84,6 +84,19 @@ struct weir_job {
 
 struct subtask;
 
+/* The context one record is handled in: its key (as the key function gave
+ * it), key group and timestamp. Each record, firing timer or key of a
+ * walk has its own; the operator's weir_ctx points at the one being
+ * handled (rc), so a controller that holds records back (the async
+ * execution controller) keeps each record's context with it and points
+ * the operator at it again when the record continues. */
+typedef struct weir__rctx {
+    const void *key;
+    size_t klen;
+    int kg;
+    int64_t ts;
+} weir__rctx;
+
 /* The context of one operator in one subtask. */
 struct weir_ctx {
     struct subtask *st;
@@ -91,11 +104,8 @@ struct weir_ctx {
     weir_ctx *next; /* the next operator of the chain, NULL at its tail */
     void *state;
     /* keyed */
-    const void *key; /* the current key; valid while has_key */
-    size_t key_len;
-    int has_key; /* a record or timer of a key is being handled */
+    weir__rctx *rc; /* the record (or timer) of a key being handled; NULL outside one */
     weir_state_backend *backend;
-    int kg;
     uint8_t *keybuf; /* a state entry's key composed here (keyed.c) */
     size_t keycap;
     uint64_t in, out; /* records, added to the operator's counters at the end */
@@ -220,7 +230,8 @@ struct subtask {
     int64_t wm, max_ts;
     int source;
     weir_state_backend *backend;
-    weir__timers timers[2]; /* by domain (timers.c) */
+    weir__timers timers[2];       /* by domain (timers.c) */
+    struct weir__controller *ctl; /* keyed heads with admit/drain (controller.h); else NULL */
     uint64_t bp_ns;
     /* checkpoints (checkpoint.c) */
     _Atomic uint64_t barrier_req; /* sources: the checkpoint to start */
@@ -343,6 +354,10 @@ int weir__timers_load(subtask *st);
 struct weir__deploy;
 int weir__job_run_plan(weir_job *j, const struct weir__plan *p, const weir_run_opts *opts,
                        const struct weir__deploy *d);
+
+/* runner.c: a user function's error e (< 0, not -ECANCELED) fails the job
+ * naming the operator and what failed, unless something failed first. */
+int weir__op_error(weir_ctx *ctx, int e, const char *what);
 
 /* runner.c, for graph.c's built-in operators */
 void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)

@@ -405,7 +405,7 @@ void weir__timers_free(weir__timers *t)
 /* ---- the API -------------------------------------------------------------------------------- */
 static int check(const weir_ctx *ctx, int domain)
 {
-    return ctx && ctx->backend && ctx->has_key &&
+    return ctx && ctx->backend && ctx->rc &&
            (domain == WEIR_TIME_EVENT || domain == WEIR_TIME_PROCESSING);
 }
 
@@ -413,16 +413,17 @@ int weir_timer_register(weir_ctx *ctx, int domain, int64_t when)
 {
     if (!check(ctx, domain) || when == INT64_MAX)
         return -EINVAL;
-    if (13 + ctx->key_len > WEIR_STATE_MAX_KEY)
+    const weir__rctx *rc = ctx->rc;
+    if (13 + rc->klen > WEIR_STATE_MAX_KEY)
         return -E2BIG; /* its checkpoint entry could not be stored */
-    return timer_add(&ctx->st->timers[domain], ctx->kg, ctx->key, ctx->key_len, when);
+    return timer_add(&ctx->st->timers[domain], rc->kg, rc->key, rc->klen, when);
 }
 
 int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when)
 {
     if (!check(ctx, domain))
         return -EINVAL;
-    int e = timer_del(&ctx->st->timers[domain], ctx->key, ctx->key_len, when);
+    int e = timer_del(&ctx->st->timers[domain], ctx->rc->key, ctx->rc->klen, when);
     return e == -ENOENT ? 0 : e;
 }
 
@@ -443,15 +444,11 @@ int weir__timers_fire(subtask *st, int domain, int64_t upto)
                 break;
         }
         weir__timer *x = pop(t);
-        c->key = x->key;
-        c->key_len = x->klen;
-        c->has_key = 1;
-        c->kg = x->kg;
+        weir__rctx rc = {x->key, x->klen, x->kg, x->when};
+        c->rc = &rc;
         int e = c->op->def.on_timer ? c->op->def.on_timer(c, c->state, domain, x->when) : 0;
+        c->rc = NULL;
         timer_free(t, x);
-        c->key = NULL;
-        c->key_len = 0;
-        c->has_key = 0;
         if (e < 0)
             return e;
     }

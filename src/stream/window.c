@@ -134,7 +134,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     int e = weir__state_key(ctx, WEIR__STATE_WINDOWS, ns, 16, &kl);
     if (e)
         return e;
-    e = weir_state_get(ctx->backend, ctx->kg, ctx->keybuf, kl, &v, &vlen);
+    e = weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, &v, &vlen);
     weir_rec out = *in;
     /* A new window needs its timers. So does any window after a restore:
      * the watermark starts over from the minimum there, and a window that
@@ -160,7 +160,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
         memcpy(copy, o, out.len);
         o = copy;
     }
-    e = weir_state_put(ctx->backend, ctx->kg, ctx->keybuf, kl, o, out.len);
+    e = weir_state_put(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, o, out.len);
     int64_t wm = weir_ctx_watermark(ctx);
     if (!e && s.end - 1 <= wm) { /* already fired: a late update fires again */
         e = w->panes ? fire_panes(ctx, w, s) : emit_result(ctx, s, o, out.len);

@@ -23,6 +23,7 @@ typedef struct fixture {
     weir_state_backend *b;
     subtask st;
     weir_ctx ctx;
+    weir__rctx rc;
     uint64_t key;
     win w;
 } fixture;
@@ -35,10 +36,9 @@ static void setup(fixture *f)
     f->key = 42;
     f->ctx.st = &f->st;
     f->ctx.backend = f->b;
-    f->ctx.key = &f->key;
-    f->ctx.key_len = sizeof(f->key);
-    f->ctx.has_key = 1;
-    f->ctx.kg = weir_key_group(weir_key_hash(&f->key, 8), WEIR_KEY_GROUPS);
+    f->rc = (weir__rctx){&f->key, sizeof(f->key),
+                         weir_key_group(weir_key_hash(&f->key, 8), WEIR_KEY_GROUPS), 0};
+    f->ctx.rc = &f->rc;
     f->w = (win){
         .w = {.kind = WEIR_WINDOW_HOPPING, .size = 20, .slide = 10}, .fn = keep_last, .panes = 1};
 }
