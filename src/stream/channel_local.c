@@ -26,7 +26,7 @@ static int local_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
         if (e)
             return e;
     }
-    item it = {IT_BATCH, c->input, b, 0};
+    item it = {IT_BATCH, c->input, {b}, 0};
     int e = weir_chan_send(lc->to->inq, &it, WEIR_FOREVER);
     if (e)
         weir_sem_release(lc->credits, 1);
@@ -36,7 +36,7 @@ static int local_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
 static int local_send_ctl(weir__channel *c, int kind, int64_t v)
 {
     local_channel *lc = (local_channel *)c;
-    item it = {kind, c->input, NULL, v};
+    item it = {kind, c->input, {NULL}, v};
     return weir_chan_send(lc->to->inq, &it, WEIR_FOREVER);
 }
 

@@ -526,10 +526,8 @@ static void notify_all(run *r)
     for (int ci = 0; ci < r->nchains; ci++)
         for (int s = 0; s < r->chains[ci].par; s++) {
             subtask *st = &r->chains[ci].subs[s];
-            if (st->inq) {
-                item it = {IT_NOTIFY, 0, NULL, 0};
-                weir_chan_try_send(st->inq, &it); /* unbounded: never full */
-            }
+            if (st->here)
+                weir__subtask_post(st, (item){IT_NOTIFY, 0, {NULL}, 0});
         }
 }
 
@@ -548,7 +546,9 @@ intptr_t weir__ckpt_coordinator(void *arg)
         for (int ci = 0; ci < r->nchains; ci++)
             if (r->chains[ci].ops[0]->kind == OP_SOURCE)
                 for (int s = 0; s < r->chains[ci].par; s++)
-                    atomic_store(&r->chains[ci].subs[s].barrier_req, id);
+                    if (r->chains[ci].subs[s].here)
+                        weir__subtask_post(&r->chains[ci].subs[s],
+                                           (item){IT_TRIGGER, 0, {NULL}, (int64_t)id});
         int acked = 0, failed = 0;
         while (acked < r->nsubtasks) {
             ckpt_ack a;

@@ -130,7 +130,7 @@ static int build_subtask(run *r, const weir__plan_chain *pc, chain *c, int s)
         if (r->o.metrics && metrics_child(r, &st->ctx[k], s) < 0)
             return -ENOMEM;
     }
-    if (!st->source && !(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
+    if (!(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
         return -ENOMEM;
     if (!st->source && (c->ops[0]->def.admit || c->ops[0]->def.drain))
         st->ctl = &weir__controller_hooks;
@@ -265,6 +265,8 @@ void weir__deploy_teardown(run *r)
                 while (weir_chan_try_recv(st->inq, &it) == 0)
                     if (it.kind == IT_BATCH)
                         weir__free(it.b);
+                    else if (it.kind == IT_CALL && it.mail->drop)
+                        it.mail->drop(it.mail);
                 weir_chan_unref(st->inq);
             }
             for (int k = 0; k <= st->nins; k++) {

@@ -352,6 +352,49 @@ static int64_t source_watermark(int64_t max_ts, int64_t bound)
     return max_ts >= INT64_MIN + 1 + bound ? max_ts - bound - 1 : WEIR_WATERMARK_MIN;
 }
 
+/* ---- the mailbox -------------------------------------------------------------------------- */
+int weir__subtask_post(subtask *st, item it)
+{
+    if (!st->inq)
+        return -EPIPE;
+    int e = weir_chan_try_send(st->inq, &it); /* unbounded: never full */
+    if (!e)
+        atomic_fetch_add_explicit(&st->posted, 1, memory_order_release);
+    return e;
+}
+
+/* An item someone posted (not one of the inputs'). */
+static int handle_posted(subtask *st, const item *it)
+{
+    atomic_fetch_sub_explicit(&st->posted, 1, memory_order_relaxed);
+    switch (it->kind) {
+    case IT_NOTIFY:
+        weir__ckpt_maybe_commit(st);
+        return 0;
+    case IT_TRIGGER: /* a source: checkpoint wm starts here */
+        if (st->source && (uint64_t)it->wm > st->last_barrier)
+            return weir__ckpt_barrier(st, (uint64_t)it->wm);
+        return 0;
+    default: /* IT_CALL */
+        it->mail->fn(st, it->mail);
+        return 0;
+    }
+}
+
+/* A source's mail, between two calls of its next(): one relaxed load when
+ * there is none. */
+static int source_mail(subtask *st)
+{
+    item it;
+    while (atomic_load_explicit(&st->posted, memory_order_acquire) > 0 &&
+           weir_chan_try_recv(st->inq, &it) == 0) {
+        int e = handle_posted(st, &it);
+        if (e < 0)
+            return e;
+    }
+    return 0;
+}
+
 static int run_source(subtask *st)
 {
     sop *src = st->ops[0];
@@ -369,10 +412,8 @@ static int run_source(subtask *st)
             return e;
         if (r == 1)
             return finish_chain(st);
-        uint64_t req = atomic_load_explicit(&st->barrier_req, memory_order_acquire);
-        if (req > st->last_barrier && (e = weir__ckpt_barrier(st, req)) < 0)
+        if ((e = source_mail(st)) < 0)
             return e;
-        weir__ckpt_maybe_commit(st);
         /* Let the other subtasks pinned to this thread run (a source that
          * never waits would otherwise keep its thread to itself). */
         if ((e = weir_task_yield()) < 0)
@@ -532,8 +573,9 @@ static int run_operator(subtask *st)
         }
         if (e)
             return e;
-        if (it.kind == IT_NOTIFY) {
-            weir__ckpt_maybe_commit(st);
+        if (it.kind >= IT_NOTIFY) {
+            if ((e = handle_posted(st, &it)) < 0)
+                return e;
             continue;
         }
         in_state *in = &st->ins[it.input];

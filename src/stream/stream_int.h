@@ -136,13 +136,30 @@ typedef struct batch {
 
 /* ---- the run's structures ----------------------------------------------------------------- */
 
-enum { IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_NOTIFY };
+/* The items of a subtask's mailbox (its input queue): what its inputs
+ * deliver (IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, each with the input
+ * it came on) and what others post to it (weir__subtask_post): IT_NOTIFY
+ * (a checkpoint completed: run the commit hooks), IT_TRIGGER (sources:
+ * start checkpoint wm), IT_CALL (a completion - a state read, a persist, a
+ * control message - to run on the subtask's thread). */
+enum { IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_NOTIFY, IT_TRIGGER, IT_CALL };
+
+struct subtask;
+/* An IT_CALL item's work, embedded in the poster's object: fn runs on the
+ * subtask's thread; drop (may be NULL) instead when the run ends first. */
+typedef struct weir__mail {
+    void (*fn)(struct subtask *st, struct weir__mail *m);
+    void (*drop)(struct weir__mail *m);
+} weir__mail;
 
 typedef struct item {
     int kind;
     int input; /* the consumer's input (channel) index */
-    batch *b;
-    int64_t wm; /* IT_WATERMARK: the watermark; IT_BARRIER: the checkpoint id */
+    union {
+        batch *b;         /* IT_BATCH */
+        weir__mail *mail; /* IT_CALL */
+    };
+    int64_t wm; /* IT_WATERMARK: the watermark; IT_BARRIER, IT_TRIGGER: the checkpoint id */
 } item;
 
 /* A FIFO of items (an input's items held back while it is aligned). */
@@ -233,13 +250,13 @@ struct subtask {
     weir__timers timers[2];       /* by domain (timers.c) */
     struct weir__controller *ctl; /* keyed heads with admit/drain (controller.h); else NULL */
     uint64_t bp_ns;
+    _Atomic unsigned posted; /* items posted and not yet taken (sources look between next()s) */
     /* checkpoints (checkpoint.c) */
-    _Atomic uint64_t barrier_req; /* sources: the checkpoint to start */
-    uint64_t last_barrier;        /* the last checkpoint it took part in */
-    int arrived;                  /* inputs aligned on the current barrier */
-    itemq replay;                 /* stashed items to process before the queue */
-    uint64_t committed;           /* the last checkpoint its commit hooks saw */
-    int64_t max_seen;             /* largest record timestamp seen (watermark lag) */
+    uint64_t last_barrier; /* the last checkpoint it took part in */
+    int arrived;           /* inputs aligned on the current barrier */
+    itemq replay;          /* stashed items to process before the queue */
+    uint64_t committed;    /* the last checkpoint its commit hooks saw */
+    int64_t max_seen;      /* largest record timestamp seen (watermark lag) */
     uint64_t bp_pushed;
     _Atomic int finished;
 };
@@ -287,6 +304,10 @@ int weir__itemq_pop(itemq *q, item *it);
 /* filesink.c: the output directory of an exactly-once file sink, NULL for
  * any other operator (the run locks it, checkpoint.c). */
 const char *weir__filesink_dir(const sop *o);
+
+/* Post a control item (IT_NOTIFY, IT_TRIGGER, IT_CALL) to a subtask's
+ * mailbox, from any thread. 0, or -EPIPE once the subtask's run is over. */
+int weir__subtask_post(subtask *st, item it);
 
 /* runner.c, for checkpoint.c */
 int weir__stream_drain(subtask *st);
