@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 #include "weir/io.h"
 #include "weir/net.h"
@@ -39,7 +40,7 @@ typedef struct lines_cfg {
 static lines_cfg *cfg_new(const char *path, const char *host, const weir_line_opts *o)
 {
     size_t pl = path ? strlen(path) + 1 : 0, hl = host ? strlen(host) + 1 : 0;
-    lines_cfg *c = calloc(1, sizeof(*c) + pl + hl);
+    lines_cfg *c = weir__calloc(1, sizeof(*c) + pl + hl);
     if (!c)
         return NULL;
     char *p = (char *)(c + 1);
@@ -71,7 +72,7 @@ static int lines_fill(lines *l)
         size_t cap = l->cap ? l->cap * 2 : 2 * CHUNK;
         if (cap > WEIR_MAX_RECORD + 2 * (size_t)CHUNK)
             return -E2BIG; /* a line longer than a record may be */
-        uint8_t *b = realloc(l->buf, cap);
+        uint8_t *b = weir__realloc(l->buf, cap);
         if (!b)
             return -ENOMEM;
         l->buf = b;
@@ -91,7 +92,7 @@ static int lines_fill(lines *l)
 static int lines_open(weir_ctx *ctx, void *arg, void **state)
 {
     const lines_cfg *cfg = arg;
-    lines *l = calloc(1, sizeof(*l));
+    lines *l = weir__calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
     l->cfg = cfg;
@@ -186,8 +187,8 @@ static void lines_close(void *state)
         return;
     if (l->fd >= 0)
         close(l->fd);
-    free(l->buf);
-    free(l);
+    weir__free(l->buf);
+    weir__free(l);
 }
 
 /* Position: the offset of the next line and the line number. */
@@ -195,6 +196,7 @@ static int lines_snapshot(weir_ctx *ctx, void *state, void **buf, size_t *len)
 {
     (void)ctx;
     lines *l = state;
+    /* malloc: the runner frees a source's position with free() (weir/stream.h). */
     int64_t *p = malloc(3 * sizeof(int64_t));
     if (!p)
         return -ENOMEM;
@@ -233,7 +235,7 @@ static weir_stream *lines_source(weir_job *j, const char *name, lines_cfg *cfg)
                            .restore = lines_restore};
     weir_stream *s = weir_job_source(j, name, &def, cfg);
     if (!s) {
-        free(cfg);
+        weir__free(cfg);
         return NULL;
     }
     s->owned = cfg;
@@ -339,7 +341,7 @@ typedef struct text_sink {
 
 static int text_open(weir_ctx *ctx, void *arg, void **state)
 {
-    text_sink *t = calloc(1, sizeof(*t));
+    text_sink *t = weir__calloc(1, sizeof(*t));
     if (!t)
         return -ENOMEM;
     *state = t;
@@ -387,7 +389,7 @@ static void text_close(void *state)
         fclose(t->f);
     else if (t)
         fflush(t->f);
-    free(t);
+    weir__free(t);
 }
 
 int weir_stream_print(weir_stream *s, const char *name)

@@ -98,8 +98,8 @@ static int reset_ops(run *r)
         sop *o = j->ops[i];
         o->records_in = o->records_out = o->backpressure_ns = 0;
         o->watermark = INT64_MAX;
-        free(o->sub_wm);
-        if (!(o->sub_wm = malloc((size_t)o->par * sizeof(*o->sub_wm))))
+        weir__free(o->sub_wm);
+        if (!(o->sub_wm = weir__malloc((size_t)o->par * sizeof(*o->sub_wm))))
             return -ENOMEM;
         o->sub_n = o->par;
         for (int k = 0; k < o->par; k++)
@@ -275,7 +275,7 @@ void weir__deploy_teardown(run *r)
                 while (weir__itemq_pop(q, &it) == 0)
                     if (it.kind == IT_BATCH)
                         weir__free(it.b);
-                free(q->v);
+                weir__free(q->v);
             }
             for (int k = 0; st->ctx && k < st->nops; k++) {
                 weir_ctx *x = &st->ctx[k];
@@ -283,7 +283,7 @@ void weir__deploy_teardown(run *r)
                 x->op->records_out += x->out - x->out_pushed;
                 if (st->wm < x->op->watermark)
                     x->op->watermark = st->wm;
-                free(x->keybuf);
+                weir__free(x->keybuf);
             }
             if (st->nops)
                 st->ops[st->nops - 1]->backpressure_ns += st->bp_ns - st->bp_pushed;

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "stream/dirlock.h"
 #include "weir/rt.h"
 
@@ -71,7 +72,7 @@ int weir__dirlock_take(weir__dirlocks *l, const char *dir, const char *owner, co
         }
     if (l->n == l->cap) {
         int cap2 = l->cap ? 2 * l->cap : 4;
-        weir__dirlock *v = realloc(l->v, (size_t)cap2 * sizeof(*v));
+        weir__dirlock *v = weir__realloc(l->v, (size_t)cap2 * sizeof(*v));
         if (!v) {
             snprintf(msg, cap, "%s \"%s\": %s", what, dir, strerror(ENOMEM));
             return -ENOMEM;
@@ -127,6 +128,6 @@ void weir__dirlock_release_all(weir__dirlocks *l)
      * the flock; the pid stays in the file, meaningless once unlocked. */
     for (int i = 0; i < l->n; i++)
         close(l->v[i].fd);
-    free(l->v);
+    weir__free(l->v);
     *l = (weir__dirlocks){0};
 }

@@ -45,6 +45,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 
 #define BUF (64u << 10)
@@ -205,11 +206,11 @@ static int resolve(fsink *f, uint64_t upto, int drop_rest)
 
 static int fs_open(weir_ctx *ctx, void *arg, void **state)
 {
-    fsink *f = calloc(1, sizeof(*f));
-    if (!f || !(f->buf = malloc(BUF)) || !(f->dir = strdup(arg))) {
+    fsink *f = weir__calloc(1, sizeof(*f));
+    if (!f || !(f->buf = weir__malloc(BUF)) || !(f->dir = weir__strdup(arg))) {
         if (f)
-            free(f->buf);
-        free(f);
+            weir__free(f->buf);
+        weir__free(f);
         return -ENOMEM;
     }
     f->sub = weir_ctx_subtask(ctx);
@@ -304,9 +305,9 @@ static void fs_close(void *state)
         return;
     if (f->fd >= 0)
         close(f->fd);
-    free(f->buf);
-    free(f->dir);
-    free(f);
+    weir__free(f->buf);
+    weir__free(f->dir);
+    weir__free(f);
 }
 
 const char *weir__filesink_dir(const sop *o)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 
 static void build_fail(weir_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -32,9 +33,9 @@ static void build_fail(weir_job *j, const char *fmt, ...)
 
 weir_job *weir_job_new(const char *name)
 {
-    weir_job *j = calloc(1, sizeof(*j));
-    if (!j || !(j->name = strdup(name ? name : "job"))) {
-        free(j);
+    weir_job *j = weir__calloc(1, sizeof(*j));
+    if (!j || !(j->name = weir__strdup(name ? name : "job"))) {
+        weir__free(j);
         errno = ENOMEM;
         return NULL;
     }
@@ -48,22 +49,22 @@ void weir_job_free(weir_job *j)
         return;
     for (int i = 0; i < j->nops; i++) {
         sop *o = j->ops[i];
-        free(o->sub_wm);
-        free(o->name);
-        free(o->inputs);
-        free(o->outs);
-        free(o);
+        weir__free(o->sub_wm);
+        weir__free(o->name);
+        weir__free(o->inputs);
+        weir__free(o->outs);
+        weir__free(o);
     }
     for (weir_stream *s = j->streams, *next; s; s = next) {
         next = s->next_alloc;
-        free(s->parts);
-        free(s->owned);
-        free(s);
+        weir__free(s->parts);
+        weir__free(s->owned);
+        weir__free(s);
     }
     pthread_mutex_destroy(&j->lock);
-    free(j->ops);
-    free(j->name);
-    free(j);
+    weir__free(j->ops);
+    weir__free(j->name);
+    weir__free(j);
 }
 
 const char *weir_job_error(const weir_job *j)
@@ -73,7 +74,7 @@ const char *weir_job_error(const weir_job *j)
 
 static weir_stream *new_stream(weir_job *j, sop *from, int edge)
 {
-    weir_stream *s = calloc(1, sizeof(*s));
+    weir_stream *s = weir__calloc(1, sizeof(*s));
     if (!s) {
         build_fail(j, "out of memory");
         return NULL;
@@ -100,7 +101,7 @@ static sop *new_op(weir_job *j, const char *name, int kind)
         }
     if (j->nops == j->cap) {
         int cap = j->cap ? j->cap * 2 : 8;
-        sop **ops = realloc(j->ops, (size_t)cap * sizeof(*ops));
+        sop **ops = weir__realloc(j->ops, (size_t)cap * sizeof(*ops));
         if (!ops) {
             build_fail(j, "out of memory");
             return NULL;
@@ -108,9 +109,9 @@ static sop *new_op(weir_job *j, const char *name, int kind)
         j->ops = ops;
         j->cap = cap;
     }
-    sop *o = calloc(1, sizeof(*o));
-    if (!o || !(o->name = strdup(name))) {
-        free(o);
+    sop *o = weir__calloc(1, sizeof(*o));
+    if (!o || !(o->name = weir__strdup(name))) {
+        weir__free(o);
         build_fail(j, "out of memory");
         return NULL;
     }
@@ -122,7 +123,7 @@ static sop *new_op(weir_job *j, const char *name, int kind)
 
 static int add_out(sop *from, sop *to)
 {
-    sop **outs = realloc(from->outs, (size_t)(from->nouts + 1) * sizeof(*outs));
+    sop **outs = weir__realloc(from->outs, (size_t)(from->nouts + 1) * sizeof(*outs));
     if (!outs)
         return -ENOMEM;
     outs[from->nouts++] = to;
@@ -135,7 +136,7 @@ static int link_input(weir_stream *s, sop *o)
 {
     weir_job *j = s->j;
     int n = s->parts ? s->nparts : 1;
-    sinput *in = realloc(o->inputs, (size_t)(o->ninputs + n) * sizeof(*in));
+    sinput *in = weir__realloc(o->inputs, (size_t)(o->ninputs + n) * sizeof(*in));
     if (!in) {
         build_fail(j, "out of memory");
         return -ENOMEM;
@@ -249,7 +250,7 @@ weir_stream *weir_stream_union(weir_stream *const *streams, int n)
     weir_stream *u = new_stream(j, NULL, EDGE_FORWARD);
     if (!u)
         return NULL;
-    u->parts = malloc((size_t)n * sizeof(*u->parts));
+    u->parts = weir__malloc((size_t)n * sizeof(*u->parts));
     if (!u->parts) {
         build_fail(j, "out of memory");
         return NULL;
@@ -338,7 +339,7 @@ static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
     }
     /* Compose [ts][bytes] (out may point into the state: copy first). */
     uint8_t small[256];
-    uint8_t *buf = out.len + 8 <= sizeof(small) ? small : malloc(out.len + 8);
+    uint8_t *buf = out.len + 8 <= sizeof(small) ? small : weir__malloc(out.len + 8);
     if (!buf)
         return -ENOMEM;
     memcpy(buf, &in->ts, 8);
@@ -348,7 +349,7 @@ static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
     if (!e)
         e = weir_emit(ctx, buf + 8, out.len, in->ts);
     if (buf != small)
-        free(buf);
+        weir__free(buf);
     return e;
 }
 
@@ -361,7 +362,7 @@ static weir_stream *fn_op(weir_stream *s, const char *name, fn_arg f,
         build_fail(s->j, "operator \"%s\" needs a function", name ? name : "?");
         return NULL;
     }
-    fn_arg *fa = malloc(sizeof(*fa));
+    fn_arg *fa = weir__malloc(sizeof(*fa));
     if (!fa) {
         build_fail(s->j, "out of memory");
         return NULL;
@@ -370,7 +371,7 @@ static weir_stream *fn_op(weir_stream *s, const char *name, fn_arg f,
     weir_op_def def = {.open = fn_open, .process = process};
     weir_stream *out = add_op(s, name, OP_OPERATOR, &def, fa);
     if (!out) {
-        free(fa);
+        weir__free(fa);
         return NULL;
     }
     out->owned = fa; /* lives as long as the job */
@@ -420,7 +421,7 @@ static int agg_process(weir_ctx *ctx, void *state, const weir_rec *in)
         return e;
     /* out may point into the stored accumulator: copy before the put. */
     uint8_t small[256];
-    uint8_t *copy = out.len <= sizeof(small) ? small : malloc(out.len);
+    uint8_t *copy = out.len <= sizeof(small) ? small : weir__malloc(out.len);
     if (!copy)
         return -ENOMEM;
     if (out.len)
@@ -430,13 +431,13 @@ static int agg_process(weir_ctx *ctx, void *state, const weir_rec *in)
         weir_rec now = {copy, out.len, in->ts}, res = now;
         if (a->def.result && (e = a->def.result(&now, &res, a->arg)) < 0) {
             if (copy != small)
-                free(copy);
+                weir__free(copy);
             return e;
         }
         e = weir_emit(ctx, res.data, res.len, in->ts);
     }
     if (copy != small)
-        free(copy);
+        weir__free(copy);
     return e;
 }
 
@@ -450,7 +451,7 @@ weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_
                    name ? name : "?");
         return NULL;
     }
-    agg_arg *a = malloc(sizeof(*a));
+    agg_arg *a = weir__malloc(sizeof(*a));
     if (!a) {
         build_fail(s->j, "out of memory");
         return NULL;
@@ -459,7 +460,7 @@ weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_
     weir_op_def d = {.open = fn_open, .process = agg_process};
     weir_stream *out = add_op(s, name, OP_OPERATOR, &d, a);
     if (!out) {
-        free(a);
+        weir__free(a);
         return NULL;
     }
     out->owned = a;
@@ -517,7 +518,7 @@ struct weir_collector {
 
 weir_collector *weir_collector_new(void)
 {
-    weir_collector *c = calloc(1, sizeof(*c));
+    weir_collector *c = weir__calloc(1, sizeof(*c));
     if (!c) {
         errno = ENOMEM;
         return NULL;
@@ -531,17 +532,17 @@ void weir_collector_free(weir_collector *c)
     if (!c)
         return;
     for (size_t i = 0; i < c->n; i++)
-        free((void *)c->recs[i].data);
-    free(c->recs);
+        weir__free((void *)c->recs[i].data);
+    weir__free(c->recs);
     pthread_mutex_destroy(&c->lock);
-    free(c);
+    weir__free(c);
 }
 
 static int collect_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
     (void)ctx;
     weir_collector *c = state;
-    void *copy = malloc(in->len ? in->len : 1);
+    void *copy = weir__malloc(in->len ? in->len : 1);
     if (!copy)
         return -ENOMEM;
     if (in->len)
@@ -549,10 +550,10 @@ static int collect_process(weir_ctx *ctx, void *state, const weir_rec *in)
     pthread_mutex_lock(&c->lock);
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
-        weir_rec *r = realloc(c->recs, cap * sizeof(*r));
+        weir_rec *r = weir__realloc(c->recs, cap * sizeof(*r));
         if (!r) {
             pthread_mutex_unlock(&c->lock);
-            free(copy);
+            weir__free(copy);
             return -ENOMEM;
         }
         c->recs = r;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 
 typedef struct join {
@@ -67,14 +68,14 @@ static int add_hit(hits *h, int64_t ts, const void *val, size_t vlen, const void
 {
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 8;
-        hit *v = realloc(h->v, cap * sizeof(*v));
+        hit *v = weir__realloc(h->v, cap * sizeof(*v));
         if (!v)
             return -ENOMEM;
         h->v = v;
         h->cap = cap;
     }
     hit *x = &h->v[h->n];
-    x->data = malloc(vlen ? vlen : 1);
+    x->data = weir__malloc(vlen ? vlen : 1);
     if (!x->data)
         return -ENOMEM;
     if (vlen)
@@ -90,8 +91,8 @@ static int add_hit(hits *h, int64_t ts, const void *val, size_t vlen, const void
 static void free_hits(hits *h)
 {
     for (size_t i = 0; i < h->n; i++)
-        free(h->v[i].data);
-    free(h->v);
+        weir__free(h->v[i].data);
+    weir__free(h->v);
 }
 
 /* ---- interval join --------------------------------------------------------------------------- */
@@ -120,8 +121,8 @@ static int ns_scan_from(weir_ctx *ctx, const uint8_t *from, size_t flen, size_t 
     if (e < 0)
         return e;
     from_scan f = {kl - flen, fn, arg};
-    return weir_state_scan_from(ctx->backend, ctx->rc->kg, ctx->keybuf, kl - flen + plen, ctx->keybuf,
-                                kl, from_scan_fn, &f);
+    return weir_state_scan_from(ctx->backend, ctx->rc->kg, ctx->keybuf, kl - flen + plen,
+                                ctx->keybuf, kl, from_scan_fn, &f);
 }
 
 /* Entries of one side from h->lo on (the scan seeks there), up to h->hi. */
@@ -330,7 +331,7 @@ static weir_stream *make_join(weir_stream *left, weir_stream *right, const char 
         weir__stream_fail(j, -EINVAL, "join \"%s\": %s", name ? name : "?", why);
         return NULL;
     }
-    join *state = malloc(sizeof(*state));
+    join *state = weir__malloc(sizeof(*state));
     if (!state) {
         weir__stream_fail(j, -ENOMEM, "out of memory");
         return NULL;
@@ -341,7 +342,7 @@ static weir_stream *make_join(weir_stream *left, weir_stream *right, const char 
     weir_op_def def = {.open = join_open, .process = join_process, .on_timer = join_timer};
     weir_stream *out = u ? weir_stream_process(u, name, &def, state) : NULL;
     if (!out) {
-        free(state);
+        weir__free(state);
         return NULL;
     }
     out->owned = state;

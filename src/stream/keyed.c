@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 
 _Static_assert(WEIR_STATE_NAME_MAX < 0xFE, "a state's first key byte never is a timer tag");
@@ -37,7 +38,7 @@ static int reserve(weir_ctx *ctx, size_t need)
 {
     if (need <= ctx->keycap)
         return 0;
-    uint8_t *kb = realloc(ctx->keybuf, need);
+    uint8_t *kb = weir__realloc(ctx->keybuf, need);
     if (!kb)
         return -ENOMEM;
     ctx->keybuf = kb;
@@ -217,7 +218,7 @@ static int collect_pos(void *arg, const void *ns, size_t nslen, const void *val,
         return -EBADMSG;
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 16;
-        uint8_t(*v)[8] = realloc(c->ns, cap * 8);
+        uint8_t(*v)[8] = weir__realloc(c->ns, cap * 8);
         if (!v)
             return -ENOMEM;
         c->ns = v;
@@ -235,7 +236,7 @@ int weir_list_clear(weir_ctx *ctx, const char *state)
     int e = weir__ns_scan(ctx, state, collect_pos, &c);
     for (size_t i = 0; !e && i < c.n; i++)
         e = weir__ns_del(ctx, state, c.ns[i], 8);
-    free(c.ns);
+    weir__free(c.ns);
     return e;
 }
 
@@ -271,7 +272,7 @@ static int gather_key(void *arg, const void *key, size_t klen, const void *val, 
         size_t cap = w->cap ? w->cap : 1024;
         while (cap < w->len + slot)
             cap *= 2;
-        uint8_t *b = realloc(w->buf, cap);
+        uint8_t *b = weir__realloc(w->buf, cap);
         if (!b)
             return -ENOMEM;
         w->buf = b;
@@ -316,6 +317,6 @@ int weir_keys_iterate(weir_ctx *ctx, const char *state, weir_key_visit_fn fn, vo
         }
     }
     ctx->rc = prev;
-    free(w.buf);
+    weir__free(w.buf);
     return e;
 }

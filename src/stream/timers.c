@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 
 #define TAG_EVENT 0xFFu
@@ -74,13 +75,13 @@ static weir__timer *timer_alloc(weir__timers *t, size_t klen)
         t->nspare--;
         return x;
     }
-    return malloc(sizeof(weir__timer) + (klen <= SMALL_KEY ? SMALL_KEY : klen));
+    return weir__malloc(sizeof(weir__timer) + (klen <= SMALL_KEY ? SMALL_KEY : klen));
 }
 
 static void timer_free(weir__timers *t, weir__timer *x)
 {
     if (x->klen > SMALL_KEY || (t->nspare >= SPARE_MIN && t->nspare >= t->live)) {
-        free(x);
+        weir__free(x);
         return;
     }
     memcpy(x->key, &t->spare, sizeof(t->spare));
@@ -151,8 +152,8 @@ static void bucket_free(weir__timers *t, weir__tbucket *b)
 {
     if (t->last == b)
         t->last = NULL;
-    free(b->v);
-    free(b);
+    weir__free(b->v);
+    weir__free(b);
 }
 
 /* The bucket of `when`, made (in the map and the heap) if it is new. */
@@ -162,10 +163,10 @@ static weir__tbucket *bucket_of(weir__timers *t, int64_t when)
         return t->last;
     if ((t->nb + 1) * 2 > t->bmcap) {
         size_t cap = t->bmcap ? t->bmcap * 2 : 64;
-        weir__tbucket **m = calloc(cap, sizeof(*m));
+        weir__tbucket **m = weir__calloc(cap, sizeof(*m));
         if (!m)
             return NULL;
-        free(t->bmap);
+        weir__free(t->bmap);
         t->bmap = m;
         t->bmcap = cap;
         for (size_t i = 0; i < t->nb; i++)
@@ -175,13 +176,13 @@ static weir__tbucket *bucket_of(weir__timers *t, int64_t when)
     if (!t->bmap[i]) {
         if (t->nb == t->bcap) {
             size_t cap = t->bcap ? t->bcap * 2 : 16;
-            weir__tbucket **h = realloc(t->heap, cap * sizeof(*h));
+            weir__tbucket **h = weir__realloc(t->heap, cap * sizeof(*h));
             if (!h)
                 return NULL;
             t->heap = h;
             t->bcap = cap;
         }
-        weir__tbucket *b = calloc(1, sizeof(*b));
+        weir__tbucket *b = weir__calloc(1, sizeof(*b));
         if (!b)
             return NULL;
         b->when = when;
@@ -201,7 +202,7 @@ static int bucket_push(weir__tbucket *b, weir__timer *x)
             b->head = 0;
         } else {
             size_t cap = b->cap ? b->cap * 2 : 4;
-            weir__timer **v = realloc(b->v, cap * sizeof(*v));
+            weir__timer **v = weir__realloc(b->v, cap * sizeof(*v));
             if (!v)
                 return -ENOMEM;
             b->v = v;
@@ -312,10 +313,10 @@ static int set_grow(weir__timers *t)
     if ((t->live + 1) * 2 <= t->scap)
         return 0;
     size_t cap = t->scap ? t->scap * 2 : 128;
-    weir__tslot *s = calloc(cap, sizeof(*s));
+    weir__tslot *s = weir__calloc(cap, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    free(t->set);
+    weir__free(t->set);
     t->set = s;
     t->scap = cap;
     for (size_t i = 0; i < t->nb; i++)
@@ -387,18 +388,18 @@ void weir__timers_free(weir__timers *t)
     for (size_t i = 0; i < t->nb; i++) {
         weir__tbucket *b = t->heap[i];
         for (size_t j = b->head; j < b->n; j++)
-            free(b->v[j]);
-        free(b->v);
-        free(b);
+            weir__free(b->v[j]);
+        weir__free(b->v);
+        weir__free(b);
     }
     while (t->spare) {
         weir__timer *x = t->spare;
         memcpy(&t->spare, x->key, sizeof(t->spare));
-        free(x);
+        weir__free(x);
     }
-    free(t->heap);
-    free(t->bmap);
-    free(t->set);
+    weir__free(t->heap);
+    weir__free(t->bmap);
+    weir__free(t->set);
     *t = (weir__timers){0};
 }
 
@@ -516,8 +517,8 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
     size_t n = st->timers[0].live + st->timers[1].live, bytes = 0, since = 0;
     if (!n)
         return weir_state_capture(st->backend, id, out);
-    sorted *raw = malloc(n * sizeof(*raw)), *v = malloc(n * sizeof(*v));
-    weir_state_entry *ents = malloc(n * sizeof(*ents));
+    sorted *raw = weir__malloc(n * sizeof(*raw)), *v = weir__malloc(n * sizeof(*v));
+    weir_state_entry *ents = weir__malloc(n * sizeof(*ents));
     enum { SLOTS = 2 * WEIR_KEY_GROUPS };
     size_t start[SLOTS + 1] = {0};
     int e = raw && v && ents ? 0 : -ENOMEM;
@@ -555,7 +556,7 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
         qsort(v + start[i], len, sizeof(*v), by_entry);
         e = capture_step(&since, len);
     }
-    uint8_t *buf = e ? NULL : malloc(bytes), *p = buf;
+    uint8_t *buf = e ? NULL : weir__malloc(bytes), *p = buf;
     if (!e && !buf)
         e = -ENOMEM;
     for (size_t i = 0; !e && i < n; i++) {
@@ -572,10 +573,10 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out)
     }
     if (!e)
         e = weir_state_capture_with(st->backend, id, ents, n, out);
-    free(buf);
-    free(ents);
-    free(v);
-    free(raw);
+    weir__free(buf);
+    weir__free(ents);
+    weir__free(v);
+    weir__free(raw);
     return e;
 }
 
@@ -596,17 +597,17 @@ static int load_fn(void *arg, const void *key, size_t klen, const void *val, siz
         return -EBADMSG; /* (no timer is ever at INT64_MAX) */
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
-        uint8_t **ks = realloc(l->keys, cap * sizeof(*ks));
+        uint8_t **ks = weir__realloc(l->keys, cap * sizeof(*ks));
         if (ks)
             l->keys = ks;
-        size_t *ls = realloc(l->lens, cap * sizeof(*ls));
+        size_t *ls = weir__realloc(l->lens, cap * sizeof(*ls));
         if (ls)
             l->lens = ls;
         if (!ks || !ls)
             return -ENOMEM;
         l->cap = cap;
     }
-    uint8_t *copy = malloc(klen);
+    uint8_t *copy = weir__malloc(klen);
     if (!copy)
         return -ENOMEM;
     memcpy(copy, key, klen);
@@ -627,10 +628,10 @@ int weir__timers_load(subtask *st)
             for (size_t i = 0; i < l.n; i++) {
                 if (!e)
                     e = weir_state_delete(st->backend, kg, l.keys[i], l.lens[i]);
-                free(l.keys[i]);
+                weir__free(l.keys[i]);
             }
-            free(l.keys);
-            free(l.lens);
+            weir__free(l.keys);
+            weir__free(l.lens);
         }
     }
     return e;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "stream/stream_int.h"
 
 typedef struct win {
@@ -82,7 +83,7 @@ static int emit_result(weir_ctx *ctx, span s, const void *val, size_t len)
 {
     uint8_t small[512];
     size_t n = sizeof(weir_window_result) + len;
-    uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
+    uint8_t *buf = n <= sizeof(small) ? small : weir__malloc(n);
     if (!buf)
         return -ENOMEM;
     weir_window_result h = {s.start, s.end};
@@ -91,7 +92,7 @@ static int emit_result(weir_ctx *ctx, span s, const void *val, size_t len)
         memcpy(buf + sizeof(h), val, len);
     int e = weir_emit(ctx, buf, n, s.end - 1);
     if (buf != small)
-        free(buf);
+        weir__free(buf);
     return e;
 }
 
@@ -155,7 +156,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     const uint8_t *o = out.data;
     uint8_t *copy = NULL;
     if (e == 0 && out.len && o >= (const uint8_t *)v && o < (const uint8_t *)v + vlen) {
-        if (!(copy = out.len <= sizeof(small) ? small : malloc(out.len)))
+        if (!(copy = out.len <= sizeof(small) ? small : weir__malloc(out.len)))
             return -ENOMEM;
         memcpy(copy, o, out.len);
         o = copy;
@@ -167,7 +168,7 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
         *fired_again = 1;
     }
     if (copy != small)
-        free(copy);
+        weir__free(copy);
     if (e || !timers)
         return e;
     if (s.end - 1 > wm && (e = weir_timer_register(ctx, WEIR_TIME_EVENT, s.end - 1)) < 0)
@@ -206,12 +207,12 @@ static int acc_add(acc *a, const win *w, const void *v, size_t vlen, int64_t ts)
         a->cap = sizeof(a->small);
     }
     if (out.len > a->cap) { /* out may point into a->p: copy before freeing it */
-        uint8_t *n = malloc(out.len);
+        uint8_t *n = weir__malloc(out.len);
         if (!n)
             return -ENOMEM;
         memcpy(n, out.data, out.len);
         if (a->p != a->small)
-            free(a->p);
+            weir__free(a->p);
         a->p = n;
         a->cap = out.len;
     } else if (out.len) {
@@ -225,7 +226,7 @@ static int acc_add(acc *a, const win *w, const void *v, size_t vlen, int64_t ts)
 static void acc_free(acc *a)
 {
     if (a->p != a->small)
-        free(a->p);
+        weir__free(a->p);
 }
 
 /* A key's panes entry: [start i64][len u32][pad u32][bytes, padded to 16]
@@ -271,7 +272,7 @@ static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, 
     if (n == 0)
         return weir__ns_del(ctx, WEIR__STATE_PANES, NULL, 0);
     _Alignas(16) uint8_t small[512];
-    uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
+    uint8_t *buf = n <= sizeof(small) ? small : weir__malloc(n);
     if (!buf)
         return -ENOMEM;
     if (at.off)
@@ -288,7 +289,7 @@ static int pane_store(weir_ctx *ctx, const uint8_t *v, size_t vlen, pane_at at, 
         memcpy(buf + at.off + add, v + at.off + at.len, vlen - at.off - at.len);
     int e = weir__ns_put(ctx, WEIR__STATE_PANES, NULL, 0, buf, n);
     if (buf != small)
-        free(buf);
+        weir__free(buf);
     return e;
 }
 
@@ -458,7 +459,7 @@ static int collect_overlap(void *arg, const void *ns, size_t nslen, const void *
     if (s.start < ss->probe.end && ss->probe.start < s.end) {
         if (ss->n == ss->cap) {
             int cap = ss->cap ? ss->cap * 2 : 8;
-            span *p = realloc(ss->s, (size_t)cap * sizeof(*p));
+            span *p = weir__realloc(ss->s, (size_t)cap * sizeof(*p));
             if (!p)
                 return -ENOMEM;
             ss->s = p;
@@ -488,7 +489,7 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
             merged.end = ss.s[i].end;
     }
     if (!e && late_for(w, merged, wm)) {
-        free(ss.s);
+        weir__free(ss.s);
         return weir_emit_side(ctx, in->data, in->len, in->ts);
     }
     /* Fold the old sessions (in start order) into one value under the
@@ -511,26 +512,26 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
             if ((e = w->fn(&a, &part, &out, w->arg)) < 0)
                 break;
         }
-        uint8_t *copy = malloc(out.len ? out.len : 1);
+        uint8_t *copy = weir__malloc(out.len ? out.len : 1);
         if (!copy) {
             e = -ENOMEM;
             break;
         }
         if (out.len)
             memcpy(copy, out.data, out.len);
-        free(acc);
+        weir__free(acc);
         acc = copy;
         acc_len = out.len;
         have = 1;
         e = drop_window(ctx, ss.s[i]);
     }
-    free(ss.s);
+    weir__free(ss.s);
     if (!e && have) {
         uint8_t ns[16];
         ns_of(merged, ns);
         e = weir__ns_put(ctx, WEIR__STATE_WINDOWS, ns, 16, acc, acc_len);
     }
-    free(acc);
+    weir__free(acc);
     int again = 0;
     return e ? e : fold(ctx, w, merged, in, &again, 1);
 }
@@ -570,10 +571,10 @@ static int collect_due(void *arg, const void *ns, size_t nslen, const void *val,
         return 0;
     if (d->nfire == d->cap || d->ndrop == d->cap) {
         int cap = d->cap ? d->cap * 2 : 4;
-        span *f = realloc(d->fire, (size_t)cap * sizeof(span));
+        span *f = weir__realloc(d->fire, (size_t)cap * sizeof(span));
         if (f)
             d->fire = f;
-        span *g = realloc(d->drop, (size_t)cap * sizeof(span));
+        span *g = weir__realloc(d->drop, (size_t)cap * sizeof(span));
         if (g)
             d->drop = g;
         if (!f || !g)
@@ -634,8 +635,8 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
         e = drop_window(ctx, d.drop[i]);
     if (!e && w->panes && window_at(w, drop_end, &s))
         e = drop_pane(ctx, s.start);
-    free(d.fire);
-    free(d.drop);
+    weir__free(d.fire);
+    weir__free(d.drop);
     return e;
 }
 
@@ -663,7 +664,7 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
         weir__stream_fail(s->j, -EINVAL, "window \"%s\": %s", name ? name : "?", why);
         return NULL;
     }
-    win *state = malloc(sizeof(*state));
+    win *state = weir__malloc(sizeof(*state));
     if (!state) {
         weir__stream_fail(s->j, -ENOMEM, "out of memory");
         return NULL;
@@ -675,7 +676,7 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
     weir_op_def def = {.open = win_open, .process = win_process, .on_timer = win_timer};
     weir_stream *out = weir_stream_process(s, name, &def, state);
     if (!out) {
-        free(state);
+        weir__free(state);
         return NULL;
     }
     out->owned = state;
