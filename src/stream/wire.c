@@ -175,8 +175,7 @@ __attribute__((format(printf, 4, 5))) static int refuse(int err, char *why, size
 static int fixed(const char *what, size_t got, size_t want, char *why, size_t cap)
 {
     if (got < want)
-        return refuse(-EBADMSG, why, cap, "%s: cut short (%zu of %zu body bytes)", what, got,
-                      want);
+        return refuse(-EBADMSG, why, cap, "%s: cut short (%zu of %zu body bytes)", what, got, want);
     if (got > want)
         return refuse(-EBADMSG, why, cap, "%s: %zu trailing bytes after the %zu-byte body", what,
                       got - want, want);
@@ -230,8 +229,7 @@ static int decode_batch(const uint8_t *p, size_t len, weir__wire_msg *out, char 
                       (unsigned long long)sum, data);
     size_t left = rest - cols;
     if (left < data)
-        return refuse(-EBADMSG, why, cap, "batch: record bytes cut short (%zu of %u)", left,
-                      data);
+        return refuse(-EBADMSG, why, cap, "batch: record bytes cut short (%zu of %u)", left, data);
     if (left > data)
         return refuse(-EBADMSG, why, cap, "batch: %zu trailing bytes after the records",
                       left - data);
@@ -299,7 +297,8 @@ int weir__wire_decode(const uint8_t *body, size_t len, weir__wire_msg *out, char
             .credits = weir__get_be32(p + 25),
         };
         if (out->u.hello.credits == 0)
-            return refuse(-EBADMSG, why, cap, "hello: zero credits (the producer could never send)");
+            return refuse(-EBADMSG, why, cap,
+                          "hello: zero credits (the producer could never send)");
         break;
     case WEIR__WIRE_WATERMARK:
         if ((e = fixed("watermark", n, WEIR__WIRE_WATERMARK_SIZE - 5, why, cap)))
