@@ -17,24 +17,24 @@
  *   HELLO      1  u8 version (1), u64 job (the plan's hash), u32 channel,
  *                 u32 producer subtask, u32 consumer subtask, u32 consumer
  *                 input, u32 credits                 producer -> consumer
- *   BATCH      2  u32 count, u32 data bytes, then three columns:
- *                 count x i64 timestamp, count x u32 length,
- *                 count x u8 key group (0xFF: none), then the records'
- *                 bytes back to back, no padding     producer -> consumer
+ *   BATCH      2  u32 count, u32 data bytes, then count record headers
+ *                 (i64 timestamp, u32 length, u8 key group, 0xFF: none),
+ *                 then the records' bytes back to back, no padding
+ *                                                    producer -> consumer
  *   WATERMARK  3  i64 watermark                      producer -> consumer
- *   BARRIER    4  u64 checkpoint id, u8 kind (0: aligned checkpoint)
+ *   BARRIER    4  u64 checkpoint id, u8 kind (0: aligned) producer -> consumer
  *   END        5  (empty: end of input)              producer -> consumer
  *   IDLE       6  u8 1: idle, 0: active again        producer -> consumer
  *   CREDIT     7  u32 n >= 1 batches more may be sent consumer -> producer
  *
- * Why columns rather than one 13-byte header per record: they are the
- * in-memory batch's own arrays (stream_int.h), so each is one tight loop
- * the compiler vectorizes (a byte swap per element), the key groups are a
- * single memcpy, and the decoder validates by scanning the length and key
- * group columns alone. When every record but the last is a multiple of 8
- * bytes long (the batch keeps records 8-byte aligned, so there is then no
- * padding between them), the records' bytes are one memcpy each way.
- * bench/wire.c measures it.
+ * Why one 13-byte header per record rather than columns (all timestamps,
+ * then all lengths, then all key groups, as the in-memory batch keeps
+ * them): bench/wire.c measures both, and rows decode faster (the checks
+ * and the copy-out are one pass over one region; columns take a pass per
+ * column) and encode as fast. Either way the cost is the records' bytes:
+ * one copy each, out of the batch (where they are 8-byte aligned) and
+ * back into a fresh one. Big-endian like every weir frame: the byte swaps
+ * cost nothing next to the copies.
  *
  * Untrusted input. weir__wire_decode() checks every count, length and
  * value against the caps below before it allocates or copies, computes in

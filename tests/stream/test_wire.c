@@ -358,12 +358,11 @@ TEST(trailing_byte_is_refused)
     }
 }
 
-/* Offsets in a BATCH payload (kind byte at 0) of a batch of n records. */
-#define AT_COUNT     1u
-#define AT_DATA      5u
-#define AT_TS(n, i)  (9u + 8u * (i))
-#define AT_LEN(n, i) (9u + 8u * (n) + 4u * (i))
-#define AT_KG(n, i)  (9u + 12u * (n) + (i))
+/* Offsets in a BATCH payload (kind byte at 0) of record i's header fields. */
+#define AT_COUNT  1u
+#define AT_DATA   5u
+#define AT_LEN(i) (9u + 13u * (i) + 8u)
+#define AT_KG(i)  (9u + 13u * (i) + 12u)
 
 TEST(batch_count_and_data_caps)
 {
@@ -389,8 +388,8 @@ TEST(record_length_cap)
     uint8_t body[9 + 13] = {WEIR__WIRE_BATCH};
     weir__put_be32(body + AT_COUNT, 1);
     weir__put_be32(body + AT_DATA, WEIR_MAX_RECORD);
-    weir__put_be32(body + AT_LEN(1, 0), WEIR_MAX_RECORD + 1);
-    body[AT_KG(1, 0)] = NO_KG;
+    weir__put_be32(body + AT_LEN(0), WEIR_MAX_RECORD + 1);
+    body[AT_KG(0)] = NO_KG;
     refused(body, sizeof(body), -EMSGSIZE,
             "batch: record 0 length 16777217 exceeds the 16777216-byte record cap");
 }
@@ -403,15 +402,15 @@ TEST(lengths_that_do_not_sum_to_the_data_are_refused)
     uint8_t *body = f + WEIR_FRAME_HEADER;
     size_t len = size - WEIR_FRAME_HEADER;
     uint32_t n = b->n;
-    uint32_t l3 = weir__get_be32(body + AT_LEN(n, 3));
-    weir__put_be32(body + AT_LEN(n, 3), l3 + 1);
+    uint32_t l3 = weir__get_be32(body + AT_LEN(3));
+    weir__put_be32(body + AT_LEN(3), l3 + 1);
     refused(body, len, -EBADMSG, "batch: record lengths sum to 97 bytes, the header says 96");
-    weir__put_be32(body + AT_LEN(n, 3), l3 - 1);
+    weir__put_be32(body + AT_LEN(3), l3 - 1);
     refused(body, len, -EBADMSG, "batch: record lengths sum to 95 bytes, the header says 96");
     /* Lengths moved between records: the sum holds, the frame is valid
      * and carries other records (the wire cannot tell; nothing breaks). */
-    weir__put_be32(body + AT_LEN(n, 3), l3 + 1);
-    weir__put_be32(body + AT_LEN(n, 0), weir__get_be32(body + AT_LEN(n, 0)) - 1);
+    weir__put_be32(body + AT_LEN(3), l3 + 1);
+    weir__put_be32(body + AT_LEN(0), weir__get_be32(body + AT_LEN(0)) - 1);
     weir__wire_msg m;
     char why[256];
     CHECK_EQ(decode(body, len, &m, why, sizeof(why)), 0);
@@ -422,7 +421,7 @@ TEST(lengths_that_do_not_sum_to_the_data_are_refused)
     refused(body, len, -EBADMSG, "the header says 200");
     /* Lengths that would overflow 32 bits if summed there. */
     for (uint32_t i = 0; i < n; i++)
-        weir__put_be32(body + AT_LEN(n, i), WEIR_MAX_RECORD);
+        weir__put_be32(body + AT_LEN(i), WEIR_MAX_RECORD);
     weir__put_be32(body + AT_DATA, 0);
     refused(body, len, -EBADMSG, "batch: record lengths sum to 117440512 bytes, the header says 0");
     free(f);
@@ -438,17 +437,17 @@ TEST(bad_key_group_is_refused)
     size_t len = size - WEIR_FRAME_HEADER;
     int bad[] = {WEIR_KEY_GROUPS, 200, NO_KG - 1};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
-        uint8_t was = body[AT_KG(b->n, 2)];
-        body[AT_KG(b->n, 2)] = (uint8_t)bad[k];
+        uint8_t was = body[AT_KG(2)];
+        body[AT_KG(2)] = (uint8_t)bad[k];
         char want[128];
         snprintf(want, sizeof(want),
                  "batch: record 2 key group %d is neither below 128 nor 255 (none)", bad[k]);
         refused(body, len, -EBADMSG, want);
-        body[AT_KG(b->n, 2)] = was;
+        body[AT_KG(2)] = was;
     }
     /* The edges that are legal. */
-    body[AT_KG(b->n, 2)] = WEIR_KEY_GROUPS - 1;
-    body[AT_KG(b->n, 3)] = NO_KG;
+    body[AT_KG(2)] = WEIR_KEY_GROUPS - 1;
+    body[AT_KG(3)] = NO_KG;
     weir__wire_msg m;
     char why[256];
     CHECK_EQ(decode(body, len, &m, why, sizeof(why)), 0);
