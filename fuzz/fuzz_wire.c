@@ -93,7 +93,7 @@ static uint8_t *encode(const weir__wire_msg *m, size_t *n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* A copy of exactly size bytes, so ASan sees any read past the end. */
-    uint8_t *body = malloc(size ? size : 1);
+    uint8_t *body = calloc(1, size ? size : 1);
     ENSURE(body);
     if (size)
         memcpy(body, data, size);
