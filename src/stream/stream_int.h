@@ -134,6 +134,13 @@ typedef struct batch {
     _Alignas(8) uint8_t data[];
 } batch;
 
+/* wire.c: a batch with room for `need` bytes of records, at least
+ * WEIR_BATCH_BYTES (n = used = 0), or NULL when memory runs out; freed with
+ * weir__batch_free(). Batches decoded from a TCP channel are made by it
+ * too, so a consumer frees local and remote ones alike. */
+batch *weir__batch_new(size_t need);
+void weir__batch_free(batch *b);
+
 /* ---- the run's structures ----------------------------------------------------------------- */
 
 /* The items of a subtask's mailbox (its input queue): what its inputs
