@@ -48,7 +48,7 @@ static void local_credit(weir__channel *c)
 static void local_free(weir__channel *c)
 {
     local_channel *lc = (local_channel *)c;
-    weir__free(c->open);
+    weir__batch_free(c->open);
     weir_sem_free(lc->credits);
     weir__free(lc);
 }

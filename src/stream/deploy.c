@@ -264,7 +264,7 @@ void weir__deploy_teardown(run *r)
                 item it;
                 while (weir_chan_try_recv(st->inq, &it) == 0)
                     if (it.kind == IT_BATCH)
-                        weir__free(it.b);
+                        weir__batch_free(it.b);
                     else if (it.kind == IT_CALL && it.mail->drop)
                         it.mail->drop(it.mail);
                 weir_chan_unref(st->inq);
@@ -274,7 +274,7 @@ void weir__deploy_teardown(run *r)
                 item it;
                 while (weir__itemq_pop(q, &it) == 0)
                     if (it.kind == IT_BATCH)
-                        weir__free(it.b);
+                        weir__batch_free(it.b);
                 weir__free(q->v);
             }
             for (int k = 0; st->ctx && k < st->nops; k++) {

@@ -65,17 +65,6 @@
 
 static void metrics_push(subtask *st);
 
-static batch *batch_new(size_t need)
-{
-    size_t cap = need > WEIR_BATCH_BYTES ? (need + 7) & ~(size_t)7 : WEIR_BATCH_BYTES;
-    batch *b = weir__malloc(sizeof(batch) + cap);
-    if (b) {
-        b->n = b->used = 0;
-        b->cap = (uint32_t)cap;
-    }
-    return b;
-}
-
 /* ---- errors ------------------------------------------------------------------------------- */
 void weir__stream_fail(weir_job *j, int err, const char *fmt, ...)
 {
@@ -186,7 +175,7 @@ static int append(subtask *st, channel *ch, const void *data, size_t len, int64_
         b = NULL;
     }
     if (!b) {
-        if (!(b = ch->open = batch_new(len)))
+        if (!(b = ch->open = weir__batch_new(len)))
             return -ENOMEM;
         at = 0;
     }
@@ -595,7 +584,7 @@ static int run_operator(subtask *st)
         }
         if (it.kind == IT_BATCH) {
             e = process_batch(st, in, it.b);
-            weir__free(it.b);
+            weir__batch_free(it.b);
             in->ch->ops->credit(in->ch);
             metrics_push(st);
             if (e)

@@ -128,8 +128,9 @@ typedef struct batch {
     uint32_t off[WEIR_BATCH_RECORDS];
     uint32_t len[WEIR_BATCH_RECORDS];
     /* The key group a hash edge routed the record by (the consumer's key
-     * function is the edge's: it need not hash again), or NO_KG. (Batches
-     * stay in the process; one that crossed a network would be rehashed.) */
+     * function is the edge's: it need not hash again), or NO_KG. A
+     * consumer checks it is one of its own groups (runner.c): a batch
+     * that came over a network is not trusted to say so. */
     uint8_t kg[WEIR_BATCH_RECORDS];
     _Alignas(8) uint8_t data[];
 } batch;
