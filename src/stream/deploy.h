@@ -25,6 +25,12 @@ typedef struct weir__deploy {
      * else NULL (one of them is here). NULL with *err set on failure. */
     weir__channel *(*channel)(void *arg, run *r, const weir__plan_channel *c, subtask *prod,
                               subtask *cons, int *err);
+    /* After the build, before any subtask starts (NULL: nothing); 0 or a
+     * negative errno, which fails the run. */
+    int (*start)(void *arg, run *r);
+    /* Once every subtask of the run has ended, before anything is freed:
+     * the channels' own tasks end here. */
+    void (*stop)(void *arg, run *r);
     void *arg;
 } weir__deploy;
 

@@ -364,9 +364,11 @@ static int handle_posted(subtask *st, const item *it)
         if (st->source && (uint64_t)it->wm > st->last_barrier)
             return weir__ckpt_barrier(st, (uint64_t)it->wm);
         return 0;
-    default: /* IT_CALL */
+    case IT_CALL:
         it->mail->fn(st, it->mail);
         return 0;
+    default: /* IT_FAIL */
+        return it->wm < 0 ? (int)it->wm : -EPROTO;
     }
 }
 
@@ -769,6 +771,17 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
         weir__deploy_teardown(&r);
         return j->err;
     }
+    if (d && d->start && (e = d->start(d->arg, &r)) < 0) {
+        weir__stream_fail(j, e, "starting the job's channels: %s", weir_strerror(e));
+        if (d->stop)
+            d->stop(d->arg, &r);
+        pthread_mutex_lock(&j->lock);
+        j->running = 0;
+        pthread_mutex_unlock(&j->lock);
+        weir__deploy_teardown(&r);
+        weir__ckpt_teardown(&r);
+        return j->err;
+    }
     weir_rt *rt = weir_rt_current();
     int threads = rt ? weir_rt_threads(rt) : 1;
     if (r.o.threads > 0 && r.o.threads < threads)
@@ -806,6 +819,8 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     weir_scope_result res = {0};
     e = sc ? weir_scope_join(sc, &res) : -ENOMEM;
     weir_scope_free(sc);
+    if (d && d->stop)
+        d->stop(d->arg, &r);
     if (cs) {
         weir_scope_cancel(cs);
         weir_scope_join(cs, NULL);

@@ -149,8 +149,9 @@ void weir__batch_free(batch *b);
  * it came on) and what others post to it (weir__subtask_post): IT_NOTIFY
  * (a checkpoint completed: run the commit hooks), IT_TRIGGER (sources:
  * start checkpoint wm), IT_CALL (a completion - a state read, a persist, a
- * control message - to run on the subtask's thread). */
-enum { IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_NOTIFY, IT_TRIGGER, IT_CALL };
+ * control message - to run on the subtask's thread), IT_FAIL (end with
+ * error wm: a channel broke; the job's error says why). */
+enum { IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_NOTIFY, IT_TRIGGER, IT_CALL, IT_FAIL };
 
 struct subtask;
 /* An IT_CALL item's work, embedded in the poster's object: fn runs on the

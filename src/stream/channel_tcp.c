@@ -1,0 +1,569 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * channel_tcp.c - channels over TCP between processes (channel_tcp.h).
+ */
+#include "stream/channel_tcp.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "stream/wire.h"
+#include "weir/net.h"
+
+#define FIBER_STACK (64u << 10)
+
+typedef struct tx_channel tx_channel;
+typedef struct rx_channel rx_channel;
+
+struct weir__tcp_net {
+    weir__tcp_opts o;
+    char **hosts;
+    int *ports;
+    int lfd;
+    run *r;
+    weir_scope *fibers; /* accept, readers, credit readers */
+    rx_channel **rx;    /* by plan channel id: the receiving ends here (NULL: none) */
+    uint32_t nrx_slots;
+    _Atomic uint32_t attached, expected;
+    _Atomic uint64_t sent, received;
+};
+
+/* The sending end: producer here, consumer in process `to`. */
+struct tx_channel {
+    weir__channel ch;
+    weir__tcp_net *net;
+    weir__plan_channel pc;
+    int to;
+    int fd; /* -1 until the first send connects */
+    int broken;
+    weir_sem *credits;
+    uint8_t *buf; /* a batch's frame */
+    size_t cap;
+};
+
+/* The receiving end: consumer here, producer elsewhere. */
+struct rx_channel {
+    weir__channel ch;
+    weir__tcp_net *net;
+    weir__plan_channel pc;
+    subtask *cons;
+    int fd;                /* -1 until the producer connects */
+    _Atomic int in_flight; /* batches received, not yet credited */
+    int ended;
+};
+
+uint64_t weir__tcp_plan_hash(const void *frame, size_t len)
+{
+    return XXH3_64bits(frame, len);
+}
+
+void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received)
+{
+    *sent = atomic_load(&n->sent);
+    *received = atomic_load(&n->received);
+}
+
+/* "channel 7 ("src" 0 -> "count" 1)" */
+static void describe(run *r, const weir__plan_channel *pc, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "channel %" PRIu32 " (\"%s\" %" PRIu32 " -> \"%s\" %" PRIu32 ")", pc->id,
+             r->chains[pc->from_chain].ops[r->chains[pc->from_chain].nops - 1]->name, pc->from_sub,
+             r->chains[pc->to_chain].ops[0]->name, pc->to_sub);
+}
+
+/* Fail the job naming the channel, and end its consumer with e. */
+static void rx_fail(rx_channel *rx, int e, const char *what)
+{
+    char name[256];
+    describe(rx->net->r, &rx->pc, name, sizeof(name));
+    weir__stream_fail(rx->net->r->j, e, "%s: %s", name, what);
+    weir__subtask_post(rx->cons, (item){IT_FAIL, rx->ch.input, {NULL}, e});
+}
+
+static weir__wire_hello hello_of(const weir__tcp_net *n, const weir__plan_channel *pc)
+{
+    return (weir__wire_hello){n->o.plan_hash, pc->id,       pc->from_sub,
+                              pc->to_sub,     pc->to_input, n->r->plan->credits};
+}
+
+/* ---- the sending end ------------------------------------------------------------------------ */
+static intptr_t credit_reader(void *arg)
+{
+    tx_channel *tx = arg;
+    weir_frame_parser p;
+    weir_frame_parser_init(&p, &(weir_frame_limits){64, 64});
+    for (;;) {
+        weir_frame f = {0};
+        ssize_t n = weir_frame_read(tx->fd, &p, &f, WEIR_FOREVER);
+        if (n <= 0)
+            break; /* closed, cancelled at the end of the run, or broken */
+        weir__wire_msg m;
+        char why[160];
+        int e = weir__wire_decode(f.data, f.len, &m, why, sizeof(why));
+        weir_frame_free(&f);
+        if (e || m.kind != WEIR__WIRE_CREDIT) {
+            if (!e)
+                weir__wire_msg_free(&m);
+            char name[256];
+            describe(tx->net->r, &tx->pc, name, sizeof(name));
+            weir__stream_fail(tx->net->r->j, -EBADMSG, "%s: the consumer sent %s", name,
+                              e ? why : "a frame other than CREDIT");
+            break;
+        }
+        weir_sem_release(tx->credits, m.u.credits);
+    }
+    weir_frame_parser_close(&p);
+    return 0;
+}
+
+/* Connect to the consumer's process and announce the channel, retrying
+ * until the connect deadline while it may still be starting. */
+static int tx_connect(tx_channel *tx)
+{
+    weir__tcp_net *n = tx->net;
+    int64_t ms = n->o.connect_timeout_ms > 0 ? n->o.connect_timeout_ms : 30000;
+    int64_t deadline = weir_time_after_ms(ms), backoff = 5;
+    int fd;
+    for (;;) {
+        fd = weir_net_connect(n->hosts[tx->to], n->ports[tx->to], deadline);
+        if (fd >= 0 || fd == -ECANCELED || weir_time_now() >= deadline)
+            break;
+        if (weir_time_sleep(backoff * WEIR_MSEC) < 0)
+            return -ECANCELED;
+        backoff = backoff < 200 ? backoff * 2 : 200;
+    }
+    if (fd < 0)
+        return fd;
+    weir_net_set_nodelay(fd, 1);
+    uint8_t h[WEIR__WIRE_CTRL_MAX];
+    weir__wire_hello hello = hello_of(n, &tx->pc);
+    size_t len = weir__wire_encode_hello(h, &hello);
+    int e = weir_frame_write(fd, h, len, WEIR_FOREVER);
+    if (e) {
+        weir_io_close(fd);
+        return e;
+    }
+    atomic_fetch_add(&n->sent, len);
+    tx->fd = fd;
+    if (!weir_scope_spawn(n->fibers, credit_reader, tx,
+                          &(weir_spawn_opts){.name = "channel credits", .stack_size = FIBER_STACK}))
+        return -ENOMEM;
+    return 0;
+}
+
+static int tx_write(tx_channel *tx, const uint8_t *p, size_t len)
+{
+    if (tx->broken)
+        return -EPIPE;
+    int e = tx->fd < 0 ? tx_connect(tx) : 0;
+    if (!e)
+        e = weir_frame_write(tx->fd, p, len, WEIR_FOREVER);
+    if (e) {
+        tx->broken = 1; /* part of a frame may be out: nothing more can follow */
+        if (e != -ECANCELED) {
+            char name[256];
+            describe(tx->net->r, &tx->pc, name, sizeof(name));
+            weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s", name, tx->to,
+                              weir_strerror(e));
+        }
+        return e;
+    }
+    atomic_fetch_add_explicit(&tx->net->sent, len, memory_order_relaxed);
+    return 0;
+}
+
+static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
+{
+    tx_channel *tx = (tx_channel *)c;
+    if (weir_sem_try_acquire(tx->credits, 1) != 0) {
+        int64_t t0 = weir_time_now();
+        int e = weir_sem_acquire(tx->credits, 1, WEIR_FOREVER);
+        *waited_ns += (uint64_t)(weir_time_now() - t0);
+        if (e)
+            return e;
+    }
+    size_t len = weir__wire_batch_size(b);
+    if (len > tx->cap) {
+        uint8_t *nb = weir__realloc(tx->buf, len);
+        if (!nb) {
+            weir_sem_release(tx->credits, 1);
+            return -ENOMEM;
+        }
+        tx->buf = nb;
+        tx->cap = len;
+    }
+    weir__wire_batch_encode(b, tx->buf);
+    int e = tx_write(tx, tx->buf, len);
+    if (e) {
+        weir_sem_release(tx->credits, 1);
+        return e;
+    }
+    weir__batch_free(b); /* it went out as bytes */
+    return 0;
+}
+
+static int tx_send_ctl(weir__channel *c, int kind, int64_t v)
+{
+    tx_channel *tx = (tx_channel *)c;
+    uint8_t f[WEIR__WIRE_CTRL_MAX];
+    size_t len = kind == IT_WATERMARK ? weir__wire_encode_watermark(f, v)
+                 : kind == IT_BARRIER
+                     ? weir__wire_encode_barrier(f, (uint64_t)v, WEIR__WIRE_BARRIER_ALIGNED)
+                     : weir__wire_encode_end(f);
+    return tx_write(tx, f, len);
+}
+
+static void tx_credit(weir__channel *c)
+{
+    (void)c; /* credits of a sending end come back over the wire */
+}
+
+static void tx_free(weir__channel *c)
+{
+    tx_channel *tx = (tx_channel *)c;
+    if (tx->fd >= 0)
+        weir_io_close(tx->fd);
+    weir__batch_free(c->open);
+    weir_sem_free(tx->credits);
+    weir__free(tx->buf);
+    weir__free(tx);
+}
+
+static const weir__channel_ops tx_ops = {"tcp-send", tx_send_batch, tx_send_ctl, tx_credit,
+                                         tx_free};
+
+/* ---- the receiving end ---------------------------------------------------------------------- */
+typedef struct rx_start {
+    rx_channel *rx;
+    weir_frame_parser p; /* HELLO is in; the rest of the stream follows */
+} rx_start;
+
+static intptr_t rx_reader(void *arg)
+{
+    rx_start *s = arg;
+    rx_channel *rx = s->rx;
+    weir__tcp_net *n = rx->net;
+    char why[200];
+    for (;;) {
+        weir_frame f = {0};
+        ssize_t got = weir_frame_read(rx->fd, &s->p, &f, WEIR_FOREVER);
+        if (got == -ECANCELED)
+            break;
+        if (got <= 0) {
+            if (!rx->ended)
+                rx_fail(rx, got ? (int)got : -ECONNRESET,
+                        got ? weir_strerror((int)got)
+                            : "the producer's connection closed before its end of input");
+            break;
+        }
+        atomic_fetch_add_explicit(&n->received, (uint64_t)got + 4, memory_order_relaxed);
+        weir__wire_msg m;
+        int e = weir__wire_decode(f.data, f.len, &m, why, sizeof(why));
+        weir_frame_free(&f);
+        if (e) {
+            rx_fail(rx, e, why);
+            break;
+        }
+        item it = {0, rx->ch.input, {NULL}, 0};
+        const char *bad = NULL;
+        switch (m.kind) {
+        case WEIR__WIRE_BATCH:
+            if (atomic_fetch_add(&rx->in_flight, 1) >= (int)n->r->plan->credits)
+                bad = "the producer sent more batches than its credits";
+            it.kind = IT_BATCH;
+            it.b = m.u.b;
+            break;
+        case WEIR__WIRE_WATERMARK:
+            it.kind = IT_WATERMARK;
+            it.wm = m.u.wm;
+            break;
+        case WEIR__WIRE_BARRIER:
+            it.kind = IT_BARRIER;
+            if (m.u.barrier.id == 0 || m.u.barrier.id > INT64_MAX)
+                bad = "a barrier with checkpoint id 0 or past 2^63";
+            it.wm = (int64_t)m.u.barrier.id;
+            break;
+        case WEIR__WIRE_END:
+            it.kind = IT_EOI;
+            rx->ended = 1;
+            break;
+        default: /* HELLO again, CREDIT, IDLE: not from a producer here */
+            bad = "a frame a producer does not send";
+        }
+        if (!bad && rx->ended && it.kind != IT_EOI)
+            bad = "a frame after its end of input";
+        if (bad) {
+            weir__wire_msg_free(&m);
+            rx_fail(rx, -EBADMSG, bad);
+            break;
+        }
+        if (weir_chan_send(rx->cons->inq, &it, WEIR_FOREVER) < 0) {
+            weir__wire_msg_free(&m);
+            break;
+        }
+        if (it.kind == IT_EOI)
+            break; /* nothing more on this connection */
+    }
+    weir_frame_parser_close(&s->p);
+    weir__free(s);
+    return 0;
+}
+
+/* A connection's first frame: which channel it carries. */
+static void attach(weir__tcp_net *n, int fd)
+{
+    rx_start *s = weir__calloc(1, sizeof(*s));
+    if (!s) {
+        weir_io_close(fd);
+        return;
+    }
+    weir_frame_parser_init(&s->p, &(weir_frame_limits){WEIR__WIRE_MAX_FRAME, 64});
+    weir_frame f = {0};
+    char why[200] = "";
+    ssize_t got = weir_frame_read(fd, &s->p, &f, weir_time_after_ms(10000));
+    weir__wire_msg m = {0};
+    int e = got > 0 ? weir__wire_decode(f.data, f.len, &m, why, sizeof(why)) : (int)got;
+    weir_frame_free(&f);
+    rx_channel *rx = NULL;
+    if (!e && m.kind != WEIR__WIRE_HELLO) {
+        weir__wire_msg_free(&m);
+        e = -EBADMSG;
+    }
+    if (!e &&
+        (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) || rx->fd >= 0))
+        e = -ENOENT;
+    if (!e) {
+        weir__wire_hello want = hello_of(n, &rx->pc);
+        e = weir__wire_hello_check(&m.u.hello, &want, why, sizeof(why));
+    }
+    if (e) {
+        /* A stranger, or a peer of another plan: drop the connection,
+         * keep listening (the real producer may still come). */
+        weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection: %s",
+                  why[0]         ? why
+                  : e == -ENOENT ? "not a channel this process expects"
+                                 : weir_strerror(e));
+        weir_frame_parser_close(&s->p);
+        weir__free(s);
+        weir_io_close(fd);
+        return;
+    }
+    atomic_fetch_add(&n->received, (uint64_t)got + 4);
+    rx->fd = fd;
+    s->rx = rx;
+    atomic_fetch_add(&n->attached, 1);
+    if (!weir_scope_spawn(
+            n->fibers, rx_reader, s,
+            &(weir_spawn_opts){.name = "channel reader", .stack_size = FIBER_STACK})) {
+        weir_frame_parser_close(&s->p);
+        weir__free(s);
+        rx_fail(rx, -ENOMEM, "could not start its reader");
+    }
+}
+
+static intptr_t acceptor(void *arg)
+{
+    weir__tcp_net *n = arg;
+    int64_t ms = n->o.connect_timeout_ms > 0 ? n->o.connect_timeout_ms : 30000;
+    int64_t deadline = weir_time_after_ms(ms);
+    while (atomic_load(&n->attached) < atomic_load(&n->expected)) {
+        int fd = weir_net_accept(n->lfd, NULL, deadline);
+        if (fd == -ECANCELED)
+            return 0;
+        if (fd == -ETIMEDOUT) {
+            for (uint32_t i = 0; i < n->nrx_slots; i++)
+                if (n->rx[i] && n->rx[i]->fd < 0) {
+                    char what[96];
+                    snprintf(
+                        what, sizeof(what),
+                        "its producer (process %d) did not connect in %" PRId64 " ms",
+                        n->o.place(n->o.place_arg, n->rx[i]->pc.from_chain, n->rx[i]->pc.from_sub),
+                        ms);
+                    rx_fail(n->rx[i], -ETIMEDOUT, what);
+                }
+            return 0;
+        }
+        if (fd < 0) {
+            if (weir_time_sleep(10 * WEIR_MSEC) < 0)
+                return 0;
+            continue;
+        }
+        weir_net_set_nodelay(fd, 1);
+        attach(n, fd);
+    }
+    return 0;
+}
+
+static int rx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
+{
+    (void)c, (void)b, (void)waited_ns;
+    return -EINVAL; /* a receiving end sends nothing */
+}
+
+static int rx_send_ctl(weir__channel *c, int kind, int64_t v)
+{
+    (void)c, (void)kind, (void)v;
+    return -EINVAL;
+}
+
+/* The consumer processed one of our batches: a credit back. */
+static void rx_credit(weir__channel *c)
+{
+    rx_channel *rx = (rx_channel *)c;
+    atomic_fetch_sub(&rx->in_flight, 1);
+    uint8_t f[WEIR__WIRE_CREDIT_SIZE];
+    size_t len = weir__wire_encode_credit(f, 1);
+    /* A failed write means the producer is gone: its reader notices. */
+    if (rx->fd >= 0 && weir_frame_write(rx->fd, f, len, WEIR_FOREVER) == 0)
+        atomic_fetch_add_explicit(&rx->net->sent, len, memory_order_relaxed);
+}
+
+static void rx_free(weir__channel *c)
+{
+    rx_channel *rx = (rx_channel *)c;
+    if (rx->fd >= 0)
+        weir_io_close(rx->fd);
+    weir__batch_free(c->open);
+    weir__free(rx);
+}
+
+static const weir__channel_ops rx_ops = {"tcp-receive", rx_send_batch, rx_send_ctl, rx_credit,
+                                         rx_free};
+
+/* ---- the factory and the net ---------------------------------------------------------------- */
+static weir__channel *factory(void *arg, run *r, const weir__plan_channel *pc, subtask *prod,
+                              subtask *cons, int *err)
+{
+    weir__tcp_net *n = arg;
+    n->r = r;
+    if (prod && cons)
+        return weir__channel_local_new(cons, (int)r->plan->credits);
+    if (prod) {
+        tx_channel *tx = weir__calloc(1, sizeof(*tx));
+        if (!tx || !(tx->credits = weir_sem_new(r->plan->credits))) {
+            weir__free(tx);
+            *err = -ENOMEM;
+            return NULL;
+        }
+        tx->ch.ops = &tx_ops;
+        tx->net = n;
+        tx->pc = *pc;
+        tx->fd = -1;
+        tx->to = n->o.place(n->o.place_arg, pc->to_chain, pc->to_sub);
+        if (tx->to < 0 || tx->to >= n->o.nprocs) {
+            tx_free(&tx->ch);
+            *err = -EINVAL;
+            return NULL;
+        }
+        return &tx->ch;
+    }
+    if (!n->rx) {
+        n->nrx_slots = r->plan->nchannels;
+        if (!(n->rx = weir__calloc(n->nrx_slots ? n->nrx_slots : 1, sizeof(*n->rx)))) {
+            *err = -ENOMEM;
+            return NULL;
+        }
+    }
+    rx_channel *rx = weir__calloc(1, sizeof(*rx));
+    if (!rx) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    rx->ch.ops = &rx_ops;
+    rx->net = n;
+    rx->pc = *pc;
+    rx->cons = cons;
+    rx->fd = -1;
+    n->rx[pc->id] = rx;
+    atomic_fetch_add(&n->expected, 1);
+    return &rx->ch;
+}
+
+static int here(void *arg, uint32_t chain, uint32_t sub)
+{
+    weir__tcp_net *n = arg;
+    return n->o.place(n->o.place_arg, chain, sub) == n->o.self;
+}
+
+static int start(void *arg, run *r)
+{
+    weir__tcp_net *n = arg;
+    n->r = r;
+    if (!(n->fibers = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)))
+        return -ENOMEM;
+    if (atomic_load(&n->expected) &&
+        !weir_scope_spawn(n->fibers, acceptor, n,
+                          &(weir_spawn_opts){.name = "channel accept", .stack_size = FIBER_STACK}))
+        return -ENOMEM;
+    return 0;
+}
+
+static void stop(void *arg, run *r)
+{
+    weir__tcp_net *n = arg;
+    (void)r;
+    if (!n->fibers)
+        return;
+    weir_scope_cancel(n->fibers);
+    weir_scope_join(n->fibers, NULL);
+    weir_scope_free(n->fibers);
+    n->fibers = NULL;
+}
+
+void weir__tcp_deploy(weir__tcp_net *n, weir__deploy *d)
+{
+    *d = (weir__deploy){.here = here, .channel = factory, .start = start, .stop = stop, .arg = n};
+}
+
+weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
+{
+    if (!o || o->nprocs < 1 || o->self < 0 || o->self >= o->nprocs || !o->place || !o->hosts ||
+        !o->ports) {
+        errno = EINVAL;
+        return NULL;
+    }
+    weir__tcp_net *n = weir__calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->o = *o;
+    n->lfd = o->listen_fd;
+    n->hosts = weir__calloc((size_t)o->nprocs, sizeof(*n->hosts));
+    n->ports = weir__calloc((size_t)o->nprocs, sizeof(*n->ports));
+    for (int i = 0; n->hosts && n->ports && i < o->nprocs; i++) {
+        if (!(n->hosts[i] = weir__strdup(o->hosts[i] ? o->hosts[i] : "127.0.0.1"))) {
+            weir__tcp_free(n);
+            errno = ENOMEM;
+            return NULL;
+        }
+        n->ports[i] = o->ports[i];
+    }
+    if (!n->hosts || !n->ports) {
+        weir__tcp_free(n);
+        errno = ENOMEM;
+        return NULL;
+    }
+    n->o.hosts = NULL;
+    n->o.ports = NULL;
+    return n;
+}
+
+void weir__tcp_free(weir__tcp_net *n)
+{
+    if (!n)
+        return;
+    stop(n, NULL);
+    for (int i = 0; n->hosts && i < n->o.nprocs; i++)
+        weir__free(n->hosts[i]);
+    weir__free(n->hosts);
+    weir__free(n->ports);
+    weir__free(n->rx);
+    if (n->lfd >= 0)
+        weir_io_close(n->lfd);
+    weir__free(n);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * channel_tcp.h - channels between subtasks in different processes, over
+ * TCP in the wire layout of wire.h.
+ *
+ * One weir__tcp_net per process and run. It knows where every subtask of
+ * the plan runs (place(): a process number) and each process's address,
+ * and listens on this process's socket (made by the caller, so that a
+ * test or a worker can bind port 0 and tell the others the port before
+ * anything runs). As deploy's channel factory (weir__tcp_channel) it makes
+ *
+ *   - a local channel (channel_local.c) when both ends run here;
+ *   - a sending end when only the producer does: it connects to the
+ *     consumer's process on its first send (retrying until the connect
+ *     deadline, as the other process may still be starting), announces
+ *     the channel with HELLO, then writes BATCH and control frames. A
+ *     batch is sent only with a credit in hand: credits come back in
+ *     CREDIT frames, read by a fiber of the channel's own;
+ *   - a receiving end when only the consumer does: the net's accept fiber
+ *     takes the connection, checks its HELLO against what the plan says of
+ *     that channel, and starts a reader fiber that decodes each frame into
+ *     an item of the consumer's mailbox. The consumer's credit() writes a
+ *     CREDIT frame back.
+ *
+ * Failures. A malformed, oversized or unexpected frame, a producer that
+ * sends past its credits, a connection lost before end of input, or a
+ * producer that never connects within the deadline, fails the job with a
+ * message naming the channel and its ends, and ends the consumer with that
+ * error (an IT_FAIL item); the process goes on. A sending end whose
+ * connection broke returns the error from its send, failing its subtask.
+ *
+ * Lifetime: weir__tcp_start (deploy's start hook) starts the accept fiber;
+ * weir__tcp_stop (the stop hook, once the subtasks have ended) cancels and
+ * joins every fiber of the net; the channels themselves are freed with
+ * the run, and the net after it (weir__tcp_free).
+ */
+#ifndef WEIR_STREAM_CHANNEL_TCP_H
+#define WEIR_STREAM_CHANNEL_TCP_H
+
+#include "stream/deploy.h"
+
+typedef struct weir__tcp_net weir__tcp_net;
+
+typedef struct weir__tcp_opts {
+    int self;                 /* this process's number */
+    int nprocs;               /* processes 0..nprocs-1 */
+    const char *const *hosts; /* [nprocs]: where each listens */
+    const int *ports;         /* [nprocs] */
+    int listen_fd;            /* this process's listening socket; the net closes it */
+    /* The process subtask sub of chain runs in. */
+    int (*place)(void *arg, uint32_t chain, uint32_t sub);
+    void *place_arg;
+    uint64_t plan_hash;         /* the same on every side: HELLOs carry it */
+    int64_t connect_timeout_ms; /* 0: 30 s */
+} weir__tcp_opts;
+
+/* NULL with errno. */
+weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o);
+void weir__tcp_free(weir__tcp_net *n);
+
+/* A deploy for this process's share of the plan over n (here(), the
+ * channel factory, start and stop), to give weir__job_run_plan. */
+void weir__tcp_deploy(weir__tcp_net *n, weir__deploy *d);
+
+/* A stable hash of a plan's frame bytes (both sides of a connection run
+ * the same plan). */
+uint64_t weir__tcp_plan_hash(const void *frame, size_t len);
+
+/* Bytes written and read by the net's channels so far (frames included). */
+void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received);
+
+#endif

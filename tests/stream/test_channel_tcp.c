@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_channel_tcp.c - a job split over two OS processes (started here with
+ * fork, before any runtime exists) whose subtasks meet over loopback TCP
+ * channels (stream/channel_tcp.h): the union of their outputs is the
+ * output of the same job in one process. And the consumer's side against
+ * a fake producer: a malformed batch, a stranger's HELLO, a producer that
+ * goes past its credits, a connection lost before the end, and a producer
+ * that never comes all fail the job naming the channel, without a crash.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "stream/channel_tcp.h"
+#include "stream/count_ops.h"
+#include "stream/plan.h"
+#include "stream/wire.h"
+#include "test.h"
+#include "test_rt.h"
+#include "weir/net.h"
+
+#define N 20000 /* records per source subtask */
+
+static int gen_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)arg;
+    int64_t *next = calloc(1, sizeof(*next));
+    *next = (int64_t)weir_ctx_subtask(ctx) * N;
+    *state = next;
+    return 0;
+}
+
+static int gen_next(weir_ctx *ctx, void *state)
+{
+    int64_t *next = state;
+    int64_t end = ((int64_t)weir_ctx_subtask(ctx) + 1) * N;
+    for (int i = 0; i < 256 && *next < end; i++, (*next)++) {
+        int e = weir_emit(ctx, next, 8, *next);
+        if (e)
+            return e;
+    }
+    return *next >= end;
+}
+
+static const weir_source_def gen_def = {.open = gen_open, .next = gen_next, .close = free};
+
+/* src (2) -> to_one -> key_by -> count -> to_line -> collect */
+static weir_job *count_job(weir_collector *c)
+{
+    weir_job *j = weir_job_new("tcp");
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &gen_def, NULL), 2);
+    s = weir_stream_map(s, "to_one", to_one, NULL);
+    s = weir_stream_reduce(weir_stream_key_by(s, key16, NULL), "count", count16, NULL);
+    s = weir_stream_map(s, "to_line", to_line, NULL);
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    return j;
+}
+
+static int by_subtask(void *arg, uint32_t chain, uint32_t sub)
+{
+    (void)arg, (void)chain;
+    return (int)(sub % 2);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted lines of a buffer of "\n"-ended lines, joined again. */
+static char *sorted(char *text)
+{
+    size_t n = 0, cap = 16;
+    char **v = malloc(cap * sizeof(*v));
+    for (char *save, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        if (n == cap)
+            v = realloc(v, (cap *= 2) * sizeof(*v));
+        v[n++] = l;
+    }
+    qsort(v, n, sizeof(*v), str_cmp);
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(v[i]) + 1;
+    char *out = calloc(1, len);
+    for (size_t i = 0; i < n; i++)
+        strcat(strcat(out, v[i]), "\n");
+    free(v);
+    return out;
+}
+
+static char *collected(const weir_collector *c)
+{
+    size_t n = weir_collector_count(c), len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += weir_collector_get(c, i)->len + 1;
+    char *out = calloc(1, len), *p = out;
+    for (size_t i = 0; i < n; i++) {
+        const weir_rec *r = weir_collector_get(c, i);
+        memcpy(p, r->data, r->len);
+        p += r->len;
+        *p++ = '\n';
+    }
+    return out;
+}
+
+/* ---- one process's share -------------------------------------------------------------------- */
+typedef struct share {
+    int self, lfd, ports[2];
+    const char *out;
+    int64_t connect_timeout_ms;
+    uint64_t sent, received;
+} share;
+
+static intptr_t run_share(void *arg)
+{
+    share *sh = arg;
+    weir_collector *c = weir_collector_new();
+    weir_job *j = count_job(c);
+    weir__plan *p;
+    char why[256];
+    CHECK_EQ(weir__plan_make(j, 2, 4, &p, why, sizeof(why)), 0);
+    weir_frame_builder fb;
+    CHECK_EQ(weir__plan_encode(p, &fb), 0);
+    const uint8_t *bytes;
+    size_t len;
+    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
+    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){
+        .self = sh->self,
+        .nprocs = 2,
+        .hosts = hosts,
+        .ports = sh->ports,
+        .listen_fd = sh->lfd,
+        .place = by_subtask,
+        .plan_hash = weir__tcp_plan_hash(bytes, len),
+        .connect_timeout_ms = sh->connect_timeout_ms,
+    });
+    weir_frame_builder_close(&fb);
+    CHECK(n != NULL);
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    int e = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
+    if (e)
+        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
+    weir__tcp_stats(n, &sh->sent, &sh->received);
+    weir__tcp_free(n);
+    char *text = collected(c);
+    FILE *f = fopen(sh->out, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    weir__plan_free(p);
+    weir_job_free(j);
+    weir_collector_free(c);
+    return e;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = calloc(1, (size_t)n + 1);
+    CHECK_EQ(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return b;
+}
+
+static weir_collector *ref_c;
+static intptr_t run_ref(void *arg)
+{
+    (void)arg;
+    weir_job *j = count_job(ref_c);
+    CHECK_EQ(weir_job_run(j, &(weir_run_opts){.parallelism = 2}), 0);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(a_job_over_two_processes_gives_the_one_process_output)
+{
+    char dir[] = "/tmp/weir-tcp-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int lfd[2], ports[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_GE(lfd[i] = weir_net_listen("127.0.0.1", 0, NULL), 0);
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    pid_t pid[2];
+    char out[2][64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(out[i], sizeof(out[i]), "%s/out.%d", dir, i);
+        pid[i] = fork();
+        CHECK_GE(pid[i], 0);
+        if (pid[i] == 0) {
+            close(lfd[1 - i]);
+            share sh = {i, lfd[i], {ports[0], ports[1]}, out[i], 0, 0, 0};
+            intptr_t e = test_run_on_rt(2, run_share, &sh);
+            if (!e)
+                fprintf(stderr, "process %d: %llu bytes sent, %llu received\n", i,
+                        (unsigned long long)sh.sent, (unsigned long long)sh.received);
+            _exit(e ? 1 : 0);
+        }
+    }
+    close(lfd[0]);
+    close(lfd[1]);
+    for (int i = 0; i < 2; i++) {
+        int status;
+        CHECK_EQ(waitpid(pid[i], &status, 0), pid[i]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    /* Both processes' outputs together are the one-process run's. */
+    char *a = slurp(out[0]), *b = slurp(out[1]);
+    char *both = malloc(strlen(a) + strlen(b) + 1);
+    strcat(strcpy(both, a), b);
+    CHECK_GT(strlen(a), 0u); /* each ran a share of the keyed count */
+    CHECK_GT(strlen(b), 0u);
+    ref_c = weir_collector_new();
+    CHECK_EQ(test_run_on_rt(2, run_ref, NULL), 0);
+    CHECK_EQ(weir_collector_count(ref_c), 2u * N);
+    char *ref = collected(ref_c);
+    char *s1 = sorted(both), *s2 = sorted(ref);
+    CHECK(strcmp(s1, s2) == 0);
+    free(s1), free(s2), free(ref), free(both), free(a), free(b);
+    weir_collector_free(ref_c);
+    unlink(out[0]);
+    unlink(out[1]);
+    rmdir(dir);
+}
+
+/* ---- the consumer against a fake producer -----------------------------------------------------
+ */
+typedef struct fake {
+    int port;      /* the consumer's */
+    int mode;      /* what the fake producer does */
+    uint64_t hash; /* the plan's */
+    uint32_t credits;
+    const char *error; /* the job's error, after */
+} fake;
+
+enum { BAD_BATCH, STRANGER_THEN_BAD, PAST_CREDITS, LOST, NEVER };
+
+static int all_in_zero_but_src1(void *arg, uint32_t chain, uint32_t sub)
+{
+    (void)arg;
+    return chain == 0 && sub == 1 ? 1 : 0;
+}
+
+static int send_hello(int fd, const fake *f, uint32_t channel)
+{
+    uint8_t h[WEIR__WIRE_CTRL_MAX];
+    /* Channel 2 is src 1 -> count 0: the consumer's input 1. */
+    weir__wire_hello hello = {f->hash, channel, 1, 0, 1, f->credits};
+    return weir_frame_write(fd, h, weir__wire_encode_hello(h, &hello), WEIR_FOREVER);
+}
+
+static intptr_t fake_producer(void *arg)
+{
+    fake *f = arg;
+    if (f->mode == NEVER)
+        return 0;
+    int fd = weir_net_connect("127.0.0.1", f->port, weir_time_after_ms(10000));
+    CHECK_GE(fd, 0);
+    if (f->mode == STRANGER_THEN_BAD) {
+        /* A HELLO for a channel of another plan: dropped, the consumer
+         * keeps listening for the real one. */
+        fake other = *f;
+        other.hash ^= 1;
+        CHECK_EQ(send_hello(fd, &other, 2), 0);
+        weir_io_close(fd);
+        fd = weir_net_connect("127.0.0.1", f->port, weir_time_after_ms(10000));
+        CHECK_GE(fd, 0);
+    }
+    CHECK_EQ(send_hello(fd, f, 2), 0);
+    if (f->mode == BAD_BATCH || f->mode == STRANGER_THEN_BAD) {
+        /* A batch claiming 5 records and carrying none. */
+        uint8_t bad[] = {0, 0, 0, 9, WEIR__WIRE_BATCH, 0, 0, 0, 5, 0, 0, 0, 0};
+        CHECK_EQ(weir_frame_write(fd, bad, sizeof(bad), WEIR_FOREVER), 0);
+    } else if (f->mode == PAST_CREDITS) {
+        /* 64 batches on one credit, in one write: the reader decodes the
+         * second long before the consumer can process the first and
+         * return its credit. */
+        uint8_t empty[64 * 13];
+        for (int i = 0; i < 64; i++)
+            memcpy(empty + 13 * i,
+                   (uint8_t[]){0, 0, 0, 9, WEIR__WIRE_BATCH, 0, 0, 0, 0, 0, 0, 0, 0}, 13);
+        CHECK_EQ(weir_io_send(fd, empty, sizeof(empty), MSG_NOSIGNAL, WEIR_FOREVER),
+                 (ssize_t)sizeof(empty));
+    }
+    /* LOST: close without END. */
+    weir_time_sleep(50 * WEIR_MSEC);
+    weir_io_close(fd);
+    return 0;
+}
+
+static intptr_t run_consumer(void *arg)
+{
+    fake *f = arg;
+    weir_collector *c = weir_collector_new();
+    weir_job *j = count_job(c);
+    weir__plan *p;
+    char why[256];
+    CHECK_EQ(weir__plan_make(j, 2, (int)f->credits, &p, why, sizeof(why)), 0);
+    int lfd = weir_net_listen("127.0.0.1", 0, NULL);
+    CHECK_GE(lfd, 0);
+    f->port = weir_net_local_port(lfd);
+    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+    int ports[2] = {f->port, 1}; /* nobody connects to process 1 */
+    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){
+        .self = 0,
+        .nprocs = 2,
+        .hosts = hosts,
+        .ports = ports,
+        .listen_fd = lfd,
+        .place = all_in_zero_but_src1,
+        .plan_hash = f->hash,
+        .connect_timeout_ms = f->mode == NEVER ? 300 : 10000,
+    });
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    weir_task *t = weir_task_spawn(fake_producer, f, NULL);
+    int e = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
+    weir_task_join(t, NULL, WEIR_FOREVER);
+    f->error = strdup(weir_job_error(j));
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    weir_job_free(j);
+    weir_collector_free(c);
+    return e;
+}
+
+static void consumer_fails(int mode, const char *needle)
+{
+    fake f = {.mode = mode, .hash = 0x1234, .credits = mode == PAST_CREDITS ? 1 : 4};
+    CHECK(test_run_on_rt(2, run_consumer, &f) < 0);
+    CHECK_HAS(f.error, "channel 2 (\"to_one\" 1 -> \"count\" 0)");
+    CHECK_HAS(f.error, needle);
+    free((void *)f.error);
+}
+
+TEST(a_malformed_batch_fails_the_job_naming_the_channel)
+{
+    consumer_fails(BAD_BATCH, "batch");
+}
+
+TEST(a_strangers_hello_is_dropped_and_the_real_producer_still_counts)
+{
+    consumer_fails(STRANGER_THEN_BAD, "batch");
+}
+
+TEST(a_producer_past_its_credits_fails_the_job)
+{
+    consumer_fails(PAST_CREDITS, "more batches than its credits");
+}
+
+TEST(a_connection_lost_before_the_end_fails_the_job)
+{
+    consumer_fails(LOST, "closed before its end of input");
+}
+
+TEST(a_producer_that_never_connects_fails_the_job)
+{
+    consumer_fails(NEVER, "did not connect in 300 ms");
+}
+
+TEST_MAIN()
