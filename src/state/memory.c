@@ -517,24 +517,19 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
     return 0;
 }
 
-static int mem_restore(weir_state_backend *b, const char *path)
+static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
+                       size_t cap)
 {
     mem_backend *m = (mem_backend *)b;
-    uint8_t *img;
-    size_t len;
-    int e = weir__snap_read_file(path, &img, &len);
-    if (e)
-        return e;
     weir__snap_reader r;
-    e = weir__snap_open(&r, img, len);
+    int e = weir__snap_open(&r, img, len, why, cap);
     if (!e && r.ngroups != b->ngroups) {
-        weir__state_fail("snapshot has %d key groups, the backend %d", r.ngroups, b->ngroups);
+        weir__state_fail(why, cap, "snapshot has %d key groups, the backend %d", r.ngroups,
+                         b->ngroups);
         e = -EINVAL;
     }
-    if (e) {
-        free(img);
+    if (e)
         return e;
-    }
     /* Every group of our range the file covers is replaced (emptied when
      * the file holds no entries for it). */
     int lo = r.first_kg > b->first_kg ? r.first_kg : b->first_kg;
@@ -554,7 +549,6 @@ static int mem_restore(weir_state_backend *b, const char *path)
                 e = mem_put(b, kg, k, kl, v, vl);
         }
     }
-    free(img);
     return e;
 }
 
