@@ -43,8 +43,11 @@
 #include "weir/rt.h"
 
 #define MAX_LEVEL 20
-/* Entries a capture serializes between yields (see mem_capture). */
-#define CAPTURE_STEP 8192
+/* Entries a capture serializes between yields (see mem_capture): 2048
+ * entries of 1 KiB take a few milliseconds, well under the watchdog's
+ * threshold even on a loaded machine (8192 took 20-40 ms on two busy
+ * cores: tests/stream/test_ckpt_blocking.c). */
+#define CAPTURE_STEP 2048
 
 typedef struct node {
     uint8_t *val;  /* in the node after the key (small values, at first), or allocated */

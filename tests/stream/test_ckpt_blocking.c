@@ -3,8 +3,8 @@
  * test_ckpt_blocking.c - a checkpoint of a large keyed state blocks no
  * scheduler thread: capture yields as it copies, and the encode, write
  * and fsync of the state file run on the blocking pool (state/storage.h)
- * while the subtask waits. The runtime's watchdog (rt/watchdog.c), set to
- * a low threshold, must report no blocked poll during the whole job.
+ * while the subtask waits. The runtime's watchdog (rt/watchdog.c) must
+ * report no blocked poll while the job checkpoints.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -152,8 +152,12 @@ static off_t largest_state(const char *dir)
 
 TEST(large_state_checkpoint_blocks_no_thread)
 {
-    /* Read by the watchdog when the runtime's first loop starts. */
-    CHECK_EQ(setenv("WEIR_BLOCKING_WARN_MS", "50", 1), 0);
+    /* Read by the watchdog when the runtime's first loop starts. 100 ms
+     * (the default, set here in case the environment says otherwise): on
+     * the code before the storage interface, the subtask's own write and
+     * fsync of the state file stalled its thread past it 2-3 times per run;
+     * a lower figure starts to catch a loaded machine's scheduling noise. */
+    CHECK_EQ(setenv("WEIR_BLOCKING_WARN_MS", "100", 1), 0);
     char base[] = "/tmp/weir-ckblk-XXXXXX";
     CHECK(mkdtemp(base) != NULL);
     char ckpt[64];
@@ -173,7 +177,7 @@ TEST(large_state_checkpoint_blocks_no_thread)
     printf("state file %lld bytes, %llu checkpoints, last took %lld ms\n", (long long)size,
            (unsigned long long)res.ck.completed, (long long)(res.ck.last_duration_ns / 1000000));
     CHECK_GE(size, (off_t)KEYS * VALUE_LEN);
-    /* ...and no poll of any scheduler thread took 50 ms while the job
+    /* ...and no poll of any scheduler thread took 100 ms while the job
      * checkpointed (a stall is counted while it lasts, so one in the last
      * checkpoint is in before the source ends). */
     CHECK(atomic_load(&source_ended));
