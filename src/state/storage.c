@@ -4,12 +4,20 @@
  * implementations by URI scheme, name checks, and the requests that run an
  * implementation's blocking methods on the runtime's blocking pool.
  *
+ * The wait is shielded (weir__blocking_start_shielded): a cancel of the
+ * waiting task does not cut it short. A storage call is work that must
+ * finish once started - a put the subtask began is durable or failed
+ * before the subtask goes on, so nothing writes into a checkpoint
+ * directory after its run has cleaned it up, and the cleanup itself runs
+ * in a task that may have been cancelled - exactly as the synchronous
+ * writes these calls replace. It costs a cancelled subtask at most the
+ * time of the call it is in.
+ *
  * A request is shared by two holders, counted: the pool job (dropped when
- * the job has run, or when the pool discards it unrun) and the waiter
- * (dropped by weir__storage_end). A waiter that gives up (cancel, timeout)
- * ends its share at once; the job finishes later and frees the request and
- * its outputs. The request holds a reference to its store, so the store
- * outlives every job in flight.
+ * the job has run, or when the pool discards it unrun: a runtime freed
+ * with the job still queued) and the waiter (dropped by
+ * weir__storage_end). The request holds a reference to its store, so the
+ * store outlives every job in flight.
  */
 #include "state/storage.h"
 
@@ -18,6 +26,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "rt/rt_int.h"
 
 /* The implementations, by scheme. A static table rather than a mutable
  * registry: adding a store is adding a line here. */
@@ -222,11 +231,11 @@ static int req_start(weir__storage *s, int kind, const char *name, const weir__b
     int e = req_new(s, kind, name, blob, max, &rq);
     if (e)
         return e;
-    /* A refusal once queued (a full pool that cannot start a thread, a
-     * cancelled task) calls req_discard (the job's share) and leaves the op
-     * done with the error, which weir__storage_end reports; only a refusal
-     * before the op began returns one here. */
-    if ((e = weir_blocking_start_ex(&rq->op, req_job, rq, req_discard, WEIR_FOREVER)) < 0) {
+    /* A refusal once queued (a pool that cannot start a thread) calls
+     * req_discard (the job's share) and leaves the op done with the error,
+     * which weir__storage_end reports; only a refusal before the op began
+     * returns one here. */
+    if ((e = weir__blocking_start_shielded(&rq->op, req_job, rq, req_discard)) < 0) {
         req_unref(rq);
         return e;
     }
@@ -264,8 +273,8 @@ int weir__storage_end(weir__storage_req *rq, int64_t op_result, uint8_t **buf, s
                       weir__names *names)
 {
     int e = (int)op_result;
-    /* -ECANCELED / -ETIMEDOUT: the wait gave up and the job may still be
-     * writing the outputs: leave them to it. No method returns those. */
+    /* Outputs only from a call that ran to success (the op is done: the
+     * job wrote them before completing it). */
     if (!e && rq->kind == RQ_GET && buf && len) {
         *buf = rq->buf;
         *len = rq->len;

@@ -28,13 +28,16 @@
  * runs its other tasks while a file is written and fsynced. The start
  * functions give a request whose weir_op a fiber waits on (weir_op_wait)
  * or a stackless task polls (weir_op_poll); weir__storage_end collects the
- * result. The weir__storage_put / _get / _list / _delete wrappers do all
- * three for a fiber, and run the call inline on a thread that is not a
- * task at all (a tool, a test's main), where blocking hurts nobody.
+ * result. The wait is shielded: neither a cancel of the task nor
+ * weir_op_cancel cuts it short, since a call, once started, must finish
+ * (a put is durable or failed before its caller goes on; a cleanup runs
+ * even in a cancelled task), as the synchronous file calls it replaces. The weir__storage_put /
+ * _get / _list / _delete wrappers do all three for a fiber, and run the call inline on a thread
+ * that is not a task at all (a tool, a test's main), where blocking hurts nobody.
  *
  * Ownership. A store is counted: weir__storage_open gives one reference,
- * every request in flight holds one, so a wait given up (cancelled, timed
- * out) may still finish in the background after weir__storage_close. The
+ * every request in flight holds one, so weir__storage_close may come
+ * before a request's pool job has let go of the store. The
  * bytes of a put are handed over with a weir__blob: the store calls
  * release(owner) once, on whatever thread, when it no longer needs them
  * (whether or not the put ran). A get's buffer and a list's names belong
@@ -119,8 +122,8 @@ int weir__storage_list_start(weir__storage *s, const char *prefix, weir__storage
 int weir__storage_delete_start(weir__storage *s, const char *name, weir__storage_req **out);
 /* The op to wait on or poll. */
 weir_op *weir__storage_req_op(weir__storage_req *rq);
-/* After the op is done: the call's result (0 or -errno; -ECANCELED or
- * -ETIMEDOUT if the wait gave up), its outputs moved to the caller (get:
+/* After the op is done: the call's result (0 or -errno), its outputs
+ * moved to the caller (get:
  * *buf, *len; list: *names; pass NULL for the others), and the request
  * freed. */
 int weir__storage_end(weir__storage_req *rq, int64_t op_result, uint8_t **buf, size_t *len,

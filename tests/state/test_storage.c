@@ -4,7 +4,7 @@
  * before a store sees them, the local directory store's put / get / list
  * / delete (atomic publication, no temporary file left, pruning a prefix),
  * opening by URI, the calls from a fiber running on the blocking pool and
- * not on the fiber's thread, a wait given up while the call still runs,
+ * not on the fiber's thread, a wait that a cancel does not cut short,
  * and snapshots persisted and restored through a store with the reason of
  * a refusal in the caller's buffer.
  */
@@ -242,26 +242,51 @@ static intptr_t off_thread(void *arg)
     CHECK_EQ(weir__storage_put(&p->base, "x", "y", 1), 0);
     CHECK_EQ(atomic_load(&p->puts), 1);
     CHECK(!pthread_equal(p->put_thread, pthread_self())); /* the pool's thread */
-    /* A wait given up (a deadline here, as a cancel would): the call goes
-     * on in the background with its blob, released once when it is done. */
-    atomic_store(&p->hold, 1);
-    atomic_store(&p->held, 0);
+    return 0;
+}
+
+/* A put held inside the store while its task is cancelled: the wait is
+ * shielded, so the task gets the put's own result once it has finished. */
+typedef struct held_put {
+    probe_store *p;
+    int result;
+} held_put;
+
+static intptr_t put_held(void *arg)
+{
+    held_put *h = arg;
     weir__storage_req *rq;
     weir__blob b = {.buf = "z", .len = 1, .release = count_release};
-    CHECK_EQ(weir__storage_put_start(&p->base, "y", &b, &rq), 0);
+    CHECK_EQ(weir__storage_put_start(&h->p->base, "y", &b, &rq), 0);
+    weir_op *op = weir__storage_req_op(rq);
+    weir_op_cancel(op); /* ignored too */
+    h->result = weir__storage_end(rq, weir_op_wait(op), NULL, NULL, NULL);
+    return 0;
+}
+
+static intptr_t cancel_while_held(void *arg)
+{
+    probe_store *p = arg;
+    atomic_store(&p->hold, 1);
+    atomic_store(&p->held, 0);
+    held_put h = {p, -1};
+    weir_task *t = weir_task_spawn(put_held, &h, &(weir_spawn_opts){.name = "put"});
+    CHECK(t != NULL);
     while (!atomic_load(&p->held))
         weir_time_sleep(WEIR_MSEC);
-    weir_op_cancel(weir__storage_req_op(rq));
-    CHECK_EQ(weir__storage_end(rq, weir_op_wait(weir__storage_req_op(rq)), NULL, NULL, NULL),
-             -ECANCELED);
+    CHECK_EQ(weir_task_cancel(t), 0);
+    weir_time_sleep(20 * WEIR_MSEC); /* (a chance to end early, which it must not take) */
+    CHECK_EQ(h.result, -1);
     CHECK_EQ(atomic_load(&released), 0); /* the put still has the bytes */
     weir__storage_close(&p->base);       /* the opener's reference: the request keeps it */
     CHECK_EQ(atomic_load(&p->freed), 0);
     atomic_store(&p->hold, 0);
-    while (!atomic_load(&p->freed))
-        weir_time_sleep(WEIR_MSEC);
-    CHECK_EQ(atomic_load(&released), 1);
+    weir_task_join(t, NULL, WEIR_FOREVER);
+    CHECK_EQ(h.result, 0);
     CHECK_EQ(atomic_load(&p->puts), 2);
+    CHECK_EQ(atomic_load(&released), 1);
+    while (!atomic_load(&p->freed)) /* the pool job's reference goes last */
+        weir_time_sleep(WEIR_MSEC);
     return 0;
 }
 
@@ -270,6 +295,7 @@ TEST(calls_leave_the_callers_thread)
     probe_store p = {.base = {.ops = &probe_ops}};
     atomic_init(&p.base.refs, 1);
     CHECK_EQ(test_run_on_rt(1, off_thread, &p), 0);
+    CHECK_EQ(test_run_on_rt(2, cancel_while_held, &p), 0);
     /* Off the runtime a start is refused, and its blob released. */
     weir__storage_req *rq;
     weir__blob b = {.buf = "z", .len = 1, .release = count_release};
