@@ -39,21 +39,23 @@
  * captured snapshot is independent of the backend and may be persisted on
  * another thread.
  *
- * Snapshot files. persist writes one file: a header (magic, format version,
- * group count, the range of groups), then per group its entries in key
- * order, then an XXH64 checksum of everything before it. It writes a
- * temporary file, fsyncs it, renames it into place and fsyncs the
- * directory, so a file under its final name is always complete. restore
- * treats the file as untrusted: every length is checked against what is
- * left, the checksum must match, and a damaged or foreign file is -EBADMSG
- * with nothing restored.
+ * Snapshot images. encode turns a captured snapshot into its image (pure
+ * CPU, any thread): a header (magic, format version, group count, the
+ * range of groups), then per group its entries in key order, then an XXH64
+ * checksum of everything before it. persist writes the image to a file: a
+ * temporary file, fsynced, renamed into place, the directory fsynced, so a
+ * file under its final name is always complete (the engine stores images
+ * through its storage interface instead, state/storage.h, off the
+ * scheduler threads). restore treats an image as untrusted: every length
+ * is checked against what is left, the checksum must match, and a damaged
+ * or foreign image is -EBADMSG with nothing restored.
  *
  * Errors: 0 or a negative errno. -ENOENT (no such key), -EINVAL (a key
  * group outside the backend's range, a NULL pointer with a length),
  * -E2BIG (a key or value over WEIR_STATE_MAX_KEY / WEIR_STATE_MAX_VALUE),
  * -ENOMEM, -EBADMSG (a damaged snapshot), and file errors from persist and
- * restore. weir_state_strerror() gives the text of the last failure of a
- * snapshot restore (what was wrong in the file).
+ * restore. A restore says what was wrong in a refused image in a buffer
+ * the caller passes (why, cap), never in a hidden per-thread text.
  */
 #ifndef WEIR_STATE_H
 #define WEIR_STATE_H
@@ -122,7 +124,9 @@ typedef struct weir_state_backend_ops {
     /* extra: n entries, checked sorted and in range, to merge in. */
     int (*capture)(weir_state_backend *b, uint64_t checkpoint_id, const weir_state_entry *extra,
                    size_t n, weir_state_snapshot **out);
-    int (*restore)(weir_state_backend *b, const char *path);
+    /* Load an image (untrusted: checked whole before anything changes);
+     * on -EBADMSG / -EINVAL the reason in why[0..cap) (why may be NULL). */
+    int (*restore)(weir_state_backend *b, const uint8_t *img, size_t len, char *why, size_t cap);
     size_t (*entries)(weir_state_backend *b, int kg);
     void (*free)(weir_state_backend *b);
     /* The entries with the prefix from the first key >= from on (a seek,
@@ -179,22 +183,31 @@ int weir_state_capture(weir_state_backend *b, uint64_t checkpoint_id, weir_state
  * or the backend's keys: -EINVAL otherwise (nothing captured). */
 int weir_state_capture_with(weir_state_backend *b, uint64_t checkpoint_id,
                             const weir_state_entry *extra, size_t n, weir_state_snapshot **out);
-/* Write the snapshot durably to path (temp file, fsync, rename, fsync of
- * the directory). Any thread. 0 or a negative errno. */
-int weir_state_persist(const weir_state_snapshot *s, const char *path);
+/* The snapshot's image (the file's bytes, checksum included): *img points
+ * into s and stays valid until s is freed. The first call appends the
+ * checksum (a pass over the bytes); later calls return the same image. Any
+ * thread, one at a time. 0, -EINVAL, or the capture's -ENOMEM. */
+int weir_state_snapshot_encode(weir_state_snapshot *s, const void **img, size_t *len);
+/* Encode, then write the image durably to path (temp file ".<name>.tmp"
+ * beside it, fsync, rename, fsync of the directory). Blocks: any thread
+ * but a scheduler thread's task (the engine goes through its storage). 0
+ * or a negative errno. */
+int weir_state_persist(weir_state_snapshot *s, const char *path);
 uint64_t weir_state_snapshot_id(const weir_state_snapshot *s);
 /* Bytes the snapshot holds in memory. */
 size_t weir_state_snapshot_size(const weir_state_snapshot *s);
 void weir_state_snapshot_free(weir_state_snapshot *s);
-/* Load the groups of the backend's range that the file holds (a file may
- * hold more or fewer groups: a rescale restores one backend from several
- * files). Restored groups replace what the backend held in them. The file
- * is checked whole before anything changes: -EBADMSG for a damaged file
- * (weir_state_strerror says what), -EINVAL for a group count other than the
- * backend's. */
-int weir_state_restore(weir_state_backend *b, const char *path);
-/* Text for the last restore failure on this thread ("" if none). */
-const char *weir_state_strerror(void);
+/* Load the groups of the backend's range that the image holds (an image
+ * may hold more or fewer groups: a rescale restores one backend from
+ * several). Restored groups replace what the backend held in them. The
+ * image is checked whole before anything changes: -EBADMSG for a damaged
+ * one, -EINVAL for a group count other than the backend's; either way
+ * why[0..cap) says what was wrong (why may be NULL; "" on success or for
+ * other errors). On the backend's owner. */
+int weir_state_restore_image(weir_state_backend *b, const void *img, size_t len, char *why,
+                             size_t cap);
+/* The same from a file (read whole first: blocks, as persist). */
+int weir_state_restore(weir_state_backend *b, const char *path, char *why, size_t cap);
 
 /* ---- the in-memory backend ------------------------------------------------------------- */
 

@@ -416,8 +416,8 @@ static void refuse_arg(weir_blocking_discard_fn discard, void *arg)
         discard(arg);
 }
 
-int weir_blocking_start_ex(weir_op *op, weir_blocking_fn fn, void *arg,
-                           weir_blocking_discard_fn discard, int64_t deadline)
+static int start_job(weir_op *op, weir_blocking_fn fn, void *arg, weir_blocking_discard_fn discard,
+                     int64_t deadline, int shielded)
 {
     if (!op) {
         refuse_arg(discard, arg);
@@ -431,7 +431,7 @@ int weir_blocking_start_ex(weir_op *op, weir_blocking_fn fn, void *arg,
         refuse_arg(discard, arg);
         return -EINVAL;
     }
-    int r = weir__op_begin(op, WEIR__OP_BLOCKING, deadline);
+    int r = weir__op_begin_ex(op, WEIR__OP_BLOCKING, deadline, shielded);
     if (r < 0) {
         refuse_arg(discard, arg);
         return r;
@@ -479,6 +479,18 @@ int weir_blocking_start_ex(weir_op *op, weir_blocking_fn fn, void *arg,
         weir__op_done(op, r < 0 ? r : -EAGAIN);
     }
     return 0;
+}
+
+int weir_blocking_start_ex(weir_op *op, weir_blocking_fn fn, void *arg,
+                           weir_blocking_discard_fn discard, int64_t deadline)
+{
+    return start_job(op, fn, arg, discard, deadline, 0);
+}
+
+int weir__blocking_start_shielded(weir_op *op, weir_blocking_fn fn, void *arg,
+                                  weir_blocking_discard_fn discard)
+{
+    return start_job(op, fn, arg, discard, WEIR_FOREVER, 1);
 }
 
 int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline)

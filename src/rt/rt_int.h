@@ -523,6 +523,13 @@ void weir__interval_detach(weir_op *op);
 int weir__interval_cancelled(const weir_op *op);
 
 /* Blocking pool (blocking.c) */
+/* weir_blocking_start_ex whose wait neither the task's cancellation nor
+ * its deadline cuts short: the op ends when the job has run (or the pool
+ * dropped it), for work that must finish once started - the engine's
+ * storage calls (state/storage.c), as the synchronous writes they replace
+ * did. */
+int weir__blocking_start_shielded(weir_op *op, weir_blocking_fn fn, void *arg,
+                                  weir_blocking_discard_fn discard);
 struct weir__pool;
 void weir__op_blocking_cancel(weir_op *op);
 void weir__pool_free(struct weir__pool *p);

@@ -17,17 +17,16 @@
  * caps. A damaged file is -EBADMSG with a reason, never a partial restore.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
+#include "base/afile.h"
+#include "base/alloc.h"
 #include "state/state_int.h"
+#include "state/storage.h"
 
 #define MAGIC "WEIRSNP1"
 /* The version covers what the keys mean as well as the framing: 2 is the
@@ -225,11 +224,52 @@ int weir_state_capture_with(weir_state_backend *b, uint64_t checkpoint_id,
     return b->ops->capture(b, checkpoint_id, extra, n, out);
 }
 
-int weir_state_restore(weir_state_backend *b, const char *path)
+static void why_clear(char *why, size_t cap)
 {
+    if (why && cap)
+        why[0] = '\0';
+}
+
+int weir_state_restore_image(weir_state_backend *b, const void *img, size_t len, char *why,
+                             size_t cap)
+{
+    why_clear(why, cap);
+    if (!b || (!img && len))
+        return -EINVAL;
+    return b->ops->restore(b, img, len, why, cap);
+}
+
+int weir_state_restore(weir_state_backend *b, const char *path, char *why, size_t cap)
+{
+    why_clear(why, cap);
     if (!b || !path)
         return -EINVAL;
-    return b->ops->restore(b, path);
+    uint8_t *img;
+    size_t len;
+    int e = weir__file_read_all(path, WEIR__SNAP_MAX_FILE, &img, &len);
+    if (e)
+        return e;
+    e = b->ops->restore(b, img, len, why, cap);
+    weir__free(img);
+    return e;
+}
+
+int weir__state_restore_from(weir__storage *st, const char *name, weir_state_backend *b, char *why,
+                             size_t cap)
+{
+    why_clear(why, cap);
+    if (!b)
+        return -EINVAL;
+    uint8_t *img;
+    size_t len;
+    /* The read on the blocking pool; the decode here, on the backend's
+     * owner (only it may change the backend). */
+    int e = weir__storage_get(st, name, WEIR__SNAP_MAX_FILE, &img, &len);
+    if (e)
+        return e;
+    e = b->ops->restore(b, img, len, why, cap);
+    weir__free(img);
+    return e;
 }
 
 /* ---- writing --------------------------------------------------------------------------- */
@@ -317,85 +357,81 @@ void weir_state_snapshot_free(weir_state_snapshot *s)
     free(s);
 }
 
-static int write_all(int fd, const void *p, size_t n)
+int weir_state_snapshot_encode(weir_state_snapshot *s, const void **img, size_t *len)
 {
-    const uint8_t *q = p;
-    while (n) {
-        ssize_t w = write(fd, q, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        q += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int weir_state_persist(const weir_state_snapshot *s, const char *path)
-{
-    if (!s || !path || !*path)
+    if (!s || !img || !len)
         return -EINVAL;
     if (s->err)
         return s->err;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16), *dir = strdup(path);
-    if (!tmp || !dir) {
-        free(tmp);
-        free(dir);
-        return -ENOMEM;
-    }
-    snprintf(tmp, plen + 16, "%s.tmp", path);
-    int e = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        e = -errno;
-    } else {
+    if (!s->sealed) {
+        /* The checksum goes on the end of the captured bytes, once: the
+         * buffer then is the file image, written without a copy. */
         uint64_t sum = XXH64(s->buf, s->len, 0);
-        uint8_t t[8];
-        for (int i = 0; i < 8; i++)
-            t[i] = (uint8_t)(sum >> (56 - 8 * i));
-        e = write_all(fd, s->buf, s->len);
-        if (!e)
-            e = write_all(fd, t, 8);
-        if (!e && fsync(fd) < 0)
-            e = -errno;
-        if (close(fd) < 0 && !e)
-            e = -errno;
-        if (!e && rename(tmp, path) < 0)
-            e = -errno;
-        if (e)
-            unlink(tmp);
+        put_u64(s, sum);
+        if (s->err)
+            return s->err;
+        s->sealed = 1;
     }
-    if (!e) { /* the rename itself must survive a crash */
-        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            if (fsync(dfd) < 0)
-                e = -errno;
-            close(dfd);
-        }
-    }
-    free(tmp);
-    free(dir);
-    return e;
+    *img = s->buf;
+    *len = s->len;
+    return 0;
+}
+
+int weir_state_persist(weir_state_snapshot *s, const char *path)
+{
+    if (!s || !path || !*path)
+        return -EINVAL;
+    const void *img;
+    size_t len;
+    int e = weir_state_snapshot_encode(s, &img, &len);
+    if (e)
+        return e;
+    /* dir and name of the path, for the atomic publication beside it. */
+    const char *slash = strrchr(path, '/');
+    if (slash && !slash[1])
+        return -EINVAL; /* a directory, not a file */
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else if ((size_t)(slash - path) >= sizeof(dir))
+        return -ENAMETOOLONG;
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    return weir__file_write_atomic(dir, slash ? slash + 1 : path, img, len);
+}
+
+/* A storage put of a snapshot: encoded on the blocking pool (the checksum
+ * of a large state is real work), freed there once written. */
+static int snap_produce(void *owner, const void **buf, size_t *len)
+{
+    return weir_state_snapshot_encode(owner, buf, len);
+}
+
+static void snap_release(void *owner)
+{
+    weir_state_snapshot_free(owner);
+}
+
+int weir__state_persist_to(weir__storage *st, const char *name, weir_state_snapshot *s)
+{
+    if (!s)
+        return -EINVAL;
+    weir__blob b = {.produce = snap_produce, .release = snap_release, .owner = s};
+    return weir__storage_put_blob(st, name, &b);
 }
 
 /* ---- reading --------------------------------------------------------------------------- */
-static __thread char fail_text[256];
-
-int weir__state_fail(const char *fmt, ...)
+int weir__state_fail(char *why, size_t cap, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(fail_text, sizeof(fail_text), fmt, ap);
-    va_end(ap);
+    if (why && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
     return -EBADMSG;
-}
-
-const char *weir_state_strerror(void)
-{
-    return fail_text;
 }
 
 static uint32_t get_u32(const uint8_t *p)
@@ -408,58 +444,21 @@ static uint64_t get_u64(const uint8_t *p)
     return (uint64_t)get_u32(p) << 32 | get_u32(p + 4);
 }
 
-int weir__snap_read_file(const char *path, uint8_t **p, size_t *len)
+int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len, char *why, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        int e = S_ISREG(st.st_mode) ? -errno : -EINVAL;
-        close(fd);
-        return e;
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-        close(fd);
-        return -ENOMEM;
-    }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            int e = r < 0 ? -errno : weir__state_fail("%s: file shrank while read", path);
-            free(buf);
-            close(fd);
-            return e;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    *p = buf;
-    *len = n;
-    return 0;
-}
-
-int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len)
-{
-    fail_text[0] = '\0';
     memset(r, 0, sizeof(*r));
     if (len < HEADER_LEN + TRAILER_LEN || memcmp(p, MAGIC, 8) != 0)
-        return weir__state_fail("not a weir state snapshot (bad magic or too short)");
+        return weir__state_fail(why, cap, "not a weir state snapshot (bad magic or too short)");
     if (get_u32(p + 8) != VERSION)
-        return weir__state_fail("snapshot format version %u, this weir reads %u", get_u32(p + 8),
-                                VERSION);
+        return weir__state_fail(why, cap, "snapshot format version %u, this weir reads %u",
+                                get_u32(p + 8), VERSION);
     size_t body = len - TRAILER_LEN;
     if (XXH64(p, body, 0) != get_u64(p + body))
-        return weir__state_fail("snapshot checksum mismatch (damaged or truncated file)");
+        return weir__state_fail(why, cap, "snapshot checksum mismatch (damaged or truncated file)");
     uint32_t ng = get_u32(p + 12), first = get_u32(p + 16), end = get_u32(p + 20);
     if (ng < 1 || ng > (1u << 20) || first > end || end > ng)
-        return weir__state_fail("snapshot header: bad key group range [%u, %u) of %u", first, end,
-                                ng);
+        return weir__state_fail(why, cap, "snapshot header: bad key group range [%u, %u) of %u",
+                                first, end, ng);
     r->p = p;
     r->len = body;
     r->ngroups = (int)ng;
@@ -472,25 +471,28 @@ int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len)
     int64_t last = (int64_t)first - 1;
     while (pos < body) {
         if (body - pos < 12)
-            return weir__state_fail("snapshot: group header cut short at byte %zu", pos);
+            return weir__state_fail(why, cap, "snapshot: group header cut short at byte %zu", pos);
         uint32_t kg = get_u32(p + pos);
         uint64_t count = get_u64(p + pos + 4);
         pos += 12;
         if ((int64_t)kg <= last || kg >= end)
-            return weir__state_fail("snapshot: key group %u out of order or outside [%u, %u)", kg,
+            return weir__state_fail(why, cap,
+                                    "snapshot: key group %u out of order or outside [%u, %u)", kg,
                                     first, end);
         last = kg;
         if (count > (body - pos) / 8)
-            return weir__state_fail("snapshot: group %u claims %llu entries, more than fit", kg,
+            return weir__state_fail(why, cap,
+                                    "snapshot: group %u claims %llu entries, more than fit", kg,
                                     (unsigned long long)count);
         for (uint64_t i = 0; i < count; i++) {
             for (int part = 0; part < 2; part++) {
                 if (body - pos < 4)
-                    return weir__state_fail("snapshot: entry cut short in group %u", kg);
+                    return weir__state_fail(why, cap, "snapshot: entry cut short in group %u", kg);
                 uint32_t n = get_u32(p + pos);
                 pos += 4;
                 if (n > (part ? WEIR_STATE_MAX_VALUE : WEIR_STATE_MAX_KEY) || n > body - pos)
-                    return weir__state_fail("snapshot: %s of %u bytes in group %u exceeds "
+                    return weir__state_fail(why, cap,
+                                            "snapshot: %s of %u bytes in group %u exceeds "
                                             "the file or the cap",
                                             part ? "value" : "key", n, kg);
                 pos += n;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * state_int.h - what the state backends share: the snapshot format's
- * writer and checked reader (snapshot.c), and the snapshot object.
+ * writer and checked reader (snapshot.c), the snapshot object, and the
+ * snapshot calls that go through a store (state/storage.h).
  */
 #ifndef WEIR_STATE_INT_H
 #define WEIR_STATE_INT_H
@@ -9,14 +10,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "state/storage.h"
 #include "weir/state.h"
 
-/* A captured snapshot: the file's bytes, checksum excluded. */
+/* The largest snapshot file a restore reads into memory. */
+#define WEIR__SNAP_MAX_FILE ((size_t)1 << 40)
+
+/* A captured snapshot: the file's bytes, checksum excluded until
+ * weir_state_snapshot_encode appends it (sealed). */
 struct weir_state_snapshot {
     uint64_t id;
     uint8_t *buf;
     size_t len, cap;
-    int err; /* first append error (sticky) */
+    int err;    /* first append error (sticky) */
+    int sealed; /* the checksum is on the end of buf */
 };
 
 /* Writing: a header, then each group's entries in key order. */
@@ -37,16 +44,26 @@ typedef struct weir__snap_reader {
 } weir__snap_reader;
 
 /* Check the image whole: header, every group and entry within bounds, the
- * checksum. 0, or -EBADMSG with weir__state_fail() set. */
-int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len);
+ * checksum. 0, or -EBADMSG with the reason in why[0..cap) (why may be
+ * NULL). */
+int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len, char *why, size_t cap);
 /* The next group: 1 with *kg and *count, 0 at the end. Then count entries. */
 int weir__snap_next_group(weir__snap_reader *r, int *kg, uint64_t *count);
 void weir__snap_next_entry(weir__snap_reader *r, const uint8_t **key, size_t *klen,
                            const uint8_t **val, size_t *vlen);
 
-/* Read a snapshot file into memory (*p malloc'd). */
-int weir__snap_read_file(const char *path, uint8_t **p, size_t *len);
-/* Record why a restore failed (for weir_state_strerror) and return -EBADMSG. */
-int weir__state_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Write why a restore failed into why[0..cap) (nothing if why is NULL)
+ * and return -EBADMSG. */
+int weir__state_fail(char *why, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Through a store, for the engine. persist_to takes s (freed once
+ * written, or on failure): encoded and written on the blocking pool while
+ * the calling fiber waits; 0 once the blob is durable. restore_from reads
+ * the blob on the blocking pool and decodes it into b on the caller's
+ * thread (b's owner), as weir_state_restore_image. */
+int weir__state_persist_to(weir__storage *st, const char *name, weir_state_snapshot *s);
+int weir__state_restore_from(weir__storage *st, const char *name, weir_state_backend *b, char *why,
+                             size_t cap);
 
 #endif

@@ -20,9 +20,18 @@
  * the effect of the records before the barrier on every input. Stashed
  * batches keep their credits, so a stash is bounded like any channel.
  *
- * Snapshot of a chain: the keyed state backend (capture, then persist to
- * chk-<id>/<op>.<subtask>.state), then pre_commit(id) of every operator of
- * the chain that has one (exactly-once sinks).
+ * Snapshot of a chain: the keyed state backend (capture on the subtask's
+ * thread, then encode and write chk-<id>/<op>.<subtask>.state on the
+ * blocking pool while the subtask waits: it acks only once the state is
+ * durable), then pre_commit(id) of every operator of the chain that has
+ * one (exactly-once sinks).
+ *
+ * Storage. Every blob of a checkpoint - state files, source positions,
+ * LAYOUT, the COMPLETED markers - is written, read, listed and deleted
+ * through the run's store (state/storage.h, a local directory for now),
+ * whose calls run on the blocking pool: no fsync, no directory listing, no
+ * file read on a scheduler thread. Only the directory locks and the
+ * mkdir of the checkpoint directory at the start of a run are direct.
  *
  * Completion. When every subtask acknowledged id, the coordinator writes
  * COMPLETED-<id> atomically (temporary file, fsync, rename, fsync of the
@@ -43,16 +52,16 @@
  * sources get their positions back (same parallelism, one file each), and
  * operators see the id through weir_ctx_restored().
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "base/alloc.h"
+#include "state/state_int.h"
+#include "state/storage.h"
 #include "stream/stream_int.h"
 
 /* ---- item queues -------------------------------------------------------------------------- */
@@ -85,70 +94,39 @@ int weir__itemq_pop(itemq *q, item *it)
     return 0;
 }
 
-/* ---- files -------------------------------------------------------------------------------- */
-static int fsync_dir(const char *dir)
+/* ---- names -------------------------------------------------------------------------------- */
+/* The id in name = prefix <digits> suffix exactly (no sign, no spaces, no
+ * other tail), or 0. */
+static uint64_t id_in(const char *name, const char *prefix, const char *suffix)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int e = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return e;
-}
-
-/* Write path atomically: temp file, fsync, rename, fsync of dir. */
-static int write_atomic(const char *dir, const char *name, const void *buf, size_t len)
-{
-    char tmp[4096], path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    const uint8_t *p = buf;
-    size_t left = len;
-    int e = 0;
-    while (left && !e) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno != EINTR)
-            e = -errno;
-        else if (w > 0)
-            p += w, left -= (size_t)w;
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0)
+        return 0;
+    const char *p = name + pl;
+    uint64_t id = 0;
+    if (*p < '0' || *p > '9')
+        return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (id > (UINT64_MAX - 9) / 10)
+            return 0;
+        id = id * 10 + (uint64_t)(*p - '0');
     }
-    if (!e && fsync(fd) < 0)
-        e = -errno;
-    if (close(fd) < 0 && !e)
-        e = -errno;
-    if (!e && rename(tmp, path) < 0)
-        e = -errno;
-    if (e)
-        unlink(tmp);
-    return e ? e : fsync_dir(dir);
-}
-
-static int chk_dir(run *r, uint64_t id, char *out, size_t cap, int create)
-{
-    snprintf(out, cap, "%s/chk-%" PRIu64, r->o.checkpoint_dir, id);
-    if (create && mkdir(out, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    return strcmp(p, suffix) == 0 ? id : 0;
 }
 
 /* ---- restore ------------------------------------------------------------------------------ */
-static uint64_t latest_completed(const char *dir)
+static uint64_t latest_completed(run *r)
 {
-    DIR *d = opendir(dir);
+    weir__names ns;
     uint64_t best = 0;
-    if (!d)
+    if (weir__storage_list(r->store, "COMPLETED-", &ns) < 0)
         return 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        uint64_t id;
-        char extra;
-        if (sscanf(de->d_name, "COMPLETED-%" SCNu64 "%c", &id, &extra) == 1 && id > best)
+    for (size_t i = 0; i < ns.n; i++) {
+        uint64_t id = id_in(ns.v[i], "COMPLETED-", "");
+        if (id > best)
             best = id;
     }
-    closedir(d);
+    weir__names_free(&ns);
     return best;
 }
 
@@ -161,7 +139,7 @@ static int fixed_par(const sop *o)
 }
 
 /* chk-<id>/LAYOUT: "<parallelism> <fixed> <operator>" per operator. */
-static int write_layout(run *r, const char *dir)
+static int write_layout(run *r, uint64_t id)
 {
     weir_job *j = r->j;
     size_t cap = 256, len = 0;
@@ -181,7 +159,9 @@ static int write_layout(run *r, const char *dir)
     }
     if (!buf)
         return -ENOMEM;
-    int e = write_atomic(dir, "LAYOUT", buf, len);
+    char name[64];
+    snprintf(name, sizeof(name), "chk-%" PRIu64 "/LAYOUT", id);
+    int e = weir__storage_put(r->store, name, buf, len);
     free(buf);
     return e;
 }
@@ -190,36 +170,42 @@ static int write_layout(run *r, const char *dir)
  * changed: their checkpointed data is per subtask. */
 static int check_layout(run *r)
 {
-    char dir[4096], path[4160];
-    chk_dir(r, r->restored, dir, sizeof(dir), 0);
-    snprintf(path, sizeof(path), "%s/LAYOUT", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        int e = -errno;
-        weir__stream_fail(r->j, e, "restore: %s: %s", path, strerror(-e));
+    char name[64];
+    snprintf(name, sizeof(name), "chk-%" PRIu64 "/LAYOUT", r->restored);
+    uint8_t *buf;
+    size_t len;
+    int e = weir__storage_get(r->store, name, 1u << 20, &buf, &len);
+    if (e) {
+        weir__stream_fail(r->j, e, "restore: %s/%s: %s", r->o.checkpoint_dir, name, strerror(-e));
         return e;
     }
-    char line[512];
-    int e = 0;
-    while (!e && fgets(line, sizeof(line), f)) {
+    /* Line by line; the last may lack its newline. */
+    for (size_t at = 0; !e && at < len;) {
+        const uint8_t *nl = memchr(buf + at, '\n', len - at);
+        size_t ll = nl ? (size_t)(nl - (buf + at)) : len - at;
+        char line[512];
+        if (ll >= sizeof(line))
+            ll = sizeof(line) - 1;
+        memcpy(line, buf + at, ll);
+        line[ll] = '\0';
+        at += nl ? (size_t)(nl - (buf + at)) + 1 : len - at;
         int par, fixed, off = 0;
         if (sscanf(line, "%d %d %n", &par, &fixed, &off) != 2 || !off)
             continue;
-        line[strcspn(line, "\n")] = '\0';
-        const char *name = line + off;
+        const char *opname = line + off;
         for (int i = 0; i < r->j->nops; i++) {
             sop *o = r->j->ops[i];
-            if (strcmp(o->name, name) != 0 || !fixed || !fixed_par(o) || o->par == par)
+            if (strcmp(o->name, opname) != 0 || !fixed || !fixed_par(o) || o->par == par)
                 continue;
             e = -EINVAL;
             weir__stream_fail(r->j, e,
                               "restore from checkpoint %" PRIu64 ": \"%s\" ran on %d subtasks "
                               "there and would run on %d now; a source that saves its position "
                               "and an exactly-once sink must keep their parallelism",
-                              r->restored, name, par, o->par);
+                              r->restored, opname, par, o->par);
         }
     }
-    fclose(f);
+    weir__free(buf);
     return e;
 }
 
@@ -276,10 +262,15 @@ int weir__ckpt_prepare(run *r)
     int e = lock_dirs(r);
     if (e || !r->o.checkpoint_dir)
         goto out;
+    if ((e = weir__storage_open(r->o.checkpoint_dir, &r->store)) < 0) {
+        weir__stream_fail(r->j, e, "checkpoint directory \"%s\": %s", r->o.checkpoint_dir,
+                          weir_strerror(e));
+        goto out;
+    }
     /* Ids never go back in a directory: a fresh run into a directory that
      * holds checkpoints of an earlier run numbers its own after them, so
      * the latest COMPLETED marker is always the newest checkpoint. */
-    r->id_base = latest_completed(r->o.checkpoint_dir);
+    r->id_base = latest_completed(r);
     if (r->o.restore) {
         r->restored = r->id_base;
         atomic_store(&r->completed, r->restored);
@@ -291,40 +282,27 @@ int weir__ckpt_prepare(run *r)
         e = -ENOMEM;
 out:
     /* A failed prepare is not followed by weir__ckpt_teardown. */
-    if (e)
+    if (e) {
+        weir__storage_close(r->store);
+        r->store = NULL;
         weir__dirlock_release_all(&r->locks);
+    }
     return e;
 }
 
-static int read_file(const char *path, uint8_t **buf, size_t *len)
+/* The state files of operator op in chk-<id>: "chk-<id>/<op>.<digits>.state"
+ * exactly, not another operator whose name starts with op's and a dot. */
+static int is_state_of(const char *name, const char *dir, const char *op)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -errno;
-    size_t cap = 256, n = 0;
-    uint8_t *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            fclose(f);
-            return -ENOMEM;
-        }
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        uint8_t *nb = realloc(b, cap *= 2);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int e = ferror(f) ? -EIO : 0;
-    fclose(f);
-    if (e) {
-        free(b);
-        return e;
-    }
-    *buf = b;
-    *len = n;
-    return 0;
+    size_t dl = strlen(dir), ol = strlen(op);
+    if (strncmp(name, dir, dl) != 0 || strncmp(name + dl, op, ol) != 0 || name[dl + ol] != '.')
+        return 0;
+    const char *q = name + dl + ol + 1;
+    if (*q < '0' || *q > '9')
+        return 0;
+    while (*q >= '0' && *q <= '9')
+        q++;
+    return strcmp(q, ".state") == 0;
 }
 
 int weir__ckpt_restore_subtask(subtask *st)
@@ -332,24 +310,25 @@ int weir__ckpt_restore_subtask(subtask *st)
     run *r = st->r;
     if (!r->restored)
         return 0;
-    char dir[4096];
-    chk_dir(r, r->restored, dir, sizeof(dir), 0);
+    const char *root = r->o.checkpoint_dir;
+    char dir[64];
+    snprintf(dir, sizeof(dir), "chk-%" PRIu64 "/", r->restored);
     sop *head = st->ops[0];
     if (st->source && head->src.restore) {
-        char path[4352];
-        snprintf(path, sizeof(path), "%s/%s.%d.src", dir, head->name, st->index);
+        char name[WEIR__STORAGE_NAME_MAX + 64];
+        snprintf(name, sizeof(name), "%s%s.%d.src", dir, head->name, st->index);
         uint8_t *buf = NULL;
         size_t len = 0;
-        int e = read_file(path, &buf, &len);
+        int e = weir__storage_get(r->store, name, WEIR__SNAP_MAX_FILE, &buf, &len);
         if (e) {
             weir__stream_fail(r->j, e,
-                              "restore of \"%s\" subtask %d: %s: %s (a source must "
+                              "restore of \"%s\" subtask %d: %s/%s: %s (a source must "
                               "keep its parallelism across a restore)",
-                              head->name, st->index, path, weir_strerror(e));
+                              head->name, st->index, root, name, weir_strerror(e));
             return e;
         }
         e = head->src.restore(&st->ctx[0], st->ctx[0].state, buf, len);
-        free(buf);
+        weir__free(buf);
         if (e < 0) {
             weir__stream_fail(r->j, e,
                               "source \"%s\" subtask %d refused its checkpointed "
@@ -360,35 +339,25 @@ int weir__ckpt_restore_subtask(subtask *st)
     }
     if (st->backend) {
         /* Every state file of this operator: each loads only our groups. */
-        DIR *d = opendir(dir);
-        if (!d) {
-            int e = -errno;
-            weir__stream_fail(r->j, e, "restore: %s: %s", dir, strerror(-e));
+        weir__names ns;
+        int e = weir__storage_list(r->store, dir, &ns);
+        if (e) {
+            weir__stream_fail(r->j, e, "restore: %s/%s: %s", root, dir, strerror(-e));
             return e;
         }
-        size_t nl = strlen(head->name);
-        struct dirent *de;
-        int e = 0;
-        while (!e && (de = readdir(d)) != NULL) {
-            /* Exactly "<operator>.<digits>.state": not another operator
-             * whose name starts with this one's and a dot. */
-            const char *n = de->d_name, *q = n + nl + 1;
-            if (strncmp(n, head->name, nl) != 0 || n[nl] != '.' || *q < '0' || *q > '9')
+        for (size_t i = 0; !e && i < ns.n; i++) {
+            if (!is_state_of(ns.v[i], dir, head->name))
                 continue;
-            while (*q >= '0' && *q <= '9')
-                q++;
-            if (strcmp(q, ".state") != 0)
-                continue;
-            char path[4352];
-            snprintf(path, sizeof(path), "%s/%s", dir, n);
-            if ((e = weir_state_restore(st->backend, path)) < 0)
-                weir__stream_fail(r->j, e, "restore of \"%s\" from %s: %s", head->name, path,
-                                  e == -EBADMSG ? weir_state_strerror() : weir_strerror(e));
+            char why[256];
+            if ((e = weir__state_restore_from(r->store, ns.v[i], st->backend, why, sizeof(why))) <
+                0)
+                weir__stream_fail(r->j, e, "restore of \"%s\" from %s/%s: %s", head->name, root,
+                                  ns.v[i], why[0] ? why : weir_strerror(e));
         }
-        closedir(d);
+        weir__names_free(&ns);
         if (!e && (e = weir__timers_load(st)) < 0)
-            weir__stream_fail(r->j, e, "restore of \"%s\": the timers in %s: %s", head->name, dir,
-                              weir_strerror(e));
+            weir__stream_fail(r->j, e, "restore of \"%s\": the timers in %s/%s: %s", head->name,
+                              root, dir, weir_strerror(e));
         if (e)
             return e;
     }
@@ -411,27 +380,27 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     int e = weir__stream_drain(st); /* every record before the barrier done */
     if (!e)
         e = weir__stream_flush_all(st);
-    char dir[4096];
-    if (!e)
-        e = chk_dir(r, id, dir, sizeof(dir), 1);
     sop *head = st->ops[0];
+    char name[WEIR__STORAGE_NAME_MAX + 64];
     if (!e && st->source && head->src.snapshot) {
         void *buf = NULL;
         size_t len = 0;
         if ((e = head->src.snapshot(&st->ctx[0], st->ctx[0].state, &buf, &len)) == 0) {
-            char name[512];
-            snprintf(name, sizeof(name), "%s.%d.src", head->name, st->index);
-            e = write_atomic(dir, name, buf, len);
+            snprintf(name, sizeof(name), "chk-%" PRIu64 "/%s.%d.src", id, head->name, st->index);
+            /* The operator's malloc'd bytes go to the store, which frees them. */
+            weir__blob b = {.buf = buf, .len = len, .release = free, .owner = buf};
+            buf = NULL;
+            e = weir__storage_put_blob(r->store, name, &b);
         }
         free(buf);
     }
     if (!e && st->backend) {
+        /* Capture here (the backend is this subtask's); encode, write and
+         * fsync on the blocking pool, which frees the snapshot. */
         weir_state_snapshot *snap;
         if ((e = weir__timers_capture(st, id, &snap)) == 0) {
-            char path[4352];
-            snprintf(path, sizeof(path), "%s/%s.%d.state", dir, head->name, st->index);
-            e = weir_state_persist(snap, path);
-            weir_state_snapshot_free(snap);
+            snprintf(name, sizeof(name), "chk-%" PRIu64 "/%s.%d.state", id, head->name, st->index);
+            e = weir__state_persist_to(r->store, name, snap);
         }
     }
     for (int i = 0; !e && i < st->nops; i++) {
@@ -478,23 +447,6 @@ static int any_finished(run *r)
     return 0;
 }
 
-static void remove_chk(const char *path)
-{
-    DIR *sub = opendir(path);
-    if (sub) {
-        struct dirent *f;
-        while ((f = readdir(sub)) != NULL) {
-            if (f->d_name[0] == '.' && (!f->d_name[1] || !strcmp(f->d_name, "..")))
-                continue;
-            char fp[4608];
-            snprintf(fp, sizeof(fp), "%s/%s", path, f->d_name);
-            unlink(fp);
-        }
-        closedir(sub);
-    }
-    rmdir(path);
-}
-
 /* Remove checkpoints older than the `retain` latest, and their markers. */
 static void prune(run *r, uint64_t latest)
 {
@@ -502,23 +454,17 @@ static void prune(run *r, uint64_t latest)
     if (latest <= (uint64_t)retain)
         return;
     uint64_t keep_from = latest - (uint64_t)retain + 1;
-    DIR *d = opendir(r->o.checkpoint_dir);
-    if (!d)
+    weir__names ns;
+    if (weir__storage_list(r->store, "", &ns) < 0)
         return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        uint64_t id;
-        char extra;
-        char path[4352];
-        if (sscanf(de->d_name, "COMPLETED-%" SCNu64 "%c", &id, &extra) == 1 && id < keep_from) {
-            snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
-            unlink(path);
-        } else if (sscanf(de->d_name, "chk-%" SCNu64 "%c", &id, &extra) == 1 && id < keep_from) {
-            snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
-            remove_chk(path);
-        }
+    for (size_t i = 0; i < ns.n; i++) {
+        uint64_t id = id_in(ns.v[i], "COMPLETED-", "");
+        if (!id)
+            id = id_in(ns.v[i], "chk-", "/");
+        if (id && id < keep_from)
+            weir__storage_delete(r->store, ns.v[i]);
     }
-    closedir(d);
+    weir__names_free(&ns);
 }
 
 static void notify_all(run *r)
@@ -561,17 +507,16 @@ intptr_t weir__ckpt_coordinator(void *arg)
         }
         if (failed)
             continue; /* the job is failing; the checkpoint is abandoned */
-        char cdir[4096];
-        chk_dir(r, id, cdir, sizeof(cdir), 1);
-        int le = write_layout(r, cdir);
+        int le = write_layout(r, id);
         if (le) {
-            weir__stream_fail(j, le, "writing %s/LAYOUT: %s", cdir, weir_strerror(le));
+            weir__stream_fail(j, le, "writing %s/chk-%" PRIu64 "/LAYOUT: %s", r->o.checkpoint_dir,
+                              id, weir_strerror(le));
             return le;
         }
         char name[64], text[600];
         snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
         int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n", id, j->name);
-        int e = write_atomic(r->o.checkpoint_dir, name, text, (size_t)n);
+        int e = weir__storage_put(r->store, name, text, (size_t)n);
         if (e) {
             weir__stream_fail(j, e, "writing %s/%s: %s", r->o.checkpoint_dir, name,
                               weir_strerror(e));
@@ -598,21 +543,18 @@ void weir__ckpt_teardown(run *r)
     if (!r->o.checkpoint_dir || r->o.checkpoint_interval_ms <= 0)
         goto unlock;
     uint64_t done = atomic_load(&r->completed);
-    DIR *d = opendir(r->o.checkpoint_dir);
-    if (!d)
+    weir__names ns;
+    if (weir__storage_list(r->store, "", &ns) < 0)
         goto unlock;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        uint64_t id;
-        char extra, path[4352];
-        if (sscanf(de->d_name, "chk-%" SCNu64 "%c", &id, &extra) == 1 && id > done &&
-            id > r->id_base) {
-            snprintf(path, sizeof(path), "%s/%s", r->o.checkpoint_dir, de->d_name);
-            remove_chk(path);
-        }
+    for (size_t i = 0; i < ns.n; i++) {
+        uint64_t id = id_in(ns.v[i], "chk-", "/");
+        if (id > done && id > r->id_base)
+            weir__storage_delete(r->store, ns.v[i]);
     }
-    closedir(d);
+    weir__names_free(&ns);
 unlock:
+    weir__storage_close(r->store);
+    r->store = NULL;
     /* Last: every subtask has ended (their sinks' files are closed) and the
      * cleanup above is done while the directories are still this run's. */
     weir__dirlock_release_all(&r->locks);

@@ -292,7 +292,8 @@ struct run {
     uint64_t restored;
     uint64_t id_base; /* checkpoints of this run are numbered after it */
     int nsubtasks;
-    weir__dirlocks locks; /* the checkpoint and sink directories, held while it runs */
+    weir__dirlocks locks;       /* the checkpoint and sink directories, held while it runs */
+    struct weir__storage *store; /* the checkpoint directory's (state/storage.h) */
 };
 
 typedef struct ckpt_ack {

@@ -269,6 +269,7 @@ TEST(memory_matches_a_model)
 
 /* ---- snapshots ------------------------------------------------------------------------ */
 static char dir[64];
+static char why[256]; /* a restore's reason for refusing an image */
 
 static void make_dir(void)
 {
@@ -337,7 +338,7 @@ TEST(snapshot_capture_persist_restore)
 
     weir_state_backend *r = weir_state_memory_new(128, 0, 128);
     CHECK_EQ(put_str(r, 3, "stale", "replaced by the restore"), 0);
-    CHECK_EQ(weir_state_restore(r, path), 0);
+    CHECK_EQ(weir_state_restore(r, path, why, sizeof(why)), 0);
     CHECK_EQ(check_all(r, 5000), 5000);
     char out[64];
     CHECK_EQ(get_str(r, 3, "late", out, sizeof(out)), -ENOENT);
@@ -350,7 +351,7 @@ TEST(snapshot_capture_persist_restore)
         int first, end;
         CHECK_EQ(weir_key_group_range(sub, 3, 128, &first, &end), 0);
         weir_state_backend *part = weir_state_memory_new(128, first, end);
-        CHECK_EQ(weir_state_restore(part, path), 0);
+        CHECK_EQ(weir_state_restore(part, path, why, sizeof(why)), 0);
         total += check_all(part, 5000);
         size_t entries = 0;
         for (int kg = first; kg < end; kg++)
@@ -374,8 +375,8 @@ TEST(snapshot_capture_persist_restore)
         weir_state_backend_free(part);
     }
     weir_state_backend *whole = weir_state_memory_new(128, 0, 128);
-    CHECK_EQ(weir_state_restore(whole, half[0]), 0);
-    CHECK_EQ(weir_state_restore(whole, half[1]), 0);
+    CHECK_EQ(weir_state_restore(whole, half[0], why, sizeof(why)), 0);
+    CHECK_EQ(weir_state_restore(whole, half[1], why, sizeof(why)), 0);
     CHECK_EQ(check_all(whole, 5000), 5000);
     weir_state_backend_free(whole);
 
@@ -416,7 +417,7 @@ TEST(capture_with_extra_entries)
     CHECK_EQ(weir_state_entries(b, 12), 2); /* the backend itself is unchanged */
 
     weir_state_backend *r = weir_state_memory_new(128, 10, 20);
-    CHECK_EQ(weir_state_restore(r, path), 0);
+    CHECK_EQ(weir_state_restore(r, path, why, sizeof(why)), 0);
     char got[512] = "";
     CHECK_EQ(weir_state_scan(r, 12, NULL, 0, join_fn, got), 0);
     CHECK_STR(got, "a=x-a;b=own-b;c=x-c;d=own-d;e=;");
@@ -478,28 +479,30 @@ TEST(damaged_snapshots_are_refused_whole)
     for (size_t at = 0; at < n; at += n / 37 + 1) {
         img[at] ^= 0x40;
         write_bytes(bad, img, n);
-        CHECK_EQ(weir_state_restore(r, bad), -EBADMSG);
-        CHECK(strlen(weir_state_strerror()) > 0);
+        CHECK_EQ(weir_state_restore(r, bad, why, sizeof(why)), -EBADMSG);
+        CHECK(strlen(why) > 0);
         img[at] ^= 0x40;
     }
     /* Cut short at any length. */
     for (size_t len = 0; len < n; len += n / 23 + 1) {
         write_bytes(bad, img, len);
-        CHECK_EQ(weir_state_restore(r, bad), -EBADMSG);
+        CHECK_EQ(weir_state_restore(r, bad, why, sizeof(why)), -EBADMSG);
     }
     /* Not a snapshot at all; a missing file; another group count. */
     write_bytes(bad, (const uint8_t *)"hello, this is not a snapshot file", 34);
-    CHECK_EQ(weir_state_restore(r, bad), -EBADMSG);
-    CHECK(strstr(weir_state_strerror(), "not a weir state snapshot") != NULL);
+    CHECK_EQ(weir_state_restore(r, bad, why, sizeof(why)), -EBADMSG);
+    CHECK(strstr(why, "not a weir state snapshot") != NULL);
     snprintf(bad, sizeof(bad), "%s/missing", dir);
-    CHECK_EQ(weir_state_restore(r, bad), -ENOENT);
+    CHECK_EQ(weir_state_restore(r, bad, why, sizeof(why)), -ENOENT);
     weir_state_backend *other = weir_state_memory_new(64, 0, 64);
-    CHECK_EQ(weir_state_restore(other, path), -EINVAL);
+    CHECK_EQ(weir_state_restore(other, path, why, sizeof(why)), -EINVAL);
+    CHECK(strstr(why, "key groups") != NULL);
     weir_state_backend_free(other);
     /* Nothing of any failed restore reached the backend. */
     char out[16];
     CHECK_EQ(get_str(r, 5, "keep", out, sizeof(out)), 0);
-    CHECK_EQ(weir_state_restore(r, path), 0);
+    CHECK_EQ(weir_state_restore(r, path, why, sizeof(why)), 0);
+    CHECK_STR(why, ""); /* a success leaves no reason behind */
     CHECK_EQ(check_all(r, 300), 300);
     weir_state_backend_free(r);
     weir_state_backend_free(b);
@@ -546,10 +549,10 @@ TEST(lying_lengths_are_refused)
         snprintf(bad, sizeof(bad), "%s/lie-%zu", dir, i);
         write_bytes(bad, copy, n);
         weir_state_backend *r = weir_state_memory_new(4, 0, 4);
-        CHECK_EQ(weir_state_restore(r, bad), -EBADMSG);
-        if (!strstr(weir_state_strerror(), lies[i].why))
-            fprintf(stderr, "lie %zu: %s\n", i, weir_state_strerror());
-        CHECK(strstr(weir_state_strerror(), lies[i].why) != NULL);
+        CHECK_EQ(weir_state_restore(r, bad, why, sizeof(why)), -EBADMSG);
+        if (!strstr(why, lies[i].why))
+            fprintf(stderr, "lie %zu: %s\n", i, why);
+        CHECK(strstr(why, lies[i].why) != NULL);
         weir_state_backend_free(r);
     }
     weir_state_backend_free(b);

@@ -248,8 +248,9 @@ TEST(snapshot_of_the_old_format_is_refused)
     CHECK_EQ(fclose(f), 0);
     weir_state_backend *r = weir_state_memory_new(WEIR_KEY_GROUPS, 0, WEIR_KEY_GROUPS);
     CHECK(r != NULL);
-    CHECK_EQ(weir_state_restore(r, path), -EBADMSG);
-    CHECK(strstr(weir_state_strerror(), "version 1") != NULL);
+    char why[256];
+    CHECK_EQ(weir_state_restore(r, path, why, sizeof(why)), -EBADMSG);
+    CHECK(strstr(why, "version 1") != NULL);
     CHECK_EQ(weir_state_entries(r, 5), 0);
     weir_state_backend_free(r);
     weir_state_backend_free(b);
