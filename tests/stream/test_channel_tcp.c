@@ -27,6 +27,7 @@
 #include "weir/net.h"
 
 #define N 20000 /* records per source subtask */
+static int64_t per_sub = N; /* < 0: the sources never end */
 
 static int gen_open(weir_ctx *ctx, void *arg, void **state)
 {
@@ -40,7 +41,7 @@ static int gen_open(weir_ctx *ctx, void *arg, void **state)
 static int gen_next(weir_ctx *ctx, void *state)
 {
     int64_t *next = state;
-    int64_t end = ((int64_t)weir_ctx_subtask(ctx) + 1) * N;
+    int64_t end = per_sub < 0 ? INT64_MAX : ((int64_t)weir_ctx_subtask(ctx) + 1) * N;
     for (int i = 0; i < 256 && *next < end; i++, (*next)++) {
         int e = weir_emit(ctx, next, 8, *next);
         if (e)
@@ -286,9 +287,13 @@ static intptr_t fake_producer(void *arg)
         uint8_t bad[] = {0, 0, 0, 9, WEIR__WIRE_BATCH, 0, 0, 0, 5, 0, 0, 0, 0};
         CHECK_EQ(weir_frame_write(fd, bad, sizeof(bad), WEIR_FOREVER), 0);
     } else if (f->mode == PAST_CREDITS) {
-        /* 64 batches on one credit, in one write: the reader decodes the
-         * second long before the consumer can process the first and
-         * return its credit. */
+        /* A barrier, then batches on one credit: the consumer holds
+         * what comes after the barrier (with its credits) until its other
+         * input brings the barrier too, which it never does (no
+         * checkpoints run), so the second batch is past the credit. */
+        uint8_t barrier[WEIR__WIRE_CTRL_MAX];
+        size_t bl = weir__wire_encode_barrier(barrier, 1, WEIR__WIRE_BARRIER_ALIGNED);
+        CHECK_EQ(weir_frame_write(fd, barrier, bl, WEIR_FOREVER), 0);
         uint8_t empty[64 * 13];
         for (int i = 0; i < 64; i++)
             memcpy(empty + 13 * i,
@@ -341,7 +346,9 @@ static intptr_t run_consumer(void *arg)
 static void consumer_fails(int mode, const char *needle)
 {
     fake f = {.mode = mode, .hash = 0x1234, .credits = mode == PAST_CREDITS ? 1 : 4};
+    per_sub = -1; /* the job ends by the failure alone */
     CHECK(test_run_on_rt(2, run_consumer, &f) < 0);
+    per_sub = N;
     CHECK_HAS(f.error, "channel 2 (\"to_one\" 1 -> \"count\" 0)");
     CHECK_HAS(f.error, needle);
     free((void *)f.error);
