@@ -187,7 +187,8 @@ static int list_values(weir__list *h, int *out)
 {
     int n = 0;
     weir__list *it;
-    weir__list_foreach(it, h) out[n++] = weir__container_of(it, item, node)->v;
+    weir__list_foreach (it, h)
+        out[n++] = weir__container_of(it, item, node)->v;
     return n;
 }
 
@@ -246,8 +247,7 @@ TEST(list_ops)
     /* foreach_safe lets the body remove the node it is on. */
     weir__list *n, *tmp;
     int seen = 0;
-    weir__list_foreach_safe(n, tmp, &other)
-    {
+    weir__list_foreach_safe (n, tmp, &other) {
         if (weir__container_of(n, item, node)->v % 2 == 0)
             weir__list_remove(n);
         seen++;
@@ -255,7 +255,8 @@ TEST(list_ops)
     CHECK_EQ(seen, 5);
     CHECK_EQ(list_values(&other, v), 2);
     CHECK(v[0] == 1 && v[1] == 3);
-    weir__list_foreach_safe(n, tmp, &other) weir__list_remove(n);
+    weir__list_foreach_safe (n, tmp, &other)
+        weir__list_remove(n);
     CHECK(weir__list_empty(&other));
 }
 
