@@ -287,6 +287,11 @@ TEST(be_round_trips)
     CHECK(weir__get_be64(b) == UINT64_MAX);
     weir__put_be32(b, 0);
     CHECK_EQ(weir__get_be32(b), 0);
+    /* The trace file's little-endian stores. */
+    weir__put_le32(b + 1, 0x8badf00du);
+    CHECK(memcmp(b + 1, "\x0d\xf0\xad\x8b", 4) == 0);
+    weir__put_le64(b + 1, UINT64_C(0xfedcba9876543210));
+    CHECK(memcmp(b + 1, "\x10\x32\x54\x76\x98\xba\xdc\xfe", 8) == 0);
     /* Byte order sorts as the number does (stream keys rely on it). */
     uint8_t lo[8], hi[8];
     weir__put_be64(lo, 255);
