@@ -50,8 +50,8 @@
  *
  *   -EINVAL       a bad argument: port outside 0..65535, NULL or empty host,
  *                 a call that must run in a fiber made from elsewhere
- *   -ENXIO        the resolver does not know the host name
- *   -ENODATA      the host name exists but has no address of a usable family
+ *   WEIR_ERESOLVE the resolver does not know the host name (weir/error.h)
+ *   WEIR_ENOADDR  the host name exists but has no address of a usable family
  *   -EAGAIN       temporary resolver failure (try again later)
  *   -EMSGSIZE     a frame longer than the cap, or a string longer than the
  *                 caller's bound

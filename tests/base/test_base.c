@@ -4,7 +4,7 @@
  * the sticky error), the allocator's failure countdown (which allocation
  * fails, what it counts), the intrusive list, the big-endian codec, atomic
  * file publication (a failure leaves the old file and no temporary) and
- * bounded whole-file reads.
+ * bounded whole-file reads, and the error table behind weir_strerror.
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +22,8 @@
 #include "base/buf.h"
 #include "base/list.h"
 #include "test.h"
+#include "weir/error.h"
+#include "weir/rt.h"
 
 /* ---- buf ------------------------------------------------------------------------------ */
 TEST(buf_grows_and_keeps_bytes)
@@ -435,6 +437,38 @@ TEST(file_read_all_bounds)
     CHECK_GT(n, 0);
     weir__free(buf);
     CHECK_EQ(weir__file_read_all("/proc/self/status", 8, &buf, &n), -EFBIG);
+}
+
+/* ---- error table ---------------------------------------------------------------------- */
+TEST(strerror_weir_codes_have_their_own_text)
+{
+    CHECK_LT(WEIR_ERROR_END, WEIR_ERROR_BASE);
+    for (int c = WEIR_ERROR_BASE; c > WEIR_ERROR_END; c--) {
+        const char *t = weir_strerror(c);
+        CHECK(t != NULL && *t);
+        CHECK(strncmp(t, "unknown error", 13) != 0);
+        CHECK(strcmp(t, strerror(-c)) != 0); /* not the C library's "Unknown error" */
+        CHECK(weir_strerror(-c) == t);       /* either sign */
+        for (int d = WEIR_ERROR_BASE; d > c; d--)
+            CHECK(strcmp(t, weir_strerror(d)) != 0);
+    }
+    CHECK_STR(weir_strerror(WEIR_ERESOLVE), "host name not found");
+}
+
+TEST(strerror_errno_and_unknown)
+{
+    CHECK_STR(weir_strerror(0), "success");
+    CHECK_STR(weir_strerror(-ECANCELED), "operation cancelled");
+    CHECK_STR(weir_strerror(-ETIMEDOUT), "deadline passed");
+    CHECK_STR(weir_strerror(-ENOENT), strerror(ENOENT));
+    CHECK_STR(weir_strerror(EINVAL), strerror(EINVAL));
+    /* Nobody's code: inside the errno range, just past weir's, and far off. */
+    CHECK_STR(weir_strerror(-4000), "unknown error -4000");
+    char want[64];
+    snprintf(want, sizeof(want), "unknown error %d", WEIR_ERROR_END);
+    CHECK_STR(weir_strerror(WEIR_ERROR_END), want);
+    CHECK_STR(weir_strerror(INT_MIN), "unknown error -2147483648");
+    CHECK_STR(weir_strerror(INT_MAX), "unknown error -2147483647");
 }
 
 TEST_MAIN()
