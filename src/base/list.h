@@ -21,9 +21,15 @@
 
 #include <stddef.h>
 
-typedef struct weir__list {
+/* The definition is shared with weir/sync.h, whose public op struct embeds
+ * a node (a public header cannot include this private one). */
+#ifndef WEIR__LIST_DEFINED
+#define WEIR__LIST_DEFINED
+struct weir__list {
     struct weir__list *next, *prev;
-} weir__list;
+};
+#endif
+typedef struct weir__list weir__list;
 
 /* The struct of the given type whose member is the node at ptr. */
 #define weir__container_of(ptr, type, member)                                                      \
