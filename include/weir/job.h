@@ -127,7 +127,7 @@ typedef struct weir_abi_id {
 const weir_abi_id *weir_abi_self(void);
 
 /* The gate itself, pure: 0 when a plugin with identity `plugin` may load
- * into `host`, else -EPROTO and msg says every field that differs, with
+ * into `host`, else WEIR_EABI (weir/error.h) and msg says every field that differs, with
  * both values. msg may be NULL. */
 int weir_abi_check(const weir_abi_id *host, const weir_abi_id *plugin, char *msg, size_t msglen);
 
@@ -217,7 +217,7 @@ typedef struct weir_plugin weir_plugin;
 
 /*
  * Load the plugin at path (RTLD_NOW | RTLD_LOCAL) and pass it through the
- * gate. 0 with *out, else a negative errno and a message in msg (msglen
+ * gate. 0 with *out, else a negative error code and a message in msg (msglen
  * bytes, may be NULL/0):
  *   -ENOENT   no such file (or not a regular file: -EISDIR / -EACCES...)
  *   -ENOEXEC  refused from the file, before loading: not an ELF file, not
@@ -226,8 +226,9 @@ typedef struct weir_plugin weir_plugin;
  *             a weir job, or one built against an older weir); or not
  *             loadable (the dynamic loader's message: an undefined
  *             symbol...), or no handshake functions
- *   -EPROTO   refused by the gate: which of ABI version, fingerprint,
- *             target, toolchain differ, the plugin's value and weir's
+ *   WEIR_EABI refused by the gate (weir/error.h): which of ABI version,
+ *             fingerprint, target, toolchain differ, the plugin's value
+ *             and weir's
  * The same path may be opened any number of times (one mapping).
  */
 int weir_plugin_open(const char *path, weir_plugin **out, char *msg, size_t msglen);

@@ -50,8 +50,8 @@
  *
  *   -EINVAL       a bad argument: port outside 0..65535, NULL or empty host,
  *                 a call that must run in a fiber made from elsewhere
- *   -ENXIO        the resolver does not know the host name
- *   -ENODATA      the host name exists but has no address of a usable family
+ *   WEIR_ERESOLVE the resolver does not know the host name (weir/error.h)
+ *   WEIR_ENOADDR  the host name exists but has no address of a usable family
  *   -EAGAIN       temporary resolver failure (try again later)
  *   -EMSGSIZE     a frame longer than the cap, or a string longer than the
  *                 caller's bound
@@ -231,10 +231,16 @@ void weir_frame_free(weir_frame *f);
  * what weir_frame_builder_finish() returns, so an encoder may put all its
  * fields and check once. Fields are private; read the frame through
  * weir_frame_builder_finish(). */
-typedef struct weir_frame_builder {
-    uint8_t *buf;
+#ifndef WEIR__BUF_DEFINED
+#define WEIR__BUF_DEFINED
+struct weir__buf { /* weir's growable byte buffer (private) */
+    uint8_t *p;
     size_t len, cap;
     int err;
+};
+#endif
+typedef struct weir_frame_builder {
+    struct weir__buf buf;
 } weir_frame_builder;
 
 /* Start a frame of the given kind. 0 or -ENOMEM (then sticky as above). */
@@ -262,8 +268,9 @@ int weir_frame_put_raw(weir_frame_builder *b, const void *p, size_t n);
  * stay valid until the next put, reset, take or close.
  */
 int weir_frame_builder_finish(weir_frame_builder *b, const uint8_t **frame, size_t *len);
-/* Like finish, but hand the buffer over: the caller frees it with free();
- * the builder is left empty (init it again to reuse it). NULL on error. */
+/* Like finish, but hand the buffer over: the caller frees it with free()
+ * (or with the free of the allocator given to weir_set_allocator); the
+ * builder is left empty (init it again to reuse it). NULL on error. */
 uint8_t *weir_frame_builder_take(weir_frame_builder *b, size_t *len);
 
 /* ---- reader ----

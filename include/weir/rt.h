@@ -37,7 +37,8 @@
  * program drive the loop from its own main loop instead.
  *
  * Errors: functions return 0 (or a count) on success and a negative errno on
- * failure; constructors return NULL and set errno. weir_strerror() gives the
+ * failure; constructors return NULL and set errno. Failures errno has no
+ * word for have weir's own codes (weir/error.h). weir_strerror() gives the
  * text for any code this library returns.
  */
 #ifndef WEIR_RT_H
@@ -48,6 +49,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+
+#include "error.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -406,7 +409,10 @@ uint64_t weir_rt_tasks_alive(const weir_rt *rt);
  * free the runtime. From a thread outside the runtime. */
 void weir_rt_free(weir_rt *rt);
 
-/* Text for any error code weir returns (negative errno). */
+/* Text for any error code weir returns: a negative errno, or one of weir's
+ * own codes (weir/error.h); either sign. A static string, except for a code
+ * nobody knows: "unknown error N", in a buffer of the calling thread that
+ * the next such call reuses. */
 const char *weir_strerror(int err);
 
 /* The allocator weir's engine memory (state, snapshots, channels, stream

@@ -30,17 +30,27 @@
 extern "C" {
 #endif
 
+/* weir's intrusive list link (private; base/list.h works on it). */
+#ifndef WEIR__LIST_DEFINED
+#define WEIR__LIST_DEFINED
+struct weir__list {
+    struct weir__list *next, *prev;
+};
+#endif
+
 /* A synchronisation leaf op: a weir_op plus a place in a primitive's wait
  * queue. Private fields; pass to WEIR_AWAIT / weir_op_* via weir_op_of(). */
 struct weir_sync_op {
-    weir_op op;                       /* first */
-    struct weir_sync_op *next, *prev; /* the primitive's wait queue */
-    void *obj;                        /* the primitive waited on */
-    void *buf;                        /* channel: item to send / room to receive */
-    uintptr_t arg;                    /* primitive-specific (permits, mode, ...) */
-    struct weir__select *sel;         /* select group, or NULL */
+    weir_op op;               /* first */
+    struct weir__list node;   /* the primitive's wait queue, or a list of ops taken off it */
+    void *obj;                /* the primitive waited on */
+    void *buf;                /* channel: item to send / room to receive */
+    uintptr_t arg;            /* primitive-specific (permits, mode, ...) */
+    struct weir__select *sel; /* select group, or NULL */
     int sel_index;
-    int pad;
+    int pad;    /* channel select: the case index to start from */
+    int queued; /* on the wait queue itself (under the primitive's lock) */
+    int pad2;
 };
 
 /* ---- mutex: fair without convoys --------------------------------------------

@@ -2,8 +2,13 @@
 /*
  * be.h - big-endian integer codecs, the one copy every layer uses: frame
  * headers (net), snapshot files (state), byte keys that sort numerically
- * (stream), trace records (rt). Unaligned access is fine: the bytes are
- * composed one by one, which compilers turn into a load and a bswap.
+ * (stream). Unaligned access is fine: the bytes are composed one by one,
+ * which compilers turn into a load and a bswap.
+ *
+ * The runtime's trace file (rt/trace.c, docs/runtime.md) is the one
+ * little-endian format, written on the hot path in the host order of the
+ * hosts weir runs on; its two stores live here too, so no layer keeps a
+ * private byte-order copy.
  */
 #ifndef WEIR_BASE_BE_H
 #define WEIR_BASE_BE_H
@@ -40,6 +45,18 @@ static inline uint32_t weir__get_be32(const uint8_t *p)
 static inline uint64_t weir__get_be64(const uint8_t *p)
 {
     return (uint64_t)weir__get_be32(p) << 32 | weir__get_be32(p + 4);
+}
+
+static inline void weir__put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16),
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void weir__put_le64(uint8_t *p, uint64_t v)
+{
+    weir__put_le32(p, (uint32_t)v);
+    weir__put_le32(p + 4, (uint32_t)(v >> 32));
 }
 
 #endif

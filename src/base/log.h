@@ -2,8 +2,14 @@
 /*
  * log.h - weir's small leveled logger, and environment helpers.
  *
- * Lines go to stderr as "weir <level> <component>: message"; the level
- * comes from WEIR_LOG=error|warn|info|debug (default warn), read once.
+ * Every layer reports what an operator should see through one logger:
+ * lines go to stderr as "weir <level> <component>: message", the component
+ * a dotted name ("net.resolve", "rt.blocking") that says where it came
+ * from; the level comes from WEIR_LOG=error|warn|info|debug (default
+ * warn), read once. A log line is for people: callers still get the error
+ * code, never a message to parse. weir__env_long reads the numeric tuning
+ * knobs (WEIR_BLOCKING_THREADS...) the same way everywhere: a value out
+ * of range is a warning and the default, never a failure.
  */
 #ifndef WEIR_BASE_LOG_H
 #define WEIR_BASE_LOG_H

@@ -100,7 +100,7 @@ int weir_abi_check(const weir_abi_id *host, const weir_abi_id *plugin, char *msg
         msg_add(msg, msglen,
                 "%stoolchain differs: plugin %s, weir %s (compiler family/sanitizer must match)",
                 n++ ? "; " : "", or_none(plugin->toolchain), or_none(host->toolchain));
-    return n ? -EPROTO : 0;
+    return n ? WEIR_EABI : 0;
 }
 
 typedef const char *(*str_getter)(void);
@@ -176,7 +176,7 @@ static int gate_file(const char *path, const char *real, char *msg, size_t msgle
                       .toolchain = note.toolchain};
     if (weir_abi_check(&self_id, &id, why, sizeof(why)) != 0) {
         msg_add(msg, msglen, "%s: refused: %s", path, why);
-        return -EPROTO;
+        return WEIR_EABI;
     }
     return 0;
 }
@@ -240,7 +240,7 @@ int weir_plugin_open(const char *path, weir_plugin **out, char *msg, size_t msgl
     if (weir_abi_check(&self_id, &id, why, sizeof(why)) != 0) {
         msg_add(msg, msglen, "%s: refused (changed while it was loaded?): %s", path, why);
         dlclose(dl); /* nothing of the plugin's can be referenced yet */
-        return -EPROTO;
+        return WEIR_EABI;
     }
     const weir_job_entry *entry = job();
     if (!entry || !entry->name || !*entry->name || !entry->define) {
@@ -311,7 +311,7 @@ int weir_plugin_define(weir_plugin *p, int argc, char **argv, weir_job **out, ch
             msg_add(msg, msglen, "job %s: %s", p->entry->name, gerr);
         else
             msg_add(msg, msglen, "job %s: the define function failed: %s", p->entry->name,
-                    strerror(-e));
+                    weir_strerror(e));
         weir_job_free(j);
         return e < 0 ? e : -EINVAL;
     }

@@ -30,6 +30,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "base/be.h"
+#include "base/buf.h"
 #include "rt/rt_int.h"
 #include "weir/io.h"
 #include "weir/net.h"
@@ -37,20 +39,6 @@
 /* Frames of up to 4 GiB are sized in size_t without overflow checks on the
  * additions below (header + payload, length + bytes). */
 _Static_assert(SIZE_MAX > UINT32_MAX, "frame sizes need a 64-bit size_t");
-
-/* ---- big-endian helpers --------------------------------------------------------- */
-static void be32_put(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t be32_get(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
 
 void weir_frame_free(weir_frame *f)
 {
@@ -68,30 +56,20 @@ void weir_frame_free(weir_frame *f)
 
 static int builder_fail(weir_frame_builder *b, int err)
 {
-    if (!b->err)
-        b->err = err;
-    return b->err;
+    if (!b->buf.err)
+        b->buf.err = err;
+    return b->buf.err;
 }
 
-/* Make room for n more bytes; 0 or the (sticky) error. */
+/* Make room for n more bytes; 0 or the (sticky) error. The frame's own
+ * limit comes first: the buffer would grow past what the length field says. */
 static int builder_reserve(weir_frame_builder *b, size_t n)
 {
-    if (b->err)
-        return b->err;
-    if (n > BUILDER_MAX - b->len)
+    if (b->buf.err)
+        return b->buf.err;
+    if (n > BUILDER_MAX - b->buf.len)
         return builder_fail(b, -EMSGSIZE);
-    size_t want = b->len + n;
-    if (want <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < want)
-        cap = cap > SIZE_MAX / 2 ? want : cap * 2;
-    uint8_t *nb = realloc(b->buf, cap);
-    if (!nb)
-        return builder_fail(b, -ENOMEM);
-    b->buf = nb;
-    b->cap = cap;
-    return 0;
+    return weir__buf_reserve(&b->buf, n);
 }
 
 static int builder_append(weir_frame_builder *b, const void *p, size_t n)
@@ -99,10 +77,8 @@ static int builder_append(weir_frame_builder *b, const void *p, size_t n)
     int r = builder_reserve(b, n);
     if (r < 0)
         return r;
-    if (n)
-        memcpy(b->buf + b->len, p, n);
-    b->len += n;
-    return 0;
+    weir__buf_put(&b->buf, p, n);
+    return b->buf.err;
 }
 
 int weir_frame_builder_init(weir_frame_builder *b, uint8_t kind)
@@ -111,13 +87,13 @@ int weir_frame_builder_init(weir_frame_builder *b, uint8_t kind)
         return -EINVAL;
     memset(b, 0, sizeof(*b));
     weir_frame_builder_reset(b, kind);
-    return b->err;
+    return b->buf.err;
 }
 
 void weir_frame_builder_reset(weir_frame_builder *b, uint8_t kind)
 {
-    b->len = 0;
-    b->err = 0;
+    b->buf.len = 0;
+    b->buf.err = 0;
     uint8_t head[WEIR_FRAME_HEADER + 1] = {0, 0, 0, 0, kind};
     builder_append(b, head, sizeof(head));
 }
@@ -126,8 +102,7 @@ void weir_frame_builder_close(weir_frame_builder *b)
 {
     if (!b)
         return;
-    free(b->buf);
-    memset(b, 0, sizeof(*b));
+    weir__buf_free(&b->buf);
 }
 
 int weir_frame_put_u8(weir_frame_builder *b, uint8_t v)
@@ -137,22 +112,22 @@ int weir_frame_put_u8(weir_frame_builder *b, uint8_t v)
 
 int weir_frame_put_u16(weir_frame_builder *b, uint16_t v)
 {
-    uint8_t p[2] = {(uint8_t)(v >> 8), (uint8_t)v};
+    uint8_t p[2];
+    weir__put_be16(p, v);
     return builder_append(b, p, sizeof(p));
 }
 
 int weir_frame_put_u32(weir_frame_builder *b, uint32_t v)
 {
     uint8_t p[4];
-    be32_put(p, v);
+    weir__put_be32(p, v);
     return builder_append(b, p, sizeof(p));
 }
 
 int weir_frame_put_u64(weir_frame_builder *b, uint64_t v)
 {
     uint8_t p[8];
-    be32_put(p, (uint32_t)(v >> 32));
-    be32_put(p + 4, (uint32_t)v);
+    weir__put_be64(p, v);
     return builder_append(b, p, sizeof(p));
 }
 
@@ -190,33 +165,27 @@ int weir_frame_builder_finish(weir_frame_builder *b, const uint8_t **frame, size
         *frame = NULL;
     if (len)
         *len = 0;
-    if (!b || !b->buf)
-        return b && b->err ? b->err : -EINVAL;
-    if (b->err)
-        return b->err;
+    if (!b || !b->buf.p)
+        return b && b->buf.err ? b->buf.err : -EINVAL;
+    if (b->buf.err)
+        return b->buf.err;
     /* The builder caps len at BUILDER_MAX, so the payload fits in u32. */
-    be32_put(b->buf, (uint32_t)(b->len - WEIR_FRAME_HEADER));
+    weir__put_be32(b->buf.p, (uint32_t)(b->buf.len - WEIR_FRAME_HEADER));
     if (frame)
-        *frame = b->buf;
+        *frame = b->buf.p;
     if (len)
-        *len = b->len;
+        *len = b->buf.len;
     return 0;
 }
 
 uint8_t *weir_frame_builder_take(weir_frame_builder *b, size_t *len)
 {
-    const uint8_t *f;
-    size_t n;
-    if (weir_frame_builder_finish(b, &f, &n) < 0) {
+    if (weir_frame_builder_finish(b, NULL, NULL) < 0) {
         if (len)
             *len = 0;
         return NULL;
     }
-    uint8_t *buf = b->buf;
-    memset(b, 0, sizeof(*b));
-    if (len)
-        *len = n;
-    return buf;
+    return weir__buf_take(&b->buf, len);
 }
 
 /* ---- reader --------------------------------------------------------------------------- */
@@ -260,21 +229,21 @@ int weir_frame_get_u8(weir_frame_reader *r, uint8_t *v)
 int weir_frame_get_u16(weir_frame_reader *r, uint16_t *v)
 {
     const uint8_t *q = reader_take(r, 2);
-    *v = q ? (uint16_t)((unsigned)q[0] << 8 | q[1]) : 0;
+    *v = q ? weir__get_be16(q) : 0;
     return q ? 0 : r->err;
 }
 
 int weir_frame_get_u32(weir_frame_reader *r, uint32_t *v)
 {
     const uint8_t *q = reader_take(r, 4);
-    *v = q ? be32_get(q) : 0;
+    *v = q ? weir__get_be32(q) : 0;
     return q ? 0 : r->err;
 }
 
 int weir_frame_get_u64(weir_frame_reader *r, uint64_t *v)
 {
     const uint8_t *q = reader_take(r, 8);
-    *v = q ? (uint64_t)be32_get(q) << 32 | be32_get(q + 4) : 0;
+    *v = q ? weir__get_be64(q) : 0;
     return q ? 0 : r->err;
 }
 
@@ -301,7 +270,7 @@ static const uint8_t *reader_lenbytes(weir_frame_reader *r, size_t *n)
     const uint8_t *q = reader_take(r, 4);
     if (!q)
         return NULL;
-    uint32_t len = be32_get(q);
+    uint32_t len = weir__get_be32(q);
     const uint8_t *body = reader_take(r, len);
     if (!body) {
         r->pos = save;
@@ -373,7 +342,7 @@ int weir_frame_get_count(weir_frame_reader *r, size_t min_item_size, uint32_t *n
     const uint8_t *q = reader_take(r, 4);
     if (!q)
         return r->err;
-    uint32_t count = be32_get(q);
+    uint32_t count = weir__get_be32(q);
     if (min_item_size == 0)
         min_item_size = 1;
     /* count * min_item_size > remaining, without the multiplication. */
@@ -495,7 +464,7 @@ int weir_frame_parser_commit(weir_frame_parser *p, size_t n, weir_frame *out)
         p->hdr_have = (uint8_t)(p->hdr_have + n);
         if (p->hdr_have < WEIR_FRAME_HEADER)
             return 0;
-        uint32_t len = be32_get(p->hdr);
+        uint32_t len = weir__get_be32(p->hdr);
         uint32_t cap = p->first ? p->max_first : p->max_frame;
         if (len == 0)
             return parser_fail(p, -EBADMSG); /* no kind byte: not a message */
@@ -642,7 +611,7 @@ int weir_frame_write(int fd, const void *frame, size_t len, int64_t deadline)
 {
     if (!frame || len <= WEIR_FRAME_HEADER || len - WEIR_FRAME_HEADER > UINT32_MAX)
         return -EINVAL;
-    if (be32_get(frame) != len - WEIR_FRAME_HEADER)
+    if (weir__get_be32(frame) != len - WEIR_FRAME_HEADER)
         return -EINVAL;
     struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
     return send_all(fd, &iov, 1, deadline);
@@ -655,7 +624,7 @@ int weir_frame_send(int fd, uint8_t kind, const void *body, size_t len, int64_t 
     if (len > UINT32_MAX - 1)
         return -EMSGSIZE; /* the length field cannot say it */
     uint8_t head[WEIR_FRAME_HEADER + 1];
-    be32_put(head, (uint32_t)(len + 1));
+    weir__put_be32(head, (uint32_t)(len + 1));
     head[WEIR_FRAME_HEADER] = kind;
     struct iovec iov[2] = {{.iov_base = head, .iov_len = sizeof(head)},
                            {.iov_base = (void *)body, .iov_len = len}};

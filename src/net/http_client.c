@@ -72,6 +72,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/list.h"
 #include "rt/rt_int.h"
 #include "weir/http.h"
 #include "weir/io.h"
@@ -166,7 +167,7 @@ const weir_http_transport weir_http_tcp_transport = {
 typedef struct pool pool;
 
 typedef struct conn {
-    struct conn *next, *prev;      /* idle list */
+    weir__list node;               /* its pool's idle list, or a list of ones to close */
     const weir_http_transport *tr; /* its pool's: a connection never refers to its pool */
     void *tc;                      /* the transport's connection */
     int64_t idle_since;
@@ -178,8 +179,8 @@ struct pool {
     pool *next; /* hash chain */
     weir_sem *permits;
     const weir_http_transport *tr;
-    conn *idle_head, *idle_tail; /* most recently used first */
-    long users;                  /* requests referring to the pool (under c->mu) */
+    weir__list idle; /* of conn.node, most recently used first */
+    long users;      /* requests referring to the pool (under c->mu) */
     uint32_t hash;
     int https, port;
     char host[]; /* lower case, without [brackets] */
@@ -309,11 +310,9 @@ void weir_http_client_free(weir_http_client *c)
         return;
     for (size_t i = 0; i < c->nbuckets; i++) {
         for (pool *p = c->buckets[i]; p; p = p->next) {
-            while (p->idle_head) {
-                conn *k = p->idle_head;
-                p->idle_head = k->next;
-                conn_destroy(c, k, NULL);
-            }
+            weir__list *n;
+            while ((n = weir__list_pop(&p->idle)))
+                conn_destroy(c, weir__container_of(n, conn, node), NULL);
         }
         pools_free(c->buckets[i]);
     }
@@ -336,28 +335,23 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st)
 
 /* Under c->mu: move the idle connections of p older than the idle timeout
  * onto *dead (the oldest are at the tail). */
-static void take_expired(weir_http_client *c, pool *p, int64_t now, conn **dead)
+static void take_expired(weir_http_client *c, pool *p, int64_t now, weir__list *dead)
 {
-    while (p->idle_tail && now - p->idle_tail->idle_since > c->idle_ns) {
-        conn *k = p->idle_tail;
-        p->idle_tail = k->prev;
-        if (p->idle_tail)
-            p->idle_tail->next = NULL;
-        else
-            p->idle_head = NULL;
+    weir__list *n;
+    while ((n = weir__list_last(&p->idle)) &&
+           now - weir__container_of(n, conn, node)->idle_since > c->idle_ns) {
+        weir__list_remove(n);
         c->st.idle_now--;
         c->st.expired++;
-        k->next = *dead;
-        *dead = k;
+        weir__list_push_back(dead, n);
     }
 }
 
-static void close_all(weir_http_client *c, conn *dead)
+static void close_all(weir_http_client *c, weir__list *dead)
 {
-    for (conn *next; dead; dead = next) {
-        next = dead->next;
-        conn_destroy(c, dead, NULL);
-    }
+    weir__list *n;
+    while ((n = weir__list_pop(dead)))
+        conn_destroy(c, weir__container_of(n, conn, node), NULL);
 }
 
 static uint32_t pool_hash(uint32_t seed, int https, int port, const char *host)
@@ -393,7 +387,7 @@ static void pools_grow(weir_http_client *c)
  * every pool onto *dead, and every pool left with no connection and no user
  * (so no permit held and no waiter) unlinked onto *gone. The caller closes
  * *dead, then frees *gone, after unlocking. */
-static void sweep(weir_http_client *c, int64_t now, conn **dead, pool **gone)
+static void sweep(weir_http_client *c, int64_t now, weir__list *dead, pool **gone)
 {
     if (now < c->next_sweep)
         return;
@@ -403,7 +397,7 @@ static void sweep(weir_http_client *c, int64_t now, conn **dead, pool **gone)
         while (*pp) {
             pool *p = *pp;
             take_expired(c, p, now, dead);
-            if (p->users == 0 && !p->idle_head) {
+            if (p->users == 0 && weir__list_empty(&p->idle)) {
                 *pp = p->next;
                 c->st.pools_now--;
                 p->next = *gone;
@@ -420,7 +414,8 @@ static void sweep(weir_http_client *c, int64_t now, conn **dead, pool **gone)
 static pool *pool_get(weir_http_client *c, int https, const char *host, int port,
                       const weir_http_transport *tr)
 {
-    conn *dead = NULL;
+    weir__list dead;
+    weir__list_init(&dead);
     pool *gone = NULL;
     int64_t now = weir_time_now();
     uint32_t h = pool_hash(c->seed, https, port, host);
@@ -438,6 +433,7 @@ static pool *pool_get(weir_http_client *c, int https, const char *host, int port
             p = NULL;
         }
         if (p) {
+            weir__list_init(&p->idle);
             p->tr = tr;
             p->hash = h;
             p->https = https;
@@ -452,7 +448,7 @@ static pool *pool_get(weir_http_client *c, int https, const char *host, int port
     if (p)
         p->users++;
     pthread_mutex_unlock(&c->mu);
-    close_all(c, dead);
+    close_all(c, &dead);
     pools_free(gone);
     return p;
 }
@@ -463,7 +459,7 @@ static void pool_put(weir_http_client *c, pool *p)
 {
     int free_it = 0;
     pthread_mutex_lock(&c->mu);
-    if (--p->users == 0 && !p->idle_head) {
+    if (--p->users == 0 && weir__list_empty(&p->idle)) {
         pool **pp = &c->buckets[p->hash & (c->nbuckets - 1)];
         while (*pp != p)
             pp = &(*pp)->next;
@@ -484,21 +480,17 @@ static void pool_put(weir_http_client *c, pool *p)
 static conn *idle_take(weir_http_client *c, pool *p)
 {
     for (;;) {
-        conn *dead = NULL, *k;
+        weir__list dead, *n;
+        weir__list_init(&dead);
+        conn *k = NULL;
         pthread_mutex_lock(&c->mu);
         take_expired(c, p, weir_time_now(), &dead);
-        k = p->idle_head;
-        if (k) {
-            p->idle_head = k->next;
-            if (p->idle_head)
-                p->idle_head->prev = NULL;
-            else
-                p->idle_tail = NULL;
-            k->next = k->prev = NULL;
+        if ((n = weir__list_pop(&p->idle))) {
+            k = weir__container_of(n, conn, node);
             c->st.idle_now--;
         }
         pthread_mutex_unlock(&c->mu);
-        close_all(c, dead);
+        close_all(c, &dead);
         if (!k)
             return NULL;
         int e = p->tr->idle_check ? p->tr->idle_check(k->tc) : 0;
@@ -517,21 +509,16 @@ static conn *idle_take(weir_http_client *c, pool *p)
 
 static void idle_put(weir_http_client *c, pool *p, conn *k)
 {
-    conn *dead = NULL;
+    weir__list dead;
+    weir__list_init(&dead);
     int64_t now = weir_time_now();
     k->idle_since = now;
     pthread_mutex_lock(&c->mu);
     take_expired(c, p, now, &dead);
-    k->prev = NULL;
-    k->next = p->idle_head;
-    if (p->idle_head)
-        p->idle_head->prev = k;
-    else
-        p->idle_tail = k;
-    p->idle_head = k;
+    weir__list_push_front(&p->idle, &k->node);
     c->st.idle_now++;
     pthread_mutex_unlock(&c->mu);
-    close_all(c, dead);
+    close_all(c, &dead);
 }
 
 static int conn_open(weir_http_client *c, pool *p, int64_t deadline, conn **out)

@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/list.h"
 #include "rt/rt_int.h"
 #include "weir/http.h"
 #include "weir/io.h"
@@ -109,7 +110,7 @@ struct weir_http_server {
     weir_task *acceptors[MAX_LISTENERS];
     int port;
     pthread_mutex_t lock;
-    struct conn *conns; /* under lock */
+    weir__list conns; /* of conn.node; under lock */
     weir_waitgroup *wg;
     _Atomic uint64_t accepted, open, rejected, requests, errors, timeouts;
     _Atomic int rejecting; /* 503 answers being sent */
@@ -131,7 +132,7 @@ struct weir_http_res {
 };
 
 typedef struct conn {
-    struct conn *prev, *next;
+    weir__list node; /* on s->conns while its loop serves */
     weir_http_server *s;
     int fd;
     int busy;   /* under s->lock */
@@ -531,6 +532,7 @@ weir_http_server *weir_http_server_new(const weir_http_server_opts *opts)
     s->o = o;
     s->tail = &s->routes;
     s->port = -1;
+    weir__list_init(&s->conns);
     atomic_init(&s->refs, 1);
     pthread_mutex_init(&s->lock, NULL);
     /* Check the limits now: a parser refuses nonsense with -EINVAL. */
@@ -1418,10 +1420,7 @@ static intptr_t conn_main(void *arg)
     int stopping = atomic_load(&s->stopping);
     if (!stopping) {
         c->task = weir_task_ref(weir_task_current());
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
+        weir__list_push_front(&s->conns, &c->node);
     }
     pthread_mutex_unlock(&s->lock);
     if (!stopping) {
@@ -1432,12 +1431,7 @@ static intptr_t conn_main(void *arg)
         if (c->res.file_fd >= 0)
             close(c->res.file_fd);
         pthread_mutex_lock(&s->lock);
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            s->conns = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
+        weir__list_remove(&c->node);
         pthread_mutex_unlock(&s->lock);
         weir_task_unref(c->task);
     }
@@ -1633,9 +1627,12 @@ int weir_http_server_start(weir_http_server *s)
 /* Cancel connections: all of them, or those between requests. Under lock. */
 static void cancel_conns(weir_http_server *s, int all)
 {
-    for (conn *c = s->conns; c; c = c->next)
+    weir__list *n;
+    weir__list_foreach (n, &s->conns) {
+        conn *c = weir__container_of(n, conn, node);
         if (all || !c->busy)
             weir_task_cancel(c->task);
+    }
 }
 
 int weir_http_server_stop(weir_http_server *s, int64_t deadline)
@@ -1646,11 +1643,14 @@ int weir_http_server_stop(weir_http_server *s, int64_t deadline)
         return -EINVAL;
     pthread_mutex_lock(&s->lock);
     weir_task *self = weir_task_current();
-    for (conn *c = s->conns; c; c = c->next)
-        if (c->task == self) { /* a handler would wait for its own connection */
+    weir__list *n;
+    weir__list_foreach (n, &s->conns) {
+        if (weir__container_of(n, conn, node)->task == self) {
+            /* a handler would wait for its own connection */
             pthread_mutex_unlock(&s->lock);
             return -EDEADLK;
         }
+    }
     int first = s->started && !atomic_load(&s->stopping);
     atomic_store(&s->stopping, 1);
     if (first)

@@ -55,19 +55,20 @@ static int valid_port(int port)
     return port >= 0 && port <= 65535;
 }
 
-/* getaddrinfo's EAI_* codes as negative errno values (weir/net.h lists them). */
+/* getaddrinfo's EAI_* codes as weir's codes (weir/net.h lists them): its
+ * own for a name that did not resolve, negative errno values otherwise. */
 static int gai_errno(int rc, int sys_errno)
 {
     switch (rc) {
     case EAI_NONAME:
-        return -ENXIO;
+        return WEIR_ERESOLVE;
 #ifdef EAI_NODATA
     case EAI_NODATA:
 #endif
 #ifdef EAI_ADDRFAMILY
     case EAI_ADDRFAMILY:
 #endif
-        return -ENODATA;
+        return WEIR_ENOADDR;
     case EAI_AGAIN:
         return -EAGAIN;
     case EAI_MEMORY:
@@ -118,7 +119,7 @@ static int gai_resolve(const char *host, const char *service, int flags, weir_ne
         n++;
     }
     freeaddrinfo(res);
-    return n > 0 ? n : -ENODATA;
+    return n > 0 ? n : WEIR_ENOADDR;
 }
 
 /* A dotted quad or an IPv6 literal without scope, parsed without libc's
@@ -506,10 +507,6 @@ const char *weir_net_strerror(int err)
     if (err > 0)
         err = -err;
     switch (err) {
-    case -ENXIO:
-        return "host name not found";
-    case -ENODATA:
-        return "host name has no usable address";
     case -EMSGSIZE:
         return "frame or field larger than allowed";
     case -EBADMSG:

@@ -69,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
 #include "rt/rt_int.h"
 
 enum {
@@ -79,7 +80,7 @@ enum {
 };
 
 typedef struct blocking_job {
-    struct blocking_job *next, *prev; /* pool->waiting or pool->queue */
+    weir__list node; /* on pool->waiting or pool->queue */
     weir_blocking_fn fn;
     weir_blocking_discard_fn discard; /* NULL: nothing to release */
     void *arg;
@@ -88,7 +89,7 @@ typedef struct blocking_job {
 } blocking_job;
 
 typedef struct job_list {
-    blocking_job *head, *tail;
+    weir__list jobs; /* of blocking_job.node, oldest first */
     size_t len;
 } job_list;
 
@@ -116,30 +117,29 @@ size_t weir__pool_peak_queued(struct weir__pool *p);
 unsigned weir__pool_threads(struct weir__pool *p);
 
 /* ---- job lists ------------------------------------------------------------------ */
+static void list_init(job_list *q)
+{
+    weir__list_init(&q->jobs);
+    q->len = 0;
+}
+
 static void list_push(job_list *q, blocking_job *j)
 {
-    j->next = NULL;
-    j->prev = q->tail;
-    if (q->tail)
-        q->tail->next = j;
-    else
-        q->head = j;
-    q->tail = j;
+    weir__list_push_back(&q->jobs, &j->node);
     q->len++;
 }
 
 static void list_remove(job_list *q, blocking_job *j)
 {
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        q->head = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
-    else
-        q->tail = j->prev;
-    j->next = j->prev = NULL;
+    weir__list_remove(&j->node);
     q->len--;
+}
+
+/* The oldest job of q, or NULL. */
+static blocking_job *list_head(const job_list *q)
+{
+    weir__list *n = weir__list_first(&q->jobs);
+    return n ? weir__container_of(n, blocking_job, node) : NULL;
 }
 
 /* A job that will never run: give its argument back to its owner, then
@@ -210,7 +210,7 @@ static int pool_queue_locked(struct weir__pool *p, blocking_job *j)
  * worker exists), so the promoted job will run even if no thread starts. */
 static void pool_promote_locked(struct weir__pool *p)
 {
-    blocking_job *w = p->waiting.head;
+    blocking_job *w = list_head(&p->waiting);
     if (w && p->queue.len < p->cap) {
         list_remove(&p->waiting, w);
         (void)pool_queue_locked(p, w);
@@ -223,7 +223,7 @@ static void *worker_main(void *arg)
     pthread_setname_np(pthread_self(), "weir-blocking");
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        blocking_job *j = p->queue.head;
+        blocking_job *j = list_head(&p->queue);
         if (!j) {
             if (p->stopping)
                 break;
@@ -267,6 +267,8 @@ static struct weir__pool *pool_new(void)
         return NULL;
     p->max_threads = (unsigned)weir__env_long("WEIR_BLOCKING_THREADS", 8, 1, 1024);
     p->cap = (size_t)weir__env_long("WEIR_BLOCKING_QUEUE", 1024, 1, 1L << 24);
+    list_init(&p->queue);
+    list_init(&p->waiting);
     /* Sized for the cap at once (8 KiB at most) so that starting a thread
      * never has to grow an array the joiner reads. */
     p->threads = calloc(p->max_threads, sizeof(*p->threads));
@@ -301,7 +303,7 @@ static size_t pool_discard_locked(job_list *q, job_list *out)
 {
     size_t n = 0;
     blocking_job *j;
-    while ((j = q->head)) {
+    while ((j = list_head(q))) {
         list_remove(q, j);
         list_push(out, j);
         n++;
@@ -317,7 +319,8 @@ void weir__pool_free(struct weir__pool *p)
     p->stopping = 1;
     /* Queued jobs first: the discards go in submission order. Once both lists
      * are empty with stopping set, no worker can take anything more. */
-    job_list dropped = {0};
+    job_list dropped;
+    list_init(&dropped);
     pool_discard_locked(&p->queue, &dropped);
     pool_discard_locked(&p->waiting, &dropped);
     if (p->nrunning > 0)
@@ -329,7 +332,7 @@ void weir__pool_free(struct weir__pool *p)
      * releases. */
     size_t ndropped = dropped.len;
     blocking_job *j;
-    while ((j = dropped.head)) {
+    while ((j = list_head(&dropped))) {
         list_remove(&dropped, j);
         job_drop(j);
     }

@@ -97,6 +97,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/be.h"
 #include "rt/rt_int.h"
 
 #define TRACE_MAGIC    "WEIRTRC1"
@@ -155,18 +156,6 @@ static struct {
     uint64_t used[4]; /* loop indices in use (256 bits) */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
 /* Write all of buf or fail: a short write is an error, because retrying the
  * rest would no longer be atomic with respect to other loops' writes. */
 static int write_whole(int fd, const void *buf, size_t n)
@@ -207,11 +196,11 @@ static int reg_open_file(const char *path)
     int is_reg = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     unsigned char h[TRACE_HDR_SIZE] = {0};
     memcpy(h, TRACE_MAGIC, 8);
-    put_u32(h + 8, TRACE_VERSION);
-    put_u32(h + 12, REC);
-    put_u64(h + 16, (uint64_t)clock_ns(id));
-    put_u32(h + 24, (uint32_t)getpid());
-    put_u32(h + 28, (uint32_t)(res.tv_sec ? UINT32_MAX : res.tv_nsec));
+    weir__put_le32(h + 8, TRACE_VERSION);
+    weir__put_le32(h + 12, REC);
+    weir__put_le64(h + 16, (uint64_t)clock_ns(id));
+    weir__put_le32(h + 24, (uint32_t)getpid());
+    weir__put_le32(h + 28, (uint32_t)(res.tv_sec ? UINT32_MAX : res.tv_nsec));
     int r = write_whole(fd, h, sizeof(h));
     if (r < 0) {
         close(fd);
@@ -292,7 +281,7 @@ static void stamp_provisional(struct weir__trace *tr, int64_t now)
     uint64_t d = now > tr->last ? (uint64_t)(now - tr->last) : 0;
     if (d > UINT32_MAX)
         d = UINT32_MAX; /* a 4 s gap in scheduler bookkeeping: clamp, keep order */
-    put_u32(tr->buf + tr->prov, (uint32_t)d);
+    weir__put_le32(tr->buf + tr->prov, (uint32_t)d);
     tr->last += (int64_t)d;
     tr->prov = NO_PROVISIONAL;
 }

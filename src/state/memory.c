@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "state/state_int.h"
 #include "weir/rt.h"
 
@@ -226,7 +227,7 @@ static slot *index_find(group *g, const void *key, size_t klen, uint64_t h)
 static int index_grow(group *g)
 {
     size_t cap = g->icap ? g->icap * 2 : 16;
-    slot *old = g->index, *nw = calloc(cap, sizeof(slot));
+    slot *old = g->index, *nw = weir__calloc(cap, sizeof(slot));
     if (!nw)
         return -ENOMEM;
     size_t ocap = g->icap;
@@ -239,7 +240,7 @@ static int index_grow(group *g)
                 j = (j + 1) & (cap - 1);
             nw[j] = old[i];
         }
-    free(old);
+    weir__free(old);
     return 0;
 }
 
@@ -299,8 +300,8 @@ static int fits(const node *n, size_t vlen)
 static void free_node(node *n)
 {
     if (!n->inl)
-        free(n->val);
-    free(n);
+        weir__free(n->val);
+    weir__free(n);
 }
 
 /* Values up to this size start inside their node (one cache miss less to
@@ -335,13 +336,13 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     }
     if (n) { /* a new allocation (room to grow by half when it grows) */
         size_t cap = vlen > n->vlen ? vlen + vlen / 2 : vlen;
-        uint8_t *v = malloc(cap ? cap : 1);
+        uint8_t *v = weir__malloc(cap ? cap : 1);
         if (!v)
             return -ENOMEM;
         if (vlen)
             memcpy(v, val, vlen);
         if (!n->inl)
-            free(n->val);
+            weir__free(n->val);
         n->val = v;
         n->inl = 0;
         n->vlen = (uint32_t)vlen;
@@ -350,7 +351,7 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     }
     if (g->npend == g->pcap) {
         size_t cap = g->pcap ? g->pcap * 2 : 16;
-        node **p = realloc(g->pend, cap * sizeof(*p));
+        node **p = weir__realloc(g->pend, cap * sizeof(*p));
         if (!p)
             return -ENOMEM;
         g->pend = p;
@@ -359,10 +360,10 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     int level = random_level(m);
     size_t head = ALIGN16(sizeof(node) + 2 * (size_t)level * sizeof(node *) + klen);
     size_t icap = vlen <= INLINE_MAX ? ALIGN16(vlen ? vlen : 1) : 0;
-    n = malloc(head + icap);
-    uint8_t *v = n && !icap ? malloc(vlen) : NULL;
+    n = weir__malloc(head + icap);
+    uint8_t *v = n && !icap ? weir__malloc(vlen) : NULL;
     if (!n || (!icap && !v)) {
-        free(n);
+        weir__free(n);
         return -ENOMEM;
     }
     n->inl = icap != 0;
@@ -459,8 +460,8 @@ static void group_clear(group *g)
         free_node(n);
         n = next;
     }
-    free(g->pend);
-    free(g->index);
+    weir__free(g->pend);
+    weir__free(g->index);
     memset(g, 0, sizeof(*g));
 }
 
@@ -470,7 +471,7 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
                        weir_state_snapshot **out)
 {
     mem_backend *m = (mem_backend *)b;
-    weir_state_snapshot *s = malloc(sizeof(*s));
+    weir_state_snapshot *s = weir__malloc(sizeof(*s));
     if (!s)
         return -ENOMEM;
     weir__snap_init(s, id, b->ngroups, b->first_kg, b->end_kg);
@@ -560,8 +561,8 @@ static void mem_free(weir_state_backend *b)
     mem_backend *m = (mem_backend *)b;
     for (int kg = b->first_kg; kg < b->end_kg; kg++)
         group_clear(group_of(m, kg));
-    free(m->groups);
-    free(m);
+    weir__free(m->groups);
+    weir__free(m);
 }
 
 static const weir_state_backend_ops mem_ops = {
@@ -584,12 +585,12 @@ weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg)
         errno = EINVAL;
         return NULL;
     }
-    mem_backend *m = calloc(1, sizeof(*m));
+    mem_backend *m = weir__calloc(1, sizeof(*m));
     size_t n = (size_t)(end_kg - first_kg);
-    group *groups = calloc(n ? n : 1, sizeof(group));
+    group *groups = weir__calloc(n ? n : 1, sizeof(group));
     if (!m || !groups) {
-        free(m);
-        free(groups);
+        weir__free(m);
+        weir__free(groups);
         errno = ENOMEM;
         return NULL;
     }

@@ -43,6 +43,7 @@ weir_barrier *weir_barrier_new(unsigned n)
         return NULL;
     }
     weir__spin_init(&b->lock);
+    weir__waitq_init(&b->q);
     b->n = n;
     return b;
 }
@@ -51,29 +52,26 @@ void weir_barrier_free(weir_barrier *b)
 {
     if (!b)
         return;
-    assert(b->q.head == NULL && "weir_barrier_free with waiting tasks");
+    assert(weir__waitq_empty(&b->q) && "weir_barrier_free with waiting tasks");
     free(b);
 }
 
 /* The caller is the n-th arrival: detach the generation's waiters (to be
  * completed outside the lock) and start the next one. Under the lock. */
-static weir_sync_op *release_locked(weir_barrier *b)
+static void release_locked(weir_barrier *b, weir__taken *list)
 {
-    weir_sync_op *list = b->q.head;
-    for (weir_sync_op *op = list; op; op = op->next)
-        op->arg = 0;
-    b->q = (weir__waitq){0};
+    weir__list *n;
+    weir__list_foreach (n, &b->q.ops)
+        weir__waitq_op(n)->arg = 0;
+    weir__waitq_take_all(&b->q, list);
     b->arrived = 0;
-    return list;
 }
 
-static void complete_all(weir_sync_op *list)
+static void complete_all(weir__taken *list)
 {
-    while (list) {
-        weir_sync_op *next = list->next; /* read first: after done, op may be gone */
-        weir__sync_done(list, 0);
-        list = next;
-    }
+    weir_sync_op *op;
+    while ((op = weir__taken_pop(list))) /* taken first: after done, op may be gone */
+        weir__sync_done(op, 0);
 }
 
 int weir_barrier_wait_start(weir_sync_op *op, weir_barrier *b, int64_t deadline)
@@ -86,13 +84,14 @@ int weir_barrier_wait_start(weir_sync_op *op, weir_barrier *b, int64_t deadline)
     }
     /* Fast path: the last arrival leads without ever becoming a wait. */
     weir__spin_lock(&b->lock);
-    weir_sync_op *list = NULL;
+    weir__taken list;
+    weir__taken_init(&list);
     int lead = b->arrived + 1 == b->n;
     if (lead)
-        list = release_locked(b);
+        release_locked(b, &list);
     weir__spin_unlock(&b->lock);
     if (lead) {
-        complete_all(list);
+        complete_all(&list);
         weir__sync_ready(op, 1);
         return 0;
     }
@@ -102,7 +101,7 @@ int weir_barrier_wait_start(weir_sync_op *op, weir_barrier *b, int64_t deadline)
     weir__spin_lock(&b->lock);
     lead = b->arrived + 1 == b->n; /* others may have arrived meanwhile */
     if (lead) {
-        list = release_locked(b);
+        release_locked(b, &list);
     } else {
         b->arrived++;
         op->arg = 1;
@@ -110,7 +109,7 @@ int weir_barrier_wait_start(weir_sync_op *op, weir_barrier *b, int64_t deadline)
     }
     weir__spin_unlock(&b->lock);
     if (lead) {
-        complete_all(list);
+        complete_all(&list);
         weir__sync_done_local(op, 1);
     }
     return 0;

@@ -183,7 +183,7 @@ static int send_locked(weir_chan *c, const void *item, int *res, weir_sync_op **
         return 1;
     }
     weir_sync_op *r;
-    while ((r = c->recvq.head)) {
+    while ((r = weir__waitq_first(&c->recvq))) {
         q_remove(&c->recvq, r);
         if (!claim(r, 0))
             continue; /* stale select part */
@@ -213,7 +213,7 @@ static int recv_locked(weir_chan *c, void *item, int *res, weir_sync_op **wake)
     if (c->len) {
         ring_take(c, item);
         /* The freed slot goes to the oldest waiting sender, keeping FIFO. */
-        while ((s = c->sendq.head)) {
+        while ((s = weir__waitq_first(&c->sendq))) {
             q_remove(&c->sendq, s);
             if (!claim(s, 0))
                 continue;
@@ -225,7 +225,7 @@ static int recv_locked(weir_chan *c, void *item, int *res, weir_sync_op **wake)
         return 1;
     }
     /* Empty ring with a live sender waiting: a rendezvous channel. */
-    while ((s = c->sendq.head)) {
+    while ((s = weir__waitq_first(&c->sendq))) {
         q_remove(&c->sendq, s);
         if (!claim(s, 0))
             continue;
@@ -256,6 +256,8 @@ weir_chan *weir_chan_new(size_t item_size, size_t capacity)
     if (!c)
         return NULL;
     weir__spin_init(&c->lock);
+    weir__waitq_init(&c->sendq);
+    weir__waitq_init(&c->recvq);
     atomic_init(&c->refs, 1);
     c->item_size = item_size;
     c->cap = capacity;
@@ -284,7 +286,7 @@ void weir_chan_unref(weir_chan *c)
         return;
     /* Freeing a channel that ops still wait on is a programming error: those
      * ops borrow it until they are done. */
-    assert(!c->sendq.head && !c->recvq.head);
+    assert(weir__waitq_empty(&c->sendq) && weir__waitq_empty(&c->recvq));
     if (c->ring != c->inline_ring)
         free(c->ring);
     free(c);
@@ -294,7 +296,9 @@ void weir_chan_close(weir_chan *c)
 {
     if (!c)
         return;
-    weir_sync_op *list = NULL, *w;
+    weir__taken list;
+    weir__taken_init(&list);
+    weir_sync_op *w;
     weir__spin_lock(&c->lock);
     if (c->closed) {
         weir__spin_unlock(&c->lock);
@@ -302,23 +306,19 @@ void weir_chan_close(weir_chan *c)
     }
     c->closed = 1;
     /* Every waiter gets -EPIPE: a waiting sender's item was never taken, and
-     * receivers only wait on an empty ring. Collect them (linked through
-     * `next`, free once unqueued) and complete them after unlocking. */
+     * receivers only wait on an empty ring. Collect them and complete them
+     * after unlocking. */
     for (int k = 0; k < 2; k++) {
         weir__waitq *q = k ? &c->recvq : &c->sendq;
-        while ((w = q->head)) {
+        while ((w = weir__waitq_first(q))) {
             q_remove(q, w);
-            if (!claim(w, -EPIPE))
-                continue;
-            w->next = list;
-            list = w;
+            if (claim(w, -EPIPE))
+                weir__taken_push(&list, w);
         }
     }
     weir__spin_unlock(&c->lock);
-    while ((w = list)) {
-        list = w->next;
+    while ((w = weir__taken_pop(&list)))
         finish_waiter(w, -EPIPE); /* w may be gone after this */
-    }
 }
 
 size_t weir_chan_len(weir_chan *c)

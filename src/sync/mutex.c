@@ -112,7 +112,7 @@ weir_mutex *weir_mutex_new(void)
     atomic_init(&m->state, 0);
     atomic_init(&m->owner, NULL);
     weir__spin_init(&m->lock);
-    m->q = (weir__waitq){0};
+    weir__waitq_init(&m->q);
     return m;
 }
 
@@ -120,7 +120,7 @@ void weir_mutex_free(weir_mutex *m)
 {
     if (!m)
         return;
-    assert(m->q.head == NULL && "weir_mutex_free with waiting tasks");
+    assert(weir__waitq_empty(&m->q) && "weir_mutex_free with waiting tasks");
     free(m);
 }
 
@@ -222,18 +222,6 @@ static inline int waited_long(const weir_sync_op *op, int64_t now)
     return (intptr_t)((uintptr_t)now - op->arg) >= (intptr_t)MUTEX_STARVE_NS;
 }
 
-static void waitq_push_front(weir__waitq *q, weir_sync_op *op)
-{
-    op->prev = NULL;
-    op->next = q->head;
-    if (q->head)
-        q->head->prev = op;
-    else
-        q->tail = op;
-    q->head = op;
-    q->len++;
-}
-
 /* The woken waiter leaves without the lock and without queueing again
  * (cancelled, deadline passed). It must give WOKEN back, and if the lock is
  * free with waiters queued nobody else would wake them: it then takes the
@@ -297,7 +285,7 @@ static int lock_slow(weir_sync_op *op, weir_mutex *m, int64_t deadline, int shie
             if (atomic_compare_exchange_weak_explicit(&m->state, &s, ns, memory_order_relaxed,
                                                       memory_order_relaxed)) {
                 if (woken)
-                    waitq_push_front(&m->q, op);
+                    weir__waitq_push_front(&m->q, op);
                 else
                     weir__waitq_push(&m->q, op);
                 weir__spin_unlock(&m->lock);
@@ -404,7 +392,7 @@ retry:
     int grant = 0;
     if ((s & M_QUEUED) && ((s & M_STARVING) || !(s & M_WOKEN))) {
         op = weir__waitq_pop(&m->q);
-        unsigned more = m->q.head ? M_QUEUED : 0u;
+        unsigned more = !weir__waitq_empty(&m->q) ? M_QUEUED : 0u;
         int long_wait = waited_long(op, now);
         if ((s & M_STARVING) || long_wait || op->op.u.ptr != (const void *)&mutex_retry_vt) {
             /* Hand-off: LOCKED stays set for the new owner; starvation mode
@@ -434,7 +422,8 @@ retry:
     weir__spin_unlock(&m->lock);
     if (op) {
         if (grant)
-            set_owner(m, __atomic_load_n(&op->op.task->loop, __ATOMIC_RELAXED)); /* before done: op may vanish then */
+            set_owner(m, __atomic_load_n(&op->op.task->loop,
+                                         __ATOMIC_RELAXED)); /* before done: op may vanish then */
         weir__sync_done(op, grant ? 0 : WEIR__MUTEX_RETRY);
     }
 }
@@ -451,7 +440,7 @@ static void mutex_cancel(weir_op *o)
         /* relaxed: no data is published; the holder's unlock reads the
          * word under the spinlock we hold, or fails its CAS and takes it.
          * Starvation mode ends with the last waiter. */
-        if (!m->q.head)
+        if (weir__waitq_empty(&m->q))
             atomic_fetch_and_explicit(&m->state, ~(M_QUEUED | M_STARVING), memory_order_relaxed);
     }
     weir__spin_unlock(&m->lock);

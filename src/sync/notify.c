@@ -55,6 +55,7 @@ weir_notify *weir_notify_new(void)
         return NULL;
     }
     weir__spin_init(&n->lock);
+    weir__waitq_init(&n->q);
     return n;
 }
 
@@ -62,7 +63,7 @@ void weir_notify_free(weir_notify *n)
 {
     if (!n)
         return;
-    assert(n->q.head == NULL && "weir_notify_free with waiting tasks");
+    assert(weir__waitq_empty(&n->q) && "weir_notify_free with waiting tasks");
     free(n);
 }
 
@@ -137,16 +138,16 @@ void weir_notify_all(weir_notify *n)
     /* Detach the whole queue under the lock, complete outside it: the
      * completions take other locks (the waiters' loops' remote queues). */
     weir__spin_lock(&n->lock);
-    weir_sync_op *list = n->q.head;
-    for (weir_sync_op *op = list; op; op = op->next)
-        op->arg = 0;
-    n->q = (weir__waitq){0};
+    weir__taken list;
+    weir__taken_init(&list);
+    weir__list *it;
+    weir__list_foreach (it, &n->q.ops)
+        weir__waitq_op(it)->arg = 0;
+    weir__waitq_take_all(&n->q, &list);
     weir__spin_unlock(&n->lock);
-    while (list) {
-        weir_sync_op *next = list->next; /* read first: after done, op may be gone */
-        weir__sync_done(list, 0);
-        list = next;
-    }
+    weir_sync_op *op;
+    while ((op = weir__taken_pop(&list))) /* taken first: after done, op may be gone */
+        weir__sync_done(op, 0);
 }
 
 /* Runs on the waiter's loop thread (weir__op_vt contract). */

@@ -63,7 +63,7 @@ weir_rwlock *weir_rwlock_new(int prefer_writers)
     atomic_init(&rw->state, 0);
     weir__spin_init(&rw->lock);
     rw->prefer_writers = prefer_writers != 0;
-    rw->q = (weir__waitq){0};
+    weir__waitq_init(&rw->q);
     return rw;
 }
 
@@ -71,7 +71,7 @@ void weir_rwlock_free(weir_rwlock *rw)
 {
     if (!rw)
         return;
-    assert(rw->q.head == NULL && "weir_rwlock_free with waiting tasks");
+    assert(weir__waitq_empty(&rw->q) && "weir_rwlock_free with waiting tasks");
     free(rw);
 }
 
@@ -117,19 +117,15 @@ int weir_rwlock_try_write(weir_rwlock *rw)
 }
 
 /* ---- granting (under the spinlock) ------------------------------------------ */
-/* Ops granted under the spinlock, completed after it is released. Linked
- * through `next` only: prev stays NULL, so weir__waitq_linked() (which the waiter's
- * cancel may run meanwhile) already reports them as taken. Order does not
- * matter: they all hold the lock at once or there is just one. */
-typedef struct granted {
-    weir_sync_op *head;
-} granted;
+/* Ops granted under the spinlock, completed after it is released. Taken
+ * off the queue, so weir__waitq_linked() (which the waiter's cancel may run
+ * meanwhile) already reports them as taken. Order does not matter: they all
+ * hold the lock at once or there is just one. */
+typedef weir__taken granted;
 
 static void grant_op(weir_rwlock *rw, weir_sync_op *op, granted *g)
 {
-    weir__waitq_remove(&rw->q, op);
-    op->next = g->head;
-    g->head = op;
+    weir__waitq_take(&rw->q, op, g);
 }
 
 /* Let in whoever the policy allows now; the ops granted are moved to g.
@@ -141,8 +137,8 @@ static void grant(weir_rwlock *rw, granted *g)
     unsigned long s = atomic_load_explicit(&rw->state, memory_order_relaxed);
     if (!(s & RW_W_HELD)) {
         if (!rw->prefer_writers) {
-            for (weir_sync_op *op = rw->q.head, *next; op; op = next) {
-                next = op->next;
+            for (weir_sync_op *op = weir__waitq_first(&rw->q), *next; op; op = next) {
+                next = weir__waitq_next(&rw->q, op); /* before grant_op unlinks op */
                 if (op->arg == MODE_READ) {
                     /* relaxed RMW: a reader count, see above */
                     atomic_fetch_add_explicit(&rw->state, RW_READER, memory_order_relaxed);
@@ -150,8 +146,8 @@ static void grant(weir_rwlock *rw, granted *g)
                 }
             }
         }
-        while (rw->q.head) {
-            weir_sync_op *op = rw->q.head;
+        weir_sync_op *op;
+        while ((op = weir__waitq_first(&rw->q))) {
             if (op->arg == MODE_READ) {
                 atomic_fetch_add_explicit(&rw->state, RW_READER, memory_order_relaxed);
                 grant_op(rw, op, g);
@@ -174,17 +170,15 @@ static void grant(weir_rwlock *rw, granted *g)
             break;
         }
     }
-    if (!rw->q.head)
+    if (weir__waitq_empty(&rw->q))
         atomic_fetch_and_explicit(&rw->state, ~(unsigned long)RW_QUEUED, memory_order_relaxed);
 }
 
 static void complete_granted(granted *g)
 {
-    for (weir_sync_op *op = g->head, *next; op; op = next) {
-        next = op->next; /* before done: the op may vanish right after */
-        op->next = NULL;
+    weir_sync_op *op;
+    while ((op = weir__taken_pop(g))) /* taken first: after done, op may be gone */
         weir__sync_done(op, 0);
-    }
 }
 
 /* ---- waiting ------------------------------------------------------------------ */
@@ -300,7 +294,8 @@ void weir_rwlock_unlock_read(weir_rwlock *rw)
                                                   memory_order_release, memory_order_relaxed))
             return;
     }
-    granted g = {NULL};
+    granted g;
+    weir__taken_init(&g);
     weir__spin_lock(&rw->lock);
     /* release: as above; the count may have moved (reader-preferring
      * readers still enter), grant() checks it afresh */
@@ -323,7 +318,8 @@ void weir_rwlock_unlock_write(weir_rwlock *rw)
         assert(!"weir_rwlock_unlock_write without the write lock");
         return;
     }
-    granted g = {NULL};
+    granted g;
+    weir__taken_init(&g);
     weir__spin_lock(&rw->lock);
     /* release: as above (for readers let in by a later fast path) */
     atomic_fetch_and_explicit(&rw->state, ~(unsigned long)RW_W_HELD, memory_order_release);
@@ -337,7 +333,8 @@ static void rw_cancel(weir_op *o)
 {
     weir_sync_op *op = (weir_sync_op *)(void *)o;
     weir_rwlock *rw = op->obj;
-    granted g = {NULL};
+    granted g;
+    weir__taken_init(&g);
     weir__spin_lock(&rw->lock);
     int mine = weir__waitq_linked(&rw->q, op);
     if (mine) {

@@ -50,7 +50,7 @@ weir_sem *weir_sem_new(long permits)
     }
     atomic_init(&s->state, permits * S_ONE);
     weir__spin_init(&s->lock);
-    s->q = (weir__waitq){0};
+    weir__waitq_init(&s->q);
     return s;
 }
 
@@ -58,7 +58,7 @@ void weir_sem_free(weir_sem *s)
 {
     if (!s)
         return;
-    assert(s->q.head == NULL && "weir_sem_free with waiting tasks");
+    assert(weir__waitq_empty(&s->q) && "weir_sem_free with waiting tasks");
     free(s);
 }
 
@@ -89,11 +89,10 @@ int weir_sem_try_acquire(weir_sem *s, long n)
 }
 
 /* Under the spinlock: grant waiters from the head while the permits cover
- * them; the granted ops are chained through `next` (prev NULL, so
+ * them; the granted ops are taken onto *done (off the queue, so
  * weir__waitq_linked() reports them taken) for completion after the unlock. */
-static weir_sync_op *grant(weir_sem *s)
+static void grant(weir_sem *s, weir__taken *done)
 {
-    weir_sync_op *done = NULL, **tail = &done;
     /* Without QUEUED the queue is empty and the fast paths own the word;
      * with it they keep off, so the word is stable while we hold the
      * spinlock and a plain store may rewrite it. Grantees see the data
@@ -102,27 +101,22 @@ static weir_sync_op *grant(weir_sem *s)
      * the permits left over (a plain store ends a release sequence). */
     long v = atomic_load_explicit(&s->state, memory_order_acquire);
     if (!(v & S_QUEUED))
-        return NULL;
+        return;
     long avail = v / S_ONE;
     weir_sync_op *op;
-    while ((op = s->q.head) && (long)op->arg <= avail) {
+    while ((op = weir__waitq_first(&s->q)) && (long)op->arg <= avail) {
         avail -= (long)op->arg;
-        weir__waitq_remove(&s->q, op);
-        *tail = op;
-        tail = &op->next;
+        weir__waitq_take(&s->q, op, done);
     }
-    atomic_store_explicit(&s->state, avail * S_ONE | (s->q.head ? S_QUEUED : 0),
+    atomic_store_explicit(&s->state, avail * S_ONE | (weir__waitq_empty(&s->q) ? 0 : S_QUEUED),
                           memory_order_release);
-    return done;
 }
 
-static void complete_granted(weir_sync_op *op)
+static void complete_granted(weir__taken *done)
 {
-    for (weir_sync_op *next; op; op = next) {
-        next = op->next; /* before done: the op may vanish right after */
-        op->next = NULL;
+    weir_sync_op *op;
+    while ((op = weir__taken_pop(done))) /* taken first: after done, op may be gone */
         weir__sync_done(op, 0);
-    }
 }
 
 static int acquire_slow(weir_sync_op *op, weir_sem *s, long n, int64_t deadline)
@@ -205,9 +199,11 @@ void weir_sem_release(weir_sem *s, long n)
     weir__spin_lock(&s->lock);
     /* release: for takers that later use the fast path on these permits */
     atomic_fetch_add_explicit(&s->state, n * S_ONE, memory_order_release);
-    weir_sync_op *g = grant(s);
+    weir__taken g;
+    weir__taken_init(&g);
+    grant(s, &g);
     weir__spin_unlock(&s->lock);
-    complete_granted(g);
+    complete_granted(&g);
 }
 
 /* Runs on the waiter's loop thread (weir__op_vt contract). */
@@ -215,17 +211,18 @@ static void sem_cancel(weir_op *o)
 {
     weir_sync_op *op = (weir_sync_op *)(void *)o;
     weir_sem *s = op->obj;
-    weir_sync_op *g = NULL;
+    weir__taken g;
+    weir__taken_init(&g);
     weir__spin_lock(&s->lock);
     int mine = weir__waitq_linked(&s->q, op);
     if (mine) {
         /* Nothing to give back (requests are all-or-nothing), but a large
          * request leaving the head may let smaller ones behind it in. */
         weir__waitq_remove(&s->q, op);
-        g = grant(s);
+        grant(s, &g);
     }
     weir__spin_unlock(&s->lock);
     if (mine)
         weir__sync_done_local(op, -ECANCELED);
-    complete_granted(g);
+    complete_granted(&g);
 }

@@ -32,55 +32,127 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "base/list.h"
 #include "rt/rt_int.h"
 #include "weir/sync.h"
 
 /* ---- wait queue -------------------------------------------------------------- */
+/* The waiters of a primitive, oldest first: a base/list.h list of the ops'
+ * nodes, under the primitive's lock. An op taken off it (popped by a
+ * satisfier, removed by its cancel) may then go on a weir__taken list, to
+ * be completed after the unlock; op->queued, not the node, says whether it
+ * is still on the queue, so a cancel that runs meanwhile leaves a taken op
+ * to whoever took it. */
 typedef struct weir__waitq {
-    weir_sync_op *head, *tail;
+    weir__list ops;
     size_t len;
 } weir__waitq;
 
+static inline void weir__waitq_init(weir__waitq *q)
+{
+    weir__list_init(&q->ops);
+    q->len = 0;
+}
+
+static inline int weir__waitq_empty(const weir__waitq *q)
+{
+    return weir__list_empty(&q->ops);
+}
+
+static inline weir_sync_op *weir__waitq_op(weir__list *n)
+{
+    return n ? weir__container_of(n, weir_sync_op, node) : NULL;
+}
+
+/* The oldest waiter, or NULL. */
+static inline weir_sync_op *weir__waitq_first(const weir__waitq *q)
+{
+    return weir__waitq_op(weir__list_first(&q->ops));
+}
+
+/* The waiter after op (which is on q), or NULL. */
+static inline weir_sync_op *weir__waitq_next(const weir__waitq *q, const weir_sync_op *op)
+{
+    return op->node.next == &q->ops ? NULL : weir__waitq_op(op->node.next);
+}
+
 static inline void weir__waitq_push(weir__waitq *q, weir_sync_op *op)
 {
-    op->next = NULL;
-    op->prev = q->tail;
-    if (q->tail)
-        q->tail->next = op;
-    else
-        q->head = op;
-    q->tail = op;
+    weir__list_push_back(&q->ops, &op->node);
+    op->queued = 1;
+    q->len++;
+}
+
+/* At the head: a woken waiter that lost the race goes back first. */
+static inline void weir__waitq_push_front(weir__waitq *q, weir_sync_op *op)
+{
+    weir__list_push_front(&q->ops, &op->node);
+    op->queued = 1;
     q->len++;
 }
 
 static inline void weir__waitq_remove(weir__waitq *q, weir_sync_op *op)
 {
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        q->head = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        q->tail = op->prev;
-    op->next = op->prev = NULL;
+    weir__list_remove(&op->node);
+    op->queued = 0;
     q->len--;
 }
 
 static inline weir_sync_op *weir__waitq_pop(weir__waitq *q)
 {
-    weir_sync_op *op = q->head;
+    weir_sync_op *op = weir__waitq_first(q);
     if (op)
         weir__waitq_remove(q, op);
     return op;
 }
 
-/* Whether op is in q, in O(1): a popped or removed op has prev == NULL and
- * is not the head (weir__waitq_remove clears its links). Needs q's lock, and
- * op must be in q or in no queue at all. */
+/* Whether op is in q, in O(1). Needs q's lock, and op must be in q or in no
+ * queue at all (a taken op is in none). */
 static inline int weir__waitq_linked(const weir__waitq *q, const weir_sync_op *op)
 {
-    return op->prev != NULL || q->head == op;
+    (void)q;
+    return op->queued;
+}
+
+/* Ops taken off a wait queue under the lock and completed after it, in the
+ * order they were taken. */
+typedef struct weir__taken {
+    weir__list ops;
+} weir__taken;
+
+static inline void weir__taken_init(weir__taken *t)
+{
+    weir__list_init(&t->ops);
+}
+
+/* Put op, already off its queue, on t. */
+static inline void weir__taken_push(weir__taken *t, weir_sync_op *op)
+{
+    weir__list_push_back(&t->ops, &op->node);
+}
+
+/* Take op off q onto t. */
+static inline void weir__waitq_take(weir__waitq *q, weir_sync_op *op, weir__taken *t)
+{
+    weir__waitq_remove(q, op);
+    weir__taken_push(t, op);
+}
+
+/* Take every waiter of q onto t; q is left empty. */
+static inline void weir__waitq_take_all(weir__waitq *q, weir__taken *t)
+{
+    weir__list *n;
+    weir__list_foreach (n, &q->ops)
+        weir__waitq_op(n)->queued = 0;
+    weir__list_splice(&t->ops, &q->ops);
+    q->len = 0;
+}
+
+/* The next op to complete, or NULL. Pop it before completing it: after
+ * the completion the op may be gone (a fiber's stack frame). */
+static inline weir_sync_op *weir__taken_pop(weir__taken *t)
+{
+    return weir__waitq_op(weir__list_pop(&t->ops));
 }
 
 /* ---- ops ------------------------------------------------------------------------ */
@@ -101,7 +173,8 @@ static inline int weir__sync_begin_ex(weir_sync_op *op, const weir__op_vt *vt, v
                                       int64_t deadline, int shielded)
 {
     op->op.u.ptr = (void *)vt; /* set first: finish/cancel read it on every path */
-    op->next = op->prev = NULL;
+    weir__list_init(&op->node);
+    op->queued = 0;
     op->obj = obj;
     op->sel = NULL;
     op->sel_index = -1;

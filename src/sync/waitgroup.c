@@ -36,6 +36,7 @@ weir_waitgroup *weir_waitgroup_new(void)
         return NULL;
     }
     weir__spin_init(&wg->lock);
+    weir__waitq_init(&wg->q);
     return wg;
 }
 
@@ -43,7 +44,7 @@ void weir_waitgroup_free(weir_waitgroup *wg)
 {
     if (!wg)
         return;
-    assert(wg->q.head == NULL && "weir_waitgroup_free with waiting tasks");
+    assert(weir__waitq_empty(&wg->q) && "weir_waitgroup_free with waiting tasks");
     free(wg);
 }
 
@@ -51,7 +52,8 @@ void weir_waitgroup_add(weir_waitgroup *wg, long n)
 {
     if (!wg || n == 0)
         return;
-    weir_sync_op *list = NULL;
+    weir__taken list;
+    weir__taken_init(&list);
     int underflow = 0;
     weir__spin_lock(&wg->lock);
     wg->count += n;
@@ -61,21 +63,19 @@ void weir_waitgroup_add(weir_waitgroup *wg, long n)
     }
     if (wg->count == 0) {
         /* Release every waiter; complete them outside the lock. */
-        list = wg->q.head;
-        for (weir_sync_op *op = list; op; op = op->next)
-            op->arg = 0;
-        wg->q = (weir__waitq){0};
+        weir__list *it;
+        weir__list_foreach (it, &wg->q.ops)
+            weir__waitq_op(it)->arg = 0;
+        weir__waitq_take_all(&wg->q, &list);
     }
     weir__spin_unlock(&wg->lock);
     if (underflow) {
         weir__log(WEIR__LOG_ERROR, "sync.waitgroup", "counter went below zero (add %ld)", n);
         assert(!"weir_waitgroup counter below zero");
     }
-    while (list) {
-        weir_sync_op *next = list->next; /* read first: after done, op may be gone */
-        weir__sync_done(list, 0);
-        list = next;
-    }
+    weir_sync_op *op;
+    while ((op = weir__taken_pop(&list))) /* taken first: after done, op may be gone */
+        weir__sync_done(op, 0);
 }
 
 void weir_waitgroup_done(weir_waitgroup *wg)

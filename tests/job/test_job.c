@@ -42,7 +42,7 @@ TEST(gate_names_every_difference)
     CHECK_EQ(weir_abi_check(self, self, msg, sizeof(msg)), 0);
     CHECK_STR(msg, "");
     weir_abi_id other = {"ffff", self->version + 1, "linux-mips", "othercc/tsan"};
-    CHECK_EQ(weir_abi_check(self, &other, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(weir_abi_check(self, &other, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "ABI version differs");
     CHECK_HAS(msg, "ABI fingerprint differs: plugin ffff, weir ");
     CHECK_HAS(msg, self->fingerprint);
@@ -50,7 +50,7 @@ TEST(gate_names_every_difference)
     CHECK_HAS(msg, "toolchain differs: plugin othercc/tsan, weir ");
     weir_abi_id fp_only = *self;
     fp_only.fingerprint = NULL;
-    CHECK_EQ(weir_abi_check(self, &fp_only, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(weir_abi_check(self, &fp_only, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "plugin (none)");
     CHECK(strstr(msg, "toolchain") == NULL);
 }
@@ -150,16 +150,16 @@ TEST(refusals)
 
     CHECK_EQ(weir_plugin_open(WEIR_TEST_PLUGIN_DIR, &p, msg, sizeof(msg)), -EISDIR);
 
-    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_fingerprint"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_fingerprint"), &p, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "refused: ABI fingerprint differs: plugin 0000000000000000");
     CHECK_HAS(msg, weir_abi_self()->fingerprint);
     CHECK(strstr(msg, "toolchain") == NULL);
 
-    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_toolchain"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_toolchain"), &p, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "toolchain differs: plugin othercc/none, weir ");
     CHECK_HAS(msg, weir_abi_self()->toolchain);
 
-    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_target"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_bad_target"), &p, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "target differs: plugin linux-mips, weir linux-");
     CHECK(p == NULL);
 }
@@ -175,7 +175,7 @@ TEST(refused_before_any_code_runs)
     setenv("WEIR_TEST_CTOR_MARKER", marker, 1);
     char msg[1024];
     weir_plugin *p = NULL;
-    CHECK_EQ(weir_plugin_open(PLUGIN("job_ctor_bad_fingerprint"), &p, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(weir_plugin_open(PLUGIN("job_ctor_bad_fingerprint"), &p, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "refused: ABI fingerprint differs: plugin 1111111111111111");
     CHECK(p == NULL);
     CHECK_EQ(access(marker, F_OK), -1); /* its constructor did not run */
@@ -297,7 +297,7 @@ TEST(damaged_elf_refused)
     memcpy(b, good, len);
     int32_t v = weir_abi_self()->version + 1;
     memcpy(b + at + 20, &v, 4); /* another ABI version, read from the file */
-    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), -EPROTO);
+    CHECK_EQ(open_bytes(b, len, msg, sizeof(msg)), WEIR_EABI);
     CHECK_HAS(msg, "refused: ABI version differs");
     free(b);
     free(good);

@@ -436,15 +436,15 @@ TEST(resolve_dropped_at_shutdown)
     unsetenv("WEIR_BLOCKING_THREADS");
 }
 
-/* A name the resolver does not know: -ENXIO (or a temporary failure where
+/* A name the resolver does not know: WEIR_ERESOLVE (or a temporary failure where
  * DNS is unreachable), never a crash, with a readable message. */
 static intptr_t unknown_host_main(void *arg)
 {
     (void)arg;
     int r = weir_net_connect("no-such-host.invalid", 80, after_ms(10000));
     printf("    no-such-host.invalid: %d (%s)\n", r, weir_net_strerror(r));
-    CHECK(r == -ENXIO || r == -ENODATA || r == -EAGAIN || r == -ETIMEDOUT);
-    if (r == -ENXIO)
+    CHECK(r == WEIR_ERESOLVE || r == WEIR_ENOADDR || r == -EAGAIN || r == -ETIMEDOUT);
+    if (r == WEIR_ERESOLVE)
         CHECK_STR(weir_net_strerror(r), "host name not found");
     return 0;
 }
@@ -795,7 +795,8 @@ TEST(addr_format_and_errors)
     CHECK_EQ(weir_net_addr_format(&unix_addr, s, sizeof(s)), -EAFNOSUPPORT);
     CHECK_EQ(weir_net_addr_port(&unix_addr), -EAFNOSUPPORT);
 
-    CHECK_STR(weir_net_strerror(-ENXIO), "host name not found");
+    CHECK_STR(weir_net_strerror(WEIR_ERESOLVE), "host name not found");
+    CHECK_STR(weir_net_strerror(WEIR_ENOADDR), weir_strerror(WEIR_ENOADDR));
     CHECK_STR(weir_net_strerror(-EBADMSG), "malformed frame");
     CHECK_STR(weir_net_strerror(-ETIMEDOUT), weir_strerror(-ETIMEDOUT));
     CHECK_STR(weir_net_strerror(ECONNREFUSED), weir_strerror(-ECONNREFUSED));
