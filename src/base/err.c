@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * err.c - the text of weir's error codes (weir_strerror, weir/rt.h).
+ * err.c - the text of weir's error codes (weir_strerror, weir/base.h).
  */
 #include <errno.h>
 #include <string.h>
 
-#include "weir/rt.h"
+#include "weir/base.h"
 
 const char *weir_strerror(int err)
 {
