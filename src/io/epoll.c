@@ -139,12 +139,6 @@ static int has_waiters(const ep_fd *st)
     return st->rd.head || st->wr.head || st->pl.head;
 }
 
-/* Every I/O arm of the op's union starts with the fd. */
-static int op_fd(const weir__io_req *req)
-{
-    return req->fd;
-}
-
 /* ---- the fd table ----------------------------------------------------------------- */
 static ep_fd *fd_get(ep_state *s, int fd, int *err)
 {
@@ -309,11 +303,11 @@ static int ep_arm(ep_state *s, int fd, ep_fd *st)
     if (!want || (st->armed && (st->armed & want) == want))
         return 0;
     struct epoll_event e = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
-    int req = st->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    int r = epoll_ctl(s->epfd, req, fd, &e);
-    if (r < 0 && errno == ENOENT && req == EPOLL_CTL_MOD) /* closed and reused */
+    int ctl = st->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    int r = epoll_ctl(s->epfd, ctl, fd, &e);
+    if (r < 0 && errno == ENOENT && ctl == EPOLL_CTL_MOD) /* closed and reused */
         r = epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e);
-    else if (r < 0 && errno == EEXIST && req == EPOLL_CTL_ADD)
+    else if (r < 0 && errno == EEXIST && ctl == EPOLL_CTL_ADD)
         r = epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &e);
     if (r < 0) {
         int err = errno;
@@ -387,7 +381,7 @@ static void ep_submit(void *state, weir__io_req *req)
         do_close(s, req);
         return;
     }
-    int fd = op_fd(req), err = 0;
+    int fd = req->fd, err = 0;
     ep_fd *st = fd_get(s, fd, &err);
     if (!st) {
         s->ctx.done(s->ctx.ud, req, err);
@@ -429,7 +423,7 @@ static void ep_cancel(void *state, weir__io_req *req)
      * was), which reports its real result. */
     if (!(req->state & B_QUEUED))
         return;
-    int fd = op_fd(req);
+    int fd = req->fd;
     ep_fd *st = &s->fds[fd];
     list_unlink(list_of(st, req), req);
     if (!has_waiters(st)) {
