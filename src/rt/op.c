@@ -146,8 +146,11 @@ void weir__op_cancel(weir_op *op, int reason)
     case WEIR__OP_CUSTOM:
         ((const weir__op_vt *)op->u.ptr)->cancel(op);
         break;
-    default:
+    case WEIR__OP_IO:
+        /* The backend ends the request through its done callback. */
         l->be->cancel(l->be_state, &weir__io_of(op)->u.req);
+        break;
+    default:
         break;
     }
 }
