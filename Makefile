@@ -4,11 +4,14 @@
 #
 #   make run     build and run the demo: Nexmark q5 (hot items) as a job plugin
 #                through `weir run`, with checkpoints; examples/demo is the HTTP demo
-#   make test    build the normal, ASan+UBSan, TSan and ucontext configurations
+#   make test    check that every #include follows the layers in LAYERS
+#                (scripts/check-layers, first: it takes a second); build the
+#                normal, ASan+UBSan, TSan and ucontext configurations
 #                and run the whole suite in each, under both I/O backends; run
 #                every fuzz target for a bounded time; then scripts/check-deps
 #                (every system header, library and tool used comes from a
 #                package scripts/deps.sh installs)
+#   make check-layers  just the layering check and its self-test
 #   make test-fuzz  build the libFuzzer targets (build/fuzz) and run each for
 #                FUZZ_SECONDS (default 20) from its seed corpus in fuzz/corpus/
 #   make bench   build Release and run every benchmark with its peers
@@ -21,7 +24,7 @@ FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 CTEST = ctest --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz check-deps bench clean format
+.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz check-deps check-layers bench clean format
 
 all: build
 
@@ -83,7 +86,22 @@ check-deps:
 	  echo "check-deps: self-test ok (a dropped package is named)"; \
 	else echo "check-deps: self-test FAILED: dropping libc6-dev-arm64-cross went unnoticed"; exit 1; fi
 
-test: test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz
+# Every #include in src/ and include/weir/ must follow an arrow of LAYERS.
+# The second part proves the check can fail: a copy of the tree with a
+# forbidden include put into an io backend must be refused, naming the
+# file, the line and both layers.
+check-layers:
+	scripts/check-layers
+	@t=$$(mktemp -d) && trap 'rm -rf "$$t"' EXIT && \
+	cp -R LAYERS src include "$$t"/ && \
+	{ echo '#include "rt/rt_int.h"'; cat src/io/uring.c; } >"$$t"/src/io/uring.c && \
+	if scripts/check-layers "$$t" >"$$t"/out 2>&1; then \
+	  echo "check-layers: self-test FAILED: an io file including rt/rt_int.h went unnoticed"; exit 1; \
+	elif grep -qx 'src/io/uring.c:1: io may not include rt (rt/rt_int.h)' "$$t"/out; then \
+	  echo "check-layers: self-test ok (a forbidden include is named)"; \
+	else echo "check-layers: self-test FAILED: unexpected output:"; cat "$$t"/out; exit 1; fi
+
+test: check-layers test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz
 	$(MAKE) --no-print-directory check-deps
 	@echo "make test: all configurations passed"
 

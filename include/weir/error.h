@@ -9,7 +9,7 @@
  * mislead (a host name that did not resolve is not "No such device or
  * address"). These codes sit far below any errno value (glibc's stop under
  * 200), so `err == WEIR_ERESOLVE` and a switch over errno values never
- * collide, and weir_strerror() (weir/rt.h) has a text for each.
+ * collide, and weir_strerror() (weir/base.h) has a text for each.
  */
 #ifndef WEIR_ERROR_H
 #define WEIR_ERROR_H

@@ -31,6 +31,7 @@
 #ifndef WEIR_IO_H
 #define WEIR_IO_H
 
+#include "io_req.h"
 #include "rt.h"
 #include <poll.h>
 
@@ -38,19 +39,19 @@
 extern "C" {
 #endif
 
-/* An I/O leaf op: a weir_op plus the request's arguments. Private fields;
- * pass it to WEIR_AWAIT / weir_op_poll / weir_op_cancel via weir_op_of(). */
+/* An I/O leaf op: a weir_op plus the I/O layer's request (weir/io_req.h).
+ * Private fields; pass it to WEIR_AWAIT / weir_op_poll / weir_op_cancel via
+ * weir_op_of(). */
 struct weir_io_op {
-    weir_op op;                      /* first */
-    struct weir_io_op *next, *prev;  /* backend wait lists */
-    struct weir_io_op *parent;       /* wait-any: the op this one is a part of */
+    weir_op op; /* first */
     union {
-        struct { int fd; int flags; void *buf; size_t len; int64_t off; } rw;
-        struct { int fd; int cnt; const struct iovec *iov; int64_t off; } vec;
-        struct { int fd; int flags; struct sockaddr *addr; socklen_t *addrlen; } accept;
-        struct { int fd; socklen_t addrlen; const struct sockaddr *addr; } connect;
-        struct { int fd; uint32_t events; } poll;
-        struct { int nfds; int first; struct weir_io_op *parts; } any;
+        struct weir__io_req req; /* what the backend carries out */
+        /* wait-any: the parts (plain polls, each with op.u.ptr = this op) */
+        struct {
+            int nfds;
+            int first;
+            struct weir_io_op *parts;
+        } any;
     } u;
 };
 
@@ -73,11 +74,13 @@ int weir_io_poll(int fd, uint32_t events, int64_t deadline);
 /* Wait until one of fds is readable; returns its index. */
 int weir_io_wait_readable_any(const int *fds, int nfds, int64_t deadline);
 
-int weir_io_read_start(weir_io_op *op, int fd, void *buf, size_t len, int64_t off, int64_t deadline);
+int weir_io_read_start(weir_io_op *op, int fd, void *buf, size_t len, int64_t off,
+                       int64_t deadline);
 int weir_io_write_start(weir_io_op *op, int fd, const void *buf, size_t len, int64_t off,
                         int64_t deadline);
 int weir_io_readv_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline);
-int weir_io_writev_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline);
+int weir_io_writev_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt,
+                         int64_t deadline);
 int weir_io_recv_start(weir_io_op *op, int fd, void *buf, size_t len, int flags, int64_t deadline);
 int weir_io_send_start(weir_io_op *op, int fd, const void *buf, size_t len, int flags,
                        int64_t deadline);

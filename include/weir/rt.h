@@ -50,7 +50,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "error.h"
+#include "base.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -409,23 +409,7 @@ uint64_t weir_rt_tasks_alive(const weir_rt *rt);
  * free the runtime. From a thread outside the runtime. */
 void weir_rt_free(weir_rt *rt);
 
-/* Text for any error code weir returns: a negative errno, or one of weir's
- * own codes (weir/error.h); either sign. A static string, except for a code
- * nobody knows: "unknown error N", in a buffer of the calling thread that
- * the next such call reuses. */
-const char *weir_strerror(int err);
-
-/* The allocator weir's engine memory (state, snapshots, channels, stream
- * structures) comes from. Set it once, before the first runtime or job is
- * made; the four functions behave as the C library's. -EINVAL for a NULL
- * table or function. */
-typedef struct weir_allocator {
-    void *(*malloc)(size_t n);
-    void *(*calloc)(size_t n, size_t size);
-    void *(*realloc)(void *p, size_t n);
-    void (*free)(void *p);
-} weir_allocator;
-int weir_set_allocator(const weir_allocator *a);
+/* weir_strerror() and weir_set_allocator() are declared in weir/base.h. */
 
 #ifdef __cplusplus
 }

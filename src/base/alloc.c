@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weir/rt.h"
+#include "weir/base.h"
 
 static weir_allocator g_alloc = {malloc, calloc, realloc, free};
 

@@ -4,7 +4,7 @@
  *
  * weir__malloc / weir__calloc / weir__realloc / weir__free / weir__strdup
  * behave as the C library's and call the process's allocator: the C
- * library's unless weir_set_allocator (weir/rt.h) replaced it before the
+ * library's unless weir_set_allocator (weir/base.h) replaced it before the
  * first allocation. Code that allocates through them can be tested for
  * every allocation failure in turn: weir__alloc_fail_after(n) makes the
  * n-th allocation from now (0: the next one) and every later one fail until

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * err.c - the error table behind weir_strerror (weir/rt.h): one text per
+ * err.c - the error table behind weir_strerror (weir/base.h): one text per
  * code weir returns. weir's own codes (weir/error.h) have their entries
  * here; a few errno values get weir's own wording where the C library's
  * would read oddly for what weir means by them; every other errno value
@@ -12,8 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "weir/error.h"
-#include "weir/rt.h"
+#include "weir/base.h"
 
 #define NWEIR (WEIR_ERROR_BASE - WEIR_ERROR_END)
 

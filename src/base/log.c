@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "weir/rt.h"
 
 static _Atomic int log_level = -1;
 

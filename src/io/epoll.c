@@ -7,11 +7,12 @@
  * poll(fd, 0) for POLL ops). Only on EAGAIN (EINPROGRESS for connect) is it
  * queued on its fd and interest armed; when readiness arrives the head ops
  * are retried until one sees EAGAIN again. Ops that complete inside submit
- * or cancel report through weir__op_done at once, as backend.h allows.
+ * or cancel report through the context's done callback at once, as
+ * backend.h allows.
  *
  * Per-fd state lives in a table indexed by fd (grown by doubling up to the
  * RLIMIT_NOFILE hard limit, at most 4M entries): three FIFO lists linked
- * through op->next/prev - read direction (read, readv, recv, accept), write
+ * through req->next/prev - read direction (read, readv, recv, accept), write
  * direction (write, writev, send, connect) and POLL ops - plus whether the
  * fd is in the epoll set and which events are armed. Ops on one fd and
  * direction complete in submission order: a new op does not jump the queue
@@ -50,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "io/backend.h"
 
 #define EP_EVENTS  256
@@ -60,7 +62,7 @@
     (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND |       \
      EPOLLMSG | EPOLLRDHUP)
 
-/* op->op.backend bits */
+/* req->state bits */
 enum {
     B_QUEUED = 1,     /* on one of its fd's lists */
     B_CONNECTING = 2, /* connect() said EINPROGRESS: now wait and read SO_ERROR */
@@ -68,7 +70,7 @@ enum {
 };
 
 typedef struct ep_list {
-    weir_io_op *head, *tail;
+    weir__io_req *head, *tail;
 } ep_list;
 
 typedef struct ep_fd {
@@ -86,50 +88,46 @@ typedef struct ep_state {
     int maxfds;    /* bound on the table */
     ep_fd *fds;
     unsigned completed; /* ops completed during the current wait */
+    weir__io_ctx ctx;
     struct epoll_event evs[EP_EVENTS];
 } ep_state;
 
-static ep_state *S(weir_loop *l)
-{
-    return l->be_state;
-}
-
 /* ---- lists ------------------------------------------------------------------------ */
-static void list_push(ep_list *q, weir_io_op *op)
+static void list_push(ep_list *q, weir__io_req *req)
 {
-    op->next = NULL;
-    op->prev = q->tail;
+    req->next = NULL;
+    req->prev = q->tail;
     if (q->tail)
-        q->tail->next = op;
+        q->tail->next = req;
     else
-        q->head = op;
-    q->tail = op;
-    op->op.backend |= B_QUEUED;
+        q->head = req;
+    q->tail = req;
+    req->state |= B_QUEUED;
 }
 
-static void list_unlink(ep_list *q, weir_io_op *op)
+static void list_unlink(ep_list *q, weir__io_req *req)
 {
-    if (op->prev)
-        op->prev->next = op->next;
+    if (req->prev)
+        req->prev->next = req->next;
     else
-        q->head = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
+        q->head = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
     else
-        q->tail = op->prev;
-    op->next = op->prev = NULL;
-    op->op.backend &= (uint16_t)~B_QUEUED;
+        q->tail = req->prev;
+    req->next = req->prev = NULL;
+    req->state &= (uint16_t)~B_QUEUED;
 }
 
-static ep_list *list_of(ep_fd *st, const weir_io_op *op)
+static ep_list *list_of(ep_fd *st, const weir__io_req *req)
 {
-    switch (op->op.kind) {
-    case WEIR__OP_WRITE:
-    case WEIR__OP_WRITEV:
-    case WEIR__OP_SEND:
-    case WEIR__OP_CONNECT:
+    switch (req->kind) {
+    case WEIR__IO_WRITE:
+    case WEIR__IO_WRITEV:
+    case WEIR__IO_SEND:
+    case WEIR__IO_CONNECT:
         return &st->wr;
-    case WEIR__OP_POLL:
+    case WEIR__IO_POLL:
         return &st->pl;
     default:
         return &st->rd;
@@ -139,12 +137,6 @@ static ep_list *list_of(ep_fd *st, const weir_io_op *op)
 static int has_waiters(const ep_fd *st)
 {
     return st->rd.head || st->wr.head || st->pl.head;
-}
-
-/* Every I/O arm of the op's union starts with the fd. */
-static int op_fd(const weir_io_op *op)
-{
-    return op->u.rw.fd;
 }
 
 /* ---- the fd table ----------------------------------------------------------------- */
@@ -183,15 +175,15 @@ static int ensure_nonblock(int fd)
 }
 
 /* ---- syscalls --------------------------------------------------------------------- */
-static int64_t try_connect(weir_io_op *op, uint32_t ev)
+static int64_t try_connect(weir__io_req *req, uint32_t ev)
 {
-    int fd = op->u.connect.fd;
-    if (!(op->op.backend & B_CONNECTING)) {
-        if (connect(fd, op->u.connect.addr, op->u.connect.addrlen) == 0)
+    int fd = req->fd;
+    if (!(req->state & B_CONNECTING)) {
+        if (connect(fd, req->u.connect.addr, req->u.connect.addrlen) == 0)
             return 0;
         /* EINTR: the connection goes on asynchronously, as with EINPROGRESS. */
         if (errno == EINPROGRESS || errno == EINTR) {
-            op->op.backend |= B_CONNECTING;
+            req->state |= B_CONNECTING;
             return EP_PENDING;
         }
         return -errno;
@@ -206,9 +198,9 @@ static int64_t try_connect(weir_io_op *op, uint32_t ev)
     return (ev & EPOLLOUT) ? 0 : EP_PENDING;
 }
 
-static int64_t try_poll(weir_io_op *op)
+static int64_t try_poll(weir__io_req *req)
 {
-    struct pollfd p = {.fd = op->u.poll.fd, .events = (short)op->u.poll.events};
+    struct pollfd p = {.fd = req->fd, .events = (short)req->u.poll.events};
     int r;
     while ((r = poll(&p, 1, 0)) < 0 && errno == EINTR)
         ;
@@ -221,39 +213,38 @@ static int64_t try_poll(weir_io_op *op)
 
 /* The op's syscall, non-blocking: its result, or EP_PENDING. `ev` is the
  * readiness that triggered a retry (0 on the first attempt). */
-static int64_t try_op(weir_io_op *op, uint32_t ev)
+static int64_t try_op(weir__io_req *req, uint32_t ev)
 {
     ssize_t r;
     for (;;) {
-        switch (op->op.kind) {
-        case WEIR__OP_READ:
-            r = op->u.rw.off < 0 ? read(op->u.rw.fd, op->u.rw.buf, op->u.rw.len)
-                                 : pread(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.off);
+        switch (req->kind) {
+        case WEIR__IO_READ:
+            r = req->u.rw.off < 0 ? read(req->fd, req->u.rw.buf, req->u.rw.len)
+                                  : pread(req->fd, req->u.rw.buf, req->u.rw.len, req->u.rw.off);
             break;
-        case WEIR__OP_WRITE:
-            r = op->u.rw.off < 0 ? write(op->u.rw.fd, op->u.rw.buf, op->u.rw.len)
-                                 : pwrite(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.off);
+        case WEIR__IO_WRITE:
+            r = req->u.rw.off < 0 ? write(req->fd, req->u.rw.buf, req->u.rw.len)
+                                  : pwrite(req->fd, req->u.rw.buf, req->u.rw.len, req->u.rw.off);
             break;
-        case WEIR__OP_READV:
-            r = readv(op->u.vec.fd, op->u.vec.iov, op->u.vec.cnt);
+        case WEIR__IO_READV:
+            r = readv(req->fd, req->u.vec.iov, req->u.vec.cnt);
             break;
-        case WEIR__OP_WRITEV:
-            r = writev(op->u.vec.fd, op->u.vec.iov, op->u.vec.cnt);
+        case WEIR__IO_WRITEV:
+            r = writev(req->fd, req->u.vec.iov, req->u.vec.cnt);
             break;
-        case WEIR__OP_RECV:
-            r = recv(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.flags | MSG_DONTWAIT);
+        case WEIR__IO_RECV:
+            r = recv(req->fd, req->u.rw.buf, req->u.rw.len, req->u.rw.flags | MSG_DONTWAIT);
             break;
-        case WEIR__OP_SEND:
-            r = send(op->u.rw.fd, op->u.rw.buf, op->u.rw.len, op->u.rw.flags | MSG_DONTWAIT);
+        case WEIR__IO_SEND:
+            r = send(req->fd, req->u.rw.buf, req->u.rw.len, req->u.rw.flags | MSG_DONTWAIT);
             break;
-        case WEIR__OP_ACCEPT:
-            r = accept4(op->u.accept.fd, op->u.accept.addr, op->u.accept.addrlen,
-                        op->u.accept.flags);
+        case WEIR__IO_ACCEPT:
+            r = accept4(req->fd, req->u.accept.addr, req->u.accept.addrlen, req->u.accept.flags);
             break;
-        case WEIR__OP_CONNECT:
-            return try_connect(op, ev);
-        case WEIR__OP_POLL:
-            return try_poll(op);
+        case WEIR__IO_CONNECT:
+            return try_connect(req, ev);
+        case WEIR__IO_POLL:
+            return try_poll(req);
         default:
             return -EINVAL;
         }
@@ -268,11 +259,11 @@ static int64_t try_op(weir_io_op *op, uint32_t ev)
 }
 
 /* ---- completion ------------------------------------------------------------------- */
-static void complete(ep_state *s, weir_io_op *op, int64_t r)
+static void complete(ep_state *s, weir__io_req *req, int64_t r)
 {
-    op->op.backend = 0;
+    req->state = 0;
     s->completed++;
-    weir__op_done(&op->op, r);
+    s->ctx.done(s->ctx.ud, req, r);
 }
 
 /* A new accepted descriptor may reuse the number of one closed behind our
@@ -285,11 +276,11 @@ static void fresh_fd(ep_state *s, int fd)
         *st = (ep_fd){.nb_done = 1};
 }
 
-static void finish(ep_state *s, weir_io_op *op, int64_t r)
+static void finish(ep_state *s, weir__io_req *req, int64_t r)
 {
-    if (op->op.kind == WEIR__OP_ACCEPT && r >= 0)
+    if (req->kind == WEIR__IO_ACCEPT && r >= 0)
         fresh_fd(s, (int)r);
-    complete(s, op, r);
+    complete(s, req, r);
 }
 
 /* ---- interest --------------------------------------------------------------------- */
@@ -300,8 +291,8 @@ static uint32_t want_of(const ep_fd *st)
         w |= EPOLLIN;
     if (st->wr.head)
         w |= EPOLLOUT;
-    for (const weir_io_op *op = st->pl.head; op; op = op->next)
-        w |= op->u.poll.events & EP_POLLBITS;
+    for (const weir__io_req *req = st->pl.head; req; req = req->next)
+        w |= req->u.poll.events & EP_POLLBITS;
     return w;
 }
 
@@ -312,11 +303,11 @@ static int ep_arm(ep_state *s, int fd, ep_fd *st)
     if (!want || (st->armed && (st->armed & want) == want))
         return 0;
     struct epoll_event e = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
-    int op = st->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    int r = epoll_ctl(s->epfd, op, fd, &e);
-    if (r < 0 && errno == ENOENT && op == EPOLL_CTL_MOD) /* closed and reused */
+    int ctl = st->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    int r = epoll_ctl(s->epfd, ctl, fd, &e);
+    if (r < 0 && errno == ENOENT && ctl == EPOLL_CTL_MOD) /* closed and reused */
         r = epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e);
-    else if (r < 0 && errno == EEXIST && op == EPOLL_CTL_ADD)
+    else if (r < 0 && errno == EEXIST && ctl == EPOLL_CTL_ADD)
         r = epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &e);
     if (r < 0) {
         int err = errno;
@@ -349,26 +340,26 @@ static void fail_fd(ep_state *s, int fd, int err)
     for (;;) {
         ep_fd *st = &s->fds[fd];
         ep_list *q = st->rd.head ? &st->rd : st->wr.head ? &st->wr : &st->pl;
-        weir_io_op *op = q->head;
-        if (!op)
+        weir__io_req *req = q->head;
+        if (!req)
             return;
-        list_unlink(q, op);
-        int64_t r = try_op(op, 0);
+        list_unlink(q, req);
+        int64_t r = try_op(req, 0);
         if (r == EP_PENDING)
             r = err == -EPERM ? -EAGAIN : err;
-        finish(s, op, r);
+        finish(s, req, r);
     }
 }
 
 /* ---- backend interface ------------------------------------------------------------ */
-static void do_close(ep_state *s, weir_io_op *op)
+static void do_close(ep_state *s, weir__io_req *req)
 {
-    int fd = op->u.rw.fd;
+    int fd = req->fd;
     if (fd >= 0 && fd < s->nfds) {
         for (;;) {
             ep_fd *st = &s->fds[fd];
             ep_list *q = st->rd.head ? &st->rd : st->wr.head ? &st->wr : &st->pl;
-            weir_io_op *w = q->head;
+            weir__io_req *w = q->head;
             if (!w)
                 break;
             list_unlink(q, w);
@@ -380,74 +371,69 @@ static void do_close(ep_state *s, weir_io_op *op)
     }
     int r = close(fd);
     /* Linux releases the descriptor even when close reports EINTR. */
-    weir__op_done(&op->op, r < 0 && errno != EINTR ? -errno : 0);
+    s->ctx.done(s->ctx.ud, req, r < 0 && errno != EINTR ? -errno : 0);
 }
 
-static void ep_submit(weir_loop *l, weir_io_op *op)
+static void ep_submit(void *state, weir__io_req *req)
 {
-    ep_state *s = S(l);
-    /* A wait-any part cancelled by a sibling that completed inside submit. */
-    if (weir__op_flags(&op->op) & WEIR__OP_CANCELLING) {
-        weir__op_done(&op->op, -ECANCELED);
+    ep_state *s = state;
+    if (req->kind == WEIR__IO_CLOSE) {
+        do_close(s, req);
         return;
     }
-    if (op->op.kind == WEIR__OP_CLOSE) {
-        do_close(s, op);
-        return;
-    }
-    int fd = op_fd(op), err = 0;
+    int fd = req->fd, err = 0;
     ep_fd *st = fd_get(s, fd, &err);
     if (!st) {
-        weir__op_done(&op->op, err);
+        s->ctx.done(s->ctx.ud, req, err);
         return;
     }
     /* A connect usually starts a socket's life: check it afresh. */
-    if (!st->nb_done || op->op.kind == WEIR__OP_CONNECT) {
+    if (!st->nb_done || req->kind == WEIR__IO_CONNECT) {
         if ((err = ensure_nonblock(fd)) < 0) {
-            weir__op_done(&op->op, err);
+            s->ctx.done(s->ctx.ud, req, err);
             return;
         }
         st->nb_done = 1;
     }
-    ep_list *q = list_of(st, op);
+    ep_list *q = list_of(st, req);
     /* FIFO: while older ops of this direction wait, a new one queues behind
      * them (their readiness event is pending). Polls consume nothing and a
      * connect has to be issued once, so those always try. */
-    if (!q->head || op->op.kind == WEIR__OP_POLL || op->op.kind == WEIR__OP_CONNECT) {
-        int64_t r = try_op(op, 0);
+    if (!q->head || req->kind == WEIR__IO_POLL || req->kind == WEIR__IO_CONNECT) {
+        int64_t r = try_op(req, 0);
         if (r != EP_PENDING || st->regular) {
             if (r == EP_PENDING)
                 r = -EAGAIN;
-            op->op.backend = 0;
-            if (op->op.kind == WEIR__OP_ACCEPT && r >= 0)
+            req->state = 0;
+            if (req->kind == WEIR__IO_ACCEPT && r >= 0)
                 fresh_fd(s, (int)r);
-            weir__op_done(&op->op, r);
+            s->ctx.done(s->ctx.ud, req, r);
             return;
         }
     }
-    list_push(q, op);
+    list_push(q, req);
     if ((err = ep_arm(s, fd, st)) < 0)
         fail_fd(s, fd, err);
 }
 
-static void ep_cancel(weir_loop *l, weir_io_op *op)
+static void ep_cancel(void *state, weir__io_req *req)
 {
-    ep_state *s = S(l);
+    ep_state *s = state;
     /* Not queued: it is being completed by a dispatch right now (or already
      * was), which reports its real result. */
-    if (!(op->op.backend & B_QUEUED))
+    if (!(req->state & B_QUEUED))
         return;
-    int fd = op_fd(op);
+    int fd = req->fd;
     ep_fd *st = &s->fds[fd];
-    list_unlink(list_of(st, op), op);
+    list_unlink(list_of(st, req), req);
     if (!has_waiters(st)) {
         ep_drop(s, fd, st);
         /* An fd given up on (timeout, cancel) is often close(2)d next and
          * its number reused: re-check O_NONBLOCK on its next use. */
         st->nb_done = 0;
     }
-    op->op.backend = 0;
-    weir__op_done(&op->op, -ECANCELED);
+    req->state = 0;
+    s->ctx.done(s->ctx.ud, req, -ECANCELED);
 }
 
 /* Retry the head ops of one direction until one would block again. */
@@ -456,14 +442,14 @@ static void retry_list(ep_state *s, int fd, int write_dir, uint32_t ev)
     for (;;) {
         ep_fd *st = &s->fds[fd];
         ep_list *q = write_dir ? &st->wr : &st->rd;
-        weir_io_op *op = q->head;
-        if (!op)
+        weir__io_req *req = q->head;
+        if (!req)
             return;
-        int64_t r = try_op(op, ev);
+        int64_t r = try_op(req, ev);
         if (r == EP_PENDING)
             return;
-        list_unlink(q, op);
-        finish(s, op, r);
+        list_unlink(q, req);
+        finish(s, req, r);
     }
 }
 
@@ -473,23 +459,23 @@ static void retry_list(ep_state *s, int fd, int write_dir, uint32_t ev)
 static void dispatch_polls(ep_state *s, int fd, uint32_t ev)
 {
     ep_fd *st = &s->fds[fd];
-    weir_io_op *ready = NULL, **tail = &ready;
-    for (weir_io_op *op = st->pl.head, *nx; op; op = nx) {
-        nx = op->next;
-        uint32_t rev = ev & (op->u.poll.events | EPOLLERR | EPOLLHUP);
+    weir__io_req *ready = NULL, **tail = &ready;
+    for (weir__io_req *req = st->pl.head, *nx; req; req = nx) {
+        nx = req->next;
+        uint32_t rev = ev & (req->u.poll.events | EPOLLERR | EPOLLHUP);
         if (!rev)
             continue;
-        list_unlink(&st->pl, op);
-        op->op.backend = B_DISPATCH;
-        op->op.result = rev;
-        *tail = op;
-        tail = &op->next;
+        list_unlink(&st->pl, req);
+        req->state = B_DISPATCH;
+        req->u.poll.revents = rev;
+        *tail = req;
+        tail = &req->next;
     }
     while (ready) {
-        weir_io_op *op = ready;
-        ready = op->next;
-        op->next = NULL;
-        complete(s, op, op->op.result);
+        weir__io_req *req = ready;
+        ready = req->next;
+        req->next = NULL;
+        complete(s, req, req->u.poll.revents);
     }
 }
 
@@ -510,25 +496,25 @@ static void on_event(ep_state *s, int fd, uint32_t ev)
         fail_fd(s, fd, err);
 }
 
-static void drain_efd(weir_loop *l)
+static void drain_efd(ep_state *s)
 {
     uint64_t v;
     /* One read resets an eventfd; the bound only guards against a writer
      * storm keeping it readable forever. */
-    for (int i = 0; i < 8 && read(l->efd, &v, sizeof(v)) == (ssize_t)sizeof(v); i++)
+    for (int i = 0; i < 8 && read(s->ctx.wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v); i++)
         ;
-    weir__loop_wake_drained(l);
+    s->ctx.woken(s->ctx.ud);
 }
 
-static int ep_wait(weir_loop *l, int64_t timeout_ns)
+static int ep_wait(void *state, int64_t timeout_ns)
 {
-    ep_state *s = S(l);
+    ep_state *s = state;
     int n = -1;
     if (!s->no_pwait2) {
         struct timespec ts, *tp = NULL;
         if (timeout_ns >= 0) {
-            ts.tv_sec = (time_t)(timeout_ns / WEIR_SEC);
-            ts.tv_nsec = (long)(timeout_ns % WEIR_SEC);
+            ts.tv_sec = (time_t)(timeout_ns / WEIR__IO_SEC);
+            ts.tv_nsec = (long)(timeout_ns % WEIR__IO_SEC);
             tp = &ts;
         }
         n = epoll_pwait2(s->epfd, s->evs, EP_EVENTS, tp, NULL);
@@ -539,7 +525,7 @@ static int ep_wait(weir_loop *l, int64_t timeout_ns)
         int ms = -1;
         if (timeout_ns >= 0) {
             /* Rounded up: waking early would only spin until the deadline. */
-            int64_t m = (timeout_ns + WEIR_MSEC - 1) / WEIR_MSEC;
+            int64_t m = (timeout_ns + WEIR__IO_MSEC - 1) / WEIR__IO_MSEC;
             ms = m > INT32_MAX ? INT32_MAX : (int)m;
         }
         n = epoll_wait(s->epfd, s->evs, EP_EVENTS, ms);
@@ -549,18 +535,19 @@ static int ep_wait(weir_loop *l, int64_t timeout_ns)
     s->completed = 0;
     for (int i = 0; i < n; i++) {
         if (s->evs[i].data.u64 == EP_TAG_EFD)
-            drain_efd(l);
+            drain_efd(s);
         else
             on_event(s, (int)s->evs[i].data.u64, s->evs[i].events);
     }
     return (int)s->completed;
 }
 
-static int ep_init(weir_loop *l)
+static int ep_init(void **state, const weir__io_ctx *ctx)
 {
     ep_state *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
+    s->ctx = *ctx;
     struct rlimit rl;
     rlim_t lim = EP_MAX_FDS;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -577,32 +564,31 @@ static int ep_init(weir_loop *l)
     }
     /* Level-triggered: it is drained every time it fires. */
     struct epoll_event e = {.events = EPOLLIN, .data.u64 = EP_TAG_EFD};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, l->efd, &e) < 0) {
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, ctx->wake_fd, &e) < 0) {
         int err = errno;
         close(s->epfd);
         free(s);
         return -err;
     }
-    l->be_state = s;
+    *state = s;
     weir__log(WEIR__LOG_DEBUG, "io.epoll", "epoll backend, fd table bound %d", s->maxfds);
     return 0;
 }
 
-static void ep_fini(weir_loop *l)
+static void ep_fini(void *state)
 {
-    ep_state *s = S(l);
+    ep_state *s = state;
     if (!s)
         return;
     close(s->epfd);
     free(s->fds);
     free(s);
-    l->be_state = NULL;
 }
 
 /* Every op reaches the kernel inside submit: nothing is ever owed. */
-static unsigned ep_pending(weir_loop *l)
+static unsigned ep_pending(void *state)
 {
-    (void)l;
+    (void)state;
     return 0;
 }
 

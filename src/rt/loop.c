@@ -227,9 +227,9 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
     int64_t to = timeout_ns;
     if (l->runq.len || (until == UNTIL_NO_TASKS && l->ntasks == 0) ||
         (until == UNTIL_TASK_DONE && task_is_done(task)) ||
-        (l->rt && (atomic_load_explicit(&l->lifo, memory_order_relaxed) ||
-                   weir__deque_len(&l->dq) > 0 ||
-                   atomic_load_explicit(&l->rt->stop, memory_order_acquire))))
+        (l->rt &&
+         (atomic_load_explicit(&l->lifo, memory_order_relaxed) || weir__deque_len(&l->dq) > 0 ||
+          atomic_load_explicit(&l->rt->stop, memory_order_acquire))))
         to = 0;
     if (to != 0) {
         int64_t next = weir__wheel_next(&l->wheel);
@@ -242,7 +242,7 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
         }
     }
     if (to != 0 && l->rt && l->rt->nthreads > 1 && progress > 0 && l->spin_ns > 0 &&
-        l->be->pending(l) == 0 && weir__sched_try_search(l)) {
+        l->be->pending(l->be_state) == 0 && weir__sched_try_search(l)) {
         /* Out of work after a busy turn: look for more elsewhere for a
          * moment before sleeping (at most half of the threads do). */
         int64_t until = weir_time_now() + (to > 0 && to < l->spin_ns ? to : l->spin_ns);
@@ -256,7 +256,7 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
                 weir__cpu_relax();
         } while (weir_time_now() < until);
         weir__sched_end_search(l);
-    } else if (to != 0 && progress > 0 && l->spin_ns > 0 && l->be->pending(l) == 0) {
+    } else if (to != 0 && progress > 0 && l->spin_ns > 0 && l->be->pending(l->be_state) == 0) {
         /* Busy a moment ago: spin briefly for a cross-thread wake before
          * paying for a sleep + eventfd wake-up (tens of microseconds on a
          * virtual machine). Only after a turn that did work, so an idle loop
@@ -284,14 +284,13 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
             WEIR__STAT_ADD(l->parks, 1);
     }
     WEIR__STAT_ADD(l->waits, 1);
-    int c = l->be->wait(l, to);
+    int c = l->be->wait(l->be_state, to);
     if (parked)
         weir__sched_park_leave(l);
     else
         atomic_store_explicit(&l->sleeping, 0, memory_order_relaxed);
     if (c < 0) {
-        weir__log(WEIR__LOG_ERROR, "io", "%s backend wait failed: %s", l->be->name,
-                  strerror(-c));
+        weir__log(WEIR__LOG_ERROR, "io", "%s backend wait failed: %s", l->be->name, strerror(-c));
         return c;
     }
     WEIR__STAT_ADD(l->completions, (uint64_t)c);
@@ -302,6 +301,15 @@ static int loop_turn_inner(weir_loop *l, int64_t timeout_ns, int until, weir_tas
 }
 
 /* ---- construction ------------------------------------------------------------------ */
+/* The backend drained the loop's eventfd. Release pairs with the acquire in
+ * weir__loop_unpark's exchange (task.c): a later waker that sees 0 writes the
+ * eventfd again. */
+static void loop_woken(void *ud)
+{
+    weir_loop *l = ud;
+    atomic_store_explicit(&l->wake_sent, 0, memory_order_release);
+}
+
 static const weir__backend *pick_backend(const char *want, int *is_auto)
 {
     if (!want || !*want)
@@ -361,11 +369,22 @@ weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, weir_rt *rt, int index)
     l->tsan_sched = __tsan_get_current_fiber();
 #endif
     tl_loop = l;
-    int r = l->be->init(l);
+    /* The backend knows the loop only as the callbacks' argument. */
+    weir__io_ctx ctx = {
+        .ud = l,
+        .done = weir__io_req_done,
+        .woken = loop_woken,
+        .wake_fd = l->efd,
+        .uring_entries = l->opts.uring_entries,
+        .uring_sqpoll = l->opts.uring_sqpoll,
+        .forced_submits = &l->forced_submits,
+        .io_retries = &l->io_retries,
+    };
+    int r = l->be->init(&l->be_state, &ctx);
     if (r < 0 && is_auto && l->be == &weir__backend_uring) {
         weir__log(WEIR__LOG_WARN, "io", "io_uring unavailable (%s); using epoll", strerror(-r));
         l->be = &weir__backend_epoll;
-        r = l->be->init(l);
+        r = l->be->init(&l->be_state, &ctx);
     }
     if (r < 0) {
         err = -r;
@@ -382,7 +401,8 @@ weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, weir_rt *rt, int index)
         if (weir__deque_init(&l->dq, WEIR__DEQUE_CAPACITY) < 0) {
             err = ENOMEM;
             weir__trace_close(l);
-            l->be->fini(l);
+            l->be->fini(l->be_state);
+            l->be_state = NULL;
             goto fail_be;
         }
         l->rt = rt;
@@ -431,7 +451,8 @@ int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
         .lifo_polls = WEIR__STAT_GET(l->lifo_polls),
         .inject_depth = l->rt ? atomic_load_explicit(&l->rt->inject_len, memory_order_relaxed) : 0,
         .deque_len = l->rt ? weir__deque_len(&ml->dq) : 0,
-        .lifo_rescues = l->rt ? atomic_load_explicit(&l->rt->lifo_rescues, memory_order_relaxed) : 0,
+        .lifo_rescues =
+            l->rt ? atomic_load_explicit(&l->rt->lifo_rescues, memory_order_relaxed) : 0,
     };
     return 0;
 }
@@ -530,7 +551,8 @@ void weir__loop_destroy(weir_loop *l)
     weir__watchdog_remove(l);
     weir__trace_close(l);
     /* Ops of cancelled tasks have all been reaped; nothing is in the kernel. */
-    l->be->fini(l);
+    l->be->fini(l->be_state);
+    l->be_state = NULL;
     weir__task_cache_drain(l);
     if (l->rt)
         weir__sched_fini_loop(l);

@@ -19,6 +19,7 @@
 
 #include "io/backend.h"
 #include "rt/rt_int.h"
+#include "weir/io.h"
 
 static void op_set(weir_op *op, uint32_t bits)
 {
@@ -145,8 +146,11 @@ void weir__op_cancel(weir_op *op, int reason)
     case WEIR__OP_CUSTOM:
         ((const weir__op_vt *)op->u.ptr)->cancel(op);
         break;
+    case WEIR__OP_IO:
+        /* The backend ends the request through its done callback. */
+        l->be->cancel(l->be_state, &weir__io_of(op)->u.req);
+        break;
     default:
-        l->be->cancel(l, weir__io_of(op));
         break;
     }
 }
@@ -197,8 +201,7 @@ static int op_check(weir_op *op, weir_task *t)
     if (f & WEIR__OP_DONE)
         return 1;
     if (!(f & WEIR__OP_CANCELLING) &&
-        (weir__task_cancel_requested(t) ||
-         (f & WEIR__OP_CANCEL_REQ) ||
+        (weir__task_cancel_requested(t) || (f & WEIR__OP_CANCEL_REQ) ||
          (op->kind == WEIR__OP_INTERVAL && weir__interval_cancelled(op)))) {
         /* A cancel of the task, of this op from another thread
          * (weir_op_cancel), or of the interval it waits on: carried out

@@ -232,7 +232,7 @@ struct weir_loop {
     weir_task *cache[2];
     size_t ncached[2];
     int shutting_down;
-    int in_turn; /* inside loop_turn: the loop may not be re-entered */
+    int in_turn;             /* inside loop_turn: the loop may not be re-entered */
     struct weir__pool *pool; /* blocking pool, created on first use */
     int64_t spin_ns;         /* spin before sleeping after a busy turn (WEIR_SPIN_US) */
     weir_loop_opts opts;
@@ -243,14 +243,14 @@ struct weir_loop {
      * remote_lock), and shutdown asks each thread to cancel its own tasks
      * (cancel_all) and to name those that do not end (report_stragglers). */
     struct weir_rt *rt;
-    uint32_t index;           /* this thread's index in rt */
+    uint32_t index; /* this thread's index in rt */
     weir__taskq forgets;
     _Atomic int cancel_all, report_stragglers;
-    weir__deque dq;           /* stealable: spawned and woken tasks */
+    weir__deque dq;            /* stealable: spawned and woken tasks */
     _Atomic(weir_task *) lifo; /* the most recently woken task (sched.c) */
-    uint64_t rng;             /* victim choice */
-    int lifo_streak;          /* LIFO polls in a row */
-    int in_finish;            /* inside task_finish: a joiner it wakes may take the LIFO slot */
+    uint64_t rng;              /* victim choice */
+    int lifo_streak;           /* LIFO polls in a row */
+    int in_finish;             /* inside task_finish: a joiner it wakes may take the LIFO slot */
     /* Tasks spawned from this thread and tasks ended on it (this thread
      * writes them; weir_rt_tasks_alive() sums them over the threads). */
     uint64_t spawned, ended;
@@ -291,14 +291,14 @@ struct weir_loop {
 
 /* ---- leaf op flags ----------------------------------------------------------- */
 enum {
-    WEIR__OP_ACTIVE = 1u << 0,      /* started, not yet collected */
-    WEIR__OP_DONE = 1u << 1,        /* result is final (release store) */
-    WEIR__OP_WAITING = 1u << 2,     /* waiter parked on it: done() must wake */
-    WEIR__OP_CANCELLING = 1u << 3,  /* cancel requested from the source */
-    WEIR__OP_REMOTE = 1u << 4,      /* may complete on another thread */
+    WEIR__OP_ACTIVE = 1u << 0,     /* started, not yet collected */
+    WEIR__OP_DONE = 1u << 1,       /* result is final (release store) */
+    WEIR__OP_WAITING = 1u << 2,    /* waiter parked on it: done() must wake */
+    WEIR__OP_CANCELLING = 1u << 3, /* cancel requested from the source */
+    WEIR__OP_REMOTE = 1u << 4,     /* may complete on another thread */
     WEIR__OP_UNCANCELLABLE = 1u << 5,
-    WEIR__OP_PART = 1u << 6, /* a wait-any part: done() reports to the parent */
-    WEIR__OP_ANCHORED = 1u << 7, /* counted in task->anchors until finished */
+    WEIR__OP_PART = 1u << 6,       /* a wait-any part: done() reports to the parent */
+    WEIR__OP_ANCHORED = 1u << 7,   /* counted in task->anchors until finished */
     WEIR__OP_CANCEL_REQ = 1u << 8, /* weir_op_cancel() from another thread */
 };
 
@@ -310,19 +310,7 @@ enum {
     WEIR__OP_INTERVAL,
     WEIR__OP_ANY,
     WEIR__OP_CUSTOM, /* cancelled through the weir__op_vt in u.ptr (sync, later layers) */
-    /* I/O kinds, handled by the backend */
-    WEIR__OP_IO_FIRST,
-    WEIR__OP_READ = WEIR__OP_IO_FIRST,
-    WEIR__OP_WRITE,
-    WEIR__OP_READV,
-    WEIR__OP_WRITEV,
-    WEIR__OP_RECV,
-    WEIR__OP_SEND,
-    WEIR__OP_ACCEPT,
-    WEIR__OP_CONNECT,
-    WEIR__OP_CLOSE,
-    WEIR__OP_POLL,
-    WEIR__OP_IO_LAST = WEIR__OP_POLL,
+    WEIR__OP_IO,     /* a weir_io_op whose request the loop's backend carries (io_ops.c) */
 };
 
 enum { WEIR__CANCEL_NONE = 0, WEIR__CANCEL_TASK = 1, WEIR__CANCEL_DEADLINE = 2 };
@@ -372,12 +360,18 @@ static inline int64_t weir__op_deadline(const weir_op *op)
     return op->timer.deadline;
 }
 
-/* The I/O op around an op of an I/O kind (weir/io.h). */
+/* The I/O op around an op of kind WEIR__OP_IO or WEIR__OP_ANY (weir/io.h). */
 struct weir_io_op;
 static inline struct weir_io_op *weir__io_of(weir_op *op)
 {
     return (struct weir_io_op *)(void *)op;
 }
+
+/* The loop's I/O backend reports a request's end here (the `done` of the
+ * weir__io_ctx the loop gives it, io_ops.c): the op around the request is
+ * completed. */
+struct weir__io_req;
+void weir__io_req_done(void *ud, struct weir__io_req *req, int64_t res);
 
 /* Polls per loop turn before the backend is looked at again (Tokio uses
  * 61). trace.c relies on it too: after this many polls a turn waits in the
@@ -408,10 +402,10 @@ struct weir_rt {
     _Atomic uint64_t foreign_spawned; /* spawns from outside the runtime */
     _Atomic int shutting_down;
     _Atomic int stop;
-    int use_lifo; /* WEIR_LIFO (default 1) */
+    int use_lifo;                  /* WEIR_LIFO (default 1) */
     _Atomic uint64_t lifo_rescues; /* tasks the watchdog moved out of a stalled LIFO slot */
-    struct weir__pool *pool; /* blocking pool shared by the threads (blocking.c) */
-    weir__stack_shared stacks; /* fiber stacks traded between the threads' pools */
+    struct weir__pool *pool;       /* blocking pool shared by the threads (blocking.c) */
+    weir__stack_shared stacks;     /* fiber stacks traded between the threads' pools */
     weir_rt_opts opts;
     /* startup */
     pthread_mutex_t start_lock;
@@ -534,7 +528,7 @@ struct weir__pool;
 void weir__op_blocking_cancel(weir_op *op);
 void weir__pool_free(struct weir__pool *p);
 
-/* Wait-any (io.c) */
+/* Wait-any (io_ops.c) */
 void weir__op_any_part_done(weir_op *part);
 void weir__op_any_cancel(weir_op *op);
 
@@ -551,7 +545,7 @@ enum {
     WEIR__EV_CANCEL,
     WEIR__EV_STEAL, /* taken from another thread's deque (arg: its index) */
 };
-int weir__trace_open(weir_loop *l);  /* from weir_loop_new; 0 or -errno */
+int weir__trace_open(weir_loop *l);   /* from weir_loop_new; 0 or -errno */
 void weir__trace_close(weir_loop *l); /* from weir_loop_free: flushes */
 void weir__trace_emit(weir_loop *l, int ev, const weir_task *t, uint64_t arg);
 static inline void weir__trace(weir_loop *l, int ev, const weir_task *t, uint64_t arg)

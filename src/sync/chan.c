@@ -33,7 +33,7 @@
  * waiter, so a decided select never takes or gives an item. The decider
  * then unlinks every other part (one channel lock at a time, after it
  * released its own) and only then completes the parent, so the caller's
- * parts may be discarded as soon as the op is done (as wait-any in io.c).
+ * parts may be discarded as soon as the op is done (as wait-any in rt/io_ops.c).
  *
  * Registration follows Go's selectgo: the select locks all its channels (in
  * address order, so two selects cannot deadlock), checks the cases for one

@@ -1,12 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * io.c - the public I/O operations (weir/io.h): fill in a leaf op, hand it
- * to the loop's backend, and for fibers wait for it.
+ * io_ops.c - the public I/O operations (weir/io.h): runtime ops that fill
+ * in the I/O layer's request inside a weir_io_op, hand it to the loop's
+ * backend, and for fibers wait for it.
  *
- * Wait-any is built here from plain poll ops ("parts") so that both backends
- * only ever see single-fd polls: the first part to report readiness decides
- * the result, the other parts are cancelled, and the parent op is done only
- * when every part has been reaped.
+ * The backend (src/io/) knows nothing of tasks: it reports the end of a
+ * request through the `done` callback the loop gave it at init, which is
+ * weir__io_req_done below - that finds the op around the request and
+ * completes it (weir__op_done), which wakes the waiting task. Who calls
+ * whom on a completion: loop turn -> backend wait -> done callback ->
+ * weir__op_done -> weir_task_wake.
+ *
+ * Wait-any is built here from plain poll requests ("parts") so that both
+ * backends only ever see single-fd polls: the first part to report
+ * readiness decides the result, the other parts are cancelled, and the
+ * parent op is done only when every part has been reaped.
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,14 +24,29 @@
 #include "rt/rt_int.h"
 #include "weir/io.h"
 
-static int io_submit(weir_io_op *op, int kind, int64_t deadline)
+void weir__io_req_done(void *ud, weir__io_req *req, int64_t res)
 {
-    int r = weir__op_begin(&op->op, kind, deadline);
+    (void)ud;
+    weir__op_done(&WEIR__CONTAINER_OF(req, weir_io_op, u.req)->op, res);
+}
+
+/* Hand a begun op's request to its loop's backend. */
+static void io_hand(weir_io_op *op)
+{
+    weir_loop *l = op->op.task->loop;
+    op->u.req.state = 0;
+    op->u.req.next = op->u.req.prev = NULL;
+    l->be->submit(l->be_state, &op->u.req);
+}
+
+static int io_submit(weir_io_op *op, int kind, int fd, int64_t deadline)
+{
+    op->u.req.kind = (uint8_t)kind;
+    op->u.req.fd = fd;
+    int r = weir__op_begin(&op->op, WEIR__OP_IO, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
-    op->next = op->prev = op->parent = NULL;
-    weir_loop *l = op->op.task->loop;
-    l->be->submit(l, op);
+    io_hand(op);
     return 0;
 }
 
@@ -33,89 +56,76 @@ static size_t clamp_len(size_t len)
     return len > (size_t)INT_MAX ? (size_t)INT_MAX : len;
 }
 
+static void set_rw(weir_io_op *op, void *buf, size_t len, int64_t off, int flags)
+{
+    op->u.req.u.rw.buf = buf;
+    op->u.req.u.rw.len = clamp_len(len);
+    op->u.req.u.rw.off = off;
+    op->u.req.u.rw.flags = flags;
+}
+
 int weir_io_read_start(weir_io_op *op, int fd, void *buf, size_t len, int64_t off, int64_t deadline)
 {
-    op->u.rw.fd = fd;
-    op->u.rw.buf = buf;
-    op->u.rw.len = clamp_len(len);
-    op->u.rw.off = off;
-    op->u.rw.flags = 0;
-    return io_submit(op, WEIR__OP_READ, deadline);
+    set_rw(op, buf, len, off, 0);
+    return io_submit(op, WEIR__IO_READ, fd, deadline);
 }
 
 int weir_io_write_start(weir_io_op *op, int fd, const void *buf, size_t len, int64_t off,
                         int64_t deadline)
 {
-    op->u.rw.fd = fd;
-    op->u.rw.buf = (void *)buf;
-    op->u.rw.len = clamp_len(len);
-    op->u.rw.off = off;
-    op->u.rw.flags = 0;
-    return io_submit(op, WEIR__OP_WRITE, deadline);
+    set_rw(op, (void *)buf, len, off, 0);
+    return io_submit(op, WEIR__IO_WRITE, fd, deadline);
 }
 
 int weir_io_readv_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline)
 {
-    op->u.vec.fd = fd;
-    op->u.vec.iov = iov;
-    op->u.vec.cnt = cnt;
-    op->u.vec.off = -1;
-    return io_submit(op, WEIR__OP_READV, deadline);
+    op->u.req.u.vec.iov = iov;
+    op->u.req.u.vec.cnt = cnt;
+    return io_submit(op, WEIR__IO_READV, fd, deadline);
 }
 
 int weir_io_writev_start(weir_io_op *op, int fd, const struct iovec *iov, int cnt, int64_t deadline)
 {
-    op->u.vec.fd = fd;
-    op->u.vec.iov = iov;
-    op->u.vec.cnt = cnt;
-    op->u.vec.off = -1;
-    return io_submit(op, WEIR__OP_WRITEV, deadline);
+    op->u.req.u.vec.iov = iov;
+    op->u.req.u.vec.cnt = cnt;
+    return io_submit(op, WEIR__IO_WRITEV, fd, deadline);
 }
 
 int weir_io_recv_start(weir_io_op *op, int fd, void *buf, size_t len, int flags, int64_t deadline)
 {
-    op->u.rw.fd = fd;
-    op->u.rw.buf = buf;
-    op->u.rw.len = clamp_len(len);
-    op->u.rw.off = -1;
-    op->u.rw.flags = flags;
-    return io_submit(op, WEIR__OP_RECV, deadline);
+    set_rw(op, buf, len, -1, flags);
+    return io_submit(op, WEIR__IO_RECV, fd, deadline);
 }
 
 int weir_io_send_start(weir_io_op *op, int fd, const void *buf, size_t len, int flags,
                        int64_t deadline)
 {
-    op->u.rw.fd = fd;
-    op->u.rw.buf = (void *)buf;
-    op->u.rw.len = clamp_len(len);
-    op->u.rw.off = -1;
-    op->u.rw.flags = flags | MSG_NOSIGNAL;
-    return io_submit(op, WEIR__OP_SEND, deadline);
+    set_rw(op, (void *)buf, len, -1, flags | MSG_NOSIGNAL);
+    return io_submit(op, WEIR__IO_SEND, fd, deadline);
 }
 
 int weir_io_accept_start(weir_io_op *op, int fd, struct sockaddr *addr, socklen_t *addrlen,
                          int64_t deadline)
 {
-    op->u.accept.fd = fd;
-    op->u.accept.addr = addr;
-    op->u.accept.addrlen = addrlen;
-    op->u.accept.flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
-    return io_submit(op, WEIR__OP_ACCEPT, deadline);
+    op->u.req.u.accept.addr = addr;
+    op->u.req.u.accept.addrlen = addrlen;
+    op->u.req.u.accept.flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+    return io_submit(op, WEIR__IO_ACCEPT, fd, deadline);
 }
 
 int weir_io_connect_start(weir_io_op *op, int fd, const struct sockaddr *addr, socklen_t addrlen,
                           int64_t deadline)
 {
-    op->u.connect.fd = fd;
-    op->u.connect.addr = addr;
-    op->u.connect.addrlen = addrlen;
-    return io_submit(op, WEIR__OP_CONNECT, deadline);
+    op->u.req.u.connect.addr = addr;
+    op->u.req.u.connect.addrlen = addrlen;
+    return io_submit(op, WEIR__IO_CONNECT, fd, deadline);
 }
 
 int weir_io_close_start(weir_io_op *op, int fd)
 {
-    op->u.rw.fd = fd;
-    int r = weir__op_begin(&op->op, WEIR__OP_CLOSE, WEIR_FOREVER);
+    op->u.req.kind = WEIR__IO_CLOSE;
+    op->u.req.fd = fd;
+    int r = weir__op_begin(&op->op, WEIR__OP_IO, WEIR_FOREVER);
     if (r < 0)
         return r;
     if (r > 0) {
@@ -127,17 +137,15 @@ int weir_io_close_start(weir_io_op *op, int fd)
     }
     weir__op_anchor(&op->op); /* refused ops were not anchored */
     op->op.flags |= WEIR__OP_UNCANCELLABLE;
-    op->next = op->prev = op->parent = NULL;
-    weir_loop *l = op->op.task->loop;
-    l->be->submit(l, op);
+    io_hand(op);
     return 0;
 }
 
 int weir_io_poll_start(weir_io_op *op, int fd, uint32_t events, int64_t deadline)
 {
-    op->u.poll.fd = fd;
-    op->u.poll.events = events;
-    return io_submit(op, WEIR__OP_POLL, deadline);
+    op->u.req.u.poll.events = events;
+    op->u.req.u.poll.revents = 0;
+    return io_submit(op, WEIR__IO_POLL, fd, deadline);
 }
 
 /* ---- wait-any ---------------------------------------------------------------------- */
@@ -154,8 +162,6 @@ int weir_io_wait_readable_any_start(weir_io_op *op, weir_io_op *parts, const int
     int r = weir__op_begin(&op->op, WEIR__OP_ANY, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
-    weir_loop *l = op->op.task->loop;
-    op->next = op->prev = op->parent = NULL;
     op->u.any.nfds = nfds;
     op->u.any.first = -1;
     op->u.any.parts = parts;
@@ -165,17 +171,23 @@ int weir_io_wait_readable_any_start(weir_io_op *op, weir_io_op *parts, const int
         weir_io_op *p = &parts[i];
         p->op.task = op->op.task;
         p->op.result = 0;
-        p->op.kind = WEIR__OP_POLL;
+        p->op.kind = WEIR__OP_IO;
         p->op.cancel_reason = 0;
         p->op.backend = 0;
         p->op.timer.slot = 0;
         p->op.timer.deadline = WEIR_FOREVER;
         p->op.flags = WEIR__OP_ACTIVE | WEIR__OP_PART;
-        p->parent = op;
-        p->next = p->prev = NULL;
-        p->u.poll.fd = fds[i];
-        p->u.poll.events = POLLIN;
+        p->op.u.ptr = op; /* the parent, for weir__op_any_part_done */
+        /* state 0 before any part is submitted: a cancel of the parts by an
+         * early sibling leaves the later ones alone (backend.h). */
+        p->u.req.kind = WEIR__IO_POLL;
+        p->u.req.state = 0;
+        p->u.req.fd = fds[i];
+        p->u.req.next = p->u.req.prev = NULL;
+        p->u.req.u.poll.events = POLLIN;
+        p->u.req.u.poll.revents = 0;
     }
+    weir_loop *l = op->op.task->loop;
     for (int i = 0; i < nfds; i++) {
         /* An earlier part may have completed inside submit and cancelled
          * the rest before they reached the backend. */
@@ -183,7 +195,7 @@ int weir_io_wait_readable_any_start(weir_io_op *op, weir_io_op *parts, const int
             weir__op_done(&parts[i].op, -ECANCELED);
             continue;
         }
-        l->be->submit(l, &parts[i]);
+        l->be->submit(l->be_state, &parts[i].u.req);
     }
     return 0;
 }
@@ -196,7 +208,7 @@ static void any_cancel_parts(weir_io_op *op)
         uint32_t f = weir__op_flags(&p->op);
         if (!(f & (WEIR__OP_DONE | WEIR__OP_CANCELLING))) {
             __atomic_fetch_or(&p->op.flags, WEIR__OP_CANCELLING, __ATOMIC_RELAXED);
-            l->be->cancel(l, p);
+            l->be->cancel(l->be_state, &p->u.req);
         }
     }
 }
@@ -204,7 +216,7 @@ static void any_cancel_parts(weir_io_op *op)
 void weir__op_any_part_done(weir_op *part_op)
 {
     weir_io_op *part = weir__io_of(part_op);
-    weir_io_op *op = part->parent;
+    weir_io_op *op = part->op.u.ptr;
     int idx = (int)(part - op->u.any.parts);
     /* Readiness that raced with a cancel is still reported: nothing lost. */
     if (op->u.any.first < 0 && part->op.result >= 0) {
