@@ -543,6 +543,7 @@ static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, ch
         group_clear(group_of(m, kg));
     int kg;
     uint64_t count;
+    size_t since = 0;
     while (!e && weir__snap_next_group(&r, &kg, &count)) {
         int mine = kg >= b->first_kg && kg < b->end_kg;
         for (uint64_t i = 0; i < count; i++) {
@@ -551,6 +552,13 @@ static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, ch
             weir__snap_next_entry(&r, &k, &kl, &v, &vl);
             if (mine && !e)
                 e = mem_put(b, kg, k, kl, v, vl);
+            /* As a capture does: the owner is waiting for this restore, so
+             * the other tasks of its thread may run meanwhile. A cancel
+             * does not stop it halfway (the result is ignored). */
+            if (++since == CAPTURE_STEP) {
+                since = 0;
+                weir_task_yield();
+            }
         }
     }
     return e;

@@ -273,30 +273,52 @@ int weir__state_restore_from(weir__storage *st, const char *name, weir_state_bac
 }
 
 /* ---- writing --------------------------------------------------------------------------- */
+/* The chunk being filled doubles up to CHUNK_MAX, then is set aside whole
+ * and a new one begun: growing one buffer to the size of a large state
+ * would copy all of it at each doubling (an allocator without mremap
+ * does), on the capturing subtask's thread; a chunk costs one copy of at
+ * most CHUNK_MAX / 2 bytes. encode joins the chunks, on the blocking pool. */
+#define CHUNK_MAX ((size_t)4 << 20)
+
+static int set_aside(weir_state_snapshot *s)
+{
+    if (s->nchunks == s->chunks_cap) {
+        size_t nc = s->chunks_cap ? s->chunks_cap * 2 : 16;
+        weir__snap_chunk *v = realloc(s->chunks, nc * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        s->chunks = v;
+        s->chunks_cap = nc;
+    }
+    s->chunks[s->nchunks++] = (weir__snap_chunk){s->buf, s->len};
+    s->aside += s->len;
+    s->buf = NULL;
+    s->len = s->cap = 0;
+    return 0;
+}
+
 static void put_bytes(weir_state_snapshot *s, const void *p, size_t n)
 {
-    if (s->err)
-        return;
-    if (n > s->cap - s->len) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap - s->len < n) {
-            if (cap > SIZE_MAX / 2) {
+    const uint8_t *q = p;
+    while (n && !s->err) {
+        if (s->len == s->cap) {
+            if (s->cap >= CHUNK_MAX && (s->err = set_aside(s)) != 0)
+                return;
+            size_t cap = s->cap ? s->cap * 2 : 4096;
+            uint8_t *nb = realloc(s->buf, cap);
+            if (!nb) {
                 s->err = -ENOMEM;
                 return;
             }
-            cap *= 2;
+            s->buf = nb;
+            s->cap = cap;
         }
-        uint8_t *q = realloc(s->buf, cap);
-        if (!q) {
-            s->err = -ENOMEM;
-            return;
-        }
-        s->buf = q;
-        s->cap = cap;
+        size_t k = s->cap - s->len < n ? s->cap - s->len : n;
+        memcpy(s->buf + s->len, q, k);
+        s->len += k;
+        q += k;
+        n -= k;
     }
-    if (n)
-        memcpy(s->buf + s->len, p, n);
-    s->len += n;
 }
 
 static void put_u32(weir_state_snapshot *s, uint32_t v)
@@ -346,13 +368,16 @@ uint64_t weir_state_snapshot_id(const weir_state_snapshot *s)
 
 size_t weir_state_snapshot_size(const weir_state_snapshot *s)
 {
-    return s ? s->cap : 0;
+    return s ? s->aside + s->cap : 0;
 }
 
 void weir_state_snapshot_free(weir_state_snapshot *s)
 {
     if (!s)
         return;
+    for (size_t i = 0; i < s->nchunks; i++)
+        free(s->chunks[i].p);
+    free(s->chunks);
     free(s->buf);
     free(s);
 }
@@ -363,9 +388,35 @@ int weir_state_snapshot_encode(weir_state_snapshot *s, const void **img, size_t 
         return -EINVAL;
     if (s->err)
         return s->err;
+    if (!s->sealed && s->nchunks) {
+        /* One image of the chunks set aside and the last: a copy (the
+         * price of never growing one buffer on the capturing thread), here
+         * where a large one may take its time. */
+        if (s->aside > SIZE_MAX - s->len - TRAILER_LEN)
+            return -ENOMEM;
+        size_t total = s->aside + s->len;
+        uint8_t *one = malloc(total + TRAILER_LEN);
+        if (!one)
+            return -ENOMEM;
+        size_t at = 0;
+        for (size_t i = 0; i < s->nchunks; i++) {
+            memcpy(one + at, s->chunks[i].p, s->chunks[i].len);
+            at += s->chunks[i].len;
+            free(s->chunks[i].p);
+        }
+        memcpy(one + at, s->buf, s->len);
+        free(s->chunks);
+        free(s->buf);
+        s->chunks = NULL;
+        s->nchunks = s->chunks_cap = 0;
+        s->aside = 0;
+        s->buf = one;
+        s->len = total;
+        s->cap = total + TRAILER_LEN;
+    }
     if (!s->sealed) {
         /* The checksum goes on the end of the captured bytes, once: the
-         * buffer then is the file image, written without a copy. */
+         * buffer then is the file image, written without a further copy. */
         uint64_t sum = XXH64(s->buf, s->len, 0);
         put_u64(s, sum);
         if (s->err)

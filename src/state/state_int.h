@@ -16,14 +16,23 @@
 /* The largest snapshot file a restore reads into memory. */
 #define WEIR__SNAP_MAX_FILE ((size_t)1 << 40)
 
+typedef struct weir__snap_chunk {
+    uint8_t *p;
+    size_t len;
+} weir__snap_chunk;
+
 /* A captured snapshot: the file's bytes, checksum excluded until
- * weir_state_snapshot_encode appends it (sealed). */
+ * weir_state_snapshot_encode appends it (sealed), in chunks[] then buf
+ * while it is written (snapshot.c says why), in buf alone once encoded. */
 struct weir_state_snapshot {
     uint64_t id;
-    uint8_t *buf;
+    uint8_t *buf; /* the chunk being filled */
     size_t len, cap;
-    int err;    /* first append error (sticky) */
-    int sealed; /* the checksum is on the end of buf */
+    weir__snap_chunk *chunks; /* filled before buf, in order */
+    size_t nchunks, chunks_cap;
+    size_t aside; /* bytes in chunks[] */
+    int err;      /* first append error (sticky) */
+    int sealed;   /* encoded: buf is the whole image, checksum included */
 };
 
 /* Writing: a header, then each group's entries in key order. */

@@ -559,6 +559,55 @@ TEST(lying_lengths_are_refused)
     rm_dir();
 }
 
+/* A state larger than a capture's chunk (4 MiB): written in several
+ * chunks, encoded into one image, restored byte for byte. */
+TEST(large_snapshot_round_trips)
+{
+    make_dir();
+    enum { N = 80, VLEN = 200000 }; /* 16 MB, values crossing chunk boundaries */
+    weir_state_backend *b = weir_state_memory_new(8, 0, 8);
+    uint8_t *v = malloc(VLEN);
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < VLEN; k++)
+            v[k] = (uint8_t)(i * 31 + k);
+        char key[16];
+        int n = snprintf(key, sizeof(key), "big%03d", i);
+        CHECK_EQ(weir_state_put(b, i % 8, key, (size_t)n, v, VLEN), 0);
+    }
+    weir_state_snapshot *s;
+    CHECK_EQ(weir_state_capture(b, 9, &s), 0);
+    CHECK_GE(weir_state_snapshot_size(s), (size_t)N * VLEN);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/big", dir);
+    CHECK_EQ(weir_state_persist(s, path), 0);
+    const void *img;
+    size_t len;
+    CHECK_EQ(weir_state_snapshot_encode(s, &img, &len), 0); /* the same image again */
+    CHECK_GT(len, (size_t)N * VLEN);
+    weir_state_backend *r = weir_state_memory_new(8, 0, 8);
+    CHECK_EQ(weir_state_restore_image(r, img, len, why, sizeof(why)), 0);
+    weir_state_snapshot_free(s);
+    weir_state_backend *f = weir_state_memory_new(8, 0, 8);
+    CHECK_EQ(weir_state_restore(f, path, why, sizeof(why)), 0);
+    for (int i = 0; i < N; i++) {
+        char key[16];
+        int n = snprintf(key, sizeof(key), "big%03d", i);
+        for (int w = 0; w < 2; w++) {
+            const void *got;
+            size_t gl;
+            CHECK_EQ(weir_state_get(w ? f : r, i % 8, key, (size_t)n, &got, &gl), 0);
+            CHECK_EQ(gl, VLEN);
+            for (int k = 0; k < VLEN; k += 997)
+                CHECK_EQ(((const uint8_t *)got)[k], (uint8_t)(i * 31 + k));
+        }
+    }
+    free(v);
+    weir_state_backend_free(f);
+    weir_state_backend_free(r);
+    weir_state_backend_free(b);
+    rm_dir();
+}
+
 /* ---- the asynchronous read seam ----------------------------------------------------------- */
 typedef struct answer {
     int calls, err;
