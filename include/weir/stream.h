@@ -50,10 +50,10 @@
  * minus that bound minus one. Everywhere a record with ts > watermark is on
  * time and one with ts <= watermark may be late; a timer at t fires once
  * t <= watermark, a window [start, end) once end - 1 <= watermark. So a
- * record exactly the bound behind the largest is on time. A subtask's watermark is the minimum over its inputs; an input idle
- * for opts.idle_timeout_ms is left out of the minimum until it sends again.
- * When a bounded source ends, its watermark jumps to WEIR_WATERMARK_MAX
- * (end of input), which fires every pending event-time timer downstream.
+ * record exactly the bound behind the largest is on time. A subtask's watermark is the minimum over
+ * its inputs; an input idle for opts.idle_timeout_ms is left out of the minimum until it sends
+ * again. When a bounded source ends, its watermark jumps to WEIR_WATERMARK_MAX (end of input),
+ * which fires every pending event-time timer downstream.
  *
  * Keyed operators. After weir_stream_key_by() an operator's functions run
  * with a current key (the record's key) and keyed state scoped to it: each
@@ -408,6 +408,12 @@ typedef struct weir_op_def {
      */
     int (*admit)(weir_ctx *ctx, void *state, const weir_rec *in);
     int (*drain)(weir_ctx *ctx, void *state);
+    /* Checkpoint id was abandoned (it failed, or was not done within
+     * checkpoint_timeout_ms) and will never complete. What pre_commit(id)
+     * prepared stays pending: the next completed checkpoint's commit()
+     * covers it, a restore drops it. An operator that holds resources per
+     * checkpoint (a transaction) can release them here. */
+    int (*abort)(weir_ctx *ctx, void *state, uint64_t id);
 } weir_op_def;
 
 /* Run the operator's process() on a record its controller held back, with
@@ -490,6 +496,10 @@ typedef struct weir_run_opts {
     int64_t checkpoint_interval_ms;
     int restore;
     int retain;
+    /* A checkpoint not acknowledged by every subtask this long after its
+     * trigger is abandoned (ABORT, weir_op_def.abort) and the job goes on;
+     * 0: 10 minutes. */
+    int64_t checkpoint_timeout_ms;
     /* Per-operator metrics (labels operator, subtask) go to this registry
      * (weir/metrics.h), updated as batches go by: weir_stream_records_in_total,
      * weir_stream_records_out_total, weir_stream_backpressure_seconds_total,
@@ -517,6 +527,7 @@ int weir_job_run(weir_job *j, const weir_run_opts *opts);
  * a run): completed, the latest completed id, the restored id. */
 typedef struct weir_ckpt_stats {
     uint64_t completed, latest, restored;
+    uint64_t aborted;         /* abandoned: failed or timed out */
     int64_t last_duration_ns; /* trigger to COMPLETED marker, of the latest */
 } weir_ckpt_stats;
 void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st);

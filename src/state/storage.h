@@ -15,7 +15,7 @@
  * Calls: put (publish a blob atomically: a reader sees the old blob or the
  * whole new one, and once put returns the blob survives a crash), get (a
  * whole blob), list (the names one level under a prefix, as an object
- * store lists with a '/' delimiter: "chk-7/" lists "chk-7/LAYOUT" and
+ * store lists with a '/' delimiter: "chk-7/" lists "chk-7/MANIFEST.json" and
  * "chk-7/count.0.state"; "" lists "COMPLETED-7" and "chk-7/", a trailing
  * '/' marking a "directory") and delete (a blob, or with a name ending in
  * '/' every blob under that prefix: pruning a checkpoint). A missing blob

@@ -1,14 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * checkpoint.c - aligned-barrier checkpoints of a running job, and restore.
+ * checkpoint.c - a subtask's side of aligned-barrier checkpoints, and
+ * restore. The coordinator is ckpt_coord.c; the two talk only through the
+ * messages of ckpt_link.h.
  *
- * Trigger. A coordinator fiber (one per run with checkpoint_interval_ms,
- * in a scope of its own that weir_job_run cancels and joins once the
- * subtasks have ended: the run it reads lives until then, even when the
- * job was cancelled) starts checkpoint id every interval, one at a time:
- * it asks every source subtask for a barrier (an atomic request each reads
- * between two calls of its next()). Ids continue after the restored
- * checkpoint, so a restarted job never reuses one.
+ * Trigger. A source subtask gets TRIGGER(id) in its mailbox and takes it
+ * between two calls of its next(). Every other subtask starts when the
+ * barrier reaches it.
  *
  * Barrier. A source subtask flushes what it emitted, writes its position
  * (source snapshot), snapshots its chain (below), sends the barrier after
@@ -24,33 +22,31 @@
  * thread, then encode and write chk-<id>/<op>.<subtask>.state on the
  * blocking pool while the subtask waits: it acks only once the state is
  * durable), then pre_commit(id) of every operator of the chain that has
- * one (exactly-once sinks).
+ * one (exactly-once sinks). The ACK names where the state and the source
+ * position went (their handles in the store) and their size: the
+ * coordinator's manifest is made of them.
  *
  * Storage. Every blob of a checkpoint - state files, source positions,
- * LAYOUT, the COMPLETED markers - is written, read, listed and deleted
+ * the manifest, the COMPLETED markers - is written, read, listed and deleted
  * through the run's store (state/storage.h, a local directory for now),
  * whose calls run on the blocking pool: no fsync, no directory listing, no
  * file read on a scheduler thread. Only the directory locks and the
  * mkdir of the checkpoint directory at the start of a run are direct.
  *
- * Completion. When every subtask acknowledged id, the coordinator writes
- * COMPLETED-<id> atomically (temporary file, fsync, rename, fsync of the
- * directory), publishes the id (operators' commit() hooks run with it: a
- * subtask with an input queue is woken by a notify item, a source chain
- * looks between calls), and removes checkpoints older than the `retain`
- * latest. Once any subtask has ended (a bounded source ran out), no new
- * checkpoint starts: the rest of a bounded job is made durable by its end
- * (finish hooks).
+ * Completion. COMPLETE(id) in the mailbox runs the operators' commit()
+ * hooks (and weir_ctx_completed() says id); ABORT(id), for a checkpoint
+ * the coordinator abandoned, runs their abort() hooks.
  *
  * Directories. Before anything else, prepare locks the checkpoint
  * directory and every file sink's output directory (dirlock.c); teardown
  * releases them last. A second run on one of them is refused with -EBUSY.
  *
  * Restore. With opts.restore the latest COMPLETED-<id> in the directory is
- * the restore point: every keyed subtask loads its key groups from all
- * state files of its operator in chk-<id> (so parallelism may change),
- * sources get their positions back (same parallelism, one file each), and
- * operators see the id through weir_ctx_restored().
+ * the restore point, and its manifest (chk-<id>/MANIFEST.json) says what
+ * to read: every keyed subtask loads its key groups from the states of its
+ * operator whose ranges meet its own (so parallelism may change), sources
+ * get their positions back (same parallelism), and operators see the id
+ * through weir_ctx_restored().
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,6 +58,8 @@
 #include "base/alloc.h"
 #include "state/state_int.h"
 #include "state/storage.h"
+#include "stream/ckpt_link.h"
+#include "stream/manifest.h"
 #include "stream/stream_int.h"
 
 /* ---- item queues -------------------------------------------------------------------------- */
@@ -97,7 +95,7 @@ int weir__itemq_pop(itemq *q, item *it)
 /* ---- names -------------------------------------------------------------------------------- */
 /* The id in name = prefix <digits> suffix exactly (no sign, no spaces, no
  * other tail), or 0. */
-static uint64_t id_in(const char *name, const char *prefix, const char *suffix)
+uint64_t weir__ckpt_id_in(const char *name, const char *prefix, const char *suffix)
 {
     size_t pl = strlen(prefix);
     if (strncmp(name, prefix, pl) != 0)
@@ -122,7 +120,7 @@ static uint64_t latest_completed(run *r)
     if (weir__storage_list(r->store, "COMPLETED-", &ns) < 0)
         return 0;
     for (size_t i = 0; i < ns.n; i++) {
-        uint64_t id = id_in(ns.v[i], "COMPLETED-", "");
+        uint64_t id = weir__ckpt_id_in(ns.v[i], "COMPLETED-", "");
         if (id > best)
             best = id;
     }
@@ -133,80 +131,57 @@ static uint64_t latest_completed(run *r)
 /* Operators whose checkpointed data is per subtask index: sources that
  * save a position, operators with two-phase-commit hooks. They must keep
  * their parallelism across a restore (keyed state may change it). */
-static int fixed_par(const sop *o)
+int weir__ckpt_fixed_par(const sop *o)
 {
     return (o->kind == OP_SOURCE && o->src.snapshot) || o->def.pre_commit || o->def.commit;
 }
 
-/* chk-<id>/LAYOUT: "<parallelism> <fixed> <operator>" per operator. */
-static int write_layout(run *r, uint64_t id)
+/* The restored checkpoint's manifest into r->restore_m, and the layout
+ * check: a restore refuses a source or a two-phase sink whose parallelism
+ * changed (their checkpointed data is per subtask). */
+static int read_manifest(run *r)
 {
-    weir_job *j = r->j;
-    size_t cap = 256, len = 0;
-    char *buf = malloc(cap);
-    for (int i = 0; buf && i < j->nops; i++) {
-        size_t need = strlen(j->ops[i]->name) + 32;
-        if (len + need > cap) {
-            char *nb = realloc(buf, cap = (len + need) * 2);
-            if (!nb)
-                free(buf);
-            buf = nb;
-            if (!buf)
-                break;
-        }
-        len += (size_t)snprintf(buf + len, cap - len, "%d %d %s\n", j->ops[i]->par,
-                                fixed_par(j->ops[i]), j->ops[i]->name);
-    }
-    if (!buf)
-        return -ENOMEM;
-    char name[64];
-    snprintf(name, sizeof(name), "chk-%" PRIu64 "/LAYOUT", id);
-    int e = weir__storage_put(r->store, name, buf, len);
-    free(buf);
-    return e;
-}
-
-/* A restore refuses a source or a two-phase sink whose parallelism
- * changed: their checkpointed data is per subtask. */
-static int check_layout(run *r)
-{
-    char name[64];
-    snprintf(name, sizeof(name), "chk-%" PRIu64 "/LAYOUT", r->restored);
+    char name[64], why[256] = "";
+    snprintf(name, sizeof(name), "chk-%" PRIu64 "/MANIFEST.json", r->restored);
     uint8_t *buf;
     size_t len;
-    int e = weir__storage_get(r->store, name, 1u << 20, &buf, &len);
+    int e = weir__storage_get(r->store, name, WEIR__MANIFEST_MAX, &buf, &len);
     if (e) {
-        weir__stream_fail(r->j, e, "restore: %s/%s: %s", r->o.checkpoint_dir, name, strerror(-e));
+        weir__stream_fail(r->j, e, "restore: %s/%s: %s%s", r->o.checkpoint_dir, name,
+                          weir_strerror(e),
+                          e == -ENOENT ? " (a checkpoint of an older weir has none)" : "");
         return e;
     }
-    /* Line by line; the last may lack its newline. */
-    for (size_t at = 0; !e && at < len;) {
-        const uint8_t *nl = memchr(buf + at, '\n', len - at);
-        size_t ll = nl ? (size_t)(nl - (buf + at)) : len - at;
-        char line[512];
-        if (ll >= sizeof(line))
-            ll = sizeof(line) - 1;
-        memcpy(line, buf + at, ll);
-        line[ll] = '\0';
-        at += nl ? (size_t)(nl - (buf + at)) + 1 : len - at;
-        int par, fixed, off = 0;
-        if (sscanf(line, "%d %d %n", &par, &fixed, &off) != 2 || !off)
-            continue;
-        const char *opname = line + off;
-        for (int i = 0; i < r->j->nops; i++) {
-            sop *o = r->j->ops[i];
-            if (strcmp(o->name, opname) != 0 || !fixed || !fixed_par(o) || o->par == par)
+    if (!(r->restore_m = weir__calloc(1, sizeof(*r->restore_m)))) {
+        weir__free(buf);
+        return -ENOMEM;
+    }
+    e = weir__manifest_decode(buf, len, r->restore_m, why, sizeof(why));
+    weir__free(buf);
+    if (!e && r->restore_m->id != r->restored) {
+        e = -EBADMSG;
+        snprintf(why, sizeof(why), "manifest: it is checkpoint %" PRIu64 "'s", r->restore_m->id);
+    }
+    if (e) {
+        weir__stream_fail(r->j, e, "restore: %s/%s: %s", r->o.checkpoint_dir, name,
+                          why[0] ? why : weir_strerror(e));
+        return e;
+    }
+    const weir__manifest *m = r->restore_m;
+    for (uint32_t i = 0; i < m->nops; i++)
+        for (int k = 0; m->ops[i].fixed && k < r->j->nops; k++) {
+            sop *o = r->j->ops[k];
+            if (strcmp(o->name, m->ops[i].name) != 0 || !weir__ckpt_fixed_par(o) ||
+                (uint32_t)o->par == m->ops[i].par)
                 continue;
-            e = -EINVAL;
-            weir__stream_fail(r->j, e,
-                              "restore from checkpoint %" PRIu64 ": \"%s\" ran on %d subtasks "
+            weir__stream_fail(r->j, -EINVAL,
+                              "restore from checkpoint %" PRIu64 ": \"%s\" ran on %u subtasks "
                               "there and would run on %d now; a source that saves its position "
                               "and an exactly-once sink must keep their parallelism",
-                              r->restored, opname, par, o->par);
+                              r->restored, o->name, m->ops[i].par, o->par);
+            return -EINVAL;
         }
-    }
-    weir__free(buf);
-    return e;
+    return 0;
 }
 
 /* Take the run's directories: the checkpoint directory and every file
@@ -274,15 +249,19 @@ int weir__ckpt_prepare(run *r)
     if (r->o.restore) {
         r->restored = r->id_base;
         atomic_store(&r->completed, r->restored);
-        if (r->restored && (e = check_layout(r)) != 0)
+        if (r->restored && (e = read_manifest(r)) != 0)
             goto out;
     }
-    if (r->o.checkpoint_interval_ms > 0 &&
-        !(r->acks = weir_chan_new(sizeof(ckpt_ack), WEIR_CHAN_UNBOUNDED)))
+    if (r->o.checkpoint_interval_ms > 0 && !r->link && !(r->link = weir__ckpt_link_local(r)))
         e = -ENOMEM;
 out:
     /* A failed prepare is not followed by weir__ckpt_teardown. */
     if (e) {
+        if (r->restore_m) {
+            weir__manifest_clear(r->restore_m);
+            weir__free(r->restore_m);
+            r->restore_m = NULL;
+        }
         weir__storage_close(r->store);
         r->store = NULL;
         weir__dirlock_release_all(&r->locks);
@@ -290,19 +269,14 @@ out:
     return e;
 }
 
-/* The state files of operator op in chk-<id>: "chk-<id>/<op>.<digits>.state"
- * exactly, not another operator whose name starts with op's and a dot. */
-static int is_state_of(const char *name, const char *dir, const char *op)
+/* The manifest's entry for subtask sub of operator op, or NULL. */
+static const weir__manifest_sub *entry_of(const weir__manifest *m, const char *op, int sub)
 {
-    size_t dl = strlen(dir), ol = strlen(op);
-    if (strncmp(name, dir, dl) != 0 || strncmp(name + dl, op, ol) != 0 || name[dl + ol] != '.')
-        return 0;
-    const char *q = name + dl + ol + 1;
-    if (*q < '0' || *q > '9')
-        return 0;
-    while (*q >= '0' && *q <= '9')
-        q++;
-    return strcmp(q, ".state") == 0;
+    int k = weir__manifest_find(m, op);
+    for (uint32_t i = 0; k >= 0 && i < m->nsubs; i++)
+        if (m->subs[i].op == (uint32_t)k && m->subs[i].sub == (uint32_t)sub)
+            return &m->subs[i];
+    return NULL;
 }
 
 int weir__ckpt_restore_subtask(subtask *st)
@@ -311,20 +285,22 @@ int weir__ckpt_restore_subtask(subtask *st)
     if (!r->restored)
         return 0;
     const char *root = r->o.checkpoint_dir;
-    char dir[64];
-    snprintf(dir, sizeof(dir), "chk-%" PRIu64 "/", r->restored);
+    const weir__manifest *m = r->restore_m;
     sop *head = st->ops[0];
     if (st->source && head->src.restore) {
-        char name[WEIR__STORAGE_NAME_MAX + 64];
-        snprintf(name, sizeof(name), "%s%s.%d.src", dir, head->name, st->index);
+        const weir__manifest_sub *ms = entry_of(m, head->name, st->index);
         uint8_t *buf = NULL;
         size_t len = 0;
-        int e = weir__storage_get(r->store, name, WEIR__SNAP_MAX_FILE, &buf, &len);
+        int e = ms && ms->position
+                    ? weir__storage_get(r->store, ms->position, WEIR__SNAP_MAX_FILE, &buf, &len)
+                    : -ENOENT;
         if (e) {
             weir__stream_fail(r->j, e,
                               "restore of \"%s\" subtask %d: %s/%s: %s (a source must "
                               "keep its parallelism across a restore)",
-                              head->name, st->index, root, name, weir_strerror(e));
+                              head->name, st->index, root,
+                              ms && ms->position ? ms->position : "(no position in the manifest)",
+                              weir_strerror(e));
             return e;
         }
         e = head->src.restore(&st->ctx[0], st->ctx[0].state, buf, len);
@@ -338,26 +314,24 @@ int weir__ckpt_restore_subtask(subtask *st)
         }
     }
     if (st->backend) {
-        /* Every state file of this operator: each loads only our groups. */
-        weir__names ns;
-        int e = weir__storage_list(r->store, dir, &ns);
-        if (e) {
-            weir__stream_fail(r->j, e, "restore: %s/%s: %s", root, dir, strerror(-e));
-            return e;
-        }
-        for (size_t i = 0; !e && i < ns.n; i++) {
-            if (!is_state_of(ns.v[i], dir, head->name))
+        /* Every state of this operator whose groups meet ours: each loads
+         * only our groups (the parallelism may have changed). */
+        int k = weir__manifest_find(m, head->name), e = 0;
+        for (uint32_t i = 0; k >= 0 && !e && i < m->nsubs; i++) {
+            const weir__manifest_sub *ms = &m->subs[i];
+            if (ms->op != (uint32_t)k || !ms->state ||
+                ms->kg_end <= (uint32_t)st->backend->first_kg ||
+                ms->kg_first >= (uint32_t)st->backend->end_kg)
                 continue;
-            char why[256];
-            if ((e = weir__state_restore_from(r->store, ns.v[i], st->backend, why, sizeof(why))) <
+            char why[256] = "";
+            if ((e = weir__state_restore_from(r->store, ms->state, st->backend, why, sizeof(why))) <
                 0)
                 weir__stream_fail(r->j, e, "restore of \"%s\" from %s/%s: %s", head->name, root,
-                                  ns.v[i], why[0] ? why : weir_strerror(e));
+                                  ms->state, why[0] ? why : weir_strerror(e));
         }
-        weir__names_free(&ns);
         if (!e && (e = weir__timers_load(st)) < 0)
-            weir__stream_fail(r->j, e, "restore of \"%s\": the timers in %s/%s: %s", head->name,
-                              root, dir, weir_strerror(e));
+            weir__stream_fail(r->j, e, "restore of \"%s\": the timers in %s/chk-%" PRIu64 ": %s",
+                              head->name, root, r->restored, weir_strerror(e));
         if (e)
             return e;
     }
@@ -367,30 +341,38 @@ int weir__ckpt_restore_subtask(subtask *st)
 }
 
 /* ---- the barrier in a subtask --------------------------------------------------------------- */
-static void ack(subtask *st, uint64_t id, int err)
+/* The subtask's (chain, index) in the plan. */
+static void ack(subtask *st, weir__ckpt_msg *a, int err)
 {
-    ckpt_ack a = {id, err};
-    weir_chan_send(st->r->acks, &a, WEIR_FOREVER);
+    a->kind = WEIR__CK_ACK;
+    a->chain = (uint32_t)st->ops[0]->chain;
+    a->sub = (uint32_t)st->index;
+    a->err = err;
+    st->r->link->ops->ack(st->r->link, a);
 }
 
 int weir__ckpt_barrier(subtask *st, uint64_t id)
 {
     run *r = st->r;
     st->last_barrier = id;
+    weir__ckpt_msg a = {.id = id};
     int e = weir__stream_drain(st); /* every record before the barrier done */
     if (!e)
         e = weir__stream_flush_all(st);
     sop *head = st->ops[0];
-    char name[WEIR__STORAGE_NAME_MAX + 64];
+    /* Operator names are at most 200 bytes: a handle fits. */
+    _Static_assert(WEIR__CKPT_HANDLE_MAX >= 200 + 48, "a handle holds any operator's name");
     if (!e && st->source && head->src.snapshot) {
         void *buf = NULL;
         size_t len = 0;
         if ((e = head->src.snapshot(&st->ctx[0], st->ctx[0].state, &buf, &len)) == 0) {
-            snprintf(name, sizeof(name), "chk-%" PRIu64 "/%s.%d.src", id, head->name, st->index);
+            snprintf(a.position, sizeof(a.position), "chk-%" PRIu64 "/%s.%d.src", id, head->name,
+                     st->index);
+            a.bytes += len;
             /* The operator's malloc'd bytes go to the store, which frees them. */
             weir__blob b = {.buf = buf, .len = len, .release = free, .owner = buf};
             buf = NULL;
-            e = weir__storage_put_blob(r->store, name, &b);
+            e = weir__storage_put_blob(r->store, a.position, &b);
         }
         free(buf);
     }
@@ -399,8 +381,10 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
          * fsync on the blocking pool, which frees the snapshot. */
         weir_state_snapshot *snap;
         if ((e = weir__timers_capture(st, id, &snap)) == 0) {
-            snprintf(name, sizeof(name), "chk-%" PRIu64 "/%s.%d.state", id, head->name, st->index);
-            e = weir__state_persist_to(r->store, name, snap);
+            snprintf(a.state, sizeof(a.state), "chk-%" PRIu64 "/%s.%d.state", id, head->name,
+                     st->index);
+            a.bytes += weir_state_snapshot_size(snap);
+            e = weir__state_persist_to(r->store, a.state, snap);
         }
     }
     for (int i = 0; !e && i < st->nops; i++) {
@@ -416,13 +400,16 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     if (e && e != -ECANCELED) /* (the first failure of the job wins) */
         weir__stream_fail(r->j, e, "checkpoint %" PRIu64 " in \"%s\" subtask %d: %s", id,
                           head->name, st->index, weir_strerror(e));
-    ack(st, id, e);
+    ack(st, &a, e);
     return e;
 }
 
-void weir__ckpt_maybe_commit(subtask *st)
+void weir__ckpt_on_complete(subtask *st, uint64_t c)
 {
-    uint64_t c = atomic_load(&st->r->completed);
+    /* What weir_ctx_completed() reports: the latest this process heard of. */
+    uint64_t seen = atomic_load(&st->r->completed);
+    while (seen < c && !atomic_compare_exchange_weak(&st->r->completed, &seen, c))
+        ;
     if (c <= st->committed)
         return;
     st->committed = c;
@@ -437,106 +424,29 @@ void weir__ckpt_maybe_commit(subtask *st)
     }
 }
 
-/* ---- the coordinator ---------------------------------------------------------------------- */
-static int any_finished(run *r)
+void weir__ckpt_on_abort(subtask *st, uint64_t id)
 {
-    for (int ci = 0; ci < r->nchains; ci++)
-        for (int s = 0; s < r->chains[ci].par; s++)
-            if (atomic_load(&r->chains[ci].subs[s].finished))
-                return 1;
-    return 0;
-}
-
-/* Remove checkpoints older than the `retain` latest, and their markers. */
-static void prune(run *r, uint64_t latest)
-{
-    int retain = r->o.retain > 0 ? r->o.retain : 1;
-    if (latest <= (uint64_t)retain)
-        return;
-    uint64_t keep_from = latest - (uint64_t)retain + 1;
-    weir__names ns;
-    if (weir__storage_list(r->store, "", &ns) < 0)
-        return;
-    for (size_t i = 0; i < ns.n; i++) {
-        uint64_t id = id_in(ns.v[i], "COMPLETED-", "");
-        if (!id)
-            id = id_in(ns.v[i], "chk-", "/");
-        if (id && id < keep_from)
-            weir__storage_delete(r->store, ns.v[i]);
-    }
-    weir__names_free(&ns);
-}
-
-static void notify_all(run *r)
-{
-    for (int ci = 0; ci < r->nchains; ci++)
-        for (int s = 0; s < r->chains[ci].par; s++) {
-            subtask *st = &r->chains[ci].subs[s];
-            if (st->here)
-                weir__subtask_post(st, (item){IT_NOTIFY, 0, {NULL}, 0});
-        }
-}
-
-intptr_t weir__ckpt_coordinator(void *arg)
-{
-    run *r = arg;
-    weir_job *j = r->j;
-    uint64_t id = r->id_base;
-    for (;;) {
-        if (weir_time_sleep(r->o.checkpoint_interval_ms * WEIR_MSEC) < 0)
-            return 0; /* the run is over */
-        if (any_finished(r))
-            continue;
-        id++;
-        int64_t t0 = weir_time_now();
-        for (int ci = 0; ci < r->nchains; ci++)
-            if (r->chains[ci].ops[0]->kind == OP_SOURCE)
-                for (int s = 0; s < r->chains[ci].par; s++)
-                    if (r->chains[ci].subs[s].here)
-                        weir__subtask_post(&r->chains[ci].subs[s],
-                                           (item){IT_TRIGGER, 0, {NULL}, (int64_t)id});
-        int acked = 0, failed = 0;
-        while (acked < r->nsubtasks) {
-            ckpt_ack a;
-            if (weir_chan_recv(r->acks, &a, WEIR_FOREVER) < 0)
-                return 0;
-            if (a.id != id)
-                continue; /* a late ack of an abandoned checkpoint */
-            acked++;
-            failed |= a.err != 0;
-        }
-        if (failed)
-            continue; /* the job is failing; the checkpoint is abandoned */
-        int le = write_layout(r, id);
-        if (le) {
-            weir__stream_fail(j, le, "writing %s/chk-%" PRIu64 "/LAYOUT: %s", r->o.checkpoint_dir,
-                              id, weir_strerror(le));
-            return le;
-        }
-        char name[64], text[600];
-        snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
-        int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n", id, j->name);
-        int e = weir__storage_put(r->store, name, text, (size_t)n);
-        if (e) {
-            weir__stream_fail(j, e, "writing %s/%s: %s", r->o.checkpoint_dir, name,
-                              weir_strerror(e));
-            return e;
-        }
-        atomic_store(&r->completed, id);
-        pthread_mutex_lock(&j->lock);
-        j->ckpt.completed++;
-        j->ckpt.latest = id;
-        j->ckpt.last_duration_ns = weir_time_now() - t0;
-        pthread_mutex_unlock(&j->lock);
-        notify_all(r);
-        prune(r, id);
+    for (int i = 0; i < st->nops; i++) {
+        weir_ctx *x = &st->ctx[i];
+        int e;
+        if (x->op->def.abort && (e = x->op->def.abort(x, x->state, id)) < 0)
+            weir__stream_fail(st->r->j, e,
+                              "operator \"%s\" (subtask %d): abort of checkpoint "
+                              "%" PRIu64 " failed: %s",
+                              x->op->name, st->index, id, weir_strerror(e));
     }
 }
 
 void weir__ckpt_teardown(run *r)
 {
-    if (r->acks)
-        weir_chan_unref(r->acks);
+    if (r->link)
+        r->link->ops->free(r->link);
+    r->link = NULL;
+    if (r->restore_m) {
+        weir__manifest_clear(r->restore_m);
+        weir__free(r->restore_m);
+        r->restore_m = NULL;
+    }
     /* Checkpoints this run started but never completed (a source ended,
      * the job failed or was cancelled while one was under way) leave no
      * directory behind: restores only ever use completed ones. */
@@ -547,7 +457,7 @@ void weir__ckpt_teardown(run *r)
     if (weir__storage_list(r->store, "", &ns) < 0)
         goto unlock;
     for (size_t i = 0; i < ns.n; i++) {
-        uint64_t id = id_in(ns.v[i], "chk-", "/");
+        uint64_t id = weir__ckpt_id_in(ns.v[i], "chk-", "/");
         if (id > done && id > r->id_base)
             weir__storage_delete(r->store, ns.v[i]);
     }

@@ -358,7 +358,10 @@ static int handle_posted(subtask *st, const item *it)
     atomic_fetch_sub_explicit(&st->posted, 1, memory_order_relaxed);
     switch (it->kind) {
     case IT_NOTIFY:
-        weir__ckpt_maybe_commit(st);
+        weir__ckpt_on_complete(st, (uint64_t)it->wm);
+        return 0;
+    case IT_ABORT:
+        weir__ckpt_on_abort(st, (uint64_t)it->wm);
         return 0;
     case IT_TRIGGER: /* a source: checkpoint wm starts here */
         if (st->source && (uint64_t)it->wm > st->last_barrier)
@@ -789,7 +792,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
     /* The coordinator has a scope of its own (see Teardown at the top). */
     weir_scope *cs = NULL;
-    if (sc && r.acks &&
+    if (sc && r.link && r.o.checkpoint_interval_ms > 0 &&
         (!(cs = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)) ||
          !weir_scope_spawn(cs, weir__ckpt_coordinator, &r,
                            &(weir_spawn_opts){.name = "checkpoints", .stack_size = 128u << 10}))) {

@@ -147,11 +147,21 @@ void weir__batch_free(batch *b);
 /* The items of a subtask's mailbox (its input queue): what its inputs
  * deliver (IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, each with the input
  * it came on) and what others post to it (weir__subtask_post): IT_NOTIFY
- * (a checkpoint completed: run the commit hooks), IT_TRIGGER (sources:
- * start checkpoint wm), IT_CALL (a completion - a state read, a persist, a
- * control message - to run on the subtask's thread), IT_FAIL (end with
+ * (checkpoint wm completed: run the commit hooks), IT_TRIGGER (sources:
+ * start checkpoint wm), IT_ABORT (checkpoint wm will never complete), IT_CALL (a completion - a
+ * state read, a persist, a control message - to run on the subtask's thread), IT_FAIL (end with
  * error wm: a channel broke; the job's error says why). */
-enum { IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_NOTIFY, IT_TRIGGER, IT_CALL, IT_FAIL };
+enum {
+    IT_BATCH,
+    IT_WATERMARK,
+    IT_EOI,
+    IT_BARRIER,
+    IT_NOTIFY,
+    IT_TRIGGER,
+    IT_ABORT,
+    IT_CALL,
+    IT_FAIL
+};
 
 struct subtask;
 /* An IT_CALL item's work, embedded in the poster's object: fn runs on the
@@ -287,25 +297,29 @@ struct run {
     channel **channels;
     int nchannels, chcap;
     /* checkpoints */
-    weir_chan *acks;            /* subtask -> coordinator: struct ckpt_ack */
-    _Atomic uint64_t completed; /* the latest completed (or restored) checkpoint */
+    struct weir__ckpt_link *link;     /* checkpoint messages (ckpt_link.h) */
+    struct weir__manifest *restore_m; /* the restored checkpoint's manifest */
+    _Atomic uint64_t completed;       /* the latest completed (or restored) checkpoint */
     uint64_t restored;
     uint64_t id_base; /* checkpoints of this run are numbered after it */
     int nsubtasks;
-    weir__dirlocks locks;       /* the checkpoint and sink directories, held while it runs */
+    weir__dirlocks locks;        /* the checkpoint and sink directories, held while it runs */
     struct weir__storage *store; /* the checkpoint directory's (state/storage.h) */
 };
 
-typedef struct ckpt_ack {
-    uint64_t id;
-    int err;
-} ckpt_ack;
-
 /* checkpoint.c */
-int weir__ckpt_prepare(run *r); /* find the checkpoint to restore, make the acks queue */
-int weir__ckpt_restore_subtask(subtask *st);      /* after open: state, source position */
+int weir__ckpt_prepare(run *r);              /* find the checkpoint to restore, make the link */
+int weir__ckpt_restore_subtask(subtask *st); /* after open: state, source position */
 int weir__ckpt_barrier(subtask *st, uint64_t id); /* snapshot, forward, ack */
-void weir__ckpt_maybe_commit(subtask *st);
+/* A subtask learnt that checkpoint id completed (commit hooks) / was
+ * abandoned (abort hooks). */
+void weir__ckpt_on_complete(subtask *st, uint64_t id);
+void weir__ckpt_on_abort(subtask *st, uint64_t id);
+/* The id in "<prefix><digits><suffix>", 0 if name is not one. */
+uint64_t weir__ckpt_id_in(const char *name, const char *prefix, const char *suffix);
+/* Operators whose checkpointed data is per subtask index (they keep their
+ * parallelism across a restore). */
+int weir__ckpt_fixed_par(const sop *o);
 intptr_t weir__ckpt_coordinator(void *arg); /* the fiber that triggers and completes */
 void weir__ckpt_teardown(run *r);           /* also releases the directory locks */
 int weir__itemq_push(itemq *q, item it);

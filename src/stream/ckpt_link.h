@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ckpt_link.h - the messages of a checkpoint, and the link they travel
+ * on between the checkpoint coordinator and the subtasks.
+ *
+ * The coordinator (ckpt_coord.c) and the subtasks (checkpoint.c) share no
+ * memory: everything goes as a message.
+ *
+ *   TRIGGER   coordinator -> each source subtask: take checkpoint id
+ *   ACK       subtask -> coordinator: done with id (err 0), with the
+ *             handles (storage names) its state and source position went
+ *             to and their size; or err < 0, the checkpoint fails
+ *   COMPLETE  coordinator -> every subtask: id is complete (the manifest
+ *             and COMPLETED-<id> are durable): two-phase sinks commit
+ *   ABORT     coordinator -> every subtask: id will never complete:
+ *             two-phase sinks drop what they pre-committed for it
+ *
+ * A link carries them. In one process (weir__ckpt_link_local) an ACK is
+ * an item of the coordinator's queue and the others are items of the
+ * subtask's mailbox; across processes the cluster's control connection
+ * carries the same messages (encoded in its frames) and a process
+ * delivers what it receives to its own subtasks. Subtasks are named by
+ * the plan's (chain, subtask) numbers.
+ */
+#ifndef WEIR_STREAM_CKPT_LINK_H
+#define WEIR_STREAM_CKPT_LINK_H
+
+#include <stdint.h>
+
+#define WEIR__CKPT_HANDLE_MAX 256 /* a handle's bytes with its NUL */
+
+enum { WEIR__CK_TRIGGER = 1, WEIR__CK_ACK, WEIR__CK_COMPLETE, WEIR__CK_ABORT };
+
+typedef struct weir__ckpt_msg {
+    int kind;
+    uint64_t id;
+    uint32_t chain, sub;                  /* the subtask it is from (ACK) or for */
+    int32_t err;                          /* ACK: 0 or the subtask's failure */
+    uint64_t bytes;                       /* ACK: the state's and position's size */
+    char state[WEIR__CKPT_HANDLE_MAX];    /* ACK: "" or the state's handle */
+    char position[WEIR__CKPT_HANDLE_MAX]; /* ACK: "" or the source position's */
+} weir__ckpt_msg;
+
+typedef struct weir__ckpt_link weir__ckpt_link;
+struct run;
+
+typedef struct weir__ckpt_link_ops {
+    /* An ACK, from a subtask's thread. 0 or a negative errno. */
+    int (*ack)(weir__ckpt_link *l, const weir__ckpt_msg *m);
+    /* The coordinator's next ACK, waiting up to deadline. */
+    int (*recv_ack)(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline);
+    /* TRIGGER, COMPLETE or ABORT for subtask (m->chain, m->sub). */
+    int (*send)(weir__ckpt_link *l, const weir__ckpt_msg *m);
+    void (*free)(weir__ckpt_link *l);
+} weir__ckpt_link_ops;
+
+struct weir__ckpt_link {
+    const weir__ckpt_link_ops *ops;
+};
+
+/* The link of a run whose subtasks all share this process. NULL with
+ * errno. */
+weir__ckpt_link *weir__ckpt_link_local(struct run *r);
+
+#endif
