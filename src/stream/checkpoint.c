@@ -234,9 +234,17 @@ int weir__ckpt_prepare(run *r)
     atomic_store(&r->completed, 0);
     if (!r->o.checkpoint_dir && (r->o.checkpoint_interval_ms > 0 || r->o.restore))
         return -EINVAL;
-    int e = lock_dirs(r);
+    /* A worker's directories are held by the coordinator's process (the
+     * sinks' part files are per subtask, so processes share them). */
+    int e = r->worker ? 0 : lock_dirs(r);
     if (e || !r->o.checkpoint_dir)
         goto out;
+    if (r->worker && mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST) {
+        e = -errno;
+        weir__stream_fail(r->j, e, "checkpoint directory \"%s\": %s", r->o.checkpoint_dir,
+                          strerror(-e));
+        goto out;
+    }
     if ((e = weir__storage_open(r->o.checkpoint_dir, &r->store)) < 0) {
         weir__stream_fail(r->j, e, "checkpoint directory \"%s\": %s", r->o.checkpoint_dir,
                           weir_strerror(e));
@@ -450,7 +458,7 @@ void weir__ckpt_teardown(run *r)
     /* Checkpoints this run started but never completed (a source ended,
      * the job failed or was cancelled while one was under way) leave no
      * directory behind: restores only ever use completed ones. */
-    if (!r->o.checkpoint_dir || r->o.checkpoint_interval_ms <= 0)
+    if (!r->o.checkpoint_dir || r->o.checkpoint_interval_ms <= 0 || r->worker)
         goto unlock;
     uint64_t done = atomic_load(&r->completed);
     weir__names ns;

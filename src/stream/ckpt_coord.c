@@ -71,7 +71,8 @@ static void local_free(weir__ckpt_link *l)
     weir__free(ll);
 }
 
-static const weir__ckpt_link_ops local_ops = {local_ack, local_recv, local_send, local_free};
+static const weir__ckpt_link_ops local_ops = {local_ack, local_recv, local_send, NULL,
+                                              local_free};
 
 weir__ckpt_link *weir__ckpt_link_local(run *r)
 {

@@ -25,6 +25,7 @@
 #ifndef WEIR_STREAM_CKPT_LINK_H
 #define WEIR_STREAM_CKPT_LINK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define WEIR__CKPT_HANDLE_MAX 256 /* a handle's bytes with its NUL */
@@ -51,6 +52,9 @@ typedef struct weir__ckpt_link_ops {
     int (*recv_ack)(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline);
     /* TRIGGER, COMPLETE or ABORT for subtask (m->chain, m->sub). */
     int (*send)(weir__ckpt_link *l, const weir__ckpt_msg *m);
+    /* The run's subtasks have ended: the link's own tasks end (before
+     * anything of the run is freed). NULL: it has none. */
+    void (*stop)(weir__ckpt_link *l);
     void (*free)(weir__ckpt_link *l);
 } weir__ckpt_link_ops;
 
@@ -61,5 +65,21 @@ struct weir__ckpt_link {
 /* The link of a run whose subtasks all share this process. NULL with
  * errno. */
 weir__ckpt_link *weir__ckpt_link_local(struct run *r);
+
+/* The link between processes (ckpt_link_tcp.c): process `coordinator`
+ * runs the coordinator; fds[p] is this process's socket to process p
+ * (the coordinator's: one per worker; a worker's: fds[coordinator]),
+ * which the link owns once made. place() says where each subtask runs. */
+typedef struct weir__ckpt_tcp_opts {
+    int self, nprocs, coordinator;
+    const int *fds;
+    int (*place)(void *arg, uint32_t chain, uint32_t sub);
+    void *place_arg;
+} weir__ckpt_tcp_opts;
+weir__ckpt_link *weir__ckpt_link_tcp(struct run *r, const weir__ckpt_tcp_opts *o);
+
+/* A checkpoint message frame's payload (kind byte first) into m; -EBADMSG
+ * with why for anything malformed. */
+int weir__ckpt_msg_decode(const uint8_t *p, size_t len, weir__ckpt_msg *m, char *why, size_t cap);
 
 #endif

@@ -31,6 +31,12 @@ typedef struct weir__deploy {
     /* Once every subtask of the run has ended, before anything is freed:
      * the channels' own tasks end here. */
     void (*stop)(void *arg, run *r);
+    /* The checkpoint link (ckpt_link.h) when the run spans processes;
+     * NULL: the in-process one. Made after the build. */
+    struct weir__ckpt_link *(*link)(void *arg, run *r);
+    /* This process runs no checkpoint coordinator: another process's
+     * does, and holds the checkpoint and sink directories. */
+    int worker;
     void *arg;
 } weir__deploy;
 

@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/ckpt_link.h"
 #include "stream/controller.h"
 #include "stream/deploy.h"
 #include "stream/stream_int.h"
@@ -697,6 +698,17 @@ static void metrics_push(subtask *st)
     }
 }
 
+/* Once the subtasks (and the coordinator) have ended: the tasks of the
+ * channels and of the checkpoint link end too, before anything they use
+ * is freed. */
+static void stop_tasks(run *r, const weir__deploy *d)
+{
+    if (d && d->stop)
+        d->stop(d->arg, r);
+    if (r->link && r->link->ops->stop)
+        r->link->ops->stop(r->link);
+}
+
 /* Options with their defaults filled in, or -EINVAL with the job's error. */
 static int run_opts(weir_job *j, const weir_run_opts *opts, weir_run_opts *o)
 {
@@ -759,6 +771,11 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     memset(&j->ckpt, 0, sizeof(j->ckpt));
     pthread_mutex_unlock(&j->lock);
     e = weir__deploy_build(&r, p, d);
+    r.worker = d && d->worker;
+    if (!e && d && d->link && !(r.link = d->link(d->arg, &r))) {
+        e = errno ? -errno : -ENOMEM;
+        weir__stream_fail(j, e, "the checkpoint link: %s", weir_strerror(e));
+    }
     if (!e && (e = weir__ckpt_prepare(&r)) < 0 && !j->err)
         weir__stream_fail(j, e, "checkpoint directory \"%s\": %s",
                           r.o.checkpoint_dir ? r.o.checkpoint_dir : "(none)",
@@ -776,8 +793,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     }
     if (d && d->start && (e = d->start(d->arg, &r)) < 0) {
         weir__stream_fail(j, e, "starting the job's channels: %s", weir_strerror(e));
-        if (d->stop)
-            d->stop(d->arg, &r);
+        stop_tasks(&r, d);
         pthread_mutex_lock(&j->lock);
         j->running = 0;
         pthread_mutex_unlock(&j->lock);
@@ -792,13 +808,14 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     weir_scope *sc = weir_scope_new(WEIR_SCOPE_CANCEL_SIBLINGS, WEIR_FOREVER);
     /* The coordinator has a scope of its own (see Teardown at the top). */
     weir_scope *cs = NULL;
-    if (sc && r.link && r.o.checkpoint_interval_ms > 0 &&
+    if (sc && r.link && r.o.checkpoint_interval_ms > 0 && !r.worker &&
         (!(cs = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)) ||
          !weir_scope_spawn(cs, weir__ckpt_coordinator, &r,
                            &(weir_spawn_opts){.name = "checkpoints", .stack_size = 128u << 10}))) {
         weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
         weir_scope_free(cs); /* no child: no join needed */
         weir_scope_free(sc);
+        stop_tasks(&r, d);
         weir__deploy_teardown(&r);
         weir__ckpt_teardown(&r);
         return j->err;
@@ -822,13 +839,12 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     weir_scope_result res = {0};
     e = sc ? weir_scope_join(sc, &res) : -ENOMEM;
     weir_scope_free(sc);
-    if (d && d->stop)
-        d->stop(d->arg, &r);
     if (cs) {
         weir_scope_cancel(cs);
         weir_scope_join(cs, NULL);
         weir_scope_free(cs);
     }
+    stop_tasks(&r, d);
     pthread_mutex_lock(&j->lock);
     j->running = 0;
     pthread_mutex_unlock(&j->lock);

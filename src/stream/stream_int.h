@@ -298,6 +298,7 @@ struct run {
     int nchannels, chcap;
     /* checkpoints */
     struct weir__ckpt_link *link;     /* checkpoint messages (ckpt_link.h) */
+    int worker; /* another process coordinates checkpoints and holds the directories */
     struct weir__manifest *restore_m; /* the restored checkpoint's manifest */
     _Atomic uint64_t completed;       /* the latest completed (or restored) checkpoint */
     uint64_t restored;
