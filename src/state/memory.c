@@ -534,6 +534,7 @@ static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, ch
     }
     if (e)
         return e;
+    weir_task_yield(); /* the check was a pass over the whole image */
     /* Every group of our range the file covers is replaced (emptied when
      * the file holds no entries for it). */
     int lo = r.first_kg > b->first_kg ? r.first_kg : b->first_kg;

@@ -268,6 +268,7 @@ int weir__state_restore_from(weir__storage *st, const char *name, weir_state_bac
     if (e)
         return e;
     e = b->ops->restore(b, img, len, why, cap);
+    weir_task_yield(); /* freeing a large image is work of its own */
     weir__free(img);
     return e;
 }

@@ -301,6 +301,13 @@ static int call(weir__storage *s, int kind, const char *name, const weir__blob *
         req_unref(rq); /* as the job would */
         return weir__storage_end(rq, r, buf, len, names);
     }
+    if (weir__task_current()->kind != WEIR__TASK_FIBER) {
+        /* A stackless task cannot park in weir_op_wait, and a started
+         * request must be waited for: refuse before starting one. */
+        if (blob && blob->release)
+            blob->release(blob->owner);
+        return -EINVAL;
+    }
     int e = req_start(s, kind, name, blob, max, &rq);
     if (e)
         return e;

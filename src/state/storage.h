@@ -28,7 +28,8 @@
  * runs its other tasks while a file is written and fsynced. The start
  * functions give a request whose weir_op a fiber waits on (weir_op_wait)
  * or a stackless task polls (weir_op_poll); weir__storage_end collects the
- * result. The wait is shielded: neither a cancel of the task nor
+ * result (only once the op is done: the request is the op's memory). The
+ * wait is shielded: neither a cancel of the task nor
  * weir_op_cancel cuts it short, since a call, once started, must finish
  * (a put is durable or failed before its caller goes on; a cleanup runs
  * even in a cancelled task), as the synchronous file calls it replaces. The weir__storage_put /
@@ -130,6 +131,7 @@ int weir__storage_end(weir__storage_req *rq, int64_t op_result, uint8_t **buf, s
                       weir__names *names);
 
 /* ---- the same, awaited (a fiber) or inline (not a task) --------------------------------- */
+/* A stackless task gets -EINVAL (it uses the start forms). */
 /* Copies buf (for small blobs: the caller's bytes are not borrowed past
  * the call, even when the wait is cancelled). */
 int weir__storage_put(weir__storage *s, const char *name, const void *buf, size_t len);
