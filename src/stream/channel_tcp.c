@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "stream/ckpt_link.h"
 #include "stream/wire.h"
 #include "weir/net.h"
 
@@ -23,6 +24,7 @@ typedef struct rx_channel rx_channel;
 
 struct weir__tcp_net {
     weir__tcp_opts o;
+    int *control_fds; /* NULL: no checkpoint link */
     char **hosts;
     int *ports;
     int lfd;
@@ -516,9 +518,27 @@ static void stop(void *arg, run *r)
     n->fibers = NULL;
 }
 
+static weir__ckpt_link *make_link(void *arg, run *r)
+{
+    weir__tcp_net *n = arg;
+    weir__ckpt_link *l =
+        weir__ckpt_link_tcp(r, &(weir__ckpt_tcp_opts){n->o.self, n->o.nprocs, n->o.coordinator,
+                                                      n->control_fds, n->o.place, n->o.place_arg});
+    if (l) /* the link owns the sockets now */
+        for (int i = 0; i < n->o.nprocs; i++)
+            n->control_fds[i] = -1;
+    return l;
+}
+
 void weir__tcp_deploy(weir__tcp_net *n, weir__deploy *d)
 {
-    *d = (weir__deploy){.here = here, .channel = factory, .start = start, .stop = stop, .arg = n};
+    *d = (weir__deploy){.here = here,
+                        .channel = factory,
+                        .start = start,
+                        .stop = stop,
+                        .link = n->control_fds ? make_link : NULL,
+                        .worker = n->control_fds && n->o.self != n->o.coordinator,
+                        .arg = n};
 }
 
 weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
@@ -548,8 +568,18 @@ weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
         errno = ENOMEM;
         return NULL;
     }
+    if (o->control_fds) {
+        if (o->coordinator < 0 || o->coordinator >= o->nprocs ||
+            !(n->control_fds = weir__calloc((size_t)o->nprocs, sizeof(int)))) {
+            weir__tcp_free(n);
+            errno = o->coordinator < 0 || o->coordinator >= o->nprocs ? EINVAL : ENOMEM;
+            return NULL;
+        }
+        memcpy(n->control_fds, o->control_fds, (size_t)o->nprocs * sizeof(int));
+    }
     n->o.hosts = NULL;
     n->o.ports = NULL;
+    n->o.control_fds = NULL;
     return n;
 }
 
@@ -563,6 +593,10 @@ void weir__tcp_free(weir__tcp_net *n)
     weir__free(n->hosts);
     weir__free(n->ports);
     weir__free(n->rx);
+    for (int i = 0; n->control_fds && i < n->o.nprocs; i++)
+        if (n->control_fds[i] >= 0 && i != n->o.self)
+            weir_io_close(n->control_fds[i]);
+    weir__free(n->control_fds);
     if (n->lfd >= 0)
         weir_io_close(n->lfd);
     weir__free(n);

@@ -52,6 +52,12 @@ typedef struct weir__tcp_opts {
     void *place_arg;
     uint64_t plan_hash;         /* the same on every side: HELLOs carry it */
     int64_t connect_timeout_ms; /* 0: 30 s */
+    /* Checkpoint messages (ckpt_link_tcp.c): process `coordinator` runs
+     * the coordinator; control_fds[p] is this process's socket to process
+     * p (see weir__ckpt_tcp_opts), owned by the net's link once the run
+     * made it. NULL: the run does not checkpoint across processes. */
+    const int *control_fds;
+    int coordinator;
 } weir__tcp_opts;
 
 /* NULL with errno. */

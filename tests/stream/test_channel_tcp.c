@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +28,7 @@
 #include "test_rt.h"
 #include "weir/net.h"
 
-#define N 20000 /* records per source subtask */
+#define N 20000             /* records per source subtask */
 static int64_t per_sub = N; /* < 0: the sources never end */
 
 static int gen_open(weir_ctx *ctx, void *arg, void **state)
@@ -377,6 +379,255 @@ TEST(a_connection_lost_before_the_end_fails_the_job)
 TEST(a_producer_that_never_connects_fails_the_job)
 {
     consumer_fails(NEVER, "did not connect in 300 ms");
+}
+
+/* ---- checkpoints across the two processes, and SIGKILL -------------------------------------- */
+#define EO_N 30000 /* records per source subtask */
+
+typedef struct pos_src {
+    int64_t next;
+} pos_src;
+
+static int pos_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(1, sizeof(pos_src));
+    return 0;
+}
+
+static int pos_next(weir_ctx *ctx, void *state)
+{
+    pos_src *p = state;
+    for (int i = 0; i < 100 && p->next < EO_N; i++, p->next++) {
+        int64_t v = p->next * 2 + weir_ctx_subtask(ctx);
+        int e = weir_emit(ctx, &v, 8, v);
+        if (e)
+            return e;
+    }
+    weir_time_sleep(WEIR_MSEC); /* paced: a run takes about half a second */
+    return p->next >= EO_N;
+}
+
+static int pos_snapshot(weir_ctx *ctx, void *state, void **buf, size_t *len)
+{
+    (void)ctx;
+    *buf = malloc(8);
+    memcpy(*buf, &((pos_src *)state)->next, 8);
+    *len = 8;
+    return 0;
+}
+
+static int pos_restore(weir_ctx *ctx, void *state, const void *buf, size_t len)
+{
+    (void)ctx;
+    if (len != 8)
+        return -EINVAL;
+    memcpy(&((pos_src *)state)->next, buf, 8);
+    return 0;
+}
+
+static const weir_source_def pos_def = {.open = pos_open,
+                                        .next = pos_next,
+                                        .close = free,
+                                        .snapshot = pos_snapshot,
+                                        .restore = pos_restore};
+
+/* src (2) -> to_one -> key_by -> count -> to_line -> file sink (out) or collect (c) */
+static weir_job *eo_job(const char *out, weir_collector *c)
+{
+    weir_job *j = weir_job_new("tcp-eo");
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &pos_def, NULL), 2);
+    s = weir_stream_map(s, "to_one", to_one, NULL);
+    s = weir_stream_reduce(weir_stream_key_by(s, key16, NULL), "count", count16, NULL);
+    s = weir_stream_map(s, "to_line", to_line, NULL);
+    CHECK_EQ(out ? weir_stream_file_sink(s, "sink", out) : weir_stream_collect(s, "sink", c), 0);
+    return j;
+}
+
+typedef struct eo_share {
+    int self, lfd, ctl, ports[2];
+    const char *ckpt, *out;
+    int restore;
+} eo_share;
+
+static intptr_t run_eo_share(void *arg)
+{
+    eo_share *sh = arg;
+    weir_job *j = eo_job(sh->out, NULL);
+    weir__plan *p;
+    char why[256];
+    CHECK_EQ(weir__plan_make(j, 2, 4, &p, why, sizeof(why)), 0);
+    weir_frame_builder fb;
+    CHECK_EQ(weir__plan_encode(p, &fb), 0);
+    const uint8_t *bytes;
+    size_t len;
+    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
+    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+    int ctl[2] = {-1, -1};
+    ctl[1 - sh->self] = sh->ctl;
+    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){
+        .self = sh->self,
+        .nprocs = 2,
+        .hosts = hosts,
+        .ports = sh->ports,
+        .listen_fd = sh->lfd,
+        .place = by_subtask,
+        .plan_hash = weir__tcp_plan_hash(bytes, len),
+        .control_fds = ctl,
+        .coordinator = 0,
+    });
+    weir_frame_builder_close(&fb);
+    CHECK(n != NULL);
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    int e = weir__job_run_plan(j, p,
+                               &(weir_run_opts){.parallelism = 2,
+                                                .checkpoint_dir = sh->ckpt,
+                                                .checkpoint_interval_ms = 30,
+                                                .restore = sh->restore},
+                               &d);
+    if (e)
+        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    weir_job_free(j);
+    return e;
+}
+
+/* Start both processes of a run; pids in pid[]. */
+static void start_pair(const char *ckpt, const char *out, int restore, pid_t pid[2])
+{
+    int lfd[2], ports[2], sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_GE(lfd[i] = weir_net_listen("127.0.0.1", 0, NULL), 0);
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        CHECK_GE(pid[i], 0);
+        if (pid[i] == 0) {
+            close(lfd[1 - i]);
+            close(sp[1 - i]);
+            eo_share sh = {i, lfd[i], sp[i], {ports[0], ports[1]}, ckpt, out, restore};
+            _exit(test_run_on_rt(2, run_eo_share, &sh) ? 1 : 0);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        close(lfd[i]);
+        close(sp[i]);
+    }
+}
+
+static uint64_t newest_completed(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "ls %s 2>/dev/null | sed -n 's/^COMPLETED-//p' | sort -n | tail -1",
+             dir);
+    FILE *f = popen(cmd, "r");
+    unsigned long long id = 0;
+    if (f) {
+        if (fscanf(f, "%llu", &id) != 1)
+            id = 0;
+        pclose(f);
+    }
+    return id;
+}
+
+/* Wait for pid to end by itself within ms; 1 if it did (status in *st). */
+static int ends_within(pid_t pid, int64_t ms, int *st)
+{
+    for (int64_t waited = 0; waited < ms; waited += 5) {
+        pid_t r = waitpid(pid, st, WNOHANG);
+        if (r == pid)
+            return 1;
+        usleep(5000);
+    }
+    return 0;
+}
+
+static char *read_parts(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cat %s/part-* 2>/dev/null", dir);
+    FILE *f = popen(cmd, "r");
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    size_t got;
+    while ((got = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n < 2)
+            b = realloc(b, cap *= 2);
+    }
+    pclose(f);
+    b[n] = '\0';
+    return b;
+}
+
+static weir_collector *eo_ref;
+static intptr_t run_eo_ref(void *arg)
+{
+    (void)arg;
+    weir_job *j = eo_job(NULL, eo_ref);
+    CHECK_EQ(weir_job_run(j, &(weir_run_opts){.parallelism = 2}), 0);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(sigkill_of_either_process_and_a_restore_of_both_is_exactly_once)
+{
+    char dir[] = "/tmp/weir-tcp-eo-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char ckpt[96], out[96];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", dir);
+    snprintf(out, sizeof(out), "%s/out", dir);
+    CHECK_EQ(mkdir(ckpt, 0755), 0);
+    srand((unsigned)getpid());
+    uint64_t last = 0;
+    for (int round = 0; round < 4; round++) {
+        pid_t pid[2];
+        start_pair(ckpt, out, round > 0, pid);
+        /* A checkpoint of this round completes, then a random moment. */
+        int64_t deadline = weir_time_after_ms(60000);
+        uint64_t now_id;
+        while ((now_id = newest_completed(ckpt)) <= last && weir_time_now() < deadline)
+            usleep(2000);
+        CHECK_GT(now_id, last);
+        last = now_id;
+        usleep((useconds_t)(rand() % 150) * 1000);
+        int victim = round % 2, st;
+        kill(pid[victim], SIGKILL);
+        CHECK_EQ(waitpid(pid[victim], &st, 0), pid[victim]);
+        /* The other notices its lost peer and ends by itself, failed -
+         * or finished, if the kill came after its last record. */
+        int ended = ends_within(pid[1 - victim], 30000, &st);
+        if (!ended)
+            kill(pid[1 - victim], SIGKILL), waitpid(pid[1 - victim], &st, 0);
+        CHECK(ended);
+        CHECK(WIFEXITED(st));
+        last = newest_completed(ckpt);
+    }
+    pid_t pid[2];
+    start_pair(ckpt, out, 1, pid);
+    for (int i = 0; i < 2; i++) {
+        int st;
+        CHECK(ends_within(pid[i], 60000, &st));
+        CHECK(WIFEXITED(st));
+        CHECK_EQ(WEXITSTATUS(st), 0);
+    }
+    /* Every committed line once: the one-process run's lines exactly. */
+    eo_ref = weir_collector_new();
+    CHECK_EQ(test_run_on_rt(2, run_eo_ref, NULL), 0);
+    CHECK_EQ(weir_collector_count(eo_ref), 2u * EO_N);
+    char *ref = collected(eo_ref), *got = read_parts(out);
+    char *s1 = sorted(got), *s2 = sorted(ref);
+    CHECK_EQ(strlen(s1), strlen(s2));
+    CHECK(strcmp(s1, s2) == 0);
+    free(s1), free(s2), free(ref), free(got);
+    weir_collector_free(eo_ref);
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
 }
 
 TEST_MAIN()
