@@ -34,12 +34,24 @@
  * state in its steady size), so that checkpoints every second happen
  * (BENCH_QUICK=1: a fifth; NEXMARK_EVENTS overrides them all;
  * NEXMARK_PARALLELISM=1 or 2 runs only that parallelism, for profiling;
- * NEXMARK_OPSTATS=1 prints each operator's records and backpressure time).
+ * NEXMARK_OPSTATS=1 prints each operator's records and backpressure time;
+ * NEXMARK_PROCESSES=2 runs only the processes=2 lines, NEXMARK_CREDITS=N
+ * gives their channels N credits instead of 4).
  *
- *   bench=nexmark impl=weir query=q5 parallelism=2 events=... events_per_s=...
+ *   bench=nexmark impl=weir query=q5 parallelism=2 processes=1 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
  *       ckpt_ms=... out=...
  *   bench=nexmark impl=loop query=q5 events=... events_per_s=... rss_mb=... out=...
+ *   bench=nexmark impl=weir query=q5 parallelism=2 processes=2 events=... events_per_s=...
+ *       events_per_s_per_core=... cpu_s=... wire_records=... wire_bytes=...
+ *       bytes_per_record=... out=...
+ *
+ * processes=2 (q0 and q5, NEXMARK_PARALLELISM unset or 2): the same job at
+ * parallelism 2 with each subtask in a process of its own (subtask s of
+ * every operator in process s, one scheduler thread each), the channels
+ * between them over loopback TCP (src/stream/channel_tcp.c). The clock is
+ * the slower process's weir run; cpu_s adds both; wire_records and
+ * wire_bytes count what the TCP channels sent (frames included).
  *
  *   nexmark [QUERY...]   (default: q0 q1 q2 q5 q5-local q7 q7-local q8)
  */
@@ -54,6 +66,9 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "stream/channel_tcp.h"
+#include "stream/plan.h"
+#include "weir/net.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
 
@@ -232,12 +247,149 @@ static int run_weir(const char *name, query_fn q, int local, int64_t events, int
         return 1;
     }
     double eps = (double)events / rc.secs;
-    printf("bench=nexmark impl=weir query=%s parallelism=%d events=%lld events_per_s=%.0f "
-           "events_per_s_per_core=%.0f cpu_s=%.2f rss_mb=%.1f ckpt=%d ckpts=%llu ckpt_ms=%.1f "
-           "out=%lld\n",
-           name, p, (long long)events, eps, eps / p, rc.cpu, rss_mb(), ckpt,
-           (unsigned long long)rc.st.completed, (double)rc.st.last_duration_ns / 1e6,
-           (long long)rc.out);
+    printf(
+        "bench=nexmark impl=weir query=%s parallelism=%d processes=1 events=%lld events_per_s=%.0f "
+        "events_per_s_per_core=%.0f cpu_s=%.2f rss_mb=%.1f ckpt=%d ckpts=%llu ckpt_ms=%.1f "
+        "out=%lld\n",
+        name, p, (long long)events, eps, eps / p, rc.cpu, rss_mb(), ckpt,
+        (unsigned long long)rc.st.completed, (double)rc.st.last_duration_ns / 1e6,
+        (long long)rc.out);
+    return 0;
+}
+
+/* ---- one job over two processes ------------------------------------------------------------ */
+/* Each process runs subtask s of every chain where s % 2 is its number,
+ * on a runtime of one thread (two processes: the two cores parallelism 2
+ * has in one process), with TCP channels between them on loopback. */
+typedef struct proc_cfg {
+    query_fn q;
+    int local;
+    nexmark_cfg gen;
+    int self, lfd, ports[2];
+    /* results */
+    int err;
+    double secs, cpu;
+    _Atomic int64_t out;
+    uint64_t wire_bytes, wire_records;
+} proc_cfg;
+
+static int place_mod2(void *arg, uint32_t chain, uint32_t sub)
+{
+    (void)arg, (void)chain;
+    return (int)(sub % 2);
+}
+
+static intptr_t proc_main(void *arg)
+{
+    proc_cfg *pc = arg;
+    weir_job *j = weir_job_new("nexmark");
+    weir_stream *ev = weir_job_source(j, "events", &nexmark_source, &pc->gen), *out = NULL;
+    static const weir_op_def sink = {
+        .open = count_open, .process = count_process, .close = count_close};
+    nexmark_opts o = {.local = pc->local};
+    pc->err = pc->q(j, ev, &out, &o);
+    if (!pc->err)
+        pc->err = weir_stream_sink(out, "count", &sink, &pc->out);
+    weir__plan *p = NULL;
+    char why[256];
+    if (!pc->err)
+        pc->err = weir__plan_make(j, 2, (int)bench_parse_long(getenv("NEXMARK_CREDITS"), 4), &p,
+                                  why, sizeof(why));
+    weir_frame_builder fb;
+    const uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (!pc->err && !(pc->err = weir__plan_encode(p, &fb)))
+        pc->err = weir_frame_builder_finish(&fb, &bytes, &len);
+    weir__tcp_net *n = NULL;
+    if (!pc->err) {
+        const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+        n = weir__tcp_new(&(weir__tcp_opts){.self = pc->self,
+                                            .nprocs = 2,
+                                            .hosts = hosts,
+                                            .ports = pc->ports,
+                                            .listen_fd = pc->lfd,
+                                            .place = place_mod2,
+                                            .plan_hash = weir__tcp_plan_hash(bytes, len)});
+        weir_frame_builder_close(&fb);
+        pc->err = n ? 0 : -errno;
+    }
+    if (!pc->err) {
+        weir__deploy d;
+        weir__tcp_deploy(n, &d);
+        double c0 = cpu_s(), t0 = now_s();
+        pc->err = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
+        pc->secs = now_s() - t0;
+        pc->cpu = cpu_s() - c0;
+        uint64_t recv;
+        weir__tcp_stats(n, &pc->wire_bytes, &recv, &pc->wire_records);
+    }
+    if (pc->err)
+        fprintf(stderr, "nexmark process %d: %s\n", pc->self, weir_job_error(j));
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    weir_job_free(j);
+    return 0;
+}
+
+static int run_weir_procs(const char *name, query_fn q, int local, int64_t events)
+{
+    int lfd[2], ports[2], pipes[2][2];
+    for (int i = 0; i < 2; i++) {
+        if ((lfd[i] = weir_net_listen("127.0.0.1", 0, NULL)) < 0 || pipe(pipes[i]) < 0)
+            return 1;
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        fflush(stdout);
+        if ((pid[i] = fork()) < 0)
+            return 1;
+        if (pid[i] == 0) {
+            close(lfd[1 - i]);
+            proc_cfg pc = {.q = q,
+                           .local = local,
+                           .gen = {.seed = 1, .events = events, .rate = RATE, .per_call = 512},
+                           .self = i,
+                           .lfd = lfd[i],
+                           .ports = {ports[0], ports[1]}};
+            weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 1});
+            weir_task *t =
+                rt ? weir_task_spawn(proc_main, &pc,
+                                     &(weir_spawn_opts){.rt = rt, .stack_size = 256 << 10})
+                   : NULL;
+            if (!t || weir_task_join(t, NULL, WEIR_FOREVER) != 0)
+                pc.err = -EIO;
+            weir_rt_free(rt);
+            ssize_t w = write(pipes[i][1], &pc, sizeof(pc));
+            _exit(w == (ssize_t)sizeof(pc) && !pc.err ? 0 : 1);
+        }
+    }
+    close(lfd[0]);
+    close(lfd[1]);
+    proc_cfg r[2] = {0};
+    int ok = 1;
+    for (int i = 0; i < 2; i++) {
+        close(pipes[i][1]);
+        ok &= read(pipes[i][0], &r[i], sizeof(r[i])) == (ssize_t)sizeof(r[i]) && !r[i].err;
+        close(pipes[i][0]);
+        int st;
+        ok &= waitpid(pid[i], &st, 0) == pid[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    if (!ok) {
+        printf("bench=nexmark impl=weir query=%s parallelism=2 processes=2 failed=1\n", name);
+        return 1;
+    }
+    double secs = r[0].secs > r[1].secs ? r[0].secs : r[1].secs;
+    uint64_t bytes = r[0].wire_bytes + r[1].wire_bytes,
+             recs = r[0].wire_records + r[1].wire_records;
+    double eps = (double)events / secs;
+    printf(
+        "bench=nexmark impl=weir query=%s parallelism=2 processes=2 events=%lld events_per_s=%.0f "
+        "events_per_s_per_core=%.0f cpu_s=%.2f wire_records=%llu wire_bytes=%llu "
+        "bytes_per_record=%.1f out=%lld\n",
+        name, (long long)events, eps, eps / 2, r[0].cpu + r[1].cpu, (unsigned long long)recs,
+        (unsigned long long)bytes, recs ? (double)bytes / (double)recs : 0.0,
+        (long long)(r[0].out + r[1].out));
     return 0;
 }
 
@@ -403,14 +555,15 @@ typedef struct job {
     const char *name;
     query_fn q;
     int64_t events;
-    int local, p, ckpt, loop;
+    int local, p, ckpt, loop, procs;
 } job;
 
 static int job_run(void *arg)
 {
     job *jb = arg;
-    return jb->loop ? run_loop(jb->name, jb->events)
-                    : run_weir(jb->name, jb->q, jb->local, jb->events, jb->p, jb->ckpt);
+    return jb->loop    ? run_loop(jb->name, jb->events)
+           : jb->procs ? run_weir_procs(jb->name, jb->q, jb->local, jb->events)
+                       : run_weir(jb->name, jb->q, jb->local, jb->events, jb->p, jb->ckpt);
 }
 
 int main(int argc, char **argv)
@@ -418,7 +571,8 @@ int main(int argc, char **argv)
     const char *quick = getenv("BENCH_QUICK");
     int q = quick && !strcmp(quick, "1");
     long ov = bench_parse_long(getenv("NEXMARK_EVENTS"), 0);
-    long only_p = bench_parse_long(getenv("NEXMARK_PARALLELISM"), 0); /* profiling one */
+    long only_p = bench_parse_long(getenv("NEXMARK_PARALLELISM"), 0);        /* profiling one */
+    long only_procs = bench_parse_long(getenv("NEXMARK_PROCESSES"), 0) == 2; /* only processes=2 */
     int status = 0;
     for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
         if (argc > 1) {
@@ -429,10 +583,11 @@ int main(int argc, char **argv)
                 continue;
         }
         int64_t events = ov > 0 ? ov : q ? queries[i].events / 5 : queries[i].events;
-        job jb = {queries[i].name, queries[i].fn, events, queries[i].local, 1, 0, 1};
-        status |= in_child(job_run, &jb);
+        job jb = {queries[i].name, queries[i].fn, events, queries[i].local, 1, 0, 1, 0};
+        if (!only_procs)
+            status |= in_child(job_run, &jb);
         jb.loop = 0;
-        for (int p = 1; p <= 2; p++) {
+        for (int p = 1; p <= 2 && !only_procs; p++) {
             if (only_p > 0 && p != only_p)
                 continue;
             for (int ck = 0; ck <= 1; ck++) {
@@ -440,6 +595,15 @@ int main(int argc, char **argv)
                 jb.ckpt = ck;
                 status |= in_child(job_run, &jb);
             }
+        }
+        /* q0 and q5 at parallelism 2 with each subtask in a process of its
+         * own: q0's forward chain stays in its process, q5's shuffle moves
+         * every bid over a TCP channel. */
+        if ((only_p <= 0 || only_p == 2) && !queries[i].local &&
+            (!strcmp(queries[i].name, "q0") || !strcmp(queries[i].name, "q5"))) {
+            jb.procs = 1;
+            status |= in_child(job_run, &jb);
+            jb.procs = 0;
         }
     }
     return status;

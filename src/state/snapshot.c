@@ -285,7 +285,7 @@ static int set_aside(weir_state_snapshot *s)
 {
     if (s->nchunks == s->chunks_cap) {
         size_t nc = s->chunks_cap ? s->chunks_cap * 2 : 16;
-        weir__snap_chunk *v = realloc(s->chunks, nc * sizeof(*v));
+        weir__snap_chunk *v = weir__realloc(s->chunks, nc * sizeof(*v));
         if (!v)
             return -ENOMEM;
         s->chunks = v;
@@ -306,7 +306,7 @@ static void put_bytes(weir_state_snapshot *s, const void *p, size_t n)
             if (s->cap >= CHUNK_MAX && (s->err = set_aside(s)) != 0)
                 return;
             size_t cap = s->cap ? s->cap * 2 : 4096;
-            uint8_t *nb = realloc(s->buf, cap);
+            uint8_t *nb = weir__realloc(s->buf, cap);
             if (!nb) {
                 s->err = -ENOMEM;
                 return;
@@ -377,10 +377,10 @@ void weir_state_snapshot_free(weir_state_snapshot *s)
     if (!s)
         return;
     for (size_t i = 0; i < s->nchunks; i++)
-        free(s->chunks[i].p);
-    free(s->chunks);
-    free(s->buf);
-    free(s);
+        weir__free(s->chunks[i].p);
+    weir__free(s->chunks);
+    weir__free(s->buf);
+    weir__free(s);
 }
 
 int weir_state_snapshot_encode(weir_state_snapshot *s, const void **img, size_t *len)
@@ -396,18 +396,18 @@ int weir_state_snapshot_encode(weir_state_snapshot *s, const void **img, size_t 
         if (s->aside > SIZE_MAX - s->len - TRAILER_LEN)
             return -ENOMEM;
         size_t total = s->aside + s->len;
-        uint8_t *one = malloc(total + TRAILER_LEN);
+        uint8_t *one = weir__malloc(total + TRAILER_LEN);
         if (!one)
             return -ENOMEM;
         size_t at = 0;
         for (size_t i = 0; i < s->nchunks; i++) {
             memcpy(one + at, s->chunks[i].p, s->chunks[i].len);
             at += s->chunks[i].len;
-            free(s->chunks[i].p);
+            weir__free(s->chunks[i].p);
         }
         memcpy(one + at, s->buf, s->len);
-        free(s->chunks);
-        free(s->buf);
+        weir__free(s->chunks);
+        weir__free(s->buf);
         s->chunks = NULL;
         s->nchunks = s->chunks_cap = 0;
         s->aside = 0;

@@ -30,6 +30,8 @@
 
 #include <stdint.h>
 
+#include "weir/sync.h"
+
 typedef struct weir__channel weir__channel;
 struct batch;
 struct subtask;
@@ -52,6 +54,18 @@ struct weir__channel {
     int input;          /* the consumer's input index */
     struct batch *open; /* the producer's batch being filled (runner.c) */
 };
+
+/* Take one of a channel's credits, waiting for it if none is free (the
+ * wait is added to *waited_ns: the producer's backpressure). */
+static inline int weir__credit_take(weir_sem *credits, uint64_t *waited_ns)
+{
+    if (weir_sem_try_acquire(credits, 1) == 0)
+        return 0;
+    int64_t t0 = weir_time_now();
+    int e = weir_sem_acquire(credits, 1, WEIR_FOREVER);
+    *waited_ns += (uint64_t)(weir_time_now() - t0);
+    return e;
+}
 
 /* The in-process channel into consumer `to` (its input queue), with
  * `credits` credits. NULL on allocation failure. */

@@ -19,15 +19,11 @@ typedef struct local_channel {
 static int local_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
 {
     local_channel *lc = (local_channel *)c;
-    if (weir_sem_try_acquire(lc->credits, 1) != 0) {
-        int64_t t0 = weir_time_now();
-        int e = weir_sem_acquire(lc->credits, 1, WEIR_FOREVER);
-        *waited_ns += (uint64_t)(weir_time_now() - t0);
-        if (e)
-            return e;
-    }
+    int e = weir__credit_take(lc->credits, waited_ns);
+    if (e)
+        return e;
     item it = {IT_BATCH, c->input, {b}, 0};
-    int e = weir_chan_send(lc->to->inq, &it, WEIR_FOREVER);
+    e = weir_chan_send(lc->to->inq, &it, WEIR_FOREVER);
     if (e)
         weir_sem_release(lc->credits, 1);
     return e;

@@ -33,7 +33,7 @@ struct weir__tcp_net {
     rx_channel **rx;    /* by plan channel id: the receiving ends here (NULL: none) */
     uint32_t nrx_slots;
     _Atomic uint32_t attached, expected;
-    _Atomic uint64_t sent, received;
+    _Atomic uint64_t sent, received, records;
 };
 
 /* The sending end: producer here, consumer in process `to`. */
@@ -65,10 +65,11 @@ uint64_t weir__tcp_plan_hash(const void *frame, size_t len)
     return XXH3_64bits(frame, len);
 }
 
-void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received)
+void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received, uint64_t *records)
 {
     *sent = atomic_load(&n->sent);
     *received = atomic_load(&n->received);
+    *records = atomic_load(&n->records);
 }
 
 /* "channel 7 ("src" 0 -> "count" 1)" */
@@ -183,13 +184,9 @@ static int tx_write(tx_channel *tx, const uint8_t *p, size_t len)
 static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
 {
     tx_channel *tx = (tx_channel *)c;
-    if (weir_sem_try_acquire(tx->credits, 1) != 0) {
-        int64_t t0 = weir_time_now();
-        int e = weir_sem_acquire(tx->credits, 1, WEIR_FOREVER);
-        *waited_ns += (uint64_t)(weir_time_now() - t0);
-        if (e)
-            return e;
-    }
+    int e = weir__credit_take(tx->credits, waited_ns);
+    if (e)
+        return e;
     size_t len = weir__wire_batch_size(b);
     if (len > tx->cap) {
         uint8_t *nb = weir__realloc(tx->buf, len);
@@ -201,11 +198,12 @@ static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
         tx->cap = len;
     }
     weir__wire_batch_encode(b, tx->buf);
-    int e = tx_write(tx, tx->buf, len);
+    e = tx_write(tx, tx->buf, len);
     if (e) {
         weir_sem_release(tx->credits, 1);
         return e;
     }
+    atomic_fetch_add_explicit(&tx->net->records, b->n, memory_order_relaxed);
     weir__batch_free(b); /* it went out as bytes */
     return 0;
 }

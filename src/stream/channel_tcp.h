@@ -72,7 +72,9 @@ void weir__tcp_deploy(weir__tcp_net *n, weir__deploy *d);
  * the same plan). */
 uint64_t weir__tcp_plan_hash(const void *frame, size_t len);
 
-/* Bytes written and read by the net's channels so far (frames included). */
-void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received);
+/* Bytes written and read by the net's channels so far (frames included),
+ * and the records its sending ends sent. */
+void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received,
+                     uint64_t *records);
 
 #endif

@@ -709,6 +709,23 @@ static void stop_tasks(run *r, const weir__deploy *d)
         r->link->ops->stop(r->link);
 }
 
+/* The end of a run that was deployed: the tasks of its channels and link
+ * end, then everything is freed (prepared: the checkpoint side too). */
+static void end_run(run *r, const weir__deploy *d, int prepared)
+{
+    stop_tasks(r, d);
+    pthread_mutex_lock(&r->j->lock);
+    r->j->running = 0;
+    pthread_mutex_unlock(&r->j->lock);
+    weir__deploy_teardown(r);
+    if (prepared) {
+        weir__ckpt_teardown(r);
+    } else if (r->link) { /* a deploy's link, made before the prepare failed */
+        r->link->ops->free(r->link);
+        r->link = NULL;
+    }
+}
+
 /* Options with their defaults filled in, or -EINVAL with the job's error. */
 static int run_opts(weir_job *j, const weir_run_opts *opts, weir_run_opts *o)
 {
@@ -788,17 +805,12 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     if (e) {
         if (!j->err)
             weir__stream_fail(j, e, "deploying the job: %s", weir_strerror(e));
-        weir__deploy_teardown(&r);
+        end_run(&r, d, 0);
         return j->err;
     }
     if (d && d->start && (e = d->start(d->arg, &r)) < 0) {
         weir__stream_fail(j, e, "starting the job's channels: %s", weir_strerror(e));
-        stop_tasks(&r, d);
-        pthread_mutex_lock(&j->lock);
-        j->running = 0;
-        pthread_mutex_unlock(&j->lock);
-        weir__deploy_teardown(&r);
-        weir__ckpt_teardown(&r);
+        end_run(&r, d, 1);
         return j->err;
     }
     weir_rt *rt = weir_rt_current();
@@ -815,9 +827,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
         weir__stream_fail(j, -ENOMEM, "could not start the checkpoint coordinator");
         weir_scope_free(cs); /* no child: no join needed */
         weir_scope_free(sc);
-        stop_tasks(&r, d);
-        weir__deploy_teardown(&r);
-        weir__ckpt_teardown(&r);
+        end_run(&r, d, 1);
         return j->err;
     }
     int next = 0;
@@ -844,12 +854,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
         weir_scope_join(cs, NULL);
         weir_scope_free(cs);
     }
-    stop_tasks(&r, d);
-    pthread_mutex_lock(&j->lock);
-    j->running = 0;
-    pthread_mutex_unlock(&j->lock);
-    weir__deploy_teardown(&r);
-    weir__ckpt_teardown(&r);
+    end_run(&r, d, 1);
     if (j->err)
         return j->err;
     if (e && e != -ECANCELED)

@@ -114,11 +114,40 @@ static char *collected(const weir_collector *c)
 }
 
 /* ---- one process's share -------------------------------------------------------------------- */
+/* j's plan at parallelism 2 (in *p) and this process's net for it: subtask
+ * s of every chain in process s % 2, checkpoint messages over ctl (NULL:
+ * none), process 0 coordinating. */
+static weir__tcp_net *plan_and_net(weir_job *j, weir__plan **p, int self, int lfd,
+                                   const int ports[2], const int *ctl, int64_t timeout_ms)
+{
+    char why[256];
+    CHECK_EQ(weir__plan_make(j, 2, 4, p, why, sizeof(why)), 0);
+    weir_frame_builder fb;
+    CHECK_EQ(weir__plan_encode(*p, &fb), 0);
+    const uint8_t *bytes;
+    size_t len;
+    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
+    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){
+        .self = self,
+        .nprocs = 2,
+        .hosts = hosts,
+        .ports = ports,
+        .listen_fd = lfd,
+        .place = by_subtask,
+        .plan_hash = weir__tcp_plan_hash(bytes, len),
+        .connect_timeout_ms = timeout_ms,
+        .control_fds = ctl,
+        .coordinator = 0,
+    });
+    weir_frame_builder_close(&fb);
+    return n;
+}
 typedef struct share {
     int self, lfd, ports[2];
     const char *out;
     int64_t connect_timeout_ms;
-    uint64_t sent, received;
+    uint64_t sent, received, records;
 } share;
 
 static intptr_t run_share(void *arg)
@@ -127,32 +156,15 @@ static intptr_t run_share(void *arg)
     weir_collector *c = weir_collector_new();
     weir_job *j = count_job(c);
     weir__plan *p;
-    char why[256];
-    CHECK_EQ(weir__plan_make(j, 2, 4, &p, why, sizeof(why)), 0);
-    weir_frame_builder fb;
-    CHECK_EQ(weir__plan_encode(p, &fb), 0);
-    const uint8_t *bytes;
-    size_t len;
-    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
-    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
-    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){
-        .self = sh->self,
-        .nprocs = 2,
-        .hosts = hosts,
-        .ports = sh->ports,
-        .listen_fd = sh->lfd,
-        .place = by_subtask,
-        .plan_hash = weir__tcp_plan_hash(bytes, len),
-        .connect_timeout_ms = sh->connect_timeout_ms,
-    });
-    weir_frame_builder_close(&fb);
+    weir__tcp_net *n =
+        plan_and_net(j, &p, sh->self, sh->lfd, sh->ports, NULL, sh->connect_timeout_ms);
     CHECK(n != NULL);
     weir__deploy d;
     weir__tcp_deploy(n, &d);
     int e = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
     if (e)
         fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
-    weir__tcp_stats(n, &sh->sent, &sh->received);
+    weir__tcp_stats(n, &sh->sent, &sh->received, &sh->records);
     weir__tcp_free(n);
     char *text = collected(c);
     FILE *f = fopen(sh->out, "w");
@@ -205,11 +217,12 @@ TEST(a_job_over_two_processes_gives_the_one_process_output)
         CHECK_GE(pid[i], 0);
         if (pid[i] == 0) {
             close(lfd[1 - i]);
-            share sh = {i, lfd[i], {ports[0], ports[1]}, out[i], 0, 0, 0};
+            share sh = {i, lfd[i], {ports[0], ports[1]}, out[i], 0, 0, 0, 0};
             intptr_t e = test_run_on_rt(2, run_share, &sh);
             if (!e)
-                fprintf(stderr, "process %d: %llu bytes sent, %llu received\n", i,
-                        (unsigned long long)sh.sent, (unsigned long long)sh.received);
+                fprintf(stderr, "process %d: %llu bytes sent (%llu records), %llu received\n", i,
+                        (unsigned long long)sh.sent, (unsigned long long)sh.records,
+                        (unsigned long long)sh.received);
             _exit(e ? 1 : 0);
         }
     }
@@ -454,29 +467,10 @@ static intptr_t run_eo_share(void *arg)
 {
     eo_share *sh = arg;
     weir_job *j = eo_job(sh->out, NULL);
-    weir__plan *p;
-    char why[256];
-    CHECK_EQ(weir__plan_make(j, 2, 4, &p, why, sizeof(why)), 0);
-    weir_frame_builder fb;
-    CHECK_EQ(weir__plan_encode(p, &fb), 0);
-    const uint8_t *bytes;
-    size_t len;
-    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
-    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
     int ctl[2] = {-1, -1};
     ctl[1 - sh->self] = sh->ctl;
-    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){
-        .self = sh->self,
-        .nprocs = 2,
-        .hosts = hosts,
-        .ports = sh->ports,
-        .listen_fd = sh->lfd,
-        .place = by_subtask,
-        .plan_hash = weir__tcp_plan_hash(bytes, len),
-        .control_fds = ctl,
-        .coordinator = 0,
-    });
-    weir_frame_builder_close(&fb);
+    weir__plan *p;
+    weir__tcp_net *n = plan_and_net(j, &p, sh->self, sh->lfd, sh->ports, ctl, 0);
     CHECK(n != NULL);
     weir__deploy d;
     weir__tcp_deploy(n, &d);
