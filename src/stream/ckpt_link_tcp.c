@@ -165,8 +165,11 @@ static intptr_t reader(void *arg)
         weir_frame_free(&f);
         subtask *st = e ? NULL : local_sub(t, &m);
         if (!e && t->coordinator) {
-            /* From a worker: only ACKs, of its own subtasks. */
-            if (m.kind != WEIR__CK_ACK || t->place(t->place_arg, m.chain, m.sub) != proc)
+            /* From a worker: only ACKs, of its own subtasks (of the plan:
+             * place() is never asked about numbers the plan does not have). */
+            const weir__plan *pl = t->r->plan;
+            if (m.kind != WEIR__CK_ACK || m.chain >= pl->nchains ||
+                m.sub >= pl->chains[m.chain].par || t->place(t->place_arg, m.chain, m.sub) != proc)
                 e = -EBADMSG, snprintf(why, sizeof(why), "an ACK for a subtask it does not run");
             else
                 e = weir_chan_send(t->acks, &m, WEIR_FOREVER);
