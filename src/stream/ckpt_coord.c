@@ -50,18 +50,26 @@ static int local_recv(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline)
     return weir_chan_recv(((local_link *)l)->acks, m, deadline);
 }
 
-static int local_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
+subtask *weir__ckpt_local_subtask(run *r, const weir__ckpt_msg *m)
 {
-    run *r = ((local_link *)l)->r;
     if (m->chain >= (uint32_t)r->nchains || m->sub >= (uint32_t)r->chains[m->chain].par)
-        return -EINVAL;
+        return NULL;
     subtask *st = &r->chains[m->chain].subs[m->sub];
-    if (!st->here)
-        return -EINVAL;
+    return st->here ? st : NULL;
+}
+
+int weir__ckpt_deliver(subtask *st, const weir__ckpt_msg *m)
+{
     int kind = m->kind == WEIR__CK_TRIGGER    ? IT_TRIGGER
                : m->kind == WEIR__CK_COMPLETE ? IT_NOTIFY
                                               : IT_ABORT;
     return weir__subtask_post(st, (item){kind, 0, {NULL}, (int64_t)m->id});
+}
+
+static int local_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
+{
+    subtask *st = weir__ckpt_local_subtask(((local_link *)l)->r, m);
+    return st ? weir__ckpt_deliver(st, m) : -EINVAL;
 }
 
 static void local_free(weir__ckpt_link *l)
@@ -71,8 +79,7 @@ static void local_free(weir__ckpt_link *l)
     weir__free(ll);
 }
 
-static const weir__ckpt_link_ops local_ops = {local_ack, local_recv, local_send, NULL,
-                                              local_free};
+static const weir__ckpt_link_ops local_ops = {local_ack, local_recv, local_send, NULL, local_free};
 
 weir__ckpt_link *weir__ckpt_link_local(run *r)
 {

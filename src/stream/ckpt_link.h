@@ -62,6 +62,13 @@ struct weir__ckpt_link {
     const weir__ckpt_link_ops *ops;
 };
 
+/* For links (ckpt_coord.c): the subtask of this process a message names
+ * (NULL: not one of the plan's, or it runs elsewhere), and the delivery
+ * of TRIGGER / COMPLETE / ABORT to it as an item of its mailbox. */
+struct subtask;
+struct subtask *weir__ckpt_local_subtask(struct run *r, const weir__ckpt_msg *m);
+int weir__ckpt_deliver(struct subtask *st, const weir__ckpt_msg *m);
+
 /* The link of a run whose subtasks all share this process. NULL with
  * errno. */
 weir__ckpt_link *weir__ckpt_link_local(struct run *r);

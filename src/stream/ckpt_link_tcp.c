@@ -122,25 +122,6 @@ int weir__ckpt_msg_decode(const uint8_t *p, size_t len, weir__ckpt_msg *m, char 
     return 0;
 }
 
-/* The subtask a message names, if it runs in this process. */
-static subtask *local_sub(tcp_link *t, const weir__ckpt_msg *m)
-{
-    run *r = t->r;
-    if (m->chain >= (uint32_t)r->nchains || m->sub >= (uint32_t)r->chains[m->chain].par)
-        return NULL;
-    subtask *st = &r->chains[m->chain].subs[m->sub];
-    return st->here ? st : NULL;
-}
-
-static int deliver(tcp_link *t, subtask *st, const weir__ckpt_msg *m)
-{
-    int kind = m->kind == WEIR__CK_TRIGGER    ? IT_TRIGGER
-               : m->kind == WEIR__CK_COMPLETE ? IT_NOTIFY
-                                              : IT_ABORT;
-    (void)t;
-    return weir__subtask_post(st, (item){kind, 0, {NULL}, (int64_t)m->id});
-}
-
 typedef struct reader_arg {
     tcp_link *t;
     int proc;
@@ -163,7 +144,7 @@ static intptr_t reader(void *arg)
         char why[96] = "";
         int e = weir__ckpt_msg_decode(f.data, f.len, &m, why, sizeof(why));
         weir_frame_free(&f);
-        subtask *st = e ? NULL : local_sub(t, &m);
+        subtask *st = e ? NULL : weir__ckpt_local_subtask(t->r, &m);
         if (!e && t->coordinator) {
             /* From a worker: only ACKs, of its own subtasks (of the plan:
              * place() is never asked about numbers the plan does not have). */
@@ -178,7 +159,7 @@ static intptr_t reader(void *arg)
                 e = -EBADMSG,
                 snprintf(why, sizeof(why), "a message for no subtask of this process");
             else
-                deliver(t, st, &m);
+                weir__ckpt_deliver(st, &m);
         }
         if (e == -EBADMSG) {
             weir__stream_fail(t->r->j, e, "checkpoint link from process %d: %s", proc, why);
@@ -216,9 +197,9 @@ static int tcp_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
     tcp_link *t = (tcp_link *)l;
     if (!t->coordinator)
         return -EINVAL;
-    subtask *st = local_sub(t, m);
+    subtask *st = weir__ckpt_local_subtask(t->r, m);
     if (st)
-        return deliver(t, st, m);
+        return weir__ckpt_deliver(st, m);
     int proc = t->place(t->place_arg, m->chain, m->sub);
     if (proc < 0 || proc >= t->nprocs || t->fds[proc] < 0)
         return -EINVAL;

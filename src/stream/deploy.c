@@ -202,7 +202,6 @@ int weir__deploy_build(run *r, const weir__plan *p, const weir__deploy *d)
                 continue;
             if ((e = build_subtask(r, pc, c, (int)s)) < 0)
                 return e;
-            r->nsubtasks++;
         }
     }
     /* Channels, in the plan's order: for each chain head's input, each

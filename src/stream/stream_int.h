@@ -297,13 +297,12 @@ struct run {
     channel **channels;
     int nchannels, chcap;
     /* checkpoints */
-    struct weir__ckpt_link *link;     /* checkpoint messages (ckpt_link.h) */
+    struct weir__ckpt_link *link; /* checkpoint messages (ckpt_link.h) */
     int worker; /* another process coordinates checkpoints and holds the directories */
     struct weir__manifest *restore_m; /* the restored checkpoint's manifest */
     _Atomic uint64_t completed;       /* the latest completed (or restored) checkpoint */
     uint64_t restored;
-    uint64_t id_base; /* checkpoints of this run are numbered after it */
-    int nsubtasks;
+    uint64_t id_base;            /* checkpoints of this run are numbered after it */
     weir__dirlocks locks;        /* the checkpoint and sink directories, held while it runs */
     struct weir__storage *store; /* the checkpoint directory's (state/storage.h) */
 };
