@@ -22,6 +22,7 @@
 
 #include "stream/channel_tcp.h"
 #include "stream/count_ops.h"
+#include "stream/lines.h"
 #include "stream/plan.h"
 #include "stream/wire.h"
 #include "test.h"
@@ -70,47 +71,6 @@ static int by_subtask(void *arg, uint32_t chain, uint32_t sub)
 {
     (void)arg, (void)chain;
     return (int)(sub % 2);
-}
-
-static int str_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted lines of a buffer of "\n"-ended lines, joined again. */
-static char *sorted(char *text)
-{
-    size_t n = 0, cap = 16;
-    char **v = malloc(cap * sizeof(*v));
-    for (char *save, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        if (n == cap)
-            v = realloc(v, (cap *= 2) * sizeof(*v));
-        v[n++] = l;
-    }
-    qsort(v, n, sizeof(*v), str_cmp);
-    size_t len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(v[i]) + 1;
-    char *out = calloc(1, len);
-    for (size_t i = 0; i < n; i++)
-        strcat(strcat(out, v[i]), "\n");
-    free(v);
-    return out;
-}
-
-static char *collected(const weir_collector *c)
-{
-    size_t n = weir_collector_count(c), len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += weir_collector_get(c, i)->len + 1;
-    char *out = calloc(1, len), *p = out;
-    for (size_t i = 0; i < n; i++) {
-        const weir_rec *r = weir_collector_get(c, i);
-        memcpy(p, r->data, r->len);
-        p += r->len;
-        *p++ = '\n';
-    }
-    return out;
 }
 
 /* ---- one process's share -------------------------------------------------------------------- */
@@ -316,8 +276,15 @@ static intptr_t fake_producer(void *arg)
         CHECK_EQ(weir_io_send(fd, empty, sizeof(empty), MSG_NOSIGNAL, WEIR_FOREVER),
                  (ssize_t)sizeof(empty));
     }
-    /* LOST: close without END. */
-    weir_time_sleep(50 * WEIR_MSEC);
+    /* LOST: close without END, now. Otherwise hold the connection until
+     * the consumer's failed run closes it, so that what was sent is read
+     * before any close of ours could reset it. */
+    if (f->mode != LOST) {
+        char sink[256];
+        int64_t deadline = weir_time_after_ms(30000);
+        while (weir_io_read(fd, sink, sizeof(sink), deadline) > 0)
+            ;
+    }
     weir_io_close(fd);
     return 0;
 }

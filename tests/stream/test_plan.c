@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "stream/count_ops.h"
+#include "stream/lines.h"
 #include "stream/deploy.h"
 #include "stream/plan.h"
 #include "test.h"
@@ -253,28 +254,11 @@ static intptr_t run_both(void *arg)
     return 0;
 }
 
-static int str_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* The collector's lines, sorted, joined. */
 static char *lines(const weir_collector *c)
 {
-    size_t n = weir_collector_count(c), cap = 1;
-    char **v = calloc(n + 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++) {
-        const weir_rec *r = weir_collector_get(c, i);
-        v[i] = strndup(r->data, r->len);
-        cap += r->len + 1;
-    }
-    qsort(v, n, sizeof(*v), str_cmp);
-    char *out = calloc(1, cap);
-    for (size_t i = 0; i < n; i++) {
-        strcat(strcat(out, v[i]), "\n");
-        free(v[i]);
-    }
-    free(v);
+    char *text = collected(c), *out = sorted(text);
+    free(text);
     return out;
 }
 
