@@ -51,9 +51,11 @@
  * time and one with ts <= watermark may be late; a timer at t fires once
  * t <= watermark, a window [start, end) once end - 1 <= watermark. So a
  * record exactly the bound behind the largest is on time. A subtask's watermark is the minimum over
- * its inputs; an input idle for opts.idle_timeout_ms is left out of the minimum until it sends
- * again. When a bounded source ends, its watermark jumps to WEIR_WATERMARK_MAX (end of input),
- * which fires every pending event-time timer downstream.
+ * its inputs, leaving out idle ones: a source that emitted nothing for its
+ * idle_timeout_ms says it is idle, a subtask whose inputs are all idle is
+ * idle too, and (with opts.idle_timeout_ms) an input silent that long counts
+ * as idle; each until it sends again. When a bounded source ends, its watermark jumps to
+ * WEIR_WATERMARK_MAX (end of input), which fires every pending event-time timer downstream.
  *
  * Keyed operators. After weir_stream_key_by() an operator's functions run
  * with a current key (the record's key) and keyed state scoped to it: each
@@ -224,6 +226,12 @@ typedef struct weir_source_def {
      * (>= 0) minus one. -1: the source emits no watermarks (processing-time
      * jobs). */
     int64_t max_out_of_orderness;
+    /* Idleness: a source whose next() calls emit nothing for this long says
+     * so to its consumers, which leave it out of their watermark minimum
+     * until it emits again (a quiet partition must not hold every window
+     * back). 0: weir_run_opts.idle_timeout_ms, which also covers a source
+     * that waits inside next() (its consumers see it silent). */
+    int64_t idle_timeout_ms;
     /* Checkpoints (both NULL: the source cannot be rewound, and a restored
      * job starts it from the beginning). snapshot() gives the subtask's
      * position as bytes (*buf malloc'd, freed by the runner) at a barrier;
@@ -478,10 +486,13 @@ const weir_rec *weir_collector_get(const weir_collector *c, size_t i);
 /* ---- jobs ------------------------------------------------------------------------------- */
 
 typedef struct weir_run_opts {
-    int parallelism;         /* operators without their own: 1 */
-    int credits;             /* batches in flight per channel: 4 */
-    int64_t idle_timeout_ms; /* an input silent this long leaves the watermark minimum: 0 = never */
-    int threads;             /* 0: every thread of the runtime */
+    int parallelism; /* operators without their own: 1 */
+    int credits;     /* batches in flight per channel: 4 */
+    /* An input silent this long leaves the watermark minimum, and a source
+     * without its own idle_timeout_ms that emits nothing this long says it
+     * is idle: 0 = never. */
+    int64_t idle_timeout_ms;
+    int threads; /* 0: every thread of the runtime */
     /* Checkpoints: every checkpoint_interval_ms (0: none) into
      * checkpoint_dir; restore: start from the latest completed checkpoint
      * there (none yet: start afresh); retain: completed checkpoints kept

@@ -215,7 +215,8 @@ static int tx_send_ctl(weir__channel *c, int kind, int64_t v)
     size_t len = kind == IT_WATERMARK ? weir__wire_encode_watermark(f, v)
                  : kind == IT_BARRIER
                      ? weir__wire_encode_barrier(f, (uint64_t)v, WEIR__WIRE_BARRIER_ALIGNED)
-                     : weir__wire_encode_end(f);
+                 : kind == IT_IDLE ? weir__wire_encode_idle(f, v != 0)
+                                   : weir__wire_encode_end(f);
     return tx_write(tx, f, len);
 }
 
@@ -293,7 +294,11 @@ static intptr_t rx_reader(void *arg)
             it.kind = IT_EOI;
             rx->ended = 1;
             break;
-        default: /* HELLO again, CREDIT, IDLE: not from a producer here */
+        case WEIR__WIRE_IDLE:
+            it.kind = IT_IDLE;
+            it.wm = m.u.idle;
+            break;
+        default: /* HELLO again, CREDIT: not from a producer here */
             bad = "a frame a producer does not send";
         }
         if (!bad && rx->ended && it.kind != IT_EOI)

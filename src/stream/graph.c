@@ -188,8 +188,10 @@ weir_stream *weir_job_source(weir_job *j, const char *name, const weir_source_de
 {
     if (!j || j->err)
         return NULL;
-    if (!name || !*name || !def || !def->next || def->max_out_of_orderness < -1) {
-        build_fail(j, "a source needs a name, a next function and max_out_of_orderness >= -1");
+    if (!name || !*name || !def || !def->next || def->max_out_of_orderness < -1 ||
+        def->idle_timeout_ms < 0) {
+        build_fail(j, "a source needs a name, a next function, max_out_of_orderness >= -1 and "
+                      "idle_timeout_ms >= 0");
         return NULL;
     }
     sop *o = new_op(j, name, OP_SOURCE);

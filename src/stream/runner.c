@@ -371,6 +371,12 @@ static int handle_posted(subtask *st, const item *it)
     case IT_CALL:
         it->mail->fn(st, it->mail);
         return 0;
+    case IT_TIMER: {
+        int e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now());
+        if (e < 0)
+            return weir__op_error(&st->ctx[0], e, "on_timer");
+        return weir__timers_arm(st);
+    }
     default: /* IT_FAIL */
         return it->wm < 0 ? (int)it->wm : -EPROTO;
     }
@@ -390,15 +396,42 @@ static int source_mail(subtask *st)
     return 0;
 }
 
+/* The subtask tells its consumers it is idle (1: leave me out of your
+ * watermark minimum) or active again (0). */
+static int set_idle(subtask *st, int idle)
+{
+    st->out_idle = idle;
+    return weir__stream_broadcast(st, IT_IDLE, idle);
+}
+
+/* A source emitted (or not) in one call of next(): it is idle once it has
+ * emitted nothing for idle_ns, active again when it emits. */
+static int source_idleness(subtask *st, int emitted, int64_t idle_ns)
+{
+    int64_t now = weir_time_now();
+    if (emitted) {
+        st->last_emit = now;
+        return st->out_idle ? set_idle(st, 0) : 0;
+    }
+    return !st->out_idle && now - st->last_emit > idle_ns ? set_idle(st, 1) : 0;
+}
+
 static int run_source(subtask *st)
 {
     sop *src = st->ops[0];
     weir_ctx *c = &st->ctx[0];
+    int64_t idle_ms =
+        src->src.idle_timeout_ms ? src->src.idle_timeout_ms : st->r->o.idle_timeout_ms;
+    int64_t idle_ns = idle_ms > 0 ? idle_ms * WEIR_MSEC : 0;
+    st->last_emit = weir_time_now();
     for (;;) {
+        uint64_t before = c->out;
         int r = src->src.next(c, c->state);
         if (r < 0)
             return weir__op_error(c, r, "next");
         int e = weir__stream_flush_all(st);
+        if (!e && idle_ns && r != 1)
+            e = source_idleness(st, c->out != before, idle_ns);
         st->max_seen = st->max_ts;
         metrics_push(st);
         if (!e && src->src.max_out_of_orderness >= 0)
@@ -425,7 +458,7 @@ static void recompute(subtask *st, int64_t now, int64_t idle_ns, int64_t *out, i
         in_state *in = &st->ins[i];
         if (in->eoi)
             continue;
-        in->idle = idle_ns > 0 && !in->blocked && now - in->last > idle_ns;
+        in->idle = in->said_idle || (idle_ns > 0 && !in->blocked && now - in->last > idle_ns);
         if (in->idle)
             continue;
         counted++;
@@ -434,6 +467,24 @@ static void recompute(subtask *st, int64_t now, int64_t idle_ns, int64_t *out, i
     }
     *out = m;
     *any = counted;
+}
+
+/* An input's watermark or idleness changed (or time passed): the
+ * watermark follows the inputs that count; when none does (every open
+ * input idle) the subtask is idle itself, and says so downstream. */
+static int inputs_moved(subtask *st, int64_t now, int64_t idle_ns)
+{
+    int64_t m;
+    int any;
+    recompute(st, now, idle_ns, &m, &any);
+    if (!any)
+        return st->out_idle ? 0 : set_idle(st, 1);
+    if (st->out_idle) {
+        int e = set_idle(st, 0);
+        if (e < 0)
+            return e;
+    }
+    return m != INT64_MAX ? advance(st, m) : 0;
 }
 
 static int process_batch(subtask *st, in_state *in, batch *b)
@@ -533,15 +584,10 @@ static int run_operator(subtask *st)
     while (open > 0) {
         item it;
         int e;
-        /* Now and then while input keeps coming without a wait: yield, and
-         * fire processing-time timers that came due. */
-        if (++turn % 16 == 0) {
-            if ((e = weir_task_yield()) < 0)
-                return e;
-            if (st->backend && weir__timers_next(st, WEIR_TIME_PROCESSING) <= weir_time_now() &&
-                (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now())) < 0)
-                return weir__op_error(&st->ctx[0], e, "on_timer");
-        }
+        /* Now and then while input keeps coming without a wait: let the
+         * other subtasks of this thread run. */
+        if (++turn % 16 == 0 && (e = weir_task_yield()) < 0)
+            return e;
         /* Items held back during an alignment go first, then the queue. */
         e = weir__itemq_pop(&st->replay, &it);
         if (e == -EAGAIN)
@@ -551,17 +597,9 @@ static int run_operator(subtask *st)
                 return e;
             int64_t deadline =
                 idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms) : WEIR_FOREVER;
-            int64_t proc = weir__timers_next(st, WEIR_TIME_PROCESSING);
-            if (proc < deadline)
-                deadline = proc;
             e = weir_chan_recv(st->inq, &it, deadline);
             if (e == -ETIMEDOUT) {
-                int64_t now = weir_time_now(), m;
-                int any;
-                if (proc <= now && (e = weir__timers_fire(st, WEIR_TIME_PROCESSING, now)) < 0)
-                    return weir__op_error(&st->ctx[0], e, "on_timer");
-                recompute(st, now, idle_ns, &m, &any);
-                if (any && m != INT64_MAX && (e = advance(st, m)) < 0)
+                if ((e = inputs_moved(st, weir_time_now(), idle_ns)) < 0)
                     return e;
                 continue;
             }
@@ -588,6 +626,17 @@ static int run_operator(subtask *st)
                 return e;
             continue;
         }
+        if (it.kind == IT_IDLE) {
+            in->said_idle = it.wm != 0;
+            if ((e = inputs_moved(st, in->last, idle_ns)) < 0)
+                return e;
+            continue;
+        }
+        if (it.kind != IT_EOI) { /* a batch or a watermark: it is active */
+            in->said_idle = 0;
+            if (st->out_idle && (e = set_idle(st, 0)) < 0)
+                return e;
+        }
         if (it.kind == IT_BATCH) {
             e = process_batch(st, in, it.b);
             weir__batch_free(it.b);
@@ -607,13 +656,8 @@ static int run_operator(subtask *st)
             if (st->arrived && (e = try_align(st)) < 0)
                 return e;
         }
-        if (open > 0) {
-            int64_t m;
-            int any;
-            recompute(st, in->last, idle_ns, &m, &any);
-            if (any && m != INT64_MAX && (e = advance(st, m)) < 0)
-                return e;
-        }
+        if (open > 0 && (e = inputs_moved(st, in->last, idle_ns)) < 0)
+            return e;
     }
     return finish_chain(st);
 }
@@ -644,8 +688,11 @@ static intptr_t subtask_main(void *arg)
      * checkpoints up to the restored id. */
     for (int i = 0; i < st->nops; i++)
         st->ctx[i].seq = (st->r->restored + 1) << 40;
+    if (!e && st->backend) /* restored processing-time timers */
+        e = weir__timers_arm(st);
     if (!e)
         e = st->source ? run_source(st) : run_operator(st);
+    weir__timers_disarm(st); /* on this thread, before the run can end */
     /* -ECANCELED from an operator of a run nobody cancelled (a function
      * that returned it, or weir_fail with it) is a failure: as a scope
      * child's "cancelled" it would end this subtask without failing the

@@ -145,8 +145,10 @@ void weir__batch_free(batch *b);
 /* ---- the run's structures ----------------------------------------------------------------- */
 
 /* The items of a subtask's mailbox (its input queue): what its inputs
- * deliver (IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, each with the input
- * it came on) and what others post to it (weir__subtask_post): IT_NOTIFY
+ * deliver (IT_BATCH, IT_WATERMARK, IT_EOI, IT_BARRIER, IT_IDLE - wm 1: the
+ * producer has nothing to send and leaves the watermark minimum, 0: it is
+ * active again -, each with the input it came on) and what others post to
+ * it (weir__subtask_post): IT_TIMER (a processing-time timer is due), IT_NOTIFY
  * (checkpoint wm completed: run the commit hooks), IT_TRIGGER (sources:
  * start checkpoint wm), IT_ABORT (checkpoint wm will never complete), IT_CALL (a completion - a
  * state read, a persist, a control message - to run on the subtask's thread), IT_FAIL (end with
@@ -156,7 +158,9 @@ enum {
     IT_WATERMARK,
     IT_EOI,
     IT_BARRIER,
-    IT_NOTIFY,
+    IT_IDLE,
+    IT_NOTIFY, /* from here on: posted items (handle_posted, runner.c) */
+    IT_TIMER,
     IT_TRIGGER,
     IT_ABORT,
     IT_CALL,
@@ -207,6 +211,7 @@ typedef struct in_state {
     channel *ch;
     int64_t wm;
     int eoi, idle;
+    int said_idle; /* its producer sent IT_IDLE 1 and nothing since */
     int64_t last;
     weir_key_fn key;
     void *key_arg;
@@ -268,6 +273,10 @@ struct subtask {
     weir_state_backend *backend;
     weir__timers timers[2];       /* by domain (timers.c) */
     struct weir__controller *ctl; /* keyed heads with admit/drain (controller.h); else NULL */
+    weir_timer *ptimer;           /* posts IT_TIMER at ptimer_at (timers.c); NULL: none armed */
+    int64_t ptimer_at;
+    int out_idle;      /* it sent IT_IDLE 1 on its outputs and has been idle since */
+    int64_t last_emit; /* sources: when next() last emitted a record */
     uint64_t bp_ns;
     _Atomic unsigned posted; /* items posted and not yet taken (sources look between next()s) */
     /* checkpoints (checkpoint.c) */
@@ -389,6 +398,11 @@ int weir__ns_scan(weir_ctx *ctx, const char *state,
 void weir__timers_free(weir__timers *t);
 int weir__timers_fire(subtask *st, int domain, int64_t upto);
 int64_t weir__timers_next(subtask *st, int domain);
+/* Processing time: keep one runtime timer armed at the earliest
+ * processing-time timer (it posts IT_TIMER); disarm at the subtask's end.
+ * Both on the subtask's thread. */
+int weir__timers_arm(subtask *st);
+void weir__timers_disarm(subtask *st);
 /* Checkpoints: capture the backend with the timers as entries of their
  * groups; after a restore, move them out of the backend into the heaps. */
 int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out);

@@ -18,6 +18,16 @@
  * the deleted outnumber the live. A watermark that reaches no timer costs
  * one look at the earliest bucket.
  *
+ * Firing. Event-time timers fire when a watermark passes them (runner.c's
+ * advance). Processing-time timers are items of the subtask's mailbox like
+ * everything else it does: one runtime callback timer (weir_timer_start)
+ * stays armed at the earliest of them and posts IT_TIMER when it is due;
+ * the subtask fires what came due when it takes the item and arms the
+ * next. Registering an earlier one re-arms; a deleted earliest one leaves
+ * the armed timer early, which then fires nothing and arms the next. The
+ * callback runs on the subtask's own thread (the runtime keeps the task
+ * that started a timer on its thread), so ptimer needs no lock.
+ *
  * Checkpoints. Timers belong to key groups like any keyed state, so a
  * rescaled restore must move them with their groups. A snapshot of the
  * subtask's state backend takes them as entries of their groups
@@ -417,7 +427,14 @@ int weir_timer_register(weir_ctx *ctx, int domain, int64_t when)
     const weir__rctx *rc = ctx->rc;
     if (13 + rc->klen > WEIR_STATE_MAX_KEY)
         return -E2BIG; /* its checkpoint entry could not be stored */
-    return timer_add(&ctx->st->timers[domain], rc->kg, rc->key, rc->klen, when);
+    subtask *st = ctx->st;
+    int e = timer_add(&st->timers[domain], rc->kg, rc->key, rc->klen, when);
+    if (e >= 0 && domain == WEIR_TIME_PROCESSING && (!st->ptimer || when < st->ptimer_at)) {
+        int a = weir__timers_arm(st);
+        if (a < 0)
+            return a;
+    }
+    return e;
 }
 
 int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when)
@@ -461,6 +478,36 @@ int64_t weir__timers_next(subtask *st, int domain)
 {
     weir__timer *x = top(&st->timers[domain]);
     return x ? x->when : INT64_MAX;
+}
+
+/* The armed timer is due: it freed itself; the subtask fires on its item. */
+static void proc_due(void *arg)
+{
+    subtask *st = arg;
+    st->ptimer = NULL;
+    weir__subtask_post(st, (item){.kind = IT_TIMER});
+}
+
+int weir__timers_arm(subtask *st)
+{
+    int64_t next = weir__timers_next(st, WEIR_TIME_PROCESSING);
+    if (st->ptimer && st->ptimer_at <= next)
+        return 0; /* it fires early enough */
+    weir__timers_disarm(st);
+    if (next == INT64_MAX)
+        return 0;
+    int64_t delay = next - weir_time_now();
+    if (!(st->ptimer = weir_timer_start(delay > 0 ? delay : 0, 0, proc_due, st)))
+        return -ENOMEM;
+    st->ptimer_at = next;
+    return 0;
+}
+
+void weir__timers_disarm(subtask *st)
+{
+    if (st->ptimer)
+        weir_timer_cancel(st->ptimer);
+    st->ptimer = NULL;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------------- */

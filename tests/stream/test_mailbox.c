@@ -4,7 +4,10 @@
  * work posted from another thread (a completion) runs on the subtask's own
  * thread, in a source between two calls of next() and in an operator
  * between its inputs' items; work still queued when the run ends is
- * dropped, not run and not leaked.
+ * dropped, not run and not leaked. Processing-time timers are mailbox
+ * items too: they fire when due while batches keep the subtask busy, in
+ * time order, on its own thread, re-armed by an earlier registration (and
+ * from inside on_timer), never after they were deleted.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -141,6 +144,145 @@ TEST(work_queued_when_the_run_ends_is_dropped)
     CHECK_EQ(test_run_on_rt(2, run_late, NULL), 0);
     CHECK_EQ(atomic_load(&late.ran), 0);
     CHECK_EQ(atomic_load(&late.dropped), 1);
+}
+
+/* ---- processing-time timers ---- */
+#define NT 40
+enum { K_DELETED = 1000, K_FLOOD = 2000 };
+static _Atomic int fired, not_rearmed, fired_deleted, fired_late, fired_off_thread, fired_out_of_order;
+static _Atomic int flooding; /* the source was still sending when the last one fired */
+static pthread_t sink_thread;
+static int64_t last_when, latest_when;
+
+typedef struct tsrc {
+    int phase;
+    int64_t give_up;
+} tsrc;
+
+static int tsrc_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    tsrc *t = calloc(1, sizeof(*t));
+    t->give_up = weir_time_after_ms(20000);
+    *state = t;
+    return 0;
+}
+
+static int tsrc_next(weir_ctx *ctx, void *state)
+{
+    tsrc *t = state;
+    int64_t k;
+    if (t->phase == 0) {
+        /* Keys NT-1 .. 0 each ask for a timer (value: ms from now) in
+         * descending order, so each one is earlier than every one before:
+         * each registration re-arms. Then K_DELETED's, registered and
+         * deleted (it is the earliest when deleted). */
+        for (k = NT - 1; k >= 0; k--) {
+            int64_t rec[2] = {k, 5 + k * 50};
+            CHECK_EQ(weir_emit(ctx, rec, sizeof(rec), 0), 0);
+        }
+        int64_t del[2] = {K_DELETED, 1};
+        CHECK_EQ(weir_emit(ctx, del, sizeof(del), 0), 0);
+        CHECK_EQ(weir_emit(ctx, del, sizeof(del), 0), 0); /* the second deletes */
+        t->phase = 1;
+        return 0;
+    }
+    /* Then a flood with no wait between batches, until every timer fired
+     * (and the one on_timer adds), or give up. */
+    if (atomic_load(&fired) < NT + 1 && weir_time_now() < t->give_up) {
+        for (int i = 0; i < 64; i++) {
+            int64_t rec[2] = {K_FLOOD, -1};
+            CHECK_EQ(weir_emit(ctx, rec, sizeof(rec), 0), 0);
+        }
+        return 0;
+    }
+    atomic_store(&flooding, atomic_load(&fired) == NT + 1);
+    return 1;
+}
+
+static int tkey(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = in->data;
+    *len = 8;
+    return 0;
+}
+
+static int tsink_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    int64_t rec[2];
+    memcpy(rec, in->data, sizeof(rec));
+    sink_thread = pthread_self();
+    if (rec[0] == K_FLOOD)
+        return 0;
+    if (rec[0] == K_DELETED) {
+        static int seen;
+        if (seen++)
+            return weir_timer_delete(ctx, WEIR_TIME_PROCESSING, last_when);
+    }
+    int64_t when = weir_time_now() + rec[1] * WEIR_MSEC;
+    if (rec[0] == K_DELETED)
+        last_when = when;
+    if (rec[0] == NT - 1)
+        latest_when = when; /* the first registered, the latest due */
+    return weir_timer_register(ctx, WEIR_TIME_PROCESSING, when);
+}
+
+static int tsink_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    (void)state;
+    static int64_t prev;
+    static int again;
+    size_t kl;
+    int64_t key;
+    memcpy(&key, weir_ctx_key(ctx, &kl), sizeof(key));
+    CHECK_EQ(domain, WEIR_TIME_PROCESSING);
+    if (key == K_DELETED)
+        atomic_fetch_add(&fired_deleted, 1);
+    if (weir_time_now() < when)
+        atomic_fetch_add(&fired_late, 1); /* early, in fact */
+    if (!pthread_equal(pthread_self(), sink_thread))
+        atomic_fetch_add(&fired_off_thread, 1);
+    if (when < prev)
+        atomic_fetch_add(&fired_out_of_order, 1);
+    prev = when;
+    /* Key 0's, the earliest, registered last: it fires long before the
+     * first one registered is due only if its registration re-armed. */
+    if (key == 0 && !again && weir_time_now() >= latest_when)
+        atomic_fetch_add(&not_rearmed, 1);
+    /* Key 0's registers one more, from inside on_timer. */
+    if (key == 0 && !again++)
+        CHECK_EQ(weir_timer_register(ctx, WEIR_TIME_PROCESSING, weir_time_now() + WEIR_MSEC), 0);
+    atomic_fetch_add(&fired, 1);
+    return 0;
+}
+
+static intptr_t run_timers(void *arg)
+{
+    (void)arg;
+    weir_job *j = weir_job_new("proc-timers");
+    weir_source_def sd = {.open = tsrc_open, .next = tsrc_next, .close = free};
+    weir_stream *s = weir_stream_key_by(weir_job_source(j, "src", &sd, NULL), tkey, NULL);
+    CHECK_EQ(weir_stream_sink(s, "sink",
+                              &(weir_op_def){.process = tsink_process, .on_timer = tsink_timer},
+                              NULL),
+             0);
+    int e = weir_job_run(j, NULL);
+    weir_job_free(j);
+    return e;
+}
+
+TEST(processing_time_timers_are_mailbox_items)
+{
+    CHECK_EQ(test_run_on_rt(1, run_timers, NULL), 0);
+    CHECK_EQ(atomic_load(&fired), NT + 1);
+    CHECK_EQ(atomic_load(&flooding), 1); /* they fired while batches kept coming */
+    CHECK_EQ(atomic_load(&not_rearmed), 0);
+    CHECK_EQ(atomic_load(&fired_deleted), 0);
+    CHECK_EQ(atomic_load(&fired_late), 0);
+    CHECK_EQ(atomic_load(&fired_off_thread), 0);
+    CHECK_EQ(atomic_load(&fired_out_of_order), 0);
 }
 
 TEST_MAIN()

@@ -812,6 +812,141 @@ TEST(idle_inputs_leave_the_minimum)
     CHECK_EQ(on_runtime(idle_main, (void *)50), 0);
 }
 
+/* A source that says it is idle: its IT_IDLE crosses a hop (an operator
+ * whose only input is idle is idle itself) and the consumer leaves it out
+ * of the minimum with no silence timeout of its own (run option 0); when
+ * the source emits again it counts again. */
+static _Atomic int64_t sink_wm = WEIR_WATERMARK_MIN;   /* the sink's, while quiet is idle */
+static _Atomic int64_t sink_last = WEIR_WATERMARK_MIN; /* the sink's, before the end */
+static _Atomic int quiet_resumed, busy_done, busy_max;
+
+typedef struct quiet_state {
+    int phase; /* 0: ts 0..9; 1: idle (polling); 2: emitted ts 2000 */
+    int64_t give_up;
+} quiet_state;
+
+static int quiet_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    quiet_state *q = calloc(1, sizeof(*q));
+    q->give_up = weir_time_after_ms(10000);
+    *state = q;
+    return 0;
+}
+
+static int quiet_next(weir_ctx *ctx, void *state)
+{
+    quiet_state *q = state;
+    if (q->phase == 0) {
+        for (int i = 0; i < 10; i++) {
+            ev e = {1, 1, i};
+            CHECK_EQ(weir_emit(ctx, &e, sizeof(e), i), 0);
+        }
+        q->phase = 1;
+        return 0;
+    }
+    if (q->phase == 1) {
+        /* Poll (as a source of a quiet partition does) until the sink's
+         * watermark has followed busy past 1050 or busy ended. */
+        if (atomic_load(&sink_wm) < 1050 && !atomic_load(&busy_done) &&
+            weir_time_now() < q->give_up)
+            return weir_time_sleep(2 * WEIR_MSEC) < 0 ? -ECANCELED : 0;
+        atomic_store(&quiet_resumed, 1);
+        ev e = {1, 1, 2000};
+        CHECK_EQ(weir_emit(ctx, &e, sizeof(e), 2000), 0);
+        q->phase = 2;
+        return 0;
+    }
+    /* Stay (active) until the sink's watermark has followed it to 1999:
+     * ended, it would leave the minimum anyway. */
+    if (atomic_load(&sink_last) < 1999 && weir_time_now() < q->give_up)
+        return weir_time_sleep(2 * WEIR_MSEC) < 0 ? -ECANCELED : 0;
+    return 1;
+}
+
+static int quiet_hop(weir_ctx *ctx, const weir_rec *in, void *arg)
+{
+    (void)arg;
+    return weir_emit(ctx, in->data, in->len, in->ts);
+}
+
+typedef struct busy_state {
+    int i;
+} busy_state;
+
+static int busy_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(1, sizeof(busy_state));
+    return 0;
+}
+
+static int busy_next(weir_ctx *ctx, void *state)
+{
+    busy_state *b = state;
+    /* ts 1000.., one every 2 ms, until quiet resumed (or busy_max records). */
+    if (atomic_load(&quiet_resumed) || b->i == atomic_load(&busy_max)) {
+        atomic_store(&busy_done, 1);
+        return 1;
+    }
+    ev e = {2, 1, 1000 + b->i};
+    CHECK_EQ(weir_emit(ctx, &e, sizeof(e), 1000 + b->i), 0);
+    b->i++;
+    return weir_time_sleep(2 * WEIR_MSEC) < 0 ? -ECANCELED : 0;
+}
+
+static int idle_hook(weir_ctx *ctx, void *state, int64_t wm)
+{
+    wm_seen *w = state;
+    (void)ctx;
+    if (!atomic_load(&quiet_resumed) && wm > atomic_load(&sink_wm))
+        atomic_store(&sink_wm, wm);
+    if (wm != WEIR_WATERMARK_MAX && wm > w->max_before_end) {
+        w->max_before_end = wm;
+        atomic_store(&sink_last, wm);
+    }
+    return 0;
+}
+
+static intptr_t said_idle_main(void *arg)
+{
+    int64_t idle_ms = (int64_t)(intptr_t)arg;
+    atomic_store(&sink_wm, WEIR_WATERMARK_MIN);
+    atomic_store(&sink_last, WEIR_WATERMARK_MIN);
+    atomic_store(&quiet_resumed, 0);
+    atomic_store(&busy_done, 0);
+    atomic_store(&busy_max, idle_ms ? 5000 : 100);
+    weir_source_def qd = {.open = quiet_open,
+                          .next = quiet_next,
+                          .close = free,
+                          .max_out_of_orderness = 0,
+                          .idle_timeout_ms = idle_ms};
+    weir_source_def bd = {.open = busy_open, .next = busy_next, .close = free};
+    weir_job *j = weir_job_new("said-idle");
+    wm_seen w = {WEIR_WATERMARK_MIN};
+    weir_op_def def = {.process = wm_proc, .on_watermark = idle_hook};
+    weir_stream *q = weir_stream_key_by(weir_job_source(j, "quiet", &qd, NULL), ev_key, NULL);
+    q = weir_stream_map(q, "hop", quiet_hop, NULL); /* a chain of its own: the hop */
+    weir_stream *both[2] = {
+        weir_stream_key_by(q, ev_key, NULL),
+        weir_stream_key_by(weir_job_source(j, "busy", &bd, NULL), ev_key, NULL)};
+    CHECK_EQ(weir_stream_sink(weir_stream_union(both, 2), "wm", &def, &w), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0); /* no idle_timeout_ms: no silence counts */
+    if (idle_ms)
+        CHECK_GE(atomic_load(&sink_wm), 1050); /* quiet left the minimum */
+    else
+        CHECK_LE(atomic_load(&sink_wm), 9); /* quiet held it back */
+    CHECK_GE(w.max_before_end, 1999);       /* active again: its watermark counts */
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(a_source_that_says_it_is_idle_leaves_the_minimum_across_a_hop)
+{
+    CHECK_EQ(on_runtime(said_idle_main, (void *)50), 0);
+    CHECK_EQ(on_runtime(said_idle_main, (void *)0), 0);
+}
+
 static intptr_t window_errors_main(void *arg)
 {
     (void)arg;
