@@ -5,7 +5,7 @@
  *
  * A channel joins one producer subtask to one consumer subtask (the plan
  * numbers them, plan.h). The producer fills the channel's open batch
- * (runner.c) and hands it over with send_batch, which first spends one of
+ * (task.c) and hands it over with send_batch, which first spends one of
  * the channel's credits, waiting for one: at most `credits` batches are in
  * flight on a channel, whatever carries them. Control items (watermark,
  * barrier, end of input, idle) go with send_ctl, after the batches sent
@@ -52,7 +52,7 @@ struct weir__channel {
     const weir__channel_ops *ops;
     uint32_t id;        /* the plan's channel number */
     int input;          /* the consumer's input index */
-    struct batch *open; /* the producer's batch being filled (runner.c) */
+    struct batch *open; /* the producer's batch being filled (task.c) */
 };
 
 /* Take one of a channel's credits, waiting for it if none is free (the

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stream_int.h - the job graph as the runner sees it (graph.c builds it,
- * runner.c runs it) and the per-subtask context behind weir_ctx.
+ * runner.c and deploy.c run it, task.c is a subtask's loop) and the per-subtask context behind
+ * weir_ctx.
  */
 #ifndef WEIR_STREAM_INT_H
 #define WEIR_STREAM_INT_H
@@ -129,7 +130,7 @@ typedef struct batch {
     uint32_t len[WEIR_BATCH_RECORDS];
     /* The key group a hash edge routed the record by (the consumer's key
      * function is the edge's: it need not hash again), or NO_KG. A
-     * consumer checks it is one of its own groups (runner.c): a batch
+     * consumer checks it is one of its own groups (task.c): a batch
      * that came over a network is not trusted to say so. */
     uint8_t kg[WEIR_BATCH_RECORDS];
     _Alignas(8) uint8_t data[];
@@ -159,7 +160,7 @@ enum {
     IT_EOI,
     IT_BARRIER,
     IT_IDLE,
-    IT_NOTIFY, /* from here on: posted items (handle_posted, runner.c) */
+    IT_NOTIFY, /* from here on: posted items (handle_posted, task.c) */
     IT_TIMER,
     IT_TRIGGER,
     IT_ABORT,
@@ -342,7 +343,10 @@ const char *weir__filesink_dir(const sop *o);
  * mailbox, from any thread. 0, or -EPIPE once the subtask's run is over. */
 int weir__subtask_post(subtask *st, item it);
 
-/* runner.c, for checkpoint.c */
+/* task.c: a subtask's fiber (runner.c spawns one per subtask here) */
+intptr_t weir__subtask_main(void *arg);
+
+/* task.c, for checkpoint.c */
 int weir__stream_drain(subtask *st);
 int weir__stream_flush_all(subtask *st);
 int weir__stream_broadcast(subtask *st, int kind, int64_t v);

@@ -18,7 +18,7 @@
  * the deleted outnumber the live. A watermark that reaches no timer costs
  * one look at the earliest bucket.
  *
- * Firing. Event-time timers fire when a watermark passes them (runner.c's
+ * Firing. Event-time timers fire when a watermark passes them (task.c's
  * advance). Processing-time timers are items of the subtask's mailbox like
  * everything else it does: one runtime callback timer (weir_timer_start)
  * stays armed at the earliest of them and posts IT_TIMER when it is due;

@@ -19,7 +19,7 @@
 #include "test.h"
 #include "weir/net.h"
 
-/* The runner's append (runner.c): records 8-byte aligned in data. */
+/* The runner's append (task.c): records 8-byte aligned in data. */
 static void add(batch *b, const void *data, size_t len, int64_t ts, int kg)
 {
     size_t at = ((size_t)b->used + 7) & ~(size_t)7;
