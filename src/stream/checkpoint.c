@@ -18,13 +18,15 @@
  * the effect of the records before the barrier on every input. Stashed
  * batches keep their credits, so a stash is bounded like any channel.
  *
- * Snapshot of a chain: the keyed state backend (capture on the subtask's
- * thread, then encode and write chk-<id>/<op>.<subtask>.state on the
- * blocking pool while the subtask waits: it acks only once the state is
- * durable), then pre_commit(id) of every operator of the chain that has
- * one (exactly-once sinks). The ACK names where the state and the source
- * position went (their handles in the store) and their size: the
- * coordinator's manifest is made of them.
+ * Snapshot of a chain: the keyed state backend is captured on the
+ * subtask's thread (a copy), then pre_commit(id) runs for every operator
+ * of the chain that has one (exactly-once sinks), and the barrier goes on.
+ * The state (chk-<id>/<op>.<subtask>.state) and a source's position are
+ * encoded, written and fsynced on the blocking pool while the subtask goes
+ * on with its records; the ACK goes out when they are durable, as mail in
+ * the subtask's mailbox (below: acks that wait for their puts). The ACK
+ * names where the state and the source position went (their handles in the
+ * store) and their size: the coordinator's manifest is made of them.
  *
  * Storage. Every blob of a checkpoint - state files, source positions,
  * the manifest, the COMPLETED markers - is written, read, listed and deleted
@@ -359,11 +361,158 @@ static void ack(subtask *st, weir__ckpt_msg *a, int err)
     st->r->link->ops->ack(st->r->link, a);
 }
 
+/* ---- acks that wait for their puts -----------------------------------------------------------
+ * A snapshot's puts (the state, a source's position) run on the blocking
+ * pool while the subtask goes on with its records: its ACK must wait until
+ * they are durable, but nothing else must. The puts of one barrier travel
+ * as one pending_ack to the subtask's persister, a fiber of its own (made at
+ * the first barrier that has something to put) that waits for them in
+ * order and posts the pending_ack back as mail; the ACK goes out when the
+ * subtask takes that mail, on its own thread. The mail owns the object:
+ * its fn or, when the run ended first, its drop frees it. At the
+ * subtask's end the persister is told to stop, finishes every put it was
+ * given (its waits are shielded: a put once started completes) and is
+ * joined; a subtask that ended well then takes the acks still in its
+ * mailbox, so a checkpoint its last barrier began still completes. */
+typedef struct pending_ack {
+    weir__mail mail;
+    subtask *st;
+    weir__ckpt_msg a;
+    void *pos; /* the source position's bytes (malloc'd by the source) */
+    size_t pos_len;
+    weir_state_snapshot *snap; /* the captured state */
+    int err;
+    const char *failed; /* the blob whose put failed first */
+} pending_ack;
+
+static int ack_ready(subtask *st, weir__mail *m)
+{
+    pending_ack *p = (pending_ack *)m;
+    int e = p->err;
+    if (e && e != -ECANCELED)
+        weir__stream_fail(st->r->j, e,
+                          "checkpoint %" PRIu64 " in \"%s\" subtask %d: writing its %s: %s",
+                          p->a.id, st->ops[0]->name, st->index, p->failed, weir_strerror(e));
+    ack(st, &p->a, e);
+    weir__free(p);
+    return e;
+}
+
+static void ack_drop(weir__mail *m)
+{
+    weir__free(m);
+}
+
+/* Every put of p, in order, awaited by the calling fiber (the waits are
+ * shielded: a put once started completes); the store takes the bytes. */
+static void do_puts(pending_ack *p)
+{
+    weir__storage *store = p->st->r->store;
+    if (p->pos) {
+        weir__blob b = {.buf = p->pos, .len = p->pos_len, .release = free, .owner = p->pos};
+        p->pos = NULL;
+        int e = weir__storage_put_blob(store, p->a.position, &b);
+        if (e && !p->err) {
+            p->err = e;
+            p->failed = "source position";
+        }
+    }
+    if (p->snap) {
+        weir_state_snapshot *s = p->snap;
+        p->snap = NULL;
+        int e = p->err ? (weir_state_snapshot_free(s), 0)
+                       : weir__state_persist_to(store, p->a.state, s);
+        if (e && !p->err) {
+            p->err = e;
+            p->failed = "state";
+        }
+    }
+}
+
+static int has_puts(const pending_ack *p)
+{
+    return p->pos || p->snap;
+}
+
+static intptr_t persister(void *arg)
+{
+    subtask *st = arg;
+    for (;;) {
+        pending_ack *p;
+        int e = weir_chan_recv(st->persist_q, &p, WEIR_FOREVER);
+        if (e == -ECANCELED) /* cancelled: every put it was given still finishes */
+            e = weir_chan_try_recv(st->persist_q, &p);
+        if (e)
+            return 0; /* closed and empty (or cancelled and empty) */
+        do_puts(p);
+        if (weir__subtask_post(st, (item){IT_CALL, 0, {.mail = &p->mail}, 0}) < 0)
+            weir__free(p);
+    }
+}
+
+/* Hand p to the persister (made on first use). Without one (no memory)
+ * the subtask waits for the puts itself and acks at once. */
+static int persist_later(subtask *st, pending_ack *p)
+{
+    if (!st->persist_q && (st->persist_q = weir_chan_new(sizeof(p), WEIR_CHAN_UNBOUNDED))) {
+        weir_spawn_opts so = {.name = "persist", .stack_size = 64u << 10};
+        if (!(st->persist_sc = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)) ||
+            !weir_scope_spawn(st->persist_sc, persister, st, &so)) {
+            weir_scope_free(st->persist_sc); /* no child: no join needed */
+            st->persist_sc = NULL;
+            weir_chan_unref(st->persist_q);
+            st->persist_q = NULL;
+        }
+    }
+    if (st->persist_q && weir_chan_try_send(st->persist_q, &p) == 0)
+        return 0;
+    do_puts(p);
+    return ack_ready(st, &p->mail);
+}
+
+int weir__ckpt_end_persists(subtask *st, int ok)
+{
+    if (!st->persist_q)
+        return 0;
+    weir_chan_close(st->persist_q);
+    weir_scope_join(st->persist_sc, NULL);
+    weir_scope_free(st->persist_sc);
+    weir_chan_unref(st->persist_q);
+    st->persist_sc = NULL;
+    st->persist_q = NULL;
+    if (!ok || !st->inq)
+        return 0;
+    /* Acks still in the mailbox go out; nothing else there is for a
+     * subtask that has ended (teardown drops it). */
+    int e = 0;
+    item it;
+    while (weir_chan_try_recv(st->inq, &it) == 0)
+        if (it.kind == IT_CALL && it.mail->fn == ack_ready) {
+            int r = ack_ready(st, it.mail);
+            if (!e)
+                e = r;
+        } else if (it.kind == IT_CALL && it.mail->drop) {
+            it.mail->drop(it.mail);
+        }
+    return e;
+}
+
 int weir__ckpt_barrier(subtask *st, uint64_t id)
 {
     run *r = st->r;
     st->last_barrier = id;
-    weir__ckpt_msg a = {.id = id};
+    pending_ack *p = weir__calloc(1, sizeof(*p));
+    if (!p) {
+        weir__ckpt_msg a = {.id = id};
+        weir__stream_fail(r->j, -ENOMEM, "checkpoint %" PRIu64 " in \"%s\" subtask %d: %s", id,
+                          st->ops[0]->name, st->index, weir_strerror(-ENOMEM));
+        ack(st, &a, -ENOMEM);
+        return -ENOMEM;
+    }
+    p->mail = (weir__mail){ack_ready, ack_drop};
+    p->st = st;
+    p->a.id = id;
+    weir__ckpt_msg *ap = &p->a;
     int e = weir__stream_drain(st); /* every record before the barrier done */
     if (!e)
         e = weir__stream_flush_all(st);
@@ -374,25 +523,28 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
         void *buf = NULL;
         size_t len = 0;
         if ((e = head->src.snapshot(&st->ctx[0], st->ctx[0].state, &buf, &len)) == 0) {
-            snprintf(a.position, sizeof(a.position), "chk-%" PRIu64 "/%s.%d.src", id, head->name,
-                     st->index);
-            a.bytes += len;
+            snprintf(ap->position, sizeof(ap->position), "chk-%" PRIu64 "/%s.%d.src", id,
+                     head->name, st->index);
+            ap->bytes += len;
             /* The operator's malloc'd bytes go to the store, which frees them. */
-            weir__blob b = {.buf = buf, .len = len, .release = free, .owner = buf};
-            buf = NULL;
-            e = weir__storage_put_blob(r->store, a.position, &b);
+            p->pos = buf;
+            p->pos_len = len;
+            if (!buf) /* an empty position is a position too */
+                e = (p->pos = malloc(1)) ? 0 : -ENOMEM;
+        } else {
+            free(buf);
         }
-        free(buf);
     }
     if (!e && st->backend) {
-        /* Capture here (the backend is this subtask's); encode, write and
-         * fsync on the blocking pool, which frees the snapshot. */
+        /* Capture here (the backend is this subtask's: the snapshot is a
+         * copy); encode, write and fsync on the blocking pool, which frees
+         * it, while the subtask goes on. */
         weir_state_snapshot *snap;
         if ((e = weir__timers_capture(st, id, &snap)) == 0) {
-            snprintf(a.state, sizeof(a.state), "chk-%" PRIu64 "/%s.%d.state", id, head->name,
+            snprintf(ap->state, sizeof(ap->state), "chk-%" PRIu64 "/%s.%d.state", id, head->name,
                      st->index);
-            a.bytes += weir_state_snapshot_size(snap);
-            e = weir__state_persist_to(r->store, a.state, snap);
+            ap->bytes += weir_state_snapshot_size(snap);
+            p->snap = snap;
         }
     }
     for (int i = 0; !e && i < st->nops; i++) {
@@ -405,10 +557,15 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     }
     if (!e)
         e = weir__stream_broadcast(st, IT_BARRIER, (int64_t)id);
+    if (!e && has_puts(p))
+        return persist_later(st, p); /* the ACK once the puts are durable */
+    free(p->pos);
+    weir_state_snapshot_free(p->snap);
     if (e && e != -ECANCELED) /* (the first failure of the job wins) */
         weir__stream_fail(r->j, e, "checkpoint %" PRIu64 " in \"%s\" subtask %d: %s", id,
                           head->name, st->index, weir_strerror(e));
-    ack(st, &a, e);
+    ack(st, ap, e);
+    weir__free(p);
     return e;
 }
 

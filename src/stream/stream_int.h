@@ -170,9 +170,11 @@ enum {
 
 struct subtask;
 /* An IT_CALL item's work, embedded in the poster's object: fn runs on the
- * subtask's thread; drop (may be NULL) instead when the run ends first. */
+ * subtask's thread (a negative return ends the subtask with that error,
+ * the job's error set by fn); drop (may be NULL) instead when the run ends
+ * first. */
 typedef struct weir__mail {
-    void (*fn)(struct subtask *st, struct weir__mail *m);
+    int (*fn)(struct subtask *st, struct weir__mail *m);
     void (*drop)(struct weir__mail *m);
 } weir__mail;
 
@@ -287,6 +289,8 @@ struct subtask {
     uint64_t committed;    /* the last checkpoint its commit hooks saw */
     int64_t max_seen;      /* largest record timestamp seen (watermark lag) */
     uint64_t bp_pushed;
+    weir_chan *persist_q;          /* checkpoint puts for the persister (checkpoint.c) */
+    struct weir_scope *persist_sc; /* the persister's scope */
     _Atomic int finished;
 };
 
@@ -321,6 +325,9 @@ struct run {
 int weir__ckpt_prepare(run *r);              /* find the checkpoint to restore, make the link */
 int weir__ckpt_restore_subtask(subtask *st); /* after open: state, source position */
 int weir__ckpt_barrier(subtask *st, uint64_t id); /* snapshot, forward, ack */
+/* At a subtask's end: the puts of its barriers finish; ok (it ended well):
+ * their acks go out. 0 or the first put's error. */
+int weir__ckpt_end_persists(subtask *st, int ok);
 /* A subtask learnt that checkpoint id completed (commit hooks) / was
  * abandoned (abort hooks). */
 void weir__ckpt_on_complete(subtask *st, uint64_t id);

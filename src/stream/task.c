@@ -326,8 +326,7 @@ static int handle_posted(subtask *st, const item *it)
             return weir__ckpt_barrier(st, (uint64_t)it->wm);
         return 0;
     case IT_CALL:
-        it->mail->fn(st, it->mail);
-        return 0;
+        return it->mail->fn(st, it->mail);
     case IT_TIMER: {
         int e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now());
         if (e < 0)
@@ -650,6 +649,9 @@ intptr_t weir__subtask_main(void *arg)
     if (!e)
         e = st->source ? run_source(st) : run_operator(st);
     weir__timers_disarm(st); /* on this thread, before the run can end */
+    int pe = weir__ckpt_end_persists(st, !e);
+    if (!e)
+        e = pe;
     /* -ECANCELED from an operator of a run nobody cancelled (a function
      * that returned it, or weir_fail with it) is a failure: as a scope
      * child's "cancelled" it would end this subtask without failing the

@@ -28,11 +28,12 @@ typedef struct probe {
 
 static probe at_src, at_sink;
 
-static void probe_fn(subtask *st, weir__mail *m)
+static int probe_fn(subtask *st, weir__mail *m)
 {
     probe *p = (probe *)m;
     atomic_store(&p->on_own_thread, pthread_equal(pthread_self(), p->thread) && st == p->st);
     atomic_store(&p->ran, 1);
+    return 0;
 }
 
 static void probe_drop(weir__mail *m)
@@ -149,7 +150,8 @@ TEST(work_queued_when_the_run_ends_is_dropped)
 /* ---- processing-time timers ---- */
 #define NT 40
 enum { K_DELETED = 1000, K_FLOOD = 2000 };
-static _Atomic int fired, not_rearmed, fired_deleted, fired_late, fired_off_thread, fired_out_of_order;
+static _Atomic int fired, not_rearmed, fired_deleted, fired_late, fired_off_thread,
+    fired_out_of_order;
 static _Atomic int flooding; /* the source was still sending when the last one fired */
 static pthread_t sink_thread;
 static int64_t last_when, latest_when;
