@@ -31,7 +31,7 @@
  * one job may not share a directory. weir__filesink_dir() tells the run
  * which operators are file sinks.
  *
- * No file call runs on the subtask's thread: records collect in a 64 KiB
+ * No file call runs on the subtask's thread: records collect in a 256 KiB
  * buffer in memory, and every call that touches the file system - a
  * buffer's write(2), the creation of the in-progress file, the fsync of a
  * pre-commit, the renames, the directory listings and deletions of open()
@@ -58,7 +58,10 @@
 #include "rt/rt_int.h"
 #include "stream/stream_int.h"
 
-#define BUF (64u << 10)
+/* Each buffer's write is a round trip to the pool while the subtask
+ * waits: at 64 KiB that took a sink-bound job from ~1 GB/s to ~0.6 GB/s;
+ * at 256 KiB it is as fast as the direct write(2)s were. */
+#define BUF (256u << 10)
 
 typedef struct fsink {
     char *dir;
@@ -298,18 +301,14 @@ static int fs_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
     fsink *f = state;
     int nl = in->len == 0 || ((const char *)in->data)[in->len - 1] != '\n';
+    int big = in->len + 1 > BUF; /* straight through, after the buffer */
     if (f->len + in->len + 1 > BUF) {
-        /* Out with the buffer, and a record too big for it straight
-         * through after it. */
-        int big = in->len + 1 > BUF;
         fs_step c = {.f = f, .what = FS_WRITE, .p = big ? in->data : NULL, .n = big ? in->len : 0};
         int e = fs_call(&c);
         if (e)
             return weir_fail(ctx, e, "writing into %s: %s", f->dir, weir_strerror(e));
-        if (!big)
-            memcpy(f->buf + f->len, in->data, in->len);
-        f->len += big ? 0 : in->len;
-    } else {
+    }
+    if (!big) {
         memcpy(f->buf + f->len, in->data, in->len);
         f->len += in->len;
     }

@@ -160,7 +160,7 @@ DIR *opendir(const char *path)
 /* ---- the job ------------------------------------------------------------------------------ */
 #define PER_SUB   20000
 #define BIG_EVERY 997         /* record i % BIG_EVERY == 5 is BIG bytes: past the sink's buffer */
-#define BIG       (100 << 10) /* the sink buffers 64 KiB */
+#define BIG       (300 << 10) /* the sink buffers 256 KiB */
 
 static size_t rec_len(int64_t i)
 {
