@@ -134,6 +134,15 @@ typedef struct weir_state_backend_ops {
      * prefix from its start and skips the keys below from. */
     int (*scan_from)(weir_state_backend *b, int kg, const void *prefix, size_t plen,
                      const void *from, size_t flen, weir_state_scan_fn fn, void *arg);
+    /* Optional, for a backend whose images are weir's snapshot format
+     * (snapshot.c's, as every built-in backend's are): restore an image the
+     * engine has already checked whole with that format's reader - checksum,
+     * header, every length and group - on the blocking pool, so that the
+     * owner's thread only loads it. It may skip its own check (the group
+     * count against the backend's is still its to refuse). NULL: the engine
+     * calls restore, which checks the image on the owner's thread. */
+    int (*restore_checked)(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
+                           size_t cap);
 } weir_state_backend_ops;
 
 /* Every backend starts with this header (its private state follows). */

@@ -496,6 +496,20 @@ int weir__blocking_start_shielded(weir_op *op, weir_blocking_fn fn, void *arg,
     return start_job(op, fn, arg, discard, WEIR_FOREVER, 1);
 }
 
+int64_t weir__blocking_run_shielded(weir_blocking_fn fn, void *arg)
+{
+    weir_task *t = weir__task_current();
+    if (!t)
+        return fn(arg);
+    if (t->kind != WEIR__TASK_FIBER)
+        return -EINVAL; /* weir_op_wait refuses it, and a started op must be waited for */
+    weir_op op;
+    int r = weir__blocking_start_shielded(&op, fn, arg, NULL);
+    if (r < 0)
+        return r;
+    return weir_op_wait(&op);
+}
+
 int weir_blocking_start(weir_op *op, weir_blocking_fn fn, void *arg, int64_t deadline)
 {
     return weir_blocking_start_ex(op, fn, arg, NULL, deadline);

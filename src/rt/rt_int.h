@@ -524,6 +524,15 @@ int weir__interval_cancelled(const weir_op *op);
  * did. */
 int weir__blocking_start_shielded(weir_op *op, weir_blocking_fn fn, void *arg,
                                   weir_blocking_discard_fn discard);
+/* fn(arg) on the blocking pool, shielded, the calling fiber waiting: the
+ * call returns only once fn has run (its result) or the pool has dropped
+ * the job unrun (a negative errno), so arg may live on the caller's stack
+ * and fn may use what the caller owns. Off the runtime (not a task) fn runs
+ * inline, where blocking hurts nobody; a stackless task gets -EINVAL and
+ * fn does not run. For the engine's file work that is not a blob of its
+ * store (stream/filesink.c, the check of a snapshot image in
+ * state/snapshot.c). */
+int64_t weir__blocking_run_shielded(weir_blocking_fn fn, void *arg);
 struct weir__pool;
 void weir__op_blocking_cancel(weir_op *op);
 void weir__pool_free(struct weir__pool *p);

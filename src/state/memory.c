@@ -30,8 +30,9 @@
  * file image (snapshot.c), a full copy taken on the owning task, which
  * yields (weir_task_yield) every few thousand entries so a large state
  * does not keep the other tasks of its thread waiting; restore
- * checks the whole file first, then replaces each group of the backend's
- * range that the file holds. (Copy-on-write captures, which make capture
+ * checks the whole file first (restore_checked: the engine has checked it
+ * on the blocking pool), then replaces each group of the backend's range
+ * that the file holds, yielding as capture does. (Copy-on-write captures, which make capture
  * O(1) and move the copying off the barrier, are a later optimisation
  * behind the same interface.)
  */
@@ -521,36 +522,30 @@ static int mem_capture(weir_state_backend *b, uint64_t id, const weir_state_entr
     return 0;
 }
 
-static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
-                       size_t cap)
+/* Load a checked image: every group of our range the file covers is
+ * replaced (emptied when the file holds no entries for it). */
+static int mem_load(weir_state_backend *b, weir__snap_reader *r, char *why, size_t cap)
 {
     mem_backend *m = (mem_backend *)b;
-    weir__snap_reader r;
-    int e = weir__snap_open(&r, img, len, why, cap);
-    if (!e && r.ngroups != b->ngroups) {
-        weir__state_fail(why, cap, "snapshot has %d key groups, the backend %d", r.ngroups,
+    if (r->ngroups != b->ngroups) {
+        weir__state_fail(why, cap, "snapshot has %d key groups, the backend %d", r->ngroups,
                          b->ngroups);
-        e = -EINVAL;
+        return -EINVAL;
     }
-    if (e)
-        return e;
-    weir_task_yield(); /* the check was a pass over the whole image */
-    /* Every group of our range the file covers is replaced (emptied when
-     * the file holds no entries for it). */
-    int lo = r.first_kg > b->first_kg ? r.first_kg : b->first_kg;
-    int hi = r.end_kg < b->end_kg ? r.end_kg : b->end_kg;
+    int lo = r->first_kg > b->first_kg ? r->first_kg : b->first_kg;
+    int hi = r->end_kg < b->end_kg ? r->end_kg : b->end_kg;
     m->last = NULL;
     for (int kg = lo; kg < hi; kg++)
         group_clear(group_of(m, kg));
-    int kg;
+    int kg, e = 0;
     uint64_t count;
     size_t since = 0;
-    while (!e && weir__snap_next_group(&r, &kg, &count)) {
+    while (!e && weir__snap_next_group(r, &kg, &count)) {
         int mine = kg >= b->first_kg && kg < b->end_kg;
         for (uint64_t i = 0; i < count; i++) {
             const uint8_t *k, *v;
             size_t kl, vl;
-            weir__snap_next_entry(&r, &k, &kl, &v, &vl);
+            weir__snap_next_entry(r, &k, &kl, &v, &vl);
             if (mine && !e)
                 e = mem_put(b, kg, k, kl, v, vl);
             /* As a capture does: the owner is waiting for this restore, so
@@ -563,6 +558,25 @@ static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, ch
         }
     }
     return e;
+}
+
+static int mem_restore(weir_state_backend *b, const uint8_t *img, size_t len, char *why, size_t cap)
+{
+    weir__snap_reader r;
+    int e = weir__snap_open(&r, img, len, why, cap);
+    if (e)
+        return e;
+    weir_task_yield(); /* the check was a pass over the whole image */
+    return mem_load(b, &r, why, cap);
+}
+
+/* The engine checked the image on the blocking pool (weir__state_restore_from). */
+static int mem_restore_checked(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
+                               size_t cap)
+{
+    weir__snap_reader r;
+    weir__snap_open_checked(&r, img, len);
+    return mem_load(b, &r, why, cap);
 }
 
 static void mem_free(weir_state_backend *b)
@@ -586,6 +600,7 @@ static const weir_state_backend_ops mem_ops = {
     .entries = mem_entries,
     .free = mem_free,
     .scan_from = mem_scan_from,
+    .restore_checked = mem_restore_checked,
 };
 
 weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg)

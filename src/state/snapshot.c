@@ -25,6 +25,7 @@
 
 #include "base/afile.h"
 #include "base/alloc.h"
+#include "rt/rt_int.h"
 #include "state/state_int.h"
 #include "state/storage.h"
 
@@ -254,6 +255,27 @@ int weir_state_restore(weir_state_backend *b, const char *path, char *why, size_
     return e;
 }
 
+/* The whole check of an image (weir__snap_open), as a pool job. */
+typedef struct image_check {
+    const uint8_t *img;
+    size_t len;
+    char *why;
+    size_t cap;
+} image_check;
+
+static intptr_t check_job(void *arg)
+{
+    image_check *c = arg;
+    weir__snap_reader r;
+    return weir__snap_open(&r, c->img, c->len, c->why, c->cap);
+}
+
+static intptr_t free_job(void *arg)
+{
+    weir__free(arg);
+    return 0;
+}
+
 int weir__state_restore_from(weir__storage *st, const char *name, weir_state_backend *b, char *why,
                              size_t cap)
 {
@@ -262,14 +284,25 @@ int weir__state_restore_from(weir__storage *st, const char *name, weir_state_bac
         return -EINVAL;
     uint8_t *img;
     size_t len;
-    /* The read on the blocking pool; the decode here, on the backend's
-     * owner (only it may change the backend). */
+    /* The read on the blocking pool, and the check of the whole image
+     * (a checksum and a walk over every entry: tens of milliseconds for
+     * a large state) there too; here, on the backend's owner (only it may
+     * change the backend), the loading alone. The waits are shielded
+     * (weir__blocking_run_shielded): the jobs may use img and why. */
     int e = weir__storage_get(st, name, WEIR__SNAP_MAX_FILE, &img, &len);
     if (e)
         return e;
-    e = b->ops->restore(b, img, len, why, cap);
-    weir_task_yield(); /* freeing a large image is work of its own */
-    weir__free(img);
+    if (b->ops->restore_checked) {
+        image_check c = {img, len, why, cap};
+        e = (int)weir__blocking_run_shielded(check_job, &c);
+        if (!e)
+            e = b->ops->restore_checked(b, img, len, why, cap);
+    } else {
+        e = b->ops->restore(b, img, len, why, cap);
+    }
+    /* Giving a large image's pages back is work of its own. */
+    if (weir__blocking_run_shielded(free_job, img) < 0)
+        weir__free(img); /* the pool dropped the job unrun */
     return e;
 }
 
@@ -553,6 +586,18 @@ int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len, char *wh
     }
     r->pos = HEADER_LEN;
     return 0;
+}
+
+void weir__snap_open_checked(weir__snap_reader *r, const uint8_t *p, size_t len)
+{
+    memset(r, 0, sizeof(*r));
+    r->p = p;
+    r->len = len - TRAILER_LEN;
+    r->ngroups = (int)get_u32(p + 12);
+    r->first_kg = (int)get_u32(p + 16);
+    r->end_kg = (int)get_u32(p + 20);
+    r->id = get_u64(p + 24);
+    r->pos = HEADER_LEN;
 }
 
 int weir__snap_next_group(weir__snap_reader *r, int *kg, uint64_t *count)

@@ -56,6 +56,10 @@ typedef struct weir__snap_reader {
  * checksum. 0, or -EBADMSG with the reason in why[0..cap) (why may be
  * NULL). */
 int weir__snap_open(weir__snap_reader *r, const uint8_t *p, size_t len, char *why, size_t cap);
+/* The reader of an image weir__snap_open has accepted (on another thread:
+ * state/snapshot.c's restore_from checks it on the blocking pool): the
+ * header only, nothing checked again. */
+void weir__snap_open_checked(weir__snap_reader *r, const uint8_t *p, size_t len);
 /* The next group: 1 with *kg and *count, 0 at the end. Then count entries. */
 int weir__snap_next_group(weir__snap_reader *r, int *kg, uint64_t *count);
 void weir__snap_next_entry(weir__snap_reader *r, const uint8_t **key, size_t *klen,
@@ -69,8 +73,10 @@ int weir__state_fail(char *why, size_t cap, const char *fmt, ...)
 /* Through a store, for the engine. persist_to takes s (freed once
  * written, or on failure): encoded and written on the blocking pool while
  * the calling fiber waits; 0 once the blob is durable. restore_from reads
- * the blob on the blocking pool and decodes it into b on the caller's
- * thread (b's owner), as weir_state_restore_image. */
+ * the blob on the blocking pool and, for a backend with restore_checked,
+ * checks the image whole there too; only the loading into b runs on the
+ * caller's thread (b's owner). A backend without restore_checked gets the
+ * image through restore, as weir_state_restore_image. */
 int weir__state_persist_to(weir__storage *st, const char *name, weir_state_snapshot *s);
 int weir__state_restore_from(weir__storage *st, const char *name, weir_state_backend *b, char *why,
                              size_t cap);

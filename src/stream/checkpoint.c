@@ -32,8 +32,9 @@
  * the manifest, the COMPLETED markers - is written, read, listed and deleted
  * through the run's store (state/storage.h, a local directory for now),
  * whose calls run on the blocking pool: no fsync, no directory listing, no
- * file read on a scheduler thread. Only the directory locks and the
- * mkdir of the checkpoint directory at the start of a run are direct.
+ * file read on a scheduler thread. The directory locks and the mkdir of
+ * the checkpoint directory at the start of a run are not blobs: prepare
+ * makes them one job on the blocking pool of their own (lock_dirs).
  *
  * Completion. COMPLETE(id) in the mailbox runs the operators' commit()
  * hooks (and weir_ctx_completed() says id); ABORT(id), for a checkpoint
@@ -58,6 +59,7 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
+#include "rt/rt_int.h"
 #include "state/state_int.h"
 #include "state/storage.h"
 #include "stream/ckpt_link.h"
@@ -203,32 +205,56 @@ static int take_dir(run *r, const char *dir, const char *owner, const char *what
     return weir__dirlock_take(&r->locks, dir, owner, what, held, msg, cap);
 }
 
-static int lock_dirs(run *r)
+/* The locks, as one job on the blocking pool (mkdir, the lock files'
+ * open, flock and pid: file system calls, not for a scheduler thread).
+ * The wait is shielded: the job uses the run, and its locks must be
+ * taken or not before the run goes on. */
+typedef struct lock_step {
+    run *r;
+    char msg[sizeof(((weir_job *)0)->error)];
+} lock_step;
+
+static intptr_t lock_job(void *arg)
 {
+    lock_step *ls = arg;
+    run *r = ls->r;
     weir_job *j = r->j;
-    char msg[sizeof(j->error)];
     const char *held;
     int e = 0;
     if (r->o.checkpoint_dir)
-        e = take_dir(r, r->o.checkpoint_dir, NULL, "checkpoint directory", &held, msg, sizeof(msg));
+        e = take_dir(r, r->o.checkpoint_dir, NULL, "checkpoint directory", &held, ls->msg,
+                     sizeof(ls->msg));
     for (int i = 0; !e && i < j->nops; i++) {
         const char *dir = weir__filesink_dir(j->ops[i]);
         if (!dir)
             continue;
         char what[128];
         snprintf(what, sizeof(what), "output directory of file sink \"%.80s\"", j->ops[i]->name);
-        e = take_dir(r, dir, j->ops[i]->name, what, &held, msg, sizeof(msg));
+        e = take_dir(r, dir, j->ops[i]->name, what, &held, ls->msg, sizeof(ls->msg));
         if (!e && held) {
             e = -EINVAL;
-            snprintf(msg, sizeof(msg),
+            snprintf(ls->msg, sizeof(ls->msg),
                      "file sinks \"%s\" and \"%s\" both write into \"%s\" (their part files "
                      "would collide): give each its own directory",
                      held, j->ops[i]->name, dir);
         }
     }
-    if (e)
-        weir__stream_fail(j, e, "%s", msg);
     return e;
+}
+
+static int lock_dirs(run *r)
+{
+    lock_step ls = {.r = r};
+    int e = (int)weir__blocking_run_shielded(lock_job, &ls);
+    if (e)
+        weir__stream_fail(r->j, e, "%s", ls.msg[0] ? ls.msg : weir_strerror(e));
+    return e;
+}
+
+/* A worker's mkdir of the checkpoint directory, on the pool. */
+static intptr_t mkdir_job(void *arg)
+{
+    return mkdir(arg, 0755) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 int weir__ckpt_prepare(run *r)
@@ -241,8 +267,8 @@ int weir__ckpt_prepare(run *r)
     int e = r->worker ? 0 : lock_dirs(r);
     if (e || !r->o.checkpoint_dir)
         goto out;
-    if (r->worker && mkdir(r->o.checkpoint_dir, 0755) < 0 && errno != EEXIST) {
-        e = -errno;
+    if (r->worker &&
+        (e = (int)weir__blocking_run_shielded(mkdir_job, (void *)r->o.checkpoint_dir)) < 0) {
         weir__stream_fail(r->j, e, "checkpoint directory \"%s\": %s", r->o.checkpoint_dir,
                           strerror(-e));
         goto out;

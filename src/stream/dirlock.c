@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -49,7 +50,11 @@ static long holder_pid(int fd)
             if (pid > 0 && *end == '\n')
                 return pid;
         }
-        if (weir_time_sleep(1000000) != 0) /* 1 ms; cancelled: give up */
+        /* 1 ms; a task (cancelled: give up), or a pool thread (the run
+         * takes its locks there: checkpoint.c) */
+        if (!weir_task_current())
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        else if (weir_time_sleep(1000000) != 0)
             break;
     }
     return 0;

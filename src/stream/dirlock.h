@@ -6,7 +6,9 @@
  * output directory before it reads or changes anything in them, and keeps
  * them until it ends: a second run on one of them (another process, or
  * another weir_job_run in this one) is refused at once instead of deleting
- * files the first one is using.
+ * files the first one is using. weir__dirlock_take makes file system
+ * calls (stat, open, flock, a write of the pid): the run calls it on the
+ * blocking pool (checkpoint.c's lock_dirs), never on a scheduler thread.
  */
 #ifndef WEIR_STREAM_DIRLOCK_H
 #define WEIR_STREAM_DIRLOCK_H

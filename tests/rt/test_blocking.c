@@ -3,8 +3,9 @@
  * test_blocking.c - the blocking pool: results and errors come back to the
  * awaiting task, jobs run in parallel up to the thread cap, a full queue
  * holds submitters back, cancellation and deadlines end the wait at once
- * whatever state the job is in, stackless tasks can await jobs, and freeing
- * the loop with jobs still running joins the workers without leaking.
+ * whatever state the job is in (but not a shielded run's), stackless tasks
+ * can await jobs, and freeing the loop with jobs still running joins the
+ * workers without leaking.
  * With a discard function (the _ex forms) every start ends in exactly one of
  * fn(arg) and discard(arg): the tests give each job a heap argument that
  * whichever runs frees (ASan sees a double free, LSan a leak) and count both
@@ -386,6 +387,49 @@ TEST(cancel_running)
     atomic_store(&gate_open, 1);
     wait_for(&finished, 1);
     weir_loop_free(l);
+}
+
+/* weir__blocking_run_shielded (rt_int.h): a cancel does not end the wait
+ * while the job runs - the fiber goes on only once the job has returned,
+ * with its result - and off the runtime the job runs inline. */
+struct shielded_args {
+    atomic_int returned;
+    int finished_then; /* `finished` when the wait returned */
+    int64_t r;
+};
+
+static intptr_t shielded_fiber(void *p)
+{
+    struct shielded_args *a = p;
+    a->r = weir__blocking_run_shielded(gated, (void *)7);
+    a->finished_then = atomic_load(&finished);
+    atomic_store(&a->returned, 1);
+    return 0;
+}
+
+TEST(shielded_run_outlasts_a_cancel)
+{
+    pool_env(NULL, NULL);
+    jobs_reset();
+    weir_loop *l = weir_loop_new(NULL);
+    struct shielded_args a = {0};
+    weir_task *t = weir_task_spawn(shielded_fiber, &a, &(weir_spawn_opts){.loop = l});
+    CHECK(t != NULL);
+    poll_until(l, &started, 1);
+    CHECK_EQ(weir_task_cancel(t), 0);
+    int64_t until = weir_time_now() + 50 * WEIR_MSEC;
+    while (weir_time_now() < until)
+        CHECK_GE(weir_loop_poll(l, 1), 0);
+    CHECK_EQ(atomic_load(&a.returned), 0); /* still waiting for the job */
+    atomic_store(&gate_open, 1);
+    CHECK_EQ(weir_loop_run(l), 0);
+    CHECK_EQ(atomic_load(&a.returned), 1);
+    CHECK_EQ(a.r, 7);
+    CHECK_EQ(a.finished_then, 1);
+    weir_task_join(t, NULL, WEIR_FOREVER);
+    weir_loop_free(l);
+    /* Not a task: inline. */
+    CHECK_EQ(weir__blocking_run_shielded(add_one, (void *)1), 2);
 }
 
 /* A deadline ends the wait with -ETIMEDOUT, for a running job (detached) and

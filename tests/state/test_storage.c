@@ -5,9 +5,12 @@
  * / delete (atomic publication, no temporary file left, pruning a prefix),
  * opening by URI, the calls from a fiber running on the blocking pool and
  * not on the fiber's thread, a wait that a cancel does not cut short,
- * and snapshots persisted and restored through a store with the reason of
- * a refusal in the caller's buffer.
+ * snapshots persisted and restored through a store with the reason of
+ * a refusal in the caller's buffer, and a restored image checked whole on
+ * the blocking pool (its checksum never computed on a scheduler thread)
+ * before the backend loads it.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "state/state_int.h"
@@ -358,6 +362,138 @@ static intptr_t snap_roundtrip(void *arg)
     weir_state_backend_free(r);
     weir_state_backend_free(b);
     return 0;
+}
+
+/* ---- the check of a restored image, on the pool --------------------------------------------- */
+/* XXH64 is the snapshot checksum (state/snapshot.c calls libxxhash's):
+ * defined here, it counts where it runs while `counting` is set - inside
+ * a task (a scheduler thread) or not (a pool thread) - and calls the
+ * library's. */
+static _Atomic int counting;
+static _Atomic unsigned long sums_on_task, sums_off_task;
+
+XXH64_hash_t XXH64(const void *p, size_t n, XXH64_hash_t seed)
+{
+    typedef XXH64_hash_t (*xxh64_fn)(const void *, size_t, XXH64_hash_t);
+    static _Atomic(xxh64_fn) real;
+    xxh64_fn fn = atomic_load(&real);
+    if (!fn) {
+        void *sym = dlsym(RTLD_NEXT, "XXH64");
+        CHECK(sym != NULL);
+        memcpy(&fn, &sym, sizeof(fn)); /* (ISO C has no cast from void * to a function) */
+        atomic_store(&real, fn);
+    }
+    if (atomic_load(&counting))
+        atomic_fetch_add(weir_task_current() ? &sums_on_task : &sums_off_task, 1);
+    return fn(p, n, seed);
+}
+
+/* A backend that counts its restore calls and hands them to a memory
+ * backend. */
+typedef struct probe_backend {
+    weir_state_backend base;
+    weir_state_backend *in;
+    int restores, checked;
+} probe_backend;
+
+static int probe_restore(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
+                         size_t cap)
+{
+    probe_backend *p = (probe_backend *)b;
+    p->restores++;
+    return p->in->ops->restore(p->in, img, len, why, cap);
+}
+
+static int probe_restore_checked(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
+                                 size_t cap)
+{
+    probe_backend *p = (probe_backend *)b;
+    p->checked++;
+    return p->in->ops->restore_checked(p->in, img, len, why, cap);
+}
+
+static const weir_state_backend_ops probe_checked_ops = {
+    .name = "probe", .restore = probe_restore, .restore_checked = probe_restore_checked};
+static const weir_state_backend_ops probe_plain_ops = {.name = "probe-plain",
+                                                       .restore = probe_restore};
+
+static probe_backend probe_new(const weir_state_backend_ops *ops)
+{
+    probe_backend p = {.in = weir_state_memory_new(16, 0, 16)};
+    CHECK(p.in != NULL);
+    p.base = *p.in;
+    p.base.ops = ops;
+    return p;
+}
+
+static intptr_t restore_checks_off_thread(void *arg)
+{
+    weir__storage *s = arg;
+    weir_state_backend *b = weir_state_memory_new(16, 0, 16);
+    CHECK(b != NULL);
+    for (int i = 0; i < 1000; i++) {
+        char k[16];
+        int n = snprintf(k, sizeof(k), "k%d", i);
+        CHECK_EQ(weir_state_put(b, i % 16, k, (size_t)n, &i, sizeof(i)), 0);
+    }
+    weir_state_snapshot *snap;
+    CHECK_EQ(weir_state_capture(b, 1, &snap), 0);
+    CHECK_EQ(weir__state_persist_to(s, "chk-1/p.state", snap), 0);
+    uint8_t *img;
+    size_t len;
+    CHECK_EQ(weir__storage_get(s, "chk-1/p.state", WEIR__SNAP_MAX_FILE, &img, &len), 0);
+    img[len / 2] ^= 1;
+    CHECK_EQ(weir__storage_put(s, "chk-1/bad.state", img, len), 0);
+    weir__free(img);
+    char why[256];
+
+    /* A good image: checked on a pool thread, then loaded through
+     * restore_checked (restore, which checks it again, not called). */
+    probe_backend p = probe_new(&probe_checked_ops);
+    atomic_store(&counting, 1);
+    CHECK_EQ(weir__state_restore_from(s, "chk-1/p.state", &p.base, why, sizeof(why)), 0);
+    atomic_store(&counting, 0);
+    CHECK_EQ(p.checked, 1);
+    CHECK_EQ(p.restores, 0);
+    CHECK_EQ(atomic_load(&sums_on_task), 0);
+    CHECK_GE(atomic_load(&sums_off_task), 1);
+    for (int kg = 0; kg < 16; kg++)
+        CHECK_EQ(weir_state_entries(p.in, kg), weir_state_entries(b, kg));
+
+    /* A damaged one: refused there, the backend never asked. */
+    atomic_store(&sums_off_task, 0);
+    atomic_store(&counting, 1);
+    CHECK_EQ(weir__state_restore_from(s, "chk-1/bad.state", &p.base, why, sizeof(why)), -EBADMSG);
+    atomic_store(&counting, 0);
+    CHECK_HAS(why, "checksum");
+    CHECK_EQ(p.checked + p.restores, 1); /* only the good image's */
+    CHECK_EQ(atomic_load(&sums_on_task), 0);
+    CHECK_GE(atomic_load(&sums_off_task), 1);
+    /* (what it held is untouched) */
+    for (int kg = 0; kg < 16; kg++)
+        CHECK_EQ(weir_state_entries(p.in, kg), weir_state_entries(b, kg));
+    weir_state_backend_free(p.in);
+
+    /* A backend without restore_checked gets restore, as before. */
+    probe_backend q = probe_new(&probe_plain_ops);
+    CHECK_EQ(weir__state_restore_from(s, "chk-1/p.state", &q.base, why, sizeof(why)), 0);
+    CHECK_EQ(q.restores, 1);
+    CHECK_EQ(weir_state_entries(q.in, 3), weir_state_entries(b, 3));
+    CHECK_EQ(weir__state_restore_from(s, "chk-1/bad.state", &q.base, why, sizeof(why)), -EBADMSG);
+    CHECK_HAS(why, "checksum");
+    weir_state_backend_free(q.in);
+    weir_state_backend_free(b);
+    return 0;
+}
+
+TEST(restore_checks_the_image_off_the_owners_thread)
+{
+    make_base();
+    weir__storage *s;
+    CHECK_EQ(weir__storage_open(base, &s), 0);
+    CHECK_EQ(test_run_on_rt(2, restore_checks_off_thread, s), 0);
+    weir__storage_close(s);
+    rm_base();
 }
 
 TEST(snapshots_through_a_store)

@@ -3,8 +3,9 @@
  * test_ckpt_blocking.c - a checkpoint of a large keyed state blocks no
  * scheduler thread: capture yields as it copies, and the encode, write
  * and fsync of the state file run on the blocking pool (state/storage.h)
- * while the subtask waits; a restore reads the file there too and loads
- * it yielding as it goes. The runtime's watchdog (rt/watchdog.c) must
+ * while the subtask waits; a restore reads the file and checks it whole
+ * (checksum, every length: state/snapshot.c) there too, and loads it
+ * yielding as it goes. The runtime's watchdog (rt/watchdog.c) must
  * report no blocked poll while the job checkpoints, nor in a run that
  * restores the state and checkpoints it again.
  */
@@ -222,8 +223,10 @@ TEST(large_state_checkpoint_blocks_no_thread)
      * the state on the main fiber, which is not checkpointing). */
     result first = {.ckpt = ckpt};
     CHECK_EQ(one_run(&first), 0); /* (0 when unwatched, too) */
-    /* Nor while a run restores it (the read on the pool, the load into
-     * the backend yielding as it goes) and checkpoints it again. */
+    /* Nor while a run restores it (the read and the check of the image on
+     * the pool - under ASan the check alone took ~100 ms when it ran on the
+     * subtask's thread - the load into the backend yielding as it goes)
+     * and checkpoints it again. */
     result again = {.ckpt = ckpt, .restore = 1};
     CHECK_EQ(one_run(&again), 0);
     CHECK_GE(again.ck.restored, first.ck.latest);
