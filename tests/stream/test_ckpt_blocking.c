@@ -3,7 +3,7 @@
  * test_ckpt_blocking.c - a checkpoint of a large keyed state blocks no
  * scheduler thread: capture yields as it copies, and the encode, write
  * and fsync of the state file run on the blocking pool (state/storage.h)
- * while the subtask waits; a restore reads the file and checks it whole
+ * while the subtask goes on; a restore reads the file and checks it whole
  * (checksum, every length: state/snapshot.c) there too, and loads it
  * yielding as it goes. The runtime's watchdog (rt/watchdog.c) must
  * report no blocked poll while the job checkpoints, nor in a run that
