@@ -132,6 +132,23 @@ static uint64_t latest_completed(run *r)
     return best;
 }
 
+/* 0 if checkpoint id completed (its COMPLETED marker is there), else the
+ * job fails saying so: a restore point given by a coordinator must be one. */
+static int completed(run *r, uint64_t id)
+{
+    char name[48];
+    snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
+    uint8_t *buf = NULL;
+    size_t len;
+    int e = weir__storage_get(r->store, name, 4096, &buf, &len);
+    weir__free(buf);
+    if (e)
+        weir__stream_fail(
+            r->j, e, "restore: checkpoint %" PRIu64 " in %s %s", id, r->o.checkpoint_dir,
+            e == -ENOENT ? "never completed (it has no COMPLETED marker)" : weir_strerror(e));
+    return e;
+}
+
 /* Operators whose checkpointed data is per subtask index: sources that
  * save a position, operators with two-phase-commit hooks. They must keep
  * their parallelism across a restore (keyed state may change it). */
@@ -282,8 +299,12 @@ int weir__ckpt_prepare(run *r)
      * holds checkpoints of an earlier run numbers its own after them, so
      * the latest COMPLETED marker is always the newest checkpoint. */
     r->id_base = latest_completed(r);
+    if (r->o.restore && r->restore_id && (e = completed(r, r->restore_id)) < 0)
+        goto out;
+    if (r->restore_id > r->id_base)
+        r->id_base = r->restore_id;
     if (r->o.restore) {
-        r->restored = r->id_base;
+        r->restored = r->restore_id ? r->restore_id : r->id_base;
         atomic_store(&r->completed, r->restored);
         if (r->restored && (e = read_manifest(r)) != 0)
             goto out;

@@ -37,6 +37,11 @@ typedef struct weir__deploy {
     /* This process runs no checkpoint coordinator: another process's
      * does, and holds the checkpoint and sink directories. */
     int worker;
+    /* With opts.restore: the checkpoint to restore, as whoever coordinates
+     * the job chose it (a cluster's Deploy carries it), so every process
+     * restores the same one; 0: the latest completed one in the
+     * checkpoint directory, read here. */
+    uint64_t restore_id;
     void *arg;
 } weir__deploy;
 

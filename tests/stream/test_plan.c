@@ -4,13 +4,16 @@
  * chains, parallelism, key-group ranges and channels a job graph plans
  * to; the plan's frame round trip and its decoder refusing every cut and
  * malformed field; binding a plan to the wrong job; a job run from a
- * decoded plan gives the run's output; state backends chosen by URI.
+ * decoded plan gives the run's output; state backends chosen by URI; a
+ * deploy that names the checkpoint to restore gets that one, and one that
+ * names a checkpoint that never completed is refused.
  */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "stream/count_ops.h"
 #include "stream/lines.h"
@@ -317,6 +320,92 @@ TEST(state_backends_are_chosen_by_uri)
     weir_state_backend *b;
     CHECK_EQ(weir_state_backend_open("nosuch:x", WEIR_KEY_GROUPS, 0, 1, &b), -ENOENT);
     CHECK(b == NULL);
+}
+
+/* ---- the restore point a deploy names ---- */
+/* Ends once the run has completed three checkpoints (or gives up). */
+static int ckpts_next(weir_ctx *ctx, void *state)
+{
+    int64_t *n = state;
+    int64_t v = (*n)++;
+    int e = weir_emit(ctx, &v, 8, v);
+    if (e)
+        return e;
+    if (weir_ctx_completed(ctx) >= weir_ctx_restored(ctx) + 3 || *n > 2000000)
+        return 1;
+    return weir_time_sleep(WEIR_MSEC) < 0 ? -ECANCELED : 0;
+}
+
+static int ckpts_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(1, sizeof(int64_t));
+    return *state ? 0 : -ENOMEM;
+}
+
+typedef struct restore_case {
+    const char *dir;
+    int restore;
+    uint64_t restore_id;
+    int err;
+    weir_ckpt_stats ck;
+    char error[300];
+} restore_case;
+
+static intptr_t run_restore_case(void *arg)
+{
+    restore_case *rc = arg;
+    weir_job *j = weir_job_new("restore-id");
+    weir_source_def sd = {.open = ckpts_open, .next = ckpts_next, .close = free};
+    weir_stream *s = weir_stream_map(weir_job_source(j, "src", &sd, NULL), "to_one", to_one, NULL);
+    s = weir_stream_reduce(weir_stream_key_by(s, key16, NULL), "count", count16, NULL);
+    weir_collector *c = weir_collector_new();
+    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
+    weir__plan *p;
+    char why[256];
+    CHECK_EQ(weir__plan_make(j, 1, 4, &p, why, sizeof(why)), 0);
+    weir__deploy d = {.restore_id = rc->restore_id};
+    weir_run_opts o = {.checkpoint_dir = rc->dir,
+                       .checkpoint_interval_ms = 20,
+                       .restore = rc->restore,
+                       .retain = 10};
+    rc->err = weir__job_run_plan(j, p, &o, &d);
+    snprintf(rc->error, sizeof(rc->error), "%s", weir_job_error(j));
+    weir_job_ckpt_stats(j, &rc->ck);
+    weir__plan_free(p);
+    weir_job_free(j);
+    weir_collector_free(c);
+    return 0;
+}
+
+TEST(a_deploy_names_the_checkpoint_to_restore)
+{
+    char dir[128], cmd[200];
+    snprintf(dir, sizeof(dir), "/tmp/weir-restore-id-%d", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+    restore_case first = {.dir = dir};
+    test_run_on_rt(2, run_restore_case, &first);
+    CHECK_EQ(first.err, 0);
+    CHECK_GE(first.ck.latest, 3);
+    /* Not the latest: the one the deploy names. */
+    restore_case older = {.dir = dir, .restore = 1, .restore_id = first.ck.latest - 1};
+    test_run_on_rt(2, run_restore_case, &older);
+    CHECK_EQ(older.err, 0);
+    CHECK_EQ(older.ck.restored, first.ck.latest - 1);
+    CHECK_GT(older.ck.latest, first.ck.latest); /* its own ids come after every one used */
+    /* 0: the latest completed. */
+    restore_case latest = {.dir = dir, .restore = 1};
+    test_run_on_rt(2, run_restore_case, &latest);
+    CHECK_EQ(latest.err, 0);
+    CHECK_EQ(latest.ck.restored, older.ck.latest);
+    /* One that never completed is refused, naming it. */
+    restore_case never = {.dir = dir, .restore = 1, .restore_id = 1000000};
+    test_run_on_rt(2, run_restore_case, &never);
+    CHECK_EQ(never.err, -ENOENT);
+    CHECK(strstr(never.error, "checkpoint 1000000") != NULL);
+    CHECK(strstr(never.error, "never completed") != NULL);
+    CHECK_EQ(system(cmd), 0);
 }
 
 TEST_MAIN()
