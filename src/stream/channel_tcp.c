@@ -315,12 +315,30 @@ static intptr_t rx_reader(void *arg)
     return 0;
 }
 
+/* Fail every receiving end whose producer has not connected yet: "its
+ * producer (process P) <what>". */
+static void fail_unattached(weir__tcp_net *n, int e, const char *what)
+{
+    for (uint32_t i = 0; i < n->nrx_slots; i++) {
+        rx_channel *rx = n->rx[i];
+        if (!rx || rx->fd >= 0)
+            continue;
+        char why[160];
+        snprintf(why, sizeof(why), "its producer (process %d) %s",
+                 n->o.place(n->o.place_arg, rx->pc.from_chain, rx->pc.from_sub), what);
+        rx_fail(rx, e, why);
+    }
+}
+
 /* A connection's first frame: which channel it carries. */
 static void attach(weir__tcp_net *n, int fd)
 {
     rx_start *s = weir__calloc(1, sizeof(*s));
     if (!s) {
+        /* Perhaps a producer this process waits for: the job cannot go
+         * on without it, and must not wait for it until the deadline. */
         weir_io_close(fd);
+        fail_unattached(n, -ENOMEM, "could not be accepted: out of memory");
         return;
     }
     weir_frame_parser_init(&s->p, &(weir_frame_limits){WEIR__WIRE_MAX_FRAME, 64});
@@ -328,12 +346,17 @@ static void attach(weir__tcp_net *n, int fd)
     char why[200] = "";
     ssize_t got = weir_frame_read(fd, &s->p, &f, weir_time_after_ms(10000));
     weir__wire_msg m = {0};
-    int e = got > 0 ? weir__wire_decode(f.data, f.len, &m, why, sizeof(why)) : (int)got;
+    int e = got > 0    ? weir__wire_decode(f.data, f.len, &m, why, sizeof(why))
+            : got == 0 ? -ECONNRESET
+                       : (int)got;
     weir_frame_free(&f);
     rx_channel *rx = NULL;
+    if (got == 0)
+        snprintf(why, sizeof(why), "it closed before its HELLO");
     if (!e && m.kind != WEIR__WIRE_HELLO) {
         weir__wire_msg_free(&m);
         e = -EBADMSG;
+        snprintf(why, sizeof(why), "its first frame is not a HELLO");
     }
     if (!e &&
         (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) || rx->fd >= 0))
@@ -344,11 +367,13 @@ static void attach(weir__tcp_net *n, int fd)
     }
     if (e) {
         /* A stranger, or a peer of another plan: drop the connection,
-         * keep listening (the real producer may still come). */
-        weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection: %s",
-                  why[0]         ? why
-                  : e == -ENOENT ? "not a channel this process expects"
-                                 : weir_strerror(e));
+         * keep listening (the real producer may still come). Cancelled:
+         * the run is ending. */
+        if (e != -ECANCELED)
+            weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection: %s",
+                      why[0]         ? why
+                      : e == -ENOENT ? "not a channel this process expects"
+                                     : weir_strerror(e));
         weir_frame_parser_close(&s->p);
         weir__free(s);
         weir_io_close(fd);
@@ -377,16 +402,9 @@ static intptr_t acceptor(void *arg)
         if (fd == -ECANCELED)
             return 0;
         if (fd == -ETIMEDOUT) {
-            for (uint32_t i = 0; i < n->nrx_slots; i++)
-                if (n->rx[i] && n->rx[i]->fd < 0) {
-                    char what[96];
-                    snprintf(
-                        what, sizeof(what),
-                        "its producer (process %d) did not connect in %" PRId64 " ms",
-                        n->o.place(n->o.place_arg, n->rx[i]->pc.from_chain, n->rx[i]->pc.from_sub),
-                        ms);
-                    rx_fail(n->rx[i], -ETIMEDOUT, what);
-                }
+            char what[96];
+            snprintf(what, sizeof(what), "did not connect in %" PRId64 " ms", ms);
+            fail_unattached(n, -ETIMEDOUT, what);
             return 0;
         }
         if (fd < 0) {
@@ -539,10 +557,21 @@ void weir__tcp_deploy(weir__tcp_net *n, weir__deploy *d)
                         .arg = n};
 }
 
+/* weir__tcp_new's way out: the sockets stay the caller's. */
+static weir__tcp_net *new_failed(weir__tcp_net *n, int err)
+{
+    n->lfd = -1;
+    weir__free(n->control_fds);
+    n->control_fds = NULL;
+    weir__tcp_free(n);
+    errno = err;
+    return NULL;
+}
+
 weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
 {
     if (!o || o->nprocs < 1 || o->self < 0 || o->self >= o->nprocs || !o->place || !o->hosts ||
-        !o->ports) {
+        !o->ports || (o->control_fds && (o->coordinator < 0 || o->coordinator >= o->nprocs))) {
         errno = EINVAL;
         return NULL;
     }
@@ -550,34 +579,24 @@ weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
     if (!n)
         return NULL;
     n->o = *o;
-    n->lfd = o->listen_fd;
-    n->hosts = weir__calloc((size_t)o->nprocs, sizeof(*n->hosts));
-    n->ports = weir__calloc((size_t)o->nprocs, sizeof(*n->ports));
-    for (int i = 0; n->hosts && n->ports && i < o->nprocs; i++) {
-        if (!(n->hosts[i] = weir__strdup(o->hosts[i] ? o->hosts[i] : "127.0.0.1"))) {
-            weir__tcp_free(n);
-            errno = ENOMEM;
-            return NULL;
-        }
-        n->ports[i] = o->ports[i];
-    }
-    if (!n->hosts || !n->ports) {
-        weir__tcp_free(n);
-        errno = ENOMEM;
-        return NULL;
-    }
-    if (o->control_fds) {
-        if (o->coordinator < 0 || o->coordinator >= o->nprocs ||
-            !(n->control_fds = weir__calloc((size_t)o->nprocs, sizeof(int)))) {
-            weir__tcp_free(n);
-            errno = o->coordinator < 0 || o->coordinator >= o->nprocs ? EINVAL : ENOMEM;
-            return NULL;
-        }
-        memcpy(n->control_fds, o->control_fds, (size_t)o->nprocs * sizeof(int));
-    }
     n->o.hosts = NULL;
     n->o.ports = NULL;
     n->o.control_fds = NULL;
+    n->lfd = o->listen_fd;
+    n->hosts = weir__calloc((size_t)o->nprocs, sizeof(*n->hosts));
+    n->ports = weir__calloc((size_t)o->nprocs, sizeof(*n->ports));
+    if (!n->hosts || !n->ports)
+        return new_failed(n, ENOMEM);
+    for (int i = 0; i < o->nprocs; i++) {
+        if (!(n->hosts[i] = weir__strdup(o->hosts[i] ? o->hosts[i] : "127.0.0.1")))
+            return new_failed(n, ENOMEM);
+        n->ports[i] = o->ports[i];
+    }
+    if (o->control_fds) {
+        if (!(n->control_fds = weir__calloc((size_t)o->nprocs, sizeof(int))))
+            return new_failed(n, ENOMEM);
+        memcpy(n->control_fds, o->control_fds, (size_t)o->nprocs * sizeof(int));
+    }
     return n;
 }
 

@@ -46,7 +46,7 @@ typedef struct weir__tcp_opts {
     int nprocs;               /* processes 0..nprocs-1 */
     const char *const *hosts; /* [nprocs]: where each listens */
     const int *ports;         /* [nprocs] */
-    int listen_fd;            /* this process's listening socket; the net closes it */
+    int listen_fd;            /* this process's listening socket; a net made closes it */
     /* The process subtask sub of chain runs in. */
     int (*place)(void *arg, uint32_t chain, uint32_t sub);
     void *place_arg;
@@ -60,7 +60,8 @@ typedef struct weir__tcp_opts {
     int coordinator;
 } weir__tcp_opts;
 
-/* NULL with errno. */
+/* NULL with errno (EINVAL, ENOMEM), and then listen_fd and control_fds
+ * stay the caller's to close. */
 weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o);
 void weir__tcp_free(weir__tcp_net *n);
 
@@ -74,7 +75,6 @@ uint64_t weir__tcp_plan_hash(const void *frame, size_t len);
 
 /* Bytes written and read by the net's channels so far (frames included),
  * and the records its sending ends sent. */
-void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received,
-                     uint64_t *records);
+void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received, uint64_t *records);
 
 #endif
