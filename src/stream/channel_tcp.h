@@ -19,8 +19,14 @@
  *   - a receiving end when only the consumer does: the net's accept fiber
  *     takes the connection, checks its HELLO against what the plan says of
  *     that channel, and starts a reader fiber that decodes each frame into
- *     an item of the consumer's mailbox. The consumer's credit() writes a
- *     CREDIT frame back.
+ *     an item of the consumer's mailbox. The consumer's credit() returns
+ *     credits in CREDIT frames, several in one when it can (see rx_credit).
+ *
+ * Reading: each connection is read into a buffer of the channel's own, so
+ * one read takes every frame the socket holds and they are decoded from
+ * it one after another; a read tries a non-blocking recv first and waits
+ * on the loop only when the socket is empty. A credit reader releases all
+ * the credits of the frames one read brought at once.
  *
  * Failures. A malformed, oversized or unexpected frame, a producer that
  * sends past its credits, a connection lost before end of input, or a
