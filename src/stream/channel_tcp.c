@@ -181,10 +181,17 @@ static void rx_fail(rx_channel *rx, int e, const char *what)
     weir__subtask_post(rx->cons, (item){IT_FAIL, rx->ch.input, {NULL}, e});
 }
 
+/* The credits of each channel over TCP (channel_tcp.h). */
+static uint32_t tcp_credits(const weir__tcp_net *n)
+{
+    uint32_t c = n->r->plan->credits;
+    return n->o.credits ? n->o.credits : c > WEIR__TCP_MIN_CREDITS ? c : WEIR__TCP_MIN_CREDITS;
+}
+
 static weir__wire_hello hello_of(const weir__tcp_net *n, const weir__plan_channel *pc)
 {
     return (weir__wire_hello){n->o.plan_hash, pc->id,       pc->from_sub,
-                              pc->to_sub,     pc->to_input, n->r->plan->credits};
+                              pc->to_sub,     pc->to_input, tcp_credits(n)};
 }
 
 /* ---- the sending end ------------------------------------------------------------------------ */
@@ -224,7 +231,7 @@ static intptr_t credit_reader(void *arg)
             }
             got += m.u.credits;
         } while (b.start < b.end);
-        if (got > tx->net->r->plan->credits)
+        if (got > tcp_credits(tx->net))
             bad = "more credits than the channel has";
         if (bad) {
             char name[256];
@@ -389,7 +396,7 @@ static intptr_t rx_reader(void *arg)
         const char *bad = NULL;
         switch (m.kind) {
         case WEIR__WIRE_BATCH:
-            if (atomic_fetch_add(&rx->in_flight, 1) >= (int)n->r->plan->credits)
+            if (atomic_fetch_add(&rx->in_flight, 1) >= (int)tcp_credits(n))
                 bad = "the producer sent more batches than its credits";
             it.kind = IT_BATCH;
             it.b = m.u.b;
@@ -557,8 +564,7 @@ static void rx_credit(weir__channel *c)
 {
     rx_channel *rx = (rx_channel *)c;
     int left = atomic_fetch_sub(&rx->in_flight, 1) - 1;
-    uint32_t credits = rx->net->r->plan->credits;
-    if (++rx->owed < (credits + 1) / 2 && left > 0)
+    if (++rx->owed < (tcp_credits(rx->net) + 1) / 2 && left > 0)
         return;
     uint8_t f[WEIR__WIRE_CREDIT_SIZE];
     size_t len = weir__wire_encode_credit(f, rx->owed);
@@ -590,7 +596,7 @@ static weir__channel *factory(void *arg, run *r, const weir__plan_channel *pc, s
         return weir__channel_local_new(cons, (int)r->plan->credits);
     if (prod) {
         tx_channel *tx = weir__calloc(1, sizeof(*tx));
-        if (!tx || !(tx->credits = weir_sem_new(r->plan->credits))) {
+        if (!tx || !(tx->credits = weir_sem_new(tcp_credits(n)))) {
             weir__free(tx);
             *err = -ENOMEM;
             return NULL;

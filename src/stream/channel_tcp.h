@@ -47,6 +47,16 @@
 
 typedef struct weir__tcp_net weir__tcp_net;
 
+/* The fewest credits a TCP channel gets by default. Over TCP a batch and
+ * the credit for it each cross a socket and wait for a turn of the
+ * receiving loop, where a local channel hands the batch over by pointer:
+ * with the run's 4 credits the producer of q5 over two processes waits for
+ * credits much of the time, and 16 gave about a fifth more events/s
+ * (bench/RESULTS.md, "Engine seams"). It costs memory only while the
+ * consumer falls behind: up to 16 batches (64 KiB of records each) queued
+ * per channel. */
+#define WEIR__TCP_MIN_CREDITS 16u
+
 typedef struct weir__tcp_opts {
     int self;                 /* this process's number */
     int nprocs;               /* processes 0..nprocs-1 */
@@ -56,7 +66,11 @@ typedef struct weir__tcp_opts {
     /* The process subtask sub of chain runs in. */
     int (*place)(void *arg, uint32_t chain, uint32_t sub);
     void *place_arg;
-    uint64_t plan_hash;         /* the same on every side: HELLOs carry it */
+    uint64_t plan_hash; /* the same on every side: HELLOs carry it */
+    /* Batches a TCP channel may have in flight (the HELLO carries it, so
+     * both ends must agree). 0: the plan's credits, but at least
+     * WEIR__TCP_MIN_CREDITS. */
+    uint32_t credits;
     int64_t connect_timeout_ms; /* 0: 30 s */
     /* Checkpoint messages (ckpt_link_tcp.c): process `coordinator` runs
      * the coordinator; control_fds[p] is this process's socket to process

@@ -349,6 +349,7 @@ static intptr_t run_consumer(void *arg)
         .listen_fd = lfd,
         .place = all_in_zero_but_src1,
         .plan_hash = f->hash,
+        .credits = f->credits, /* what the fake producer's HELLO says */
         .connect_timeout_ms = f->mode == NEVER ? 300 : 10000,
     });
     weir__deploy d;
