@@ -559,7 +559,9 @@ static int rx_send_ctl(weir__channel *c, int kind, int64_t v)
  * channel left to process (it may be about to wait for one). The producer
  * is never left waiting for a credit the consumer holds: when it has spent
  * all of its credits, every one of its batches is at the consumer, which
- * returns them at the latest with the last one it processes. */
+ * returns them at the latest with the last one it processes (an input held
+ * back while a barrier aligns keeps what it owes until it is released, as
+ * it keeps its batches). */
 static void rx_credit(weir__channel *c)
 {
     rx_channel *rx = (rx_channel *)c;
