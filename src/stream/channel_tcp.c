@@ -35,16 +35,17 @@
  * through the loop when bytes are already there; only when the socket is
  * empty does the fiber wait on the loop's I/O. The lengths are checked
  * from the 4 header bytes against the caller's cap before the buffer grows
- * for a frame. */
+ * for a frame, and it grows only as the frame's bytes arrive. */
 typedef struct rbuf {
     uint8_t *p;
     size_t start, end, cap; /* unread bytes: p[start, end) */
+    size_t init;            /* cap to start with and to come back to */
     int drained;            /* the last read came back short: the socket was empty */
 } rbuf;
 
 static int rbuf_init(rbuf *b, size_t cap)
 {
-    *b = (rbuf){.p = weir__malloc(cap), .cap = cap};
+    *b = (rbuf){.p = weir__malloc(cap), .cap = cap, .init = cap};
     return b->p ? 0 : -ENOMEM;
 }
 
@@ -76,19 +77,31 @@ static ssize_t rbuf_next(rbuf *b, int fd, size_t max, const uint8_t **frame, int
                 return (ssize_t)len;
             }
         }
-        if (have == 0)
+        if (have == 0) {
             b->start = b->end = 0;
+            if (b->cap > 4 * b->init) { /* back to its size after a large frame */
+                uint8_t *np = weir__realloc(b->p, b->init);
+                if (np) {
+                    b->p = np;
+                    b->cap = b->init;
+                }
+            }
+        }
         if (b->cap - b->start < need) { /* room for the whole frame, at the front */
             memmove(b->p, b->p + b->start, have);
             b->start = 0;
             b->end = have;
         }
-        if (b->cap < need) {
-            uint8_t *np = weir__realloc(b->p, need);
+        if (b->end == b->cap) {
+            /* Full, and the frame is longer: grow by doubling as its bytes
+             * arrive, so a length that promises more than comes costs at
+             * most twice what did. */
+            size_t cap = b->cap * 2 < need ? b->cap * 2 : need;
+            uint8_t *np = weir__realloc(b->p, cap);
             if (!np)
                 return -ENOMEM;
             b->p = np;
-            b->cap = need;
+            b->cap = cap;
         }
         size_t room = b->cap - b->end;
         ssize_t n = -EAGAIN;

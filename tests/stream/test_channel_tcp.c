@@ -7,8 +7,9 @@
  * a fake producer: a malformed batch, a stranger's HELLO, a producer that
  * goes past its credits, a connection lost before the end, and a producer
  * that never comes all fail the job naming the channel, without a crash;
- * frames cut across reads are put together, and a producer that spent
- * every credit gets every one back (however the consumer groups them).
+ * frames cut across reads, and one larger than the reader's buffer, are
+ * put together; and a producer that spent every credit gets every one
+ * back (however the consumer groups them).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/be.h"
 #include "stream/channel_tcp.h"
 #include "stream/count_ops.h"
 #include "stream/lines.h"
@@ -226,7 +228,7 @@ typedef struct fake {
     uint32_t back, frames; /* CREDITS_BACK: credits returned, in how many frames */
 } fake;
 
-enum { BAD_BATCH, STRANGER_THEN_BAD, PAST_CREDITS, LOST, NEVER, CUT, CREDITS_BACK };
+enum { BAD_BATCH, STRANGER_THEN_BAD, PAST_CREDITS, LOST, NEVER, CUT, CREDITS_BACK, BIG };
 
 static int all_in_zero_but_src1(void *arg, uint32_t chain, uint32_t sub)
 {
@@ -275,6 +277,22 @@ static intptr_t fake_producer(void *arg)
     } else {
         CHECK_EQ(send_hello(fd, f, 2), 0);
     }
+    if (f->mode == BIG) {
+        /* A batch of one 300 KiB record (of key group 0, count 0's), more
+         * than the reader's buffer holds to start with, then a bad one. */
+        enum { REC = 300 << 10 };
+        size_t len = 4 + WEIR__WIRE_BATCH_HEAD + WEIR__WIRE_REC_HEADER + REC;
+        uint8_t *big = calloc(1, len), *h = big + 4 + WEIR__WIRE_BATCH_HEAD;
+        weir__put_be32(big, (uint32_t)(len - 4));
+        big[4] = WEIR__WIRE_BATCH;
+        weir__put_be32(big + 5, 1);
+        weir__put_be32(big + 9, REC);
+        weir__put_be32(h + 8, REC); /* ts 0, key group 0 */
+        uint64_t one = 1;
+        memcpy(h + WEIR__WIRE_REC_HEADER, &one, 8);
+        CHECK_EQ(weir_io_send(fd, big, len, MSG_NOSIGNAL, WEIR_FOREVER), (ssize_t)len);
+        free(big);
+    }
     if (f->mode == CREDITS_BACK) {
         /* Every credit spent: all of them come back, however the consumer
          * groups them, and no more. */
@@ -296,7 +314,7 @@ static intptr_t fake_producer(void *arg)
         }
         weir_frame_parser_close(&p);
     }
-    if (f->mode == BAD_BATCH || f->mode == STRANGER_THEN_BAD || f->mode == CUT) {
+    if (f->mode == BAD_BATCH || f->mode == STRANGER_THEN_BAD || f->mode == CUT || f->mode == BIG) {
         /* A batch claiming 5 records and carrying none. */
         uint8_t bad[] = {0, 0, 0, 9, WEIR__WIRE_BATCH, 0, 0, 0, 5, 0, 0, 0, 0};
         CHECK_EQ(weir_frame_write(fd, bad, sizeof(bad), WEIR_FOREVER), 0);
@@ -405,6 +423,11 @@ TEST(a_producer_that_never_connects_fails_the_job)
 TEST(frames_cut_across_reads_are_read_whole)
 {
     consumer_fails(CUT, "batch: record headers cut short (0 of 65 bytes for 5 records)");
+}
+
+TEST(a_frame_larger_than_the_read_buffer_is_read_whole)
+{
+    consumer_fails(BIG, "batch: record headers cut short (0 of 65 bytes for 5 records)");
 }
 
 TEST(a_producer_that_spent_every_credit_gets_every_one_back)
