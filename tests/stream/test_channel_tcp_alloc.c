@@ -4,16 +4,18 @@
  * job over TCP channels (stream/channel_tcp.h) and the TCP checkpoint link
  * (ckpt_link_tcp.c) failing in turn (base/alloc.h's countdown).
  *
- * The job (two paced sources -> keyed count -> a counting sink, checkpointed every
- * few milliseconds) is split over two OS processes as in test_channel_tcp.c:
- * subtask s of every chain in process s % 2, process 0 coordinating the
- * checkpoints over a socketpair. This process runs one share with the
- * countdown on; a peer forked for each attempt (before any runtime exists
- * here) runs the other share with it off, so the countdown counts only the
- * allocations of the share under test: the net, its sending and receiving
- * ends, their frame buffers and reader fibers, the checkpoint link, and the
- * deploy, run, checkpoints and state of that share. Once as the coordinating
- * process, once as the worker.
+ * The job (two paced sources -> keyed count -> a counting sink, checkpointed
+ * every few milliseconds) is split over two OS processes as in
+ * test_channel_tcp.c: subtask s of every chain in process s % 2, process 0
+ * coordinating the checkpoints over a socketpair. This process runs one
+ * share with the countdown on; a peer forked for each attempt (before any
+ * runtime exists here) runs the other share with it off, so the countdown
+ * counts only the allocations of the share under test: the net, its sending
+ * and receiving ends, their frame buffers and reader fibers, the checkpoint
+ * link, and the deploy, run, checkpoints and state of that share. Once as
+ * the coordinating process, once as the worker. A clean run counts them
+ * first; its sources end only once a checkpoint completed, so the count
+ * includes one.
  *
  * Each failure ends in an error - weir__tcp_new returning NULL with ENOMEM
  * and the listening socket still the caller's, or a run that returns an
@@ -53,13 +55,21 @@
 
 typedef struct pos_src {
     int64_t next;
+    int wait;         /* after the last record, until a checkpoint completed */
+    int64_t deadline; /* ... or until then */
 } pos_src;
 
+/* arg: an int, 1 to wait for a checkpoint before the end. */
 static int pos_open(weir_ctx *ctx, void *arg, void **state)
 {
-    (void)ctx, (void)arg;
-    *state = calloc(1, sizeof(pos_src));
-    return *state ? 0 : -ENOMEM;
+    (void)ctx;
+    pos_src *p = calloc(1, sizeof(pos_src));
+    if (!p)
+        return -ENOMEM;
+    p->wait = *(const int *)arg;
+    p->deadline = weir_time_after_ms(30000);
+    *state = p;
+    return 0;
 }
 
 static int pos_next(weir_ctx *ctx, void *state)
@@ -72,7 +82,8 @@ static int pos_next(weir_ctx *ctx, void *state)
             return e;
     }
     weir_time_sleep(2 * WEIR_MSEC); /* paced, so that checkpoints happen during the run */
-    return p->next >= N;
+    return p->next >= N &&
+           (!p->wait || weir_ctx_completed(ctx) > 0 || weir_time_now() >= p->deadline);
 }
 
 static int pos_snapshot(weir_ctx *ctx, void *state, void **buf, size_t *len)
@@ -137,7 +148,8 @@ static int by_subtask(void *arg, uint32_t chain, uint32_t sub)
 typedef struct share {
     int self, lfd, ctl, ports[2];
     char ckpt[64];
-    long fail_at; /* the countdown for this share (-1: off) */
+    long fail_at;  /* the countdown for this share (-1: off) */
+    int wait_ckpt; /* the sources end only once a checkpoint completed (the clean run) */
     /* What happened: */
     long allocations;      /* made while the countdown was on */
     int made;              /* weir__tcp_new gave a net */
@@ -154,7 +166,8 @@ static intptr_t run_share(void *arg)
     tally t = {0};
     weir_job *j = weir_job_new("tcp-alloc");
     CHECK(j != NULL);
-    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &pos_def, NULL), 2);
+    weir_stream *s =
+        weir_stream_parallelism(weir_job_source(j, "src", &pos_def, &sh->wait_ckpt), 2);
     s = weir_stream_map(s, "to_one", to_one, NULL);
     s = weir_stream_reduce(weir_stream_key_by(s, key16, NULL), "count", count16, NULL);
     s = weir_stream_map(s, "to_line", to_line, NULL);
@@ -244,6 +257,7 @@ static void attempt(int self, long fail_at, share *sh)
     memset(sh, 0, sizeof(*sh));
     sh->self = self;
     sh->fail_at = fail_at;
+    sh->wait_ckpt = fail_at == LONG_MAX; /* the clean run; the peer's share waits too */
     snprintf(sh->ckpt, sizeof(sh->ckpt), "/tmp/weir-tcp-alloc-XXXXXX");
     CHECK(mkdtemp(sh->ckpt) != NULL);
     int lfd[2], sp[2];
@@ -298,12 +312,10 @@ static void attempt(int self, long fail_at, share *sh)
 static void every_allocation_in_turn(int self)
 {
     signal(SIGALRM, on_alarm);
-    /* The clean run, whose allocations are counted; one with a checkpoint
-     * (the sources are paced for several, but a loaded machine may slow
-     * the first past their end). */
+    /* The clean run, whose allocations are counted: its sources end once a
+     * checkpoint completed, so that the count has a checkpoint's. */
     share ok;
-    for (int i = 0; i < 5 && (i == 0 || (ok.made && ok.ran == 0 && !ok.checkpointed)); i++)
-        attempt(self, LONG_MAX, &ok);
+    attempt(self, LONG_MAX, &ok);
     CHECK(ok.made);
     if (ok.ran)
         fprintf(stderr, "the clean run failed: %s\n", ok.error);
