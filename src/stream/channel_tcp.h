@@ -32,8 +32,11 @@
  * sends past its credits, a connection lost before end of input, or a
  * producer that never connects within the deadline, fails the job with a
  * message naming the channel and its ends, and ends the consumer with that
- * error (an IT_FAIL item); the process goes on. A sending end whose
- * connection broke returns the error from its send, failing its subtask.
+ * error (an IT_FAIL item); so does a connection this process cannot take
+ * for lack of memory (every channel still waiting for its producer fails).
+ * The process goes on. A sending end whose connection broke returns the
+ * error from its send, failing its subtask; a consumer that sends anything
+ * but CREDIT frames, or more credits than the channel has, fails the job.
  *
  * Lifetime: weir__tcp_start (deploy's start hook) starts the accept fiber;
  * weir__tcp_stop (the stop hook, once the subtasks have ended) cancels and
