@@ -36,7 +36,8 @@
  * NEXMARK_PARALLELISM=1 or 2 runs only that parallelism, for profiling;
  * NEXMARK_OPSTATS=1 prints each operator's records and backpressure time;
  * NEXMARK_PROCESSES=2 runs only the processes=2 lines, NEXMARK_CREDITS=N
- * gives their channels N credits instead of 4).
+ * gives their TCP channels N credits instead of the default,
+ * WEIR__TCP_MIN_CREDITS).
  *
  *   bench=nexmark impl=weir query=q5 parallelism=2 processes=1 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
@@ -293,8 +294,7 @@ static intptr_t proc_main(void *arg)
     weir__plan *p = NULL;
     char why[256];
     if (!pc->err)
-        pc->err = weir__plan_make(j, 2, (int)bench_parse_long(getenv("NEXMARK_CREDITS"), 4), &p,
-                                  why, sizeof(why));
+        pc->err = weir__plan_make(j, 2, 4, &p, why, sizeof(why));
     weir_frame_builder fb;
     const uint8_t *bytes = NULL;
     size_t len = 0;
@@ -303,13 +303,15 @@ static intptr_t proc_main(void *arg)
     weir__tcp_net *n = NULL;
     if (!pc->err) {
         const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
-        n = weir__tcp_new(&(weir__tcp_opts){.self = pc->self,
-                                            .nprocs = 2,
-                                            .hosts = hosts,
-                                            .ports = pc->ports,
-                                            .listen_fd = pc->lfd,
-                                            .place = place_mod2,
-                                            .plan_hash = weir__tcp_plan_hash(bytes, len)});
+        n = weir__tcp_new(
+            &(weir__tcp_opts){.self = pc->self,
+                              .nprocs = 2,
+                              .hosts = hosts,
+                              .ports = pc->ports,
+                              .listen_fd = pc->lfd,
+                              .place = place_mod2,
+                              .plan_hash = weir__tcp_plan_hash(bytes, len),
+                              .credits = (uint32_t)bench_parse_long(getenv("NEXMARK_CREDITS"), 0)});
         weir_frame_builder_close(&fb);
         pc->err = n ? 0 : -errno;
     }

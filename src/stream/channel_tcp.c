@@ -9,15 +9,119 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
+#include "base/be.h"
 #include "base/log.h"
 #include "stream/ckpt_link.h"
 #include "stream/wire.h"
 #include "weir/net.h"
 
 #define FIBER_STACK (64u << 10)
+/* A receiving end's buffer to start with: a full batch frame (64 KiB of
+ * records and their headers) fits, and so do the several smaller ones a
+ * busy producer has queued on the socket. It grows for a larger frame. */
+#define RX_BUF     (128u << 10)
+#define CREDIT_BUF 256u
+
+/* ---- reading frames ---------------------------------------------------------------------------
+ * A connection's frames are read through a buffer of our own rather than a
+ * weir_frame_parser: one recv takes every frame the socket holds, and the
+ * reader hands each complete one out from the buffer (decoded in place: a
+ * BATCH is copied once, into its batch) before it reads again. The first
+ * attempt at a read is a direct non-blocking recv, which saves a trip
+ * through the loop when bytes are already there; only when the socket is
+ * empty does the fiber wait on the loop's I/O. The lengths are checked
+ * from the 4 header bytes against the caller's cap before the buffer grows
+ * for a frame, and it grows only as the frame's bytes arrive. */
+typedef struct rbuf {
+    uint8_t *p;
+    size_t start, end, cap; /* unread bytes: p[start, end) */
+    size_t init;            /* cap to start with and to come back to */
+    int drained;            /* the last read came back short: the socket was empty */
+} rbuf;
+
+static int rbuf_init(rbuf *b, size_t cap)
+{
+    *b = (rbuf){.p = weir__malloc(cap), .cap = cap, .init = cap};
+    return b->p ? 0 : -ENOMEM;
+}
+
+static void rbuf_close(rbuf *b)
+{
+    weir__free(b->p);
+    b->p = NULL;
+}
+
+/* The next frame's payload (kind byte first) in *frame, valid until the
+ * next call: its length (> 0); 0 at an end of the stream between frames;
+ * or a negative errno: -EMSGSIZE past max, -EBADMSG for a zero length,
+ * -ECONNRESET for an end inside a frame, -ENOMEM, or the read's error
+ * (-ECANCELED, -ETIMEDOUT...). */
+static ssize_t rbuf_next(rbuf *b, int fd, size_t max, const uint8_t **frame, int64_t deadline)
+{
+    for (;;) {
+        size_t have = b->end - b->start, need = 4;
+        if (have >= 4) {
+            uint32_t len = weir__get_be32(b->p + b->start);
+            if (len == 0)
+                return -EBADMSG;
+            if (len > max)
+                return -EMSGSIZE;
+            need = 4 + (size_t)len;
+            if (have >= need) {
+                *frame = b->p + b->start + 4;
+                b->start += need;
+                return (ssize_t)len;
+            }
+        }
+        if (have == 0) {
+            b->start = b->end = 0;
+            if (b->cap > 4 * b->init) { /* back to its size after a large frame */
+                uint8_t *np = weir__realloc(b->p, b->init);
+                if (np) {
+                    b->p = np;
+                    b->cap = b->init;
+                }
+            }
+        }
+        if (b->cap - b->start < need) { /* room for the whole frame, at the front */
+            memmove(b->p, b->p + b->start, have);
+            b->start = 0;
+            b->end = have;
+        }
+        if (b->end == b->cap) {
+            /* Full, and the frame is longer: grow by doubling as its bytes
+             * arrive, so a length that promises more than comes costs at
+             * most twice what did. */
+            size_t cap = b->cap * 2 < need ? b->cap * 2 : need;
+            uint8_t *np = weir__realloc(b->p, cap);
+            if (!np)
+                return -ENOMEM;
+            b->p = np;
+            b->cap = cap;
+        }
+        size_t room = b->cap - b->end;
+        ssize_t n = -EAGAIN;
+        if (!b->drained) {
+            if (weir_task_cancelled())
+                return -ECANCELED;
+            n = recv(fd, b->p + b->end, room, MSG_DONTWAIT);
+            if (n < 0)
+                n = errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        }
+        if (n == -EAGAIN)
+            n = weir_io_recv(fd, b->p + b->end, room, 0, deadline);
+        if (n == 0)
+            return have ? -ECONNRESET : 0;
+        if (n < 0)
+            return n;
+        b->drained = (size_t)n < room;
+        b->end += (size_t)n;
+    }
+}
 
 typedef struct tx_channel tx_channel;
 typedef struct rx_channel rx_channel;
@@ -56,7 +160,8 @@ struct rx_channel {
     weir__plan_channel pc;
     subtask *cons;
     int fd;                /* -1 until the producer connects */
-    _Atomic int in_flight; /* batches received, not yet credited */
+    _Atomic int in_flight; /* batches received, not yet processed */
+    uint32_t owed;         /* processed, their credits not yet sent (the consumer's thread) */
     int ended;
 };
 
@@ -89,39 +194,69 @@ static void rx_fail(rx_channel *rx, int e, const char *what)
     weir__subtask_post(rx->cons, (item){IT_FAIL, rx->ch.input, {NULL}, e});
 }
 
+/* The credits of each channel over TCP (channel_tcp.h). */
+static uint32_t tcp_credits(const weir__tcp_net *n)
+{
+    uint32_t c = n->r->plan->credits;
+    return n->o.credits ? n->o.credits : c > WEIR__TCP_MIN_CREDITS ? c : WEIR__TCP_MIN_CREDITS;
+}
+
 static weir__wire_hello hello_of(const weir__tcp_net *n, const weir__plan_channel *pc)
 {
     return (weir__wire_hello){n->o.plan_hash, pc->id,       pc->from_sub,
-                              pc->to_sub,     pc->to_input, n->r->plan->credits};
+                              pc->to_sub,     pc->to_input, tcp_credits(n)};
 }
 
 /* ---- the sending end ------------------------------------------------------------------------ */
 static intptr_t credit_reader(void *arg)
 {
     tx_channel *tx = arg;
-    weir_frame_parser p;
-    weir_frame_parser_init(&p, &(weir_frame_limits){64, 64});
+    rbuf b;
+    if (rbuf_init(&b, CREDIT_BUF) < 0) {
+        char name[256];
+        describe(tx->net->r, &tx->pc, name, sizeof(name));
+        weir__stream_fail(tx->net->r->j, -ENOMEM, "%s: no memory to read its credits", name);
+        return 0;
+    }
     for (;;) {
-        weir_frame f = {0};
-        ssize_t n = weir_frame_read(tx->fd, &p, &f, WEIR_FOREVER);
-        if (n <= 0)
-            break; /* closed, cancelled at the end of the run, or broken */
-        weir__wire_msg m;
+        /* Every CREDIT frame that is in, then one release. */
+        uint64_t got = 0;
+        const char *bad = NULL;
         char why[160];
-        int e = weir__wire_decode(f.data, f.len, &m, why, sizeof(why));
-        weir_frame_free(&f);
-        if (e || m.kind != WEIR__WIRE_CREDIT) {
-            if (!e)
-                weir__wire_msg_free(&m);
+        do {
+            const uint8_t *f;
+            ssize_t n = rbuf_next(&b, tx->fd, 64, &f, WEIR_FOREVER);
+            if (n <= 0) {
+                /* closed, cancelled at the end of the run, or broken: the
+                 * sending end finds out on its next write */
+                if (n == -EMSGSIZE || n == -EBADMSG)
+                    bad = "a malformed frame";
+                got = 0;
+                break;
+            }
+            weir__wire_msg m;
+            int e = weir__wire_decode(f, (size_t)n, &m, why, sizeof(why));
+            if (e || m.kind != WEIR__WIRE_CREDIT) {
+                if (!e)
+                    weir__wire_msg_free(&m);
+                bad = e ? why : "a frame other than CREDIT";
+                break;
+            }
+            got += m.u.credits;
+        } while (b.start < b.end);
+        if (got > tcp_credits(tx->net))
+            bad = "more credits than the channel has";
+        if (bad) {
             char name[256];
             describe(tx->net->r, &tx->pc, name, sizeof(name));
-            weir__stream_fail(tx->net->r->j, -EBADMSG, "%s: the consumer sent %s", name,
-                              e ? why : "a frame other than CREDIT");
+            weir__stream_fail(tx->net->r->j, -EBADMSG, "%s: the consumer sent %s", name, bad);
             break;
         }
-        weir_sem_release(tx->credits, m.u.credits);
+        if (!got)
+            break;
+        weir_sem_release(tx->credits, (long)got);
     }
-    weir_frame_parser_close(&p);
+    rbuf_close(&b);
     return 0;
 }
 
@@ -242,7 +377,7 @@ static const weir__channel_ops tx_ops = {"tcp-send", tx_send_batch, tx_send_ctl,
 /* ---- the receiving end ---------------------------------------------------------------------- */
 typedef struct rx_start {
     rx_channel *rx;
-    weir_frame_parser p; /* HELLO is in; the rest of the stream follows */
+    rbuf b; /* HELLO is out of it; the rest of the stream follows */
 } rx_start;
 
 static intptr_t rx_reader(void *arg)
@@ -252,21 +387,21 @@ static intptr_t rx_reader(void *arg)
     weir__tcp_net *n = rx->net;
     char why[200];
     for (;;) {
-        weir_frame f = {0};
-        ssize_t got = weir_frame_read(rx->fd, &s->p, &f, WEIR_FOREVER);
+        const uint8_t *f;
+        ssize_t got = rbuf_next(&s->b, rx->fd, WEIR__WIRE_MAX_FRAME, &f, WEIR_FOREVER);
         if (got == -ECANCELED)
             break;
         if (got <= 0) {
             if (!rx->ended)
                 rx_fail(rx, got ? (int)got : -ECONNRESET,
-                        got ? weir_strerror((int)got)
-                            : "the producer's connection closed before its end of input");
+                        got == -EMSGSIZE ? "a frame longer than the largest batch"
+                        : got            ? weir_strerror((int)got)
+                              : "the producer's connection closed before its end of input");
             break;
         }
         atomic_fetch_add_explicit(&n->received, (uint64_t)got + 4, memory_order_relaxed);
         weir__wire_msg m;
-        int e = weir__wire_decode(f.data, f.len, &m, why, sizeof(why));
-        weir_frame_free(&f);
+        int e = weir__wire_decode(f, (size_t)got, &m, why, sizeof(why));
         if (e) {
             rx_fail(rx, e, why);
             break;
@@ -275,7 +410,7 @@ static intptr_t rx_reader(void *arg)
         const char *bad = NULL;
         switch (m.kind) {
         case WEIR__WIRE_BATCH:
-            if (atomic_fetch_add(&rx->in_flight, 1) >= (int)n->r->plan->credits)
+            if (atomic_fetch_add(&rx->in_flight, 1) >= (int)tcp_credits(n))
                 bad = "the producer sent more batches than its credits";
             it.kind = IT_BATCH;
             it.b = m.u.b;
@@ -315,30 +450,54 @@ static intptr_t rx_reader(void *arg)
         if (it.kind == IT_EOI)
             break; /* nothing more on this connection */
     }
-    weir_frame_parser_close(&s->p);
+    rbuf_close(&s->b);
     weir__free(s);
     return 0;
+}
+
+/* Fail every receiving end whose producer has not connected yet: "its
+ * producer (process P) <what>". */
+static void fail_unattached(weir__tcp_net *n, int e, const char *what)
+{
+    for (uint32_t i = 0; i < n->nrx_slots; i++) {
+        rx_channel *rx = n->rx[i];
+        if (!rx || rx->fd >= 0)
+            continue;
+        char why[160];
+        snprintf(why, sizeof(why), "its producer (process %d) %s",
+                 n->o.place(n->o.place_arg, rx->pc.from_chain, rx->pc.from_sub), what);
+        rx_fail(rx, e, why);
+    }
 }
 
 /* A connection's first frame: which channel it carries. */
 static void attach(weir__tcp_net *n, int fd)
 {
     rx_start *s = weir__calloc(1, sizeof(*s));
-    if (!s) {
+    if (!s || rbuf_init(&s->b, RX_BUF) < 0) {
+        weir__free(s);
+        /* Perhaps a producer this process waits for: the job cannot go
+         * on without it, and must not wait for it until the deadline. */
         weir_io_close(fd);
+        fail_unattached(n, -ENOMEM, "could not be accepted: out of memory");
         return;
     }
-    weir_frame_parser_init(&s->p, &(weir_frame_limits){WEIR__WIRE_MAX_FRAME, 64});
-    weir_frame f = {0};
+    const uint8_t *f;
     char why[200] = "";
-    ssize_t got = weir_frame_read(fd, &s->p, &f, weir_time_after_ms(10000));
+    /* The HELLO comes before the peer has said who it is: 64 bytes at
+     * most, and in 10 s. */
+    ssize_t got = rbuf_next(&s->b, fd, 64, &f, weir_time_after_ms(10000));
     weir__wire_msg m = {0};
-    int e = got > 0 ? weir__wire_decode(f.data, f.len, &m, why, sizeof(why)) : (int)got;
-    weir_frame_free(&f);
+    int e = got > 0    ? weir__wire_decode(f, (size_t)got, &m, why, sizeof(why))
+            : got == 0 ? -ECONNRESET
+                       : (int)got;
     rx_channel *rx = NULL;
+    if (got == 0)
+        snprintf(why, sizeof(why), "it closed before its HELLO");
     if (!e && m.kind != WEIR__WIRE_HELLO) {
         weir__wire_msg_free(&m);
         e = -EBADMSG;
+        snprintf(why, sizeof(why), "its first frame is not a HELLO");
     }
     if (!e &&
         (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) || rx->fd >= 0))
@@ -349,12 +508,14 @@ static void attach(weir__tcp_net *n, int fd)
     }
     if (e) {
         /* A stranger, or a peer of another plan: drop the connection,
-         * keep listening (the real producer may still come). */
-        weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection: %s",
-                  why[0]         ? why
-                  : e == -ENOENT ? "not a channel this process expects"
-                                 : weir_strerror(e));
-        weir_frame_parser_close(&s->p);
+         * keep listening (the real producer may still come). Cancelled:
+         * the run is ending. */
+        if (e != -ECANCELED)
+            weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection: %s",
+                      why[0]         ? why
+                      : e == -ENOENT ? "not a channel this process expects"
+                                     : weir_strerror(e));
+        rbuf_close(&s->b);
         weir__free(s);
         weir_io_close(fd);
         return;
@@ -366,7 +527,7 @@ static void attach(weir__tcp_net *n, int fd)
     if (!weir_scope_spawn(
             n->fibers, rx_reader, s,
             &(weir_spawn_opts){.name = "channel reader", .stack_size = FIBER_STACK})) {
-        weir_frame_parser_close(&s->p);
+        rbuf_close(&s->b);
         weir__free(s);
         rx_fail(rx, -ENOMEM, "could not start its reader");
     }
@@ -382,16 +543,9 @@ static intptr_t acceptor(void *arg)
         if (fd == -ECANCELED)
             return 0;
         if (fd == -ETIMEDOUT) {
-            for (uint32_t i = 0; i < n->nrx_slots; i++)
-                if (n->rx[i] && n->rx[i]->fd < 0) {
-                    char what[96];
-                    snprintf(
-                        what, sizeof(what),
-                        "its producer (process %d) did not connect in %" PRId64 " ms",
-                        n->o.place(n->o.place_arg, n->rx[i]->pc.from_chain, n->rx[i]->pc.from_sub),
-                        ms);
-                    rx_fail(n->rx[i], -ETIMEDOUT, what);
-                }
+            char what[96];
+            snprintf(what, sizeof(what), "did not connect in %" PRId64 " ms", ms);
+            fail_unattached(n, -ETIMEDOUT, what);
             return 0;
         }
         if (fd < 0) {
@@ -417,13 +571,24 @@ static int rx_send_ctl(weir__channel *c, int kind, int64_t v)
     return -EINVAL;
 }
 
-/* The consumer processed one of our batches: a credit back. */
+/* The consumer processed one of our batches: a credit back - though not
+ * always at once. Credits go back together, in one CREDIT frame, once half
+ * the channel's are owed or when the consumer has no other batch of this
+ * channel left to process (it may be about to wait for one). The producer
+ * is never left waiting for a credit the consumer holds: when it has spent
+ * all of its credits, every one of its batches is at the consumer, which
+ * returns them at the latest with the last one it processes (an input held
+ * back while a barrier aligns keeps what it owes until it is released, as
+ * it keeps its batches). */
 static void rx_credit(weir__channel *c)
 {
     rx_channel *rx = (rx_channel *)c;
-    atomic_fetch_sub(&rx->in_flight, 1);
+    int left = atomic_fetch_sub(&rx->in_flight, 1) - 1;
+    if (++rx->owed < (tcp_credits(rx->net) + 1) / 2 && left > 0)
+        return;
     uint8_t f[WEIR__WIRE_CREDIT_SIZE];
-    size_t len = weir__wire_encode_credit(f, 1);
+    size_t len = weir__wire_encode_credit(f, rx->owed);
+    rx->owed = 0;
     /* A failed write means the producer is gone: its reader notices. */
     if (rx->fd >= 0 && weir_frame_write(rx->fd, f, len, WEIR_FOREVER) == 0)
         atomic_fetch_add_explicit(&rx->net->sent, len, memory_order_relaxed);
@@ -451,7 +616,7 @@ static weir__channel *factory(void *arg, run *r, const weir__plan_channel *pc, s
         return weir__channel_local_new(cons, (int)r->plan->credits);
     if (prod) {
         tx_channel *tx = weir__calloc(1, sizeof(*tx));
-        if (!tx || !(tx->credits = weir_sem_new(r->plan->credits))) {
+        if (!tx || !(tx->credits = weir_sem_new(tcp_credits(n)))) {
             weir__free(tx);
             *err = -ENOMEM;
             return NULL;
@@ -544,10 +709,21 @@ void weir__tcp_deploy(weir__tcp_net *n, weir__deploy *d)
                         .arg = n};
 }
 
+/* weir__tcp_new's way out: the sockets stay the caller's. */
+static weir__tcp_net *new_failed(weir__tcp_net *n, int err)
+{
+    n->lfd = -1;
+    weir__free(n->control_fds);
+    n->control_fds = NULL;
+    weir__tcp_free(n);
+    errno = err;
+    return NULL;
+}
+
 weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
 {
     if (!o || o->nprocs < 1 || o->self < 0 || o->self >= o->nprocs || !o->place || !o->hosts ||
-        !o->ports) {
+        !o->ports || (o->control_fds && (o->coordinator < 0 || o->coordinator >= o->nprocs))) {
         errno = EINVAL;
         return NULL;
     }
@@ -555,34 +731,24 @@ weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
     if (!n)
         return NULL;
     n->o = *o;
-    n->lfd = o->listen_fd;
-    n->hosts = weir__calloc((size_t)o->nprocs, sizeof(*n->hosts));
-    n->ports = weir__calloc((size_t)o->nprocs, sizeof(*n->ports));
-    for (int i = 0; n->hosts && n->ports && i < o->nprocs; i++) {
-        if (!(n->hosts[i] = weir__strdup(o->hosts[i] ? o->hosts[i] : "127.0.0.1"))) {
-            weir__tcp_free(n);
-            errno = ENOMEM;
-            return NULL;
-        }
-        n->ports[i] = o->ports[i];
-    }
-    if (!n->hosts || !n->ports) {
-        weir__tcp_free(n);
-        errno = ENOMEM;
-        return NULL;
-    }
-    if (o->control_fds) {
-        if (o->coordinator < 0 || o->coordinator >= o->nprocs ||
-            !(n->control_fds = weir__calloc((size_t)o->nprocs, sizeof(int)))) {
-            weir__tcp_free(n);
-            errno = o->coordinator < 0 || o->coordinator >= o->nprocs ? EINVAL : ENOMEM;
-            return NULL;
-        }
-        memcpy(n->control_fds, o->control_fds, (size_t)o->nprocs * sizeof(int));
-    }
     n->o.hosts = NULL;
     n->o.ports = NULL;
     n->o.control_fds = NULL;
+    n->lfd = o->listen_fd;
+    n->hosts = weir__calloc((size_t)o->nprocs, sizeof(*n->hosts));
+    n->ports = weir__calloc((size_t)o->nprocs, sizeof(*n->ports));
+    if (!n->hosts || !n->ports)
+        return new_failed(n, ENOMEM);
+    for (int i = 0; i < o->nprocs; i++) {
+        if (!(n->hosts[i] = weir__strdup(o->hosts[i] ? o->hosts[i] : "127.0.0.1")))
+            return new_failed(n, ENOMEM);
+        n->ports[i] = o->ports[i];
+    }
+    if (o->control_fds) {
+        if (!(n->control_fds = weir__calloc((size_t)o->nprocs, sizeof(int))))
+            return new_failed(n, ENOMEM);
+        memcpy(n->control_fds, o->control_fds, (size_t)o->nprocs * sizeof(int));
+    }
     return n;
 }
 

@@ -19,15 +19,24 @@
  *   - a receiving end when only the consumer does: the net's accept fiber
  *     takes the connection, checks its HELLO against what the plan says of
  *     that channel, and starts a reader fiber that decodes each frame into
- *     an item of the consumer's mailbox. The consumer's credit() writes a
- *     CREDIT frame back.
+ *     an item of the consumer's mailbox. The consumer's credit() returns
+ *     credits in CREDIT frames, several in one when it can (see rx_credit).
+ *
+ * Reading: each connection is read into a buffer of the channel's own, so
+ * one read takes every frame the socket holds and they are decoded from
+ * it one after another; a read tries a non-blocking recv first and waits
+ * on the loop only when the socket is empty. A credit reader releases all
+ * the credits of the frames one read brought at once.
  *
  * Failures. A malformed, oversized or unexpected frame, a producer that
  * sends past its credits, a connection lost before end of input, or a
  * producer that never connects within the deadline, fails the job with a
  * message naming the channel and its ends, and ends the consumer with that
- * error (an IT_FAIL item); the process goes on. A sending end whose
- * connection broke returns the error from its send, failing its subtask.
+ * error (an IT_FAIL item); so does a connection this process cannot take
+ * for lack of memory (every channel still waiting for its producer fails).
+ * The process goes on. A sending end whose connection broke returns the
+ * error from its send, failing its subtask; a consumer that sends anything
+ * but CREDIT frames, or more credits than the channel has, fails the job.
  *
  * Lifetime: weir__tcp_start (deploy's start hook) starts the accept fiber;
  * weir__tcp_stop (the stop hook, once the subtasks have ended) cancels and
@@ -41,16 +50,30 @@
 
 typedef struct weir__tcp_net weir__tcp_net;
 
+/* The fewest credits a TCP channel gets by default. Over TCP a batch and
+ * the credit for it each cross a socket and wait for a turn of the
+ * receiving loop, where a local channel hands the batch over by pointer:
+ * with the run's 4 credits the producer of q5 over two processes waits for
+ * credits much of the time, and 16 gave about a fifth more events/s
+ * (bench/RESULTS.md, "Engine seams"). It costs memory only while the
+ * consumer falls behind: up to 16 batches (64 KiB of records each) queued
+ * per channel. */
+#define WEIR__TCP_MIN_CREDITS 16u
+
 typedef struct weir__tcp_opts {
     int self;                 /* this process's number */
     int nprocs;               /* processes 0..nprocs-1 */
     const char *const *hosts; /* [nprocs]: where each listens */
     const int *ports;         /* [nprocs] */
-    int listen_fd;            /* this process's listening socket; the net closes it */
+    int listen_fd;            /* this process's listening socket; a net made closes it */
     /* The process subtask sub of chain runs in. */
     int (*place)(void *arg, uint32_t chain, uint32_t sub);
     void *place_arg;
-    uint64_t plan_hash;         /* the same on every side: HELLOs carry it */
+    uint64_t plan_hash; /* the same on every side: HELLOs carry it */
+    /* Batches a TCP channel may have in flight (the HELLO carries it, so
+     * both ends must agree). 0: the plan's credits, but at least
+     * WEIR__TCP_MIN_CREDITS. */
+    uint32_t credits;
     int64_t connect_timeout_ms; /* 0: 30 s */
     /* Checkpoint messages (ckpt_link_tcp.c): process `coordinator` runs
      * the coordinator; control_fds[p] is this process's socket to process
@@ -60,7 +83,8 @@ typedef struct weir__tcp_opts {
     int coordinator;
 } weir__tcp_opts;
 
-/* NULL with errno. */
+/* NULL with errno (EINVAL, ENOMEM), and then listen_fd and control_fds
+ * stay the caller's to close. */
 weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o);
 void weir__tcp_free(weir__tcp_net *n);
 
@@ -74,7 +98,6 @@ uint64_t weir__tcp_plan_hash(const void *frame, size_t len);
 
 /* Bytes written and read by the net's channels so far (frames included),
  * and the records its sending ends sent. */
-void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received,
-                     uint64_t *records);
+void weir__tcp_stats(const weir__tcp_net *n, uint64_t *sent, uint64_t *received, uint64_t *records);
 
 #endif

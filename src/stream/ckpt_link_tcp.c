@@ -124,14 +124,14 @@ int weir__ckpt_msg_decode(const uint8_t *p, size_t len, weir__ckpt_msg *m, char 
 
 typedef struct reader_arg {
     tcp_link *t;
-    int proc;
+    int proc, fd; /* the peer process and its socket */
 } reader_arg;
 
 static intptr_t reader(void *arg)
 {
     reader_arg *ra = arg;
     tcp_link *t = ra->t;
-    int proc = ra->proc, fd = t->fds[t->coordinator ? proc : 0];
+    int proc = ra->proc, fd = ra->fd;
     weir__free(ra);
     weir_frame_parser p;
     weir_frame_parser_init(&p, &(weir_frame_limits){FRAME_MAX, FRAME_MAX});
@@ -221,7 +221,7 @@ static void tcp_free(weir__ckpt_link *l)
 {
     tcp_link *t = (tcp_link *)l;
     tcp_stop(l);
-    for (int i = 0; i < (t->coordinator ? t->nprocs : 1); i++)
+    for (int i = 0; t->fds && i < (t->coordinator ? t->nprocs : 1); i++)
         if (t->fds[i] >= 0)
             weir_io_close(t->fds[i]);
     if (t->acks)
@@ -260,7 +260,7 @@ weir__ckpt_link *weir__ckpt_link_tcp(run *r, const weir__ckpt_tcp_opts *o)
             continue;
         reader_arg *ra = weir__malloc(sizeof(*ra));
         if (ra)
-            *ra = (reader_arg){t, t->coordinator ? i : o->coordinator};
+            *ra = (reader_arg){t, t->coordinator ? i : o->coordinator, t->fds[i]};
         if (!ra || !weir_scope_spawn(
                        t->readers, reader, ra,
                        &(weir_spawn_opts){.name = "checkpoint link", .stack_size = 64u << 10})) {

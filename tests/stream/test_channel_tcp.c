@@ -6,7 +6,10 @@
  * output of the same job in one process. And the consumer's side against
  * a fake producer: a malformed batch, a stranger's HELLO, a producer that
  * goes past its credits, a connection lost before the end, and a producer
- * that never comes all fail the job naming the channel, without a crash.
+ * that never comes all fail the job naming the channel, without a crash;
+ * frames cut across reads, and one larger than the reader's buffer, are
+ * put together; and a producer that spent every credit gets every one
+ * back (however the consumer groups them).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/be.h"
 #include "stream/channel_tcp.h"
 #include "stream/count_ops.h"
 #include "stream/lines.h"
@@ -220,10 +224,11 @@ typedef struct fake {
     int mode;      /* what the fake producer does */
     uint64_t hash; /* the plan's */
     uint32_t credits;
-    const char *error; /* the job's error, after */
+    const char *error;     /* the job's error, after */
+    uint32_t back, frames; /* CREDITS_BACK: credits returned, in how many frames */
 } fake;
 
-enum { BAD_BATCH, STRANGER_THEN_BAD, PAST_CREDITS, LOST, NEVER };
+enum { BAD_BATCH, STRANGER_THEN_BAD, PAST_CREDITS, LOST, NEVER, CUT, CREDITS_BACK, BIG };
 
 static int all_in_zero_but_src1(void *arg, uint32_t chain, uint32_t sub)
 {
@@ -256,8 +261,60 @@ static intptr_t fake_producer(void *arg)
         fd = weir_net_connect("127.0.0.1", f->port, weir_time_after_ms(10000));
         CHECK_GE(fd, 0);
     }
-    CHECK_EQ(send_hello(fd, f, 2), 0);
-    if (f->mode == BAD_BATCH || f->mode == STRANGER_THEN_BAD) {
+    uint8_t empty[13] = {0, 0, 0, 9, WEIR__WIRE_BATCH, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (f->mode == CUT) {
+        /* HELLO and a good batch a byte per write (each its own segment:
+         * the connection has TCP_NODELAY), then a bad one: the reader
+         * puts frames cut across reads together, and only the bad one
+         * fails the job. */
+        weir_net_set_nodelay(fd, 1);
+        uint8_t h[WEIR__WIRE_CTRL_MAX + sizeof(empty)];
+        weir__wire_hello hello = {f->hash, 2, 1, 0, 1, f->credits};
+        size_t hl = weir__wire_encode_hello(h, &hello);
+        memcpy(h + hl, empty, sizeof(empty));
+        for (size_t i = 0; i < hl + sizeof(empty); i++)
+            CHECK_EQ(weir_io_send(fd, h + i, 1, MSG_NOSIGNAL, WEIR_FOREVER), 1);
+    } else {
+        CHECK_EQ(send_hello(fd, f, 2), 0);
+    }
+    if (f->mode == BIG) {
+        /* A batch of one 300 KiB record (of key group 0, count 0's), more
+         * than the reader's buffer holds to start with, then a bad one. */
+        enum { REC = 300 << 10 };
+        size_t len = 4 + WEIR__WIRE_BATCH_HEAD + WEIR__WIRE_REC_HEADER + REC;
+        uint8_t *big = calloc(1, len), *h = big + 4 + WEIR__WIRE_BATCH_HEAD;
+        weir__put_be32(big, (uint32_t)(len - 4));
+        big[4] = WEIR__WIRE_BATCH;
+        weir__put_be32(big + 5, 1);
+        weir__put_be32(big + 9, REC);
+        weir__put_be32(h + 8, REC); /* ts 0, key group 0 */
+        uint64_t one = 1;
+        memcpy(h + WEIR__WIRE_REC_HEADER, &one, 8);
+        CHECK_EQ(weir_io_send(fd, big, len, MSG_NOSIGNAL, WEIR_FOREVER), (ssize_t)len);
+        free(big);
+    }
+    if (f->mode == CREDITS_BACK) {
+        /* Every credit spent: all of them come back, however the consumer
+         * groups them, and no more. */
+        for (uint32_t i = 0; i < f->credits; i++)
+            CHECK_EQ(weir_frame_write(fd, empty, sizeof(empty), WEIR_FOREVER), 0);
+        weir_frame_parser p;
+        weir_frame_parser_init(&p, NULL);
+        int64_t deadline = weir_time_after_ms(20000);
+        while (f->back < f->credits) {
+            weir_frame fr = {0};
+            CHECK_GT(weir_frame_read(fd, &p, &fr, deadline), 0);
+            weir__wire_msg m;
+            char why[160];
+            CHECK_EQ(weir__wire_decode(fr.data, fr.len, &m, why, sizeof(why)), 0);
+            weir_frame_free(&fr);
+            CHECK_EQ(m.kind, WEIR__WIRE_CREDIT);
+            f->back += m.u.credits;
+            f->frames++;
+        }
+        weir_frame_parser_close(&p);
+    }
+    if (f->mode == BAD_BATCH || f->mode == STRANGER_THEN_BAD || f->mode == CUT || f->mode == BIG) {
         /* A batch claiming 5 records and carrying none. */
         uint8_t bad[] = {0, 0, 0, 9, WEIR__WIRE_BATCH, 0, 0, 0, 5, 0, 0, 0, 0};
         CHECK_EQ(weir_frame_write(fd, bad, sizeof(bad), WEIR_FOREVER), 0);
@@ -276,10 +333,10 @@ static intptr_t fake_producer(void *arg)
         CHECK_EQ(weir_io_send(fd, empty, sizeof(empty), MSG_NOSIGNAL, WEIR_FOREVER),
                  (ssize_t)sizeof(empty));
     }
-    /* LOST: close without END, now. Otherwise hold the connection until
+    /* LOST, CREDITS_BACK: close without END, now. Otherwise hold the connection until
      * the consumer's failed run closes it, so that what was sent is read
      * before any close of ours could reset it. */
-    if (f->mode != LOST) {
+    if (f->mode != LOST && f->mode != CREDITS_BACK) {
         char sink[256];
         int64_t deadline = weir_time_after_ms(30000);
         while (weir_io_read(fd, sink, sizeof(sink), deadline) > 0)
@@ -310,6 +367,7 @@ static intptr_t run_consumer(void *arg)
         .listen_fd = lfd,
         .place = all_in_zero_but_src1,
         .plan_hash = f->hash,
+        .credits = f->credits, /* what the fake producer's HELLO says */
         .connect_timeout_ms = f->mode == NEVER ? 300 : 10000,
     });
     weir__deploy d;
@@ -325,7 +383,7 @@ static intptr_t run_consumer(void *arg)
     return e;
 }
 
-static void consumer_fails(int mode, const char *needle)
+static fake consumer_fails(int mode, const char *needle)
 {
     fake f = {.mode = mode, .hash = 0x1234, .credits = mode == PAST_CREDITS ? 1 : 4};
     per_sub = -1; /* the job ends by the failure alone */
@@ -334,6 +392,7 @@ static void consumer_fails(int mode, const char *needle)
     CHECK_HAS(f.error, "channel 2 (\"to_one\" 1 -> \"count\" 0)");
     CHECK_HAS(f.error, needle);
     free((void *)f.error);
+    return f;
 }
 
 TEST(a_malformed_batch_fails_the_job_naming_the_channel)
@@ -359,6 +418,25 @@ TEST(a_connection_lost_before_the_end_fails_the_job)
 TEST(a_producer_that_never_connects_fails_the_job)
 {
     consumer_fails(NEVER, "did not connect in 300 ms");
+}
+
+TEST(frames_cut_across_reads_are_read_whole)
+{
+    consumer_fails(CUT, "batch: record headers cut short (0 of 65 bytes for 5 records)");
+}
+
+TEST(a_frame_larger_than_the_read_buffer_is_read_whole)
+{
+    consumer_fails(BIG, "batch: record headers cut short (0 of 65 bytes for 5 records)");
+}
+
+TEST(a_producer_that_spent_every_credit_gets_every_one_back)
+{
+    fake f = consumer_fails(CREDITS_BACK, "closed before its end of input");
+    CHECK_EQ(f.back, 4u);
+    CHECK_GE(f.frames, 1u);
+    CHECK_LE(f.frames, 4u);
+    printf("4 credits came back in %u CREDIT frames\n", f.frames);
 }
 
 /* ---- checkpoints across the two processes, and SIGKILL -------------------------------------- */
