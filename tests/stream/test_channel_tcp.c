@@ -9,7 +9,8 @@
  * that never comes all fail the job naming the channel, without a crash;
  * frames cut across reads, and one larger than the reader's buffer, are
  * put together; and a producer that spent every credit gets every one
- * back (however the consumer groups them).
+ * back (however the consumer groups them). A source in one process that
+ * says it is idle leaves the watermark minimum of a sink in the other.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -687,6 +689,199 @@ TEST(sigkill_of_either_process_and_a_restore_of_both_is_exactly_once)
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK_EQ(system(cmd), 0);
+}
+
+/* ---- idleness over TCP ------------------------------------------------------------------------
+ */
+/* A quiet source and a hop after it in process 1, a busy source and the
+ * sink in process 0: the hop's IDLE reaches the sink as a frame, and the
+ * sink's watermark follows busy (no silence timeout anywhere); once quiet
+ * emits again the hop is active and its watermark counts. What the two
+ * processes share lives in a shared mapping. */
+typedef struct idle_shared {
+    _Atomic int64_t sink_wm;   /* the sink's, while quiet is idle */
+    _Atomic int64_t sink_last; /* the sink's latest before the end */
+    _Atomic int quiet_resumed;
+} idle_shared;
+static idle_shared *ish;
+
+typedef struct idle_src {
+    int phase, i;
+    int64_t give_up;
+} idle_src;
+
+static int idle_src_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    idle_src *q = calloc(1, sizeof(*q));
+    q->give_up = weir_time_after_ms(20000);
+    *state = q;
+    return 0;
+}
+
+static int emit_at(weir_ctx *ctx, int64_t key, int64_t ts)
+{
+    int64_t rec[2] = {key, ts};
+    return weir_emit(ctx, rec, sizeof(rec), ts);
+}
+
+/* ts 0..9, then poll (idle) until the sink's watermark passed 1050, then
+ * ts 2000, then stay until the sink's watermark reached 1999. */
+static int quiet_next(weir_ctx *ctx, void *state)
+{
+    idle_src *q = state;
+    int late = weir_time_now() > q->give_up;
+    if (q->phase == 0) {
+        for (int i = 0; i < 10; i++)
+            CHECK_EQ(emit_at(ctx, 1, i), 0);
+        q->phase = 1;
+        return 0;
+    }
+    if (q->phase == 1 && (atomic_load(&ish->sink_wm) >= 1050 || late)) {
+        atomic_store(&ish->quiet_resumed, 1);
+        CHECK_EQ(emit_at(ctx, 1, 2000), 0);
+        q->phase = 2;
+        return 0;
+    }
+    if (q->phase == 2 && (atomic_load(&ish->sink_last) >= 1999 || late))
+        return 1;
+    return weir_time_sleep(2 * WEIR_MSEC) < 0 ? -ECANCELED : 0;
+}
+
+/* ts 1000.. every 2 ms until quiet resumed. */
+static int busy_next(weir_ctx *ctx, void *state)
+{
+    idle_src *b = state;
+    if (atomic_load(&ish->quiet_resumed) || weir_time_now() > b->give_up)
+        return 1;
+    CHECK_EQ(emit_at(ctx, 2, 1000 + b->i++), 0);
+    return weir_time_sleep(2 * WEIR_MSEC) < 0 ? -ECANCELED : 0;
+}
+
+static int idle_hop(weir_ctx *ctx, const weir_rec *in, void *arg)
+{
+    (void)arg;
+    return weir_emit(ctx, in->data, in->len, in->ts);
+}
+
+static int idle_key(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = in->data;
+    *len = 8;
+    return 0;
+}
+
+static int idle_sink(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)state, (void)in;
+    return 0;
+}
+
+static int idle_sink_wm(weir_ctx *ctx, void *state, int64_t wm)
+{
+    (void)ctx, (void)state;
+    if (wm == WEIR_WATERMARK_MAX)
+        return 0;
+    if (!atomic_load(&ish->quiet_resumed) && wm > atomic_load(&ish->sink_wm))
+        atomic_store(&ish->sink_wm, wm);
+    if (wm > atomic_load(&ish->sink_last))
+        atomic_store(&ish->sink_last, wm);
+    return 0;
+}
+
+static weir_job *idle_job(void)
+{
+    static const weir_source_def qd = {
+        .open = idle_src_open, .next = quiet_next, .close = free, .idle_timeout_ms = 50};
+    static const weir_source_def bd = {.open = idle_src_open, .next = busy_next, .close = free};
+    static const weir_op_def sink = {.process = idle_sink, .on_watermark = idle_sink_wm};
+    weir_job *j = weir_job_new("tcp-idle");
+    weir_stream *q = weir_stream_key_by(weir_job_source(j, "quiet", &qd, NULL), idle_key, NULL);
+    q = weir_stream_map(q, "hop", idle_hop, NULL);
+    weir_stream *both[2] = {
+        weir_stream_key_by(q, idle_key, NULL),
+        weir_stream_key_by(weir_job_source(j, "busy", &bd, NULL), idle_key, NULL)};
+    CHECK_EQ(weir_stream_sink(weir_stream_union(both, 2), "wm", &sink, NULL), 0);
+    return j;
+}
+
+/* quiet and hop in process 1, the rest in 0. */
+static int idle_place(void *arg, uint32_t chain, uint32_t sub)
+{
+    const weir__plan *p = arg;
+    (void)sub;
+    const char *head = p->ops[p->chains[chain].ops[0]].name;
+    return strcmp(head, "quiet") == 0 || strcmp(head, "hop") == 0;
+}
+
+static intptr_t run_idle_share(void *arg)
+{
+    share *sh = arg;
+    weir_job *j = idle_job();
+    weir__plan *p;
+    char why[256];
+    CHECK_EQ(weir__plan_make(j, 1, 4, &p, why, sizeof(why)), 0);
+    weir_frame_builder fb;
+    CHECK_EQ(weir__plan_encode(p, &fb), 0);
+    const uint8_t *bytes;
+    size_t len;
+    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
+    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){.self = sh->self,
+                                                       .nprocs = 2,
+                                                       .hosts = hosts,
+                                                       .ports = sh->ports,
+                                                       .listen_fd = sh->lfd,
+                                                       .place = idle_place,
+                                                       .place_arg = p,
+                                                       .plan_hash = weir__tcp_plan_hash(bytes, len),
+                                                       .connect_timeout_ms = 10000});
+    weir_frame_builder_close(&fb);
+    CHECK(n != NULL);
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    int e = weir__job_run_plan(j, p, NULL, &d);
+    if (e)
+        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    weir_job_free(j);
+    return e;
+}
+
+TEST(idleness_crosses_processes)
+{
+    ish = mmap(NULL, sizeof(*ish), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(ish != MAP_FAILED);
+    atomic_store(&ish->sink_wm, WEIR_WATERMARK_MIN);
+    atomic_store(&ish->sink_last, WEIR_WATERMARK_MIN);
+    int lfd[2], ports[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_GE(lfd[i] = weir_net_listen("127.0.0.1", 0, NULL), 0);
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        CHECK_GE(pid[i], 0);
+        if (pid[i] == 0) {
+            close(lfd[1 - i]);
+            share sh = {.self = i, .lfd = lfd[i], .ports = {ports[0], ports[1]}};
+            _exit(test_run_on_rt(2, run_idle_share, &sh) ? 1 : 0);
+        }
+    }
+    close(lfd[0]);
+    close(lfd[1]);
+    for (int i = 0; i < 2; i++) {
+        int status;
+        CHECK_EQ(waitpid(pid[i], &status, 0), pid[i]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_GE(atomic_load(&ish->sink_wm), 1050);   /* quiet (through hop) left the minimum */
+    CHECK_GE(atomic_load(&ish->sink_last), 1999); /* and came back */
+    munmap(ish, sizeof(*ish));
 }
 
 TEST_MAIN()
