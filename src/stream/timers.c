@@ -670,6 +670,11 @@ int weir__timers_load(subtask *st)
     for (int d = 0; d < 2 && !e; d++) {
         uint8_t tag = tag_of(d);
         for (int kg = st->backend->first_kg; kg < st->backend->end_kg && !e; kg++) {
+            /* A group's first scan sorts the keys a restore left pending:
+             * over every group of a large state that is tens of
+             * milliseconds, so let the thread's other tasks run between. */
+            if ((e = weir_task_yield()) < 0)
+                break;
             load l = {&st->timers[d], kg, NULL, NULL, 0, 0};
             e = weir_state_scan(st->backend, kg, &tag, 1, load_fn, &l);
             for (size_t i = 0; i < l.n; i++) {
