@@ -132,6 +132,21 @@ static uint64_t latest_completed(run *r)
     return best;
 }
 
+/* Remove every checkpoint directory above id `done`, the latest completed
+ * one: what a run began and never finished (ids only grow). */
+static void drop_unfinished(run *r, uint64_t done)
+{
+    weir__names ns;
+    if (weir__storage_list(r->store, "", &ns) < 0)
+        return;
+    for (size_t i = 0; i < ns.n; i++) {
+        uint64_t id = weir__ckpt_id_in(ns.v[i], "chk-", "/");
+        if (id > done && id > r->id_base)
+            weir__storage_delete(r->store, ns.v[i]);
+    }
+    weir__names_free(&ns);
+}
+
 /* 0 if checkpoint id completed (its COMPLETED marker is there), else the
  * job fails saying so: a restore point given by a coordinator must be one. */
 static int completed(run *r, uint64_t id)
@@ -299,6 +314,8 @@ int weir__ckpt_prepare(run *r)
      * holds checkpoints of an earlier run numbers its own after them, so
      * the latest COMPLETED marker is always the newest checkpoint. */
     r->id_base = latest_completed(r);
+    if (!r->worker) /* what an earlier run spanning processes left unfinished */
+        drop_unfinished(r, r->id_base);
     if (r->o.restore && r->restore_id && (e = completed(r, r->restore_id)) < 0)
         goto out;
     if (r->restore_id > r->id_base)
@@ -661,20 +678,12 @@ void weir__ckpt_teardown(run *r)
     }
     /* Checkpoints this run started but never completed (a source ended,
      * the job failed or was cancelled while one was under way) leave no
-     * directory behind: restores only ever use completed ones. */
-    if (!r->o.checkpoint_dir || r->o.checkpoint_interval_ms <= 0 || r->worker)
-        goto unlock;
-    uint64_t done = atomic_load(&r->completed);
-    weir__names ns;
-    if (weir__storage_list(r->store, "", &ns) < 0)
-        goto unlock;
-    for (size_t i = 0; i < ns.n; i++) {
-        uint64_t id = weir__ckpt_id_in(ns.v[i], "chk-", "/");
-        if (id > done && id > r->id_base)
-            weir__storage_delete(r->store, ns.v[i]);
-    }
-    weir__names_free(&ns);
-unlock:
+     * directory behind: restores only ever use completed ones. Not when
+     * the run spans processes: another process's subtasks may still be
+     * writing into one (their share of the job ends after this one's); the
+     * next run's prepare removes them instead. */
+    if (r->o.checkpoint_dir && r->o.checkpoint_interval_ms > 0 && !r->worker && !r->spans)
+        drop_unfinished(r, atomic_load(&r->completed));
     weir__storage_close(r->store);
     r->store = NULL;
     /* Last: every subtask has ended (their sinks' files are closed) and the

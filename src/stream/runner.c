@@ -168,6 +168,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     e = weir__deploy_build(&r, p, d);
     r.worker = d && d->worker;
     r.restore_id = d ? d->restore_id : 0;
+    r.spans = d && d->link;
     if (!e && d && d->link && !(r.link = d->link(d->arg, &r))) {
         e = errno ? -errno : -ENOMEM;
         weir__stream_fail(j, e, "the checkpoint link: %s", weir_strerror(e));
