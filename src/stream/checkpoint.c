@@ -431,13 +431,22 @@ static void ack(subtask *st, weir__ckpt_msg *a, int err)
  * they are durable, but nothing else must. The puts of one barrier travel
  * as one pending_ack to the subtask's persister, a fiber of its own (made at
  * the first barrier that has something to put) that waits for them in
- * order and posts the pending_ack back as mail; the ACK goes out when the
- * subtask takes that mail, on its own thread. The mail owns the object:
- * its fn or, when the run ended first, its drop frees it. At the
- * subtask's end the persister is told to stop, finishes every put it was
- * given (its waits are shielded: a put once started completes) and is
- * joined; a subtask that ended well then takes the acks still in its
- * mailbox, so a checkpoint its last barrier began still completes. */
+ * order and then sends the ACK itself: the links' ack calls may come from
+ * any fiber, and a source waiting inside next() must not hold its ACK
+ * back. A failed put comes back to the subtask as mail instead (the
+ * subtask fails the job and ends, on its own thread); the mail owns the
+ * object: its fn or, when the run ended first, its drop frees it.
+ *
+ * The coordinator runs one checkpoint at a time, so when barrier N has
+ * been handed over, an older one still queued was abandoned: the
+ * persister drops it unwritten (persist_newest), and at most one snapshot
+ * waits behind the one being written whatever the disk's speed. At the
+ * subtask's end the persister is told to stop, finishes what it was
+ * given - every put of a subtask that ended well (a checkpoint its last
+ * barrier began may still complete), only the one under way of one that
+ * failed or was cancelled (its waits are shielded: a put once started
+ * completes) - and is joined; a subtask that ended well then takes the
+ * failures still in its mailbox. */
 typedef struct pending_ack {
     weir__mail mail;
     subtask *st;
@@ -493,9 +502,24 @@ static void do_puts(pending_ack *p)
     }
 }
 
+/* Snapshots dropped unwritten, process-wide (for tests). */
+static _Atomic uint64_t stale_dropped;
+uint64_t weir__ckpt_stale_dropped(void)
+{
+    return atomic_load(&stale_dropped);
+}
+
 static int has_puts(const pending_ack *p)
 {
     return p->pos || p->snap;
+}
+
+static void drop_puts(pending_ack *p)
+{
+    free(p->pos);
+    weir_state_snapshot_free(p->snap);
+    p->pos = NULL;
+    p->snap = NULL;
 }
 
 static intptr_t persister(void *arg)
@@ -508,9 +532,22 @@ static intptr_t persister(void *arg)
             e = weir_chan_try_recv(st->persist_q, &p);
         if (e)
             return 0; /* closed and empty (or cancelled and empty) */
-        do_puts(p);
-        if (weir__subtask_post(st, (item){IT_CALL, 0, {.mail = &p->mail}, 0}) < 0)
+        if (p->a.id < atomic_load(&st->persist_newest)) {
+            /* A later barrier came: the coordinator runs one checkpoint at
+             * a time, so this one is over (abandoned: its ACK never went),
+             * and writing it would only delay the live one. */
+            atomic_fetch_add_explicit(&stale_dropped, 1, memory_order_relaxed);
+            drop_puts(p);
             weir__free(p);
+            continue;
+        }
+        do_puts(p);
+        if (!p->err) { /* the ACK needs nothing of the subtask's thread */
+            ack(st, &p->a, 0);
+            weir__free(p);
+        } else if (weir__subtask_post(st, (item){IT_CALL, 0, {.mail = &p->mail}, 0}) < 0) {
+            weir__free(p);
+        }
     }
 }
 
@@ -528,6 +565,7 @@ static int persist_later(subtask *st, pending_ack *p)
             st->persist_q = NULL;
         }
     }
+    atomic_store(&st->persist_newest, p->a.id);
     if (st->persist_q && weir_chan_try_send(st->persist_q, &p) == 0)
         return 0;
     do_puts(p);
@@ -538,6 +576,8 @@ int weir__ckpt_end_persists(subtask *st, int ok)
 {
     if (!st->persist_q)
         return 0;
+    if (!ok) /* a failed or cancelled subtask: what is queued is not written */
+        atomic_store(&st->persist_newest, UINT64_MAX);
     weir_chan_close(st->persist_q);
     weir_scope_join(st->persist_sc, NULL);
     weir_scope_free(st->persist_sc);
@@ -623,8 +663,7 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
         e = weir__stream_broadcast(st, IT_BARRIER, (int64_t)id);
     if (!e && has_puts(p))
         return persist_later(st, p); /* the ACK once the puts are durable */
-    free(p->pos);
-    weir_state_snapshot_free(p->snap);
+    drop_puts(p);
     if (e && e != -ECANCELED) /* (the first failure of the job wins) */
         weir__stream_fail(r->j, e, "checkpoint %" PRIu64 " in \"%s\" subtask %d: %s", id,
                           head->name, st->index, weir_strerror(e));

@@ -289,8 +289,9 @@ struct subtask {
     uint64_t committed;    /* the last checkpoint its commit hooks saw */
     int64_t max_seen;      /* largest record timestamp seen (watermark lag) */
     uint64_t bp_pushed;
-    weir_chan *persist_q;          /* checkpoint puts for the persister (checkpoint.c) */
-    struct weir_scope *persist_sc; /* the persister's scope */
+    weir_chan *persist_q;            /* checkpoint puts for the persister (checkpoint.c) */
+    struct weir_scope *persist_sc;   /* the persister's scope */
+    _Atomic uint64_t persist_newest; /* the latest barrier handed to it */
     _Atomic int finished;
 };
 
@@ -330,6 +331,9 @@ int weir__ckpt_barrier(subtask *st, uint64_t id); /* snapshot, forward, ack */
 /* At a subtask's end: the puts of its barriers finish; ok (it ended well):
  * their acks go out. 0 or the first put's error. */
 int weir__ckpt_end_persists(subtask *st, int ok);
+/* Snapshots a persister dropped unwritten because a later barrier came
+ * (their checkpoints were abandoned), process-wide: for tests. */
+uint64_t weir__ckpt_stale_dropped(void);
 /* A subtask learnt that checkpoint id completed (commit hooks) / was
  * abandoned (abort hooks). */
 void weir__ckpt_on_complete(subtask *st, uint64_t id);

@@ -40,8 +40,10 @@
  *
  * Idleness. A source whose next() calls emitted nothing for its idle
  * timeout (weir_source_def.idle_timeout_ms, else the run's) sends IDLE 1 on
- * all its channels; a consumer leaves such an input out of its minimum
- * until a batch, a watermark or IDLE 0 arrives on it. A subtask whose open
+ * all its channels, and IDLE 0 after its next records; a consumer leaves
+ * such an input out of its minimum until IDLE 0 or a watermark arrives on
+ * it (not a batch: an idle subtask may emit from a timer while its
+ * watermark stands still). A subtask whose open
  * inputs are all idle is idle itself and says so downstream, and active
  * again once one of them is. With the run's idle_timeout_ms a consumer
  * also counts an input silent that long as idle: the producer may be a
@@ -588,11 +590,16 @@ static int run_operator(subtask *st)
                 return e;
             continue;
         }
-        if (it.kind != IT_EOI) { /* a batch or a watermark: it is active */
+        /* A watermark says its producer is active; a batch alone does
+         * not (an idle subtask may still emit, from a timer, while its
+         * watermark stands still). A batch on an input that did not say
+         * it was idle may end this subtask's own idleness (an input that
+         * was only silent). */
+        if (it.kind == IT_WATERMARK)
             in->said_idle = 0;
-            if (st->out_idle && (e = set_idle(st, 0)) < 0)
-                return e;
-        }
+        else if (it.kind == IT_BATCH && st->out_idle && !in->said_idle &&
+                 (e = inputs_moved(st, in->last, idle_ns)) < 0)
+            return e;
         if (it.kind == IT_BATCH) {
             e = process_batch(st, in, it.b);
             weir__batch_free(it.b);

@@ -496,8 +496,8 @@ int weir__timers_arm(subtask *st)
     weir__timers_disarm(st);
     if (next == INT64_MAX)
         return 0;
-    int64_t delay = next - weir_time_now();
-    if (!(st->ptimer = weir_timer_start(delay > 0 ? delay : 0, 0, proc_due, st)))
+    int64_t now = weir_time_now(); /* (next - now cannot overflow once next > now) */
+    if (!(st->ptimer = weir_timer_start(next > now ? next - now : 0, 0, proc_due, st)))
         return -ENOMEM;
     st->ptimer_at = next;
     return 0;

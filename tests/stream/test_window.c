@@ -947,6 +947,95 @@ TEST(a_source_that_says_it_is_idle_leaves_the_minimum_across_a_hop)
     CHECK_EQ(on_runtime(said_idle_main, (void *)0), 0);
 }
 
+/* An idle hop whose processing-time timer emits a record: its consumer
+ * keeps leaving it out (a batch is not a watermark), so the sink's
+ * watermark goes on following busy instead of sticking at the hop's. */
+static _Atomic int64_t wm_at_fire = WEIR_WATERMARK_MIN;
+static _Atomic int hop_fired;
+
+static int timer_hop(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    int *armed = state;
+    if (!*armed) {
+        *armed = 1;
+        int r = weir_timer_register(ctx, WEIR_TIME_PROCESSING, weir_time_now() + 100 * WEIR_MSEC);
+        if (r < 0)
+            return r;
+    }
+    return weir_emit(ctx, in->data, in->len, in->ts);
+}
+
+static int timer_hop_fired(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    (void)state, (void)domain, (void)when;
+    atomic_store(&wm_at_fire, atomic_load(&sink_wm));
+    atomic_store(&hop_fired, 1);
+    ev e = {1, 99, 9};
+    return weir_emit(ctx, &e, sizeof(e), 9);
+}
+
+/* quiet: ts 0..9, then idle until the sink's watermark is 200 past where
+ * it was when the hop's timer emitted (or give up). */
+static int quiet2_next(weir_ctx *ctx, void *state)
+{
+    quiet_state *q = state;
+    if (q->phase == 0) {
+        for (int i = 0; i < 10; i++) {
+            ev e = {1, 1, i};
+            CHECK_EQ(weir_emit(ctx, &e, sizeof(e), i), 0);
+        }
+        q->phase = 1;
+        return 0;
+    }
+    int moved_on = atomic_load(&hop_fired) &&
+                   atomic_load(&sink_wm) >= atomic_load(&wm_at_fire) + 200 &&
+                   atomic_load(&wm_at_fire) != WEIR_WATERMARK_MIN;
+    if (!moved_on && weir_time_now() < q->give_up)
+        return weir_time_sleep(2 * WEIR_MSEC) < 0 ? -ECANCELED : 0;
+    atomic_store(&quiet_resumed, 1); /* busy ends; the sink's hook stops noting */
+    return 1;
+}
+
+static intptr_t timer_idle_main(void *arg)
+{
+    (void)arg;
+    atomic_store(&sink_wm, WEIR_WATERMARK_MIN);
+    atomic_store(&sink_last, WEIR_WATERMARK_MIN);
+    atomic_store(&wm_at_fire, WEIR_WATERMARK_MIN);
+    atomic_store(&hop_fired, 0);
+    atomic_store(&quiet_resumed, 0);
+    atomic_store(&busy_done, 0);
+    atomic_store(&busy_max, 5000);
+    int armed = 0;
+    weir_source_def qd = {.open = quiet_open,
+                          .next = quiet2_next,
+                          .close = free,
+                          .max_out_of_orderness = 0,
+                          .idle_timeout_ms = 30};
+    weir_source_def bd = {.open = busy_open, .next = busy_next, .close = free};
+    weir_job *j = weir_job_new("idle-timer");
+    wm_seen w = {WEIR_WATERMARK_MIN};
+    weir_op_def hop = {.process = timer_hop, .on_timer = timer_hop_fired};
+    weir_op_def def = {.process = wm_proc, .on_watermark = idle_hook};
+    weir_stream *q = weir_stream_key_by(weir_job_source(j, "quiet", &qd, NULL), ev_key, NULL);
+    q = weir_stream_process(q, "hop", &hop, &armed);
+    weir_stream *both[2] = {
+        weir_stream_key_by(q, ev_key, NULL),
+        weir_stream_key_by(weir_job_source(j, "busy", &bd, NULL), ev_key, NULL)};
+    CHECK_EQ(weir_stream_sink(weir_stream_union(both, 2), "wm", &def, &w), 0);
+    CHECK_EQ(weir_job_run(j, NULL), 0);
+    CHECK(atomic_load(&hop_fired));
+    CHECK_GE(atomic_load(&wm_at_fire), 1000); /* the hop was idle when it fired */
+    CHECK_GE(atomic_load(&sink_wm), atomic_load(&wm_at_fire) + 200);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(an_idle_subtask_that_emits_from_a_timer_stays_out_of_the_minimum)
+{
+    CHECK_EQ(on_runtime(timer_idle_main, NULL), 0);
+}
+
 static intptr_t window_errors_main(void *arg)
 {
     (void)arg;
