@@ -95,7 +95,7 @@ typedef struct weir_timer_node {
  * WEIR_AWAIT and weir_op_of() accept any of them.
  */
 typedef struct weir_op {
-    weir_task *task;       /* waiter, woken on completion */
+    weir_task *task; /* waiter, woken on completion */
     int64_t result;
     weir_timer_node timer; /* deadline (or due time) on the loop's wheel */
     uint32_t flags;        /* WEIR__OP_* (runtime-private), accessed atomically */
@@ -112,8 +112,10 @@ typedef struct weir_io_op weir_io_op;     /* weir/io.h */
 typedef struct weir_sync_op weir_sync_op; /* weir/sync.h */
 /* The weir_op inside a weir_op *, weir_io_op * or weir_sync_op *. */
 #define weir_op_of(x)                                                                              \
-    _Generic((x), weir_io_op *: (weir_op *)(void *)(x), weir_sync_op *: (weir_op *)(void *)(x),    \
-             weir_op *: (x))
+    _Generic((x), weir_io_op *                                                                     \
+             : (weir_op *)(void *)(x), weir_sync_op *                                              \
+             : (weir_op *)(void *)(x), weir_op *                                                   \
+             : (x))
 
 /* From a stackless task: WEIR_READY with *result set, or WEIR_PENDING (the
  * task is woken when the op can make progress). */
@@ -136,7 +138,10 @@ typedef int (*weir_poll_fn)(void *frame, intptr_t *result);
 #define WEIR_STACK_DEFAULT (64 * 1024)
 
 typedef struct weir_spawn_opts {
-    const char *name;  /* borrowed: must outlive the task; NULL = "task" */
+    /* Borrowed: must outlive the task, and any report of it the watchdog
+     * may still be printing once it ended: a literal, or a string kept
+     * for the process's life. NULL = "task". */
+    const char *name;
     size_t stack_size; /* fibers: usable stack bytes, 0 = WEIR_STACK_DEFAULT */
     /* Where the task runs. `loop` names one loop (a standalone loop, or one
      * scheduler thread of a runtime: weir_rt_loop()); `rt` a multi-threaded
@@ -224,7 +229,9 @@ intptr_t weir_task_join_result(weir_task *h); /* then release with detach */
  *
  * Locals do not survive a suspension: keep them in the frame. One WEIR_AWAIT
  * or WEIR_YIELD per source line (the line number is the resume label). */
-typedef struct weir_co { int line; } weir_co;
+typedef struct weir_co {
+    int line;
+} weir_co;
 #define WEIR_BEGIN(co)                                                                             \
     switch ((co)->line) {                                                                          \
     case 0:
@@ -329,9 +336,9 @@ int64_t weir_blocking_run_ex(weir_blocking_fn fn, void *arg, weir_blocking_disca
 
 /* ---- the event loop ------------------------------------------------------------ */
 typedef struct weir_loop_opts {
-    const char *io;           /* "uring", "epoll", "auto"; NULL = $WEIR_IO or auto */
-    unsigned uring_entries;   /* submission queue size; 0 = 256 */
-    int uring_sqpoll;         /* opt in to IORING_SETUP_SQPOLL (burns a core) */
+    const char *io;         /* "uring", "epoll", "auto"; NULL = $WEIR_IO or auto */
+    unsigned uring_entries; /* submission queue size; 0 = 256 */
+    int uring_sqpoll;       /* opt in to IORING_SETUP_SQPOLL (burns a core) */
 } weir_loop_opts;
 
 /* Create a loop bound to the calling thread (one per thread). */

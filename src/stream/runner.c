@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/intern.h"
 #include "stream/ckpt_link.h"
 #include "stream/deploy.h"
 #include "stream/stream_int.h"
@@ -215,7 +216,8 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
         for (int s = 0; s < r.chains[ci].par; s++) {
             if (!r.chains[ci].subs[s].here)
                 continue;
-            weir_spawn_opts so = {.name = r.chains[ci].ops[0]->name,
+            /* Interned: the watchdog may print it after the job is freed. */
+            weir_spawn_opts so = {.name = weir__intern(r.chains[ci].ops[0]->name, "subtask"),
                                   .stack_size = SUBTASK_STACK,
                                   .pin = 1,
                                   .loop = rt ? weir_rt_loop(rt, next++ % threads) : NULL};

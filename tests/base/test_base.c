@@ -20,12 +20,32 @@
 #include "base/alloc.h"
 #include "base/be.h"
 #include "base/buf.h"
+#include "base/intern.h"
 #include "base/list.h"
 #include "test.h"
 #include "weir/error.h"
 #include "weir/rt.h"
 
 /* ---- buf ------------------------------------------------------------------------------ */
+TEST(interned_strings_outlive_their_source)
+{
+    char *s = strdup("count");
+    const char *a = weir__intern(s, "x");
+    CHECK(a != s);
+    CHECK_STR(a, "count");
+    strcpy(s, "other");
+    free(s); /* the interned copy is the process's */
+    CHECK_STR(a, "count");
+    CHECK(weir__intern("count", "x") == a); /* one copy per string */
+    CHECK(weir__intern("count2", "x") != a);
+    CHECK(weir__intern(NULL, "fallback") == (const char *)"fallback" ||
+          strcmp(weir__intern(NULL, "fallback"), "fallback") == 0);
+    char longer[WEIR__INTERN_LEN + 50];
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    CHECK_EQ(strlen(weir__intern(longer, "x")), (size_t)WEIR__INTERN_LEN); /* cut */
+}
+
 TEST(buf_grows_and_keeps_bytes)
 {
     weir__buf b = {0};
