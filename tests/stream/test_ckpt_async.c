@@ -37,7 +37,7 @@ static _Atomic int64_t while_writing; /* records processed while a state file wa
 static _Atomic int keys_back;         /* a restored run: keys whose value came back */
 static _Atomic int backlog_mode;      /* gen ends once a snapshot was dropped */
 static uint64_t backlog_from;
-static int gen_keys = KEYS; /* the backlog test's state is a quarter: every barrier copies it */
+static int gen_keys = KEYS; /* the backlog test's state is 2 MiB: every barrier copies it */
 
 typedef struct gen {
     int64_t next;
@@ -310,7 +310,7 @@ TEST(snapshots_overtaken_by_a_later_barrier_are_not_written)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", ckpt_dir);
     CHECK_EQ(system(cmd), 0);
     uint64_t before = backlog_from = weir__ckpt_stale_dropped();
-    gen_keys = KEYS / 4;
+    gen_keys = KEYS / 16;
     atomic_store(&backlog_mode, 1);
     result res = {0};
     test_run_on_rt(2, run_backlog, &res);
