@@ -215,8 +215,12 @@ TEST(line_source_and_text_sink_touch_no_file_on_a_scheduler_thread)
     snprintf(out, sizeof(out), "%s/out.txt", base);
     FILE *f = fopen(in, "w");
     CHECK(f != NULL);
-    for (int i = 0; i < NLINES; i++)
+    for (int i = 0; i < NLINES; i++) {
         fprintf(f, "line %d %.*s\n", i, i % 23, "xxxxxxxxxxxxxxxxxxxxxxxxxxx");
+        if (i % 20000 == 7) /* a line longer than the sink's 256 KiB buffer */
+            for (int k = 0; k < (300 << 10); k++)
+                fputc(k + 1 == (300 << 10) ? '\n' : 'y', f);
+    }
     CHECK_EQ(fclose(f), 0);
     const char *io = getenv("WEIR_IO");
     int epoll = io && !strcmp(io, "epoll");
@@ -259,6 +263,41 @@ TEST(line_source_and_text_sink_touch_no_file_on_a_scheduler_thread)
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
     CHECK_EQ(system(cmd), 0);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+typedef struct err_cfg {
+    const char *in, *out;
+} err_cfg;
+
+static intptr_t sink_error_main(void *arg)
+{
+    err_cfg *c = arg;
+    weir_job *j = weir_job_new("sink-error");
+    weir_stream *s = weir_job_source_file(j, "in", c->in, NULL);
+    CHECK_EQ(weir_stream_text_sink(s, "out", c->out), 0);
+    int e = weir_job_run(j, NULL);
+    CHECK_LT(e, 0);
+    printf("%s: %s\n", c->out, weir_job_error(j));
+    CHECK(strstr(weir_job_error(j), c->out) != NULL); /* names the file */
+    weir_job_free(j);
+    return -e;
+}
+
+TEST(text_sink_reports_what_failed)
+{
+    char in[] = "/tmp/weir-cnerr-XXXXXX";
+    int fd = mkstemp(in);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(write(fd, "one\ntwo\n", 8), 8);
+    close(fd);
+    /* A directory that does not exist: open() fails, named. */
+    err_cfg c = {.in = in, .out = "/nonexistent-weir-dir/out.txt"};
+    CHECK_EQ(test_run_on_rt(2, sink_error_main, &c), ENOENT);
+    /* A device that takes no data: the write fails, by the end of input. */
+    c.out = "/dev/full";
+    CHECK_EQ(test_run_on_rt(2, sink_error_main, &c), ENOSPC);
+    unlink(in);
 }
 
 /* ---- promptness ---------------------------------------------------------------------------- */
