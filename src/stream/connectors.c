@@ -9,8 +9,14 @@
  * [i*size/p, (i+1)*size/p): it skips the partial line at its start (the
  * previous subtask reads it whole) and reads on past its end to finish the
  * last line, so every line is read exactly once whatever p is. Reads go
- * through weir_io_pread in 64 KiB pieces; the position (the offset of the
- * next line) is what a checkpoint saves.
+ * through weir_io_pread in 64 KiB pieces (io_uring does them
+ * asynchronously, the epoll runtime on the blocking pool); the position
+ * (the offset of the next line) is what a checkpoint saves.
+ *
+ * No file call runs on a scheduler thread: the source's open, fstat and
+ * first look at the file, and the sinks' opens, writes and closes, are
+ * shielded jobs on the blocking pool (weir__blocking_run_shielded); the
+ * text and stdout sinks' buffering is described at their section below.
  */
 #include <errno.h>
 #include <fcntl.h>
