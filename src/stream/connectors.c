@@ -81,14 +81,19 @@ typedef struct lines {
     int fd;
     int64_t pos, end; /* file: next byte to read, end of our range (lines starting before it) */
     int64_t line_start;
-    uint8_t *buf; /* unconsumed bytes: [0, len) */
-    size_t len, cap;
+    uint8_t *buf; /* unconsumed bytes: [head, len); moved down only to read more */
+    size_t head, len, cap;
     int64_t lineno;
     int eof, skip_first;
 } lines;
 
 static int lines_fill(lines *l)
 {
+    if (l->head) { /* what is left is a partial line: move it down */
+        memmove(l->buf, l->buf + l->head, l->len - l->head);
+        l->len -= l->head;
+        l->head = 0;
+    }
     if (l->cap - l->len < CHUNK) {
         size_t cap = l->cap ? l->cap * 2 : 2 * CHUNK;
         if (cap > WEIR_MAX_RECORD + 2 * (size_t)CHUNK)
@@ -196,15 +201,17 @@ static int lines_next(weir_ctx *ctx, void *state)
     lines *l = state;
     int emitted = 0;
     while (emitted < 1024) {
-        uint8_t *nl = l->len ? memchr(l->buf, '\n', l->len) : NULL;
+        uint8_t *p = l->buf + l->head;
+        size_t avail = l->len - l->head;
+        uint8_t *nl = avail ? memchr(p, '\n', avail) : NULL;
         if (!nl) {
             if (l->cfg->path && l->line_start >= l->end && !l->skip_first)
                 return 1; /* no line of ours starts here */
             if (l->eof) {
                 int e = 0;
-                if (l->len && !l->skip_first && l->line_start < l->end)
-                    e = lines_emit(ctx, l, l->buf, l->len); /* the last line has no newline */
-                l->len = 0;
+                if (avail && !l->skip_first && l->line_start < l->end)
+                    e = lines_emit(ctx, l, p, avail); /* the last line has no newline */
+                l->head = l->len = 0;
                 return e ? e : 1;
             }
             if (emitted)
@@ -216,20 +223,21 @@ static int lines_next(weir_ctx *ctx, void *state)
                            : e;
             continue;
         }
-        size_t n = (size_t)(nl - l->buf);
+        size_t n = (size_t)(nl - p);
         int mine = !l->skip_first && (!l->cfg->path || l->line_start < l->end);
         if (l->cfg->path && !l->skip_first && l->line_start >= l->end)
             return 1; /* the next subtask's lines start here */
         if (mine) {
-            int e = lines_emit(ctx, l, l->buf, n);
+            int e = lines_emit(ctx, l, p, n);
             if (e)
                 return e;
             emitted++;
         }
         l->skip_first = 0;
         l->line_start += (int64_t)n + 1;
-        memmove(l->buf, nl + 1, l->len - n - 1);
-        l->len -= n + 1;
+        l->head += n + 1;
+        if (l->head == l->len)
+            l->head = l->len = 0;
     }
     return 0;
 }
@@ -276,7 +284,7 @@ static int lines_restore(weir_ctx *ctx, void *state, const void *buf, size_t len
     l->line_start = l->pos = p[0];
     l->lineno = p[1];
     l->skip_first = (int)p[2];
-    l->len = 0;
+    l->head = l->len = 0;
     l->eof = 0;
     return 0;
 }
