@@ -201,7 +201,7 @@ static int lines_next(weir_ctx *ctx, void *state)
     lines *l = state;
     int emitted = 0;
     while (emitted < 1024) {
-        uint8_t *p = l->buf + l->head;
+        uint8_t *p = l->buf ? l->buf + l->head : NULL; /* no buffer before the first read */
         size_t avail = l->len - l->head;
         uint8_t *nl = avail ? memchr(p, '\n', avail) : NULL;
         if (!nl) {
