@@ -74,6 +74,9 @@ typedef struct weir__backend {
      * the loop thread before such a request is made; must be cheap for
      * other descriptors (no syscall once the fd is known). */
     int (*file_fd)(void *state, int fd);
+    /* With file_fd: drop what the backend knows of fd, which the runtime is
+     * about to close on the blocking pool (a weir_io_close of a file). */
+    void (*forget_fd)(void *state, int fd);
 } weir__backend;
 
 extern const weir__backend weir__backend_uring;

@@ -610,8 +610,9 @@ static unsigned ep_pending(void *state)
 /* Whether fd is a regular file or a block device: epoll cannot wait for
  * those and their read/write would block the loop thread, so the runtime
  * runs them on the blocking pool. One fstat per descriptor, remembered in
- * its table entry until weir_io_close, an accept that returns its number,
- * or a cancelled wait resets it; a socket op (recv, send, accept,
+ * its table entry until weir_io_close (which the runtime runs on the pool
+ * for a file, after ep_forget_fd), an accept that returns its number, or a
+ * cancelled wait resets it; a socket op (recv, send, accept,
  * connect) marks it a socket without asking. */
 static int ep_file_fd(void *state, int fd)
 {
@@ -629,6 +630,17 @@ static int ep_file_fd(void *state, int fd)
     return st->ftype == FT_FILE;
 }
 
+/* fd is a file the runtime closes on the pool: its number may be reused
+ * right after, so nothing learned about it may stay. A file is never
+ * queued or in the epoll set (epoll refuses it), so there is nothing else
+ * to undo. */
+static void ep_forget_fd(void *state, int fd)
+{
+    ep_state *s = state;
+    if (fd >= 0 && fd < s->nfds && !has_waiters(&s->fds[fd]))
+        s->fds[fd] = (ep_fd){0};
+}
+
 const weir__backend weir__backend_epoll = {
     .name = "epoll",
     .init = ep_init,
@@ -638,4 +650,5 @@ const weir__backend weir__backend_epoll = {
     .wait = ep_wait,
     .pending = ep_pending,
     .file_fd = ep_file_fd,
+    .forget_fd = ep_forget_fd,
 };

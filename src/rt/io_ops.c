@@ -28,7 +28,9 @@
  * task's) are honoured until the call starts on a pool thread - it then
  * returns -ECANCELED / -ETIMEDOUT without touching the file - and a call
  * that has started finishes with its real result, as a file read io_uring
- * has begun does.
+ * has begun does. weir_io_close of such a file also runs on the pool (the
+ * backend forgets the descriptor first, so its number can be reused), and
+ * always closes it: a close the pool cannot take runs inline.
  */
 #include <errno.h>
 #include <limits.h>
@@ -211,10 +213,34 @@ int weir_io_connect_start(weir_io_op *op, int fd, const struct sockaddr *addr, s
     return io_submit(op, WEIR__IO_CONNECT, fd, deadline);
 }
 
+static intptr_t close_job(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    int r = close(fd);
+    /* Linux releases the descriptor even when close reports EINTR. */
+    return r < 0 && errno != EINTR ? -errno : 0;
+}
+
+/* A close the pool could not take (no memory, pool freed): still close. */
+static void close_discard(void *arg)
+{
+    close((int)(intptr_t)arg);
+}
+
 int weir_io_close_start(weir_io_op *op, int fd)
 {
     op->u.req.kind = WEIR__IO_CLOSE;
     op->u.req.fd = fd;
+    if (WEIR__UNLIKELY(file_offload(WEIR__IO_READ, fd))) {
+        /* A file under epoll: close it on the pool too (a close may flush),
+         * the backend forgetting the number first. Shielded: a close has to
+         * happen even for a cancelled task. */
+        weir_loop *l = weir__loop_current();
+        if (l->be->forget_fd)
+            l->be->forget_fd(l->be_state, fd);
+        return weir__blocking_start_shielded(&op->op, close_job, (void *)(intptr_t)fd,
+                                             close_discard);
+    }
     int r = weir__op_begin(&op->op, WEIR__OP_IO, WEIR_FOREVER);
     if (r < 0)
         return r;

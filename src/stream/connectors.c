@@ -247,10 +247,10 @@ static void lines_close(void *state)
     lines *l = state;
     if (!l)
         return;
-    if (l->fd >= 0 && l->cfg->path)
-        close_off_thread(l->fd);
-    else if (l->fd >= 0)
-        close(l->fd);
+    /* weir_io_close: the backend forgets the fd (epoll's per-fd state), and
+     * neither backend closes a file on this thread. */
+    if (l->fd >= 0 && weir_io_close(l->fd) == -EINVAL)
+        close(l->fd); /* not in a fiber */
     weir__free(l->buf);
     weir__free(l);
 }

@@ -213,6 +213,52 @@ TEST(file_reads_from_a_runtime_never_run_on_a_scheduler_thread)
     drop_file();
 }
 
+/* ---- weir_io_close of a file --------------------------------------------------------------- */
+static _Atomic int closes_on_task, closes_off_task, watch_close = -1;
+
+int close(int fd)
+{
+    if (fd == atomic_load(&watch_close))
+        atomic_fetch_add(weir_task_current() ? &closes_on_task : &closes_off_task, 1);
+    typedef int (*close_fn)(int);
+    REAL(close_fn, close);
+    return fn_(fd);
+}
+
+static intptr_t close_main(void *arg)
+{
+    (void)arg;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK_GE(fd, 0);
+    unsigned char b[8];
+    CHECK_EQ(weir_io_pread(fd, b, sizeof(b), 0, WEIR_FOREVER), (ssize_t)sizeof(b));
+    atomic_store(&watch_close, fd);
+    CHECK_EQ(weir_io_close(fd), 0);
+    atomic_store(&watch_close, -1);
+    /* The number comes back as a pipe: it must be treated as one (waited
+     * for by the backend, ended by its deadline), not as the file it was. */
+    int p[2];
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK(p[0] == fd || p[1] == fd);
+    int rd = p[0];
+    CHECK_EQ(weir_io_read(rd, b, sizeof(b), weir_time_after_ms(20)), -ETIMEDOUT);
+    CHECK_EQ(weir_io_write(p[1], "x", 1, weir_time_after_ms(5000)), 1);
+    CHECK_EQ(weir_io_read(rd, b, sizeof(b), weir_time_after_ms(5000)), 1);
+    CHECK_EQ(weir_io_close(p[0]), 0);
+    CHECK_EQ(weir_io_close(p[1]), 0);
+    return 0;
+}
+
+TEST(closing_a_file_runs_off_the_loop_thread_and_forgets_its_number)
+{
+    make_file();
+    CHECK_EQ(test_run_main(close_main, NULL), 0);
+    CHECK_EQ(atomic_load(&closes_on_task), 0);
+    if (epoll_backend())
+        CHECK_EQ(atomic_load(&closes_off_task), 1);
+    drop_file();
+}
+
 /* ---- cancellation and deadlines on the pool (epoll) ------------------------------------------ */
 typedef struct reader {
     int64_t off, deadline;
