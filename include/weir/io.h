@@ -19,6 +19,11 @@
  * reported done while the kernel may still write into the buffer, including
  * after a timeout or cancellation (see rt.h).
  *
+ * Regular files under epoll (which cannot poll them): read, write, pread,
+ * pwrite, readv, writev and close of one run on the blocking pool, never
+ * on the loop thread; cancellation and the deadline apply until the call
+ * starts there, and a started call ends with its real result (runtime.md).
+ *
  * Sockets used with the epoll backend are switched to O_NONBLOCK on first
  * use (as libuv does); accepted sockets come back non-blocking and
  * close-on-exec under both backends. Close every fd you used with these

@@ -67,6 +67,16 @@ typedef struct weir__backend {
     void (*cancel)(void *state, weir__io_req *req);
     int (*wait)(void *state, int64_t timeout_ns);
     unsigned (*pending)(void *state);
+    /* Optional (NULL: never). 1 when the backend would run a read or write
+     * of fd inline on the loop thread, where it may block (a regular file
+     * or block device under epoll, which cannot poll them); the runtime
+     * then runs those on the blocking pool instead (rt/io_ops.c). Called on
+     * the loop thread before such a request is made; must be cheap for
+     * other descriptors (no syscall once the fd is known). */
+    int (*file_fd)(void *state, int fd);
+    /* With file_fd: drop what the backend knows of fd, which the runtime is
+     * about to close on the blocking pool (a weir_io_close of a file). */
+    void (*forget_fd)(void *state, int fd);
 } weir__backend;
 
 extern const weir__backend weir__backend_uring;

@@ -35,8 +35,15 @@
  * if its number is reused by a descriptor created outside weir, the
  * O_NONBLOCK check is not repeated (accept and weir_io_close reset the
  * state of their fd). Regular files cannot be polled (epoll_ctl says EPERM)
- * and never return EAGAIN: their syscalls run directly, and may block the
- * thread on disk I/O as they would anywhere else. A non-blocking connect(2)
+ * and never return EAGAIN: a read or write of one would block the loop
+ * thread on disk I/O, so ep_file_fd tells the runtime which descriptors are
+ * files (one fstat per descriptor, remembered) and the runtime runs their
+ * reads and writes on the blocking pool (rt/io_ops.c) instead of
+ * submitting them here; what still reaches this backend for a file (a
+ * poll, or a request the runtime could not offload) runs directly. A
+ * descriptor number reused after close(2) keeps what was learned about it
+ * until weir_io_close, an accept or a socket op resets it, as the
+ * O_NONBLOCK check does. A non-blocking connect(2)
  * of a unix socket to a listener with a full backlog reports -EAGAIN.
  */
 #include <errno.h>
@@ -47,6 +54,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,7 +87,10 @@ typedef struct ep_fd {
     uint8_t added;      /* in the epoll set (as far as we know, see ep_arm) */
     uint8_t nb_done;    /* O_NONBLOCK ensured */
     uint8_t regular;    /* epoll refused it (EPERM): always ready */
+    uint8_t ftype;      /* FT_*: what ep_file_fd learned (0: not asked yet) */
 } ep_fd;
+
+enum { FT_FILE = 1, FT_OTHER = 2 }; /* ep_fd.ftype */
 
 typedef struct ep_state {
     int epfd;
@@ -273,7 +284,7 @@ static void fresh_fd(ep_state *s, int fd)
     int err;
     ep_fd *st = fd_get(s, fd, &err); /* may move the table: callers re-index */
     if (st && !has_waiters(st))
-        *st = (ep_fd){.nb_done = 1};
+        *st = (ep_fd){.nb_done = 1, .ftype = FT_OTHER}; /* a socket */
 }
 
 static void finish(ep_state *s, weir__io_req *req, int64_t r)
@@ -387,6 +398,9 @@ static void ep_submit(void *state, weir__io_req *req)
         s->ctx.done(s->ctx.ud, req, err);
         return;
     }
+    /* Only a socket takes these: no file (see ep_file_fd). */
+    if (req->kind >= WEIR__IO_RECV && req->kind <= WEIR__IO_CONNECT)
+        st->ftype = FT_OTHER;
     /* A connect usually starts a socket's life: check it afresh. */
     if (!st->nb_done || req->kind == WEIR__IO_CONNECT) {
         if ((err = ensure_nonblock(fd)) < 0) {
@@ -431,6 +445,7 @@ static void ep_cancel(void *state, weir__io_req *req)
         /* An fd given up on (timeout, cancel) is often close(2)d next and
          * its number reused: re-check O_NONBLOCK on its next use. */
         st->nb_done = 0;
+        st->ftype = 0;
     }
     req->state = 0;
     s->ctx.done(s->ctx.ud, req, -ECANCELED);
@@ -592,6 +607,40 @@ static unsigned ep_pending(void *state)
     return 0;
 }
 
+/* Whether fd is a regular file or a block device: epoll cannot wait for
+ * those and their read/write would block the loop thread, so the runtime
+ * runs them on the blocking pool. One fstat per descriptor, remembered in
+ * its table entry until weir_io_close (which the runtime runs on the pool
+ * for a file, after ep_forget_fd), an accept that returns its number, or a
+ * cancelled wait resets it; a socket op (recv, send, accept,
+ * connect) marks it a socket without asking. */
+static int ep_file_fd(void *state, int fd)
+{
+    ep_state *s = state;
+    int err;
+    ep_fd *st = fd_get(s, fd, &err);
+    if (!st)
+        return 0; /* the request itself reports the error */
+    if (!st->ftype) {
+        struct stat sb;
+        if (fstat(fd, &sb) < 0)
+            return 0; /* EBADF: let the request report it; learn nothing */
+        st->ftype = S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode) ? FT_FILE : FT_OTHER;
+    }
+    return st->ftype == FT_FILE;
+}
+
+/* fd is a file the runtime closes on the pool: its number may be reused
+ * right after, so nothing learned about it may stay. A file is never
+ * queued or in the epoll set (epoll refuses it), so there is nothing else
+ * to undo. */
+static void ep_forget_fd(void *state, int fd)
+{
+    ep_state *s = state;
+    if (fd >= 0 && fd < s->nfds && !has_waiters(&s->fds[fd]))
+        s->fds[fd] = (ep_fd){0};
+}
+
 const weir__backend weir__backend_epoll = {
     .name = "epoll",
     .init = ep_init,
@@ -600,4 +649,6 @@ const weir__backend weir__backend_epoll = {
     .cancel = ep_cancel,
     .wait = ep_wait,
     .pending = ep_pending,
+    .file_fd = ep_file_fd,
+    .forget_fd = ep_forget_fd,
 };

@@ -15,10 +15,28 @@
  * backends only ever see single-fd polls: the first part to report
  * readiness decides the result, the other parts are cancelled, and the
  * parent op is done only when every part has been reaped.
+ *
+ * Regular files under epoll. epoll cannot wait for a regular file, so its
+ * backend would run a read or write of one inline, blocking the loop
+ * thread on the disk. For read, write, pread, pwrite, readv and writev the
+ * backend's file_fd hook says which descriptors those are (learned once per
+ * descriptor), and such a request runs on the blocking pool instead
+ * (file_job), as libuv does its fs work on a thread pool; io_uring does
+ * file I/O asynchronously itself and has no hook. The pool's wait is
+ * shielded: the call uses the caller's buffers, so the op must not end
+ * before the call has. Cancellation and the deadline (the op's and the
+ * task's) are honoured until the call starts on a pool thread - it then
+ * returns -ECANCELED / -ETIMEDOUT without touching the file - and a call
+ * that has started finishes with its real result, as a file read io_uring
+ * has begun does. weir_io_close of such a file also runs on the pool (the
+ * backend forgets the descriptor first, so its number can be reused), and
+ * always closes it: a close the pool cannot take runs inline.
  */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "io/backend.h"
 #include "rt/rt_int.h"
@@ -39,10 +57,84 @@ static void io_hand(weir_io_op *op)
     l->be->submit(l->be_state, &op->u.req);
 }
 
+/* ---- regular files on the blocking pool ---------------------------------------------- */
+/* A read or write of a file the backend would do inline (epoll): the job's
+ * argument. The op itself holds the request (kind, fd, buffers). */
+typedef struct file_call {
+    weir_io_op *op;
+    int64_t deadline;
+} file_call;
+
+static intptr_t file_job(void *arg)
+{
+    file_call *c = arg;
+    weir_io_op *op = c->op;
+    int64_t deadline = c->deadline;
+    free(c);
+    /* The wait is shielded (the buffers must stay the caller's until the
+     * call is over), so cancellation and the deadline are looked at here,
+     * before the call: a call not yet started is not started, one started
+     * finishes, as io_uring does with a file read it has begun. */
+    if (weir__task_cancel_requested(op->op.task) || (weir__op_flags(&op->op) & WEIR__OP_CANCEL_REQ))
+        return -ECANCELED;
+    if (deadline != WEIR_FOREVER && weir_time_now() >= deadline)
+        return -ETIMEDOUT;
+    const weir__io_req *q = &op->u.req;
+    ssize_t n;
+    do {
+        switch (q->kind) {
+        case WEIR__IO_READ:
+            n = q->u.rw.off < 0 ? read(q->fd, q->u.rw.buf, q->u.rw.len)
+                                : pread(q->fd, q->u.rw.buf, q->u.rw.len, q->u.rw.off);
+            break;
+        case WEIR__IO_WRITE:
+            n = q->u.rw.off < 0 ? write(q->fd, q->u.rw.buf, q->u.rw.len)
+                                : pwrite(q->fd, q->u.rw.buf, q->u.rw.len, q->u.rw.off);
+            break;
+        case WEIR__IO_READV:
+            n = readv(q->fd, q->u.vec.iov, q->u.vec.cnt);
+            break;
+        default:
+            n = writev(q->fd, q->u.vec.iov, q->u.vec.cnt);
+            break;
+        }
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : (intptr_t)n;
+}
+
+/* Whether a request of this kind on fd goes to the blocking pool: a
+ * read/write family call on a descriptor the loop's backend says it would
+ * serve inline (a regular file under epoll). A socket costs a table look-up
+ * in the backend, no syscall. */
+static int file_offload(int kind, int fd)
+{
+    if (kind < WEIR__IO_READ || kind > WEIR__IO_WRITEV)
+        return 0;
+    weir_loop *l = weir__loop_current();
+    return l && l->current && l->be->file_fd && l->be->file_fd(l->be_state, fd);
+}
+
+static int file_submit(weir_io_op *op, int64_t deadline)
+{
+    weir_task *t = weir__loop_current()->current;
+    int64_t td = weir__task_deadline(t);
+    file_call *c = malloc(sizeof(*c));
+    if (!c)
+        return 1; /* no memory for the hand-off: the backend does it inline */
+    c->op = op;
+    c->deadline = td < deadline ? td : deadline;
+    return weir__blocking_start_shielded(&op->op, file_job, c, free);
+}
+
 static int io_submit(weir_io_op *op, int kind, int fd, int64_t deadline)
 {
     op->u.req.kind = (uint8_t)kind;
     op->u.req.fd = fd;
+    if (WEIR__UNLIKELY(file_offload(kind, fd))) {
+        int r = file_submit(op, deadline);
+        if (r <= 0)
+            return r;
+    }
     int r = weir__op_begin(&op->op, WEIR__OP_IO, deadline);
     if (r != 0)
         return r < 0 ? r : 0;
@@ -121,10 +213,34 @@ int weir_io_connect_start(weir_io_op *op, int fd, const struct sockaddr *addr, s
     return io_submit(op, WEIR__IO_CONNECT, fd, deadline);
 }
 
+static intptr_t close_job(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    int r = close(fd);
+    /* Linux releases the descriptor even when close reports EINTR. */
+    return r < 0 && errno != EINTR ? -errno : 0;
+}
+
+/* A close the pool could not take (no memory, pool freed): still close. */
+static void close_discard(void *arg)
+{
+    close((int)(intptr_t)arg);
+}
+
 int weir_io_close_start(weir_io_op *op, int fd)
 {
     op->u.req.kind = WEIR__IO_CLOSE;
     op->u.req.fd = fd;
+    if (WEIR__UNLIKELY(file_offload(WEIR__IO_READ, fd))) {
+        /* A file under epoll: close it on the pool too (a close may flush),
+         * the backend forgetting the number first. Shielded: a close has to
+         * happen even for a cancelled task. */
+        weir_loop *l = weir__loop_current();
+        if (l->be->forget_fd)
+            l->be->forget_fd(l->be_state, fd);
+        return weir__blocking_start_shielded(&op->op, close_job, (void *)(intptr_t)fd,
+                                             close_discard);
+    }
     int r = weir__op_begin(&op->op, WEIR__OP_IO, WEIR_FOREVER);
     if (r < 0)
         return r;

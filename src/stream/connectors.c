@@ -9,8 +9,14 @@
  * [i*size/p, (i+1)*size/p): it skips the partial line at its start (the
  * previous subtask reads it whole) and reads on past its end to finish the
  * last line, so every line is read exactly once whatever p is. Reads go
- * through weir_io_pread in 64 KiB pieces; the position (the offset of the
- * next line) is what a checkpoint saves.
+ * through weir_io_pread in 64 KiB pieces (io_uring does them
+ * asynchronously, the epoll runtime on the blocking pool); the position
+ * (the offset of the next line) is what a checkpoint saves.
+ *
+ * No file call runs on a scheduler thread: the source's open, fstat and
+ * first look at the file, and the sinks' opens, writes and closes, are
+ * shielded jobs on the blocking pool (weir__blocking_run_shielded); the
+ * text and stdout sinks' buffering is described at their section below.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,11 +28,26 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "rt/rt_int.h"
 #include "stream/stream_int.h"
 #include "weir/io.h"
 #include "weir/net.h"
+#include "weir/sync.h"
 
 #define CHUNK (64u << 10)
+
+static intptr_t close_job(void *arg)
+{
+    close(*(int *)arg);
+    return 0;
+}
+
+/* close(fd) on the pool (inline off the runtime, or in a stackless task). */
+static void close_off_thread(int fd)
+{
+    if (weir__blocking_run_shielded(close_job, &fd) < 0)
+        close(fd);
+}
 
 /* ---- lines, from a file or a socket --------------------------------------------------------- */
 /* One allocation: the strings follow the struct (freed with the job). */
@@ -60,14 +81,19 @@ typedef struct lines {
     int fd;
     int64_t pos, end; /* file: next byte to read, end of our range (lines starting before it) */
     int64_t line_start;
-    uint8_t *buf; /* unconsumed bytes: [0, len) */
-    size_t len, cap;
+    uint8_t *buf; /* unconsumed bytes: [head, len); moved down only to read more */
+    size_t head, len, cap;
     int64_t lineno;
     int eof, skip_first;
 } lines;
 
 static int lines_fill(lines *l)
 {
+    if (l->head) { /* what is left is a partial line: move it down */
+        memmove(l->buf, l->buf + l->head, l->len - l->head);
+        l->len -= l->head;
+        l->head = 0;
+    }
     if (l->cap - l->len < CHUNK) {
         size_t cap = l->cap ? l->cap * 2 : 2 * CHUNK;
         if (cap > WEIR_MAX_RECORD + 2 * (size_t)CHUNK)
@@ -89,6 +115,40 @@ static int lines_fill(lines *l)
     return 0;
 }
 
+/* open(), fstat() and the look at the byte before our range, on the
+ * blocking pool: none of them may stall the subtask's thread. */
+typedef struct lines_open_call {
+    const char *path;
+    int64_t par, sub;
+    int fd, err, skip_first;
+    int64_t pos, end;
+} lines_open_call;
+
+static intptr_t lines_open_job(void *arg)
+{
+    lines_open_call *c = arg;
+    struct stat st;
+    c->fd = open(c->path, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0 || fstat(c->fd, &st) < 0) {
+        c->err = -errno;
+        return 0;
+    }
+    int64_t size = st.st_size;
+    c->pos = size * c->sub / c->par;
+    c->end = size * (c->sub + 1) / c->par;
+    /* A subtask not starting at 0 skips the line in progress there,
+     * unless the byte before it ends a line. */
+    if (c->pos > 0) {
+        char b;
+        if (pread(c->fd, &b, 1, c->pos - 1) != 1) {
+            c->err = -EIO;
+            return 0;
+        }
+        c->skip_first = b != '\n';
+    }
+    return 0;
+}
+
 static int lines_open(weir_ctx *ctx, void *arg, void **state)
 {
     const lines_cfg *cfg = arg;
@@ -99,21 +159,20 @@ static int lines_open(weir_ctx *ctx, void *arg, void **state)
     l->fd = -1;
     *state = l;
     if (cfg->path) {
-        l->fd = open(cfg->path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (l->fd < 0 || fstat(l->fd, &st) < 0)
-            return weir_fail(ctx, -errno, "%s: %s", cfg->path, strerror(errno));
-        int64_t size = st.st_size, p = weir_ctx_parallelism(ctx), i = weir_ctx_subtask(ctx);
-        l->pos = size * i / p;
-        l->end = size * (i + 1) / p;
-        /* A subtask not starting at 0 skips the line in progress there,
-         * unless the byte before it ends a line. */
-        if (l->pos > 0) {
-            char c;
-            if (pread(l->fd, &c, 1, l->pos - 1) != 1)
-                return weir_fail(ctx, -EIO, "%s: read failed", cfg->path);
-            l->skip_first = c != '\n';
-        }
+        lines_open_call c = {.path = cfg->path,
+                             .par = weir_ctx_parallelism(ctx),
+                             .sub = weir_ctx_subtask(ctx),
+                             .fd = -1};
+        int64_t r = weir__blocking_run_shielded(lines_open_job, &c);
+        l->fd = c.fd;
+        if (r < 0)
+            return weir_fail(ctx, (int)r, "%s: %s", cfg->path, weir_strerror((int)r));
+        if (c.err)
+            return weir_fail(ctx, c.err, "%s: %s", cfg->path,
+                             c.err == -EIO ? "read failed" : strerror(-c.err));
+        l->pos = c.pos;
+        l->end = c.end;
+        l->skip_first = c.skip_first;
         l->line_start = l->pos;
     } else {
         int fd = weir_net_connect(cfg->host, cfg->port, weir_time_after_ms(10000));
@@ -142,15 +201,17 @@ static int lines_next(weir_ctx *ctx, void *state)
     lines *l = state;
     int emitted = 0;
     while (emitted < 1024) {
-        uint8_t *nl = l->len ? memchr(l->buf, '\n', l->len) : NULL;
+        uint8_t *p = l->buf ? l->buf + l->head : NULL; /* no buffer before the first read */
+        size_t avail = l->len - l->head;
+        uint8_t *nl = avail ? memchr(p, '\n', avail) : NULL;
         if (!nl) {
             if (l->cfg->path && l->line_start >= l->end && !l->skip_first)
                 return 1; /* no line of ours starts here */
             if (l->eof) {
                 int e = 0;
-                if (l->len && !l->skip_first && l->line_start < l->end)
-                    e = lines_emit(ctx, l, l->buf, l->len); /* the last line has no newline */
-                l->len = 0;
+                if (avail && !l->skip_first && l->line_start < l->end)
+                    e = lines_emit(ctx, l, p, avail); /* the last line has no newline */
+                l->head = l->len = 0;
                 return e ? e : 1;
             }
             if (emitted)
@@ -162,20 +223,21 @@ static int lines_next(weir_ctx *ctx, void *state)
                            : e;
             continue;
         }
-        size_t n = (size_t)(nl - l->buf);
+        size_t n = (size_t)(nl - p);
         int mine = !l->skip_first && (!l->cfg->path || l->line_start < l->end);
         if (l->cfg->path && !l->skip_first && l->line_start >= l->end)
             return 1; /* the next subtask's lines start here */
         if (mine) {
-            int e = lines_emit(ctx, l, l->buf, n);
+            int e = lines_emit(ctx, l, p, n);
             if (e)
                 return e;
             emitted++;
         }
         l->skip_first = 0;
         l->line_start += (int64_t)n + 1;
-        memmove(l->buf, nl + 1, l->len - n - 1);
-        l->len -= n + 1;
+        l->head += n + 1;
+        if (l->head == l->len)
+            l->head = l->len = 0;
     }
     return 0;
 }
@@ -185,8 +247,10 @@ static void lines_close(void *state)
     lines *l = state;
     if (!l)
         return;
-    if (l->fd >= 0)
-        close(l->fd);
+    /* weir_io_close: the backend forgets the fd (epoll's per-fd state), and
+     * neither backend closes a file on this thread. */
+    if (l->fd >= 0 && weir_io_close(l->fd) == -EINVAL)
+        close(l->fd); /* not in a fiber */
     weir__free(l->buf);
     weir__free(l);
 }
@@ -220,7 +284,7 @@ static int lines_restore(weir_ctx *ctx, void *state, const void *buf, size_t len
     l->line_start = l->pos = p[0];
     l->lineno = p[1];
     l->skip_first = (int)p[2];
-    l->len = 0;
+    l->head = l->len = 0;
     l->eof = 0;
     return 0;
 }
@@ -331,13 +395,121 @@ ssize_t weir_csv_unquote(const weir_csv_field *f, char *buf, size_t cap)
     return (ssize_t)o;
 }
 
-/* ---- stdout and text-file sinks ------------------------------------------------------------ */
+/* ---- stdout and text-file sinks ------------------------------------------------------------
+ * Records collect as lines in the subtask's fill buffer; a writer fiber of
+ * the sink, pinned to the subtask's thread, takes the whole buffer and
+ * writes it with one job on the blocking pool (write(2) to the file;
+ * fwrite + fflush of stdout under stdout_lock, so lines of different
+ * subtasks never mix and a stdout nobody reads stalls a pool thread, not a
+ * scheduler thread). process() only copies and, when the writer is idle,
+ * wakes it. Being on the same thread, the writer runs only when the subtask
+ * suspends - it waits for input, for credits, or for the writer because
+ * the fill buffer is full - so a busy subtask fills whole buffers (one
+ * hand-off per TEXT_BUF bytes) while the writer's job writes the previous
+ * one, and output stops waiting the moment the subtask has nothing more to
+ * do: that is the promptness `weir run ... print` relies on. No lock
+ * guards the buffers: only the fibers of this one thread touch `fill`,
+ * and the pool job only `out`, handed over by the pool. finish() waits
+ * until everything is written and reports the first failed write. */
+#define TEXT_BUF (256u << 10)
+
 static pthread_mutex_t stdout_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct text_sink {
-    FILE *f;
-    int own;
+    int fd; /* the file; -1 for stdout */
+    uint8_t *fill, *out;
+    size_t fill_len, fill_cap, out_len, out_cap;
+    int err;         /* the first failed write (negative errno), sticky */
+    int writer_idle; /* the writer waits for `kick` with nothing to write */
+    int stop;
+    weir_notify *kick, *done; /* writer: work or stop / waiters: a buffer was written */
+    weir_scope *sc;           /* the writer's */
+    const char *path;         /* for messages; NULL for stdout */
 } text_sink;
+
+/* The pool job: all of out[0, out_len). */
+static intptr_t text_write_job(void *arg)
+{
+    text_sink *t = arg;
+    if (t->fd < 0) {
+        pthread_mutex_lock(&stdout_lock);
+        errno = 0;
+        size_t w = fwrite(t->out, 1, t->out_len, stdout);
+        int e = fflush(stdout) != 0 || w != t->out_len ? (errno ? -errno : -EIO) : 0;
+        pthread_mutex_unlock(&stdout_lock);
+        return e;
+    }
+    for (size_t off = 0; off < t->out_len;) {
+        ssize_t n = write(t->fd, t->out + off, t->out_len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+static intptr_t text_writer(void *arg)
+{
+    text_sink *t = arg;
+    for (;;) {
+        while (!t->fill_len && !t->stop) {
+            t->writer_idle = 1;
+            int e = weir_notify_wait(t->kick, WEIR_FOREVER);
+            t->writer_idle = 0;
+            if (e < 0 && !t->fill_len) /* cancelled: the run is going down */
+                return 0;
+        }
+        if (!t->fill_len)
+            return 0; /* stopped with nothing left */
+        /* A subtask that only yielded (a source between two next() calls)
+         * is still busy: let it fill more while the buffer keeps growing,
+         * so that a hand-off carries a good part of a buffer. One that
+         * waits leaves the buffer as it was: write it now. */
+        while (!t->stop && t->fill_len < t->fill_cap / 2) {
+            size_t before = t->fill_len;
+            if (weir_task_yield() < 0 || t->fill_len == before)
+                break;
+        }
+        uint8_t *b = t->out;
+        size_t cap = t->out_cap;
+        t->out = t->fill;
+        t->out_cap = t->fill_cap;
+        t->out_len = t->fill_len;
+        t->fill = b;
+        t->fill_cap = cap;
+        t->fill_len = 0;
+        /* Shielded: the job uses t, which must not go while it runs. */
+        int64_t r = weir__blocking_run_shielded(text_write_job, t);
+        if (r < 0 && !t->err)
+            t->err = (int)r;
+        t->out_len = 0;
+        weir_notify_all(t->done);
+    }
+}
+
+/* Wake the writer if it waits for work. */
+static void text_kick(text_sink *t)
+{
+    if (t->writer_idle) {
+        t->writer_idle = 0;
+        weir_notify_one(t->kick);
+    }
+}
+
+typedef struct text_open_call {
+    const char *path;
+    int fd, err;
+} text_open_call;
+
+static intptr_t text_open_job(void *arg)
+{
+    text_open_call *c = arg;
+    c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    c->err = c->fd < 0 ? errno : 0;
+    return 0;
+}
 
 static int text_open(weir_ctx *ctx, void *arg, void **state)
 {
@@ -345,50 +517,115 @@ static int text_open(weir_ctx *ctx, void *arg, void **state)
     if (!t)
         return -ENOMEM;
     *state = t;
-    if (!arg) {
-        t->f = stdout;
-        return 0;
+    t->fd = -1;
+    if (!(t->fill = weir__malloc(TEXT_BUF)) || !(t->out = weir__malloc(TEXT_BUF)) ||
+        !(t->kick = weir_notify_new()) || !(t->done = weir_notify_new()))
+        return -ENOMEM;
+    t->fill_cap = t->out_cap = TEXT_BUF;
+    if (arg) {
+        char path[4096];
+        int n =
+            weir_ctx_parallelism(ctx) > 1
+                ? snprintf(path, sizeof(path), "%s.%d", (const char *)arg, weir_ctx_subtask(ctx))
+                : snprintf(path, sizeof(path), "%s", (const char *)arg);
+        if (n < 0 || (size_t)n >= sizeof(path))
+            return weir_fail(ctx, -ENAMETOOLONG, "text sink path \"%.64s...\" is too long",
+                             (const char *)arg);
+        text_open_call c = {.path = path, .fd = -1};
+        int64_t r = weir__blocking_run_shielded(text_open_job, &c);
+        if (r < 0)
+            return weir_fail(ctx, (int)r, "%s: %s", path, weir_strerror((int)r));
+        if (c.fd < 0)
+            return weir_fail(ctx, -c.err, "%s: %s", path, strerror(c.err));
+        t->fd = c.fd;
+        t->path = arg;
     }
-    char path[4096];
-    if (weir_ctx_parallelism(ctx) > 1)
-        snprintf(path, sizeof(path), "%s.%d", (const char *)arg, weir_ctx_subtask(ctx));
-    else
-        snprintf(path, sizeof(path), "%s", (const char *)arg);
-    if (!(t->f = fopen(path, "w")))
-        return weir_fail(ctx, -errno, "%s: %s", path, strerror(errno));
-    t->own = 1;
+    weir_spawn_opts so = {.name = "text-sink-writer", .stack_size = 32u << 10, .pin = 1};
+    if (!(t->sc = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)))
+        return -ENOMEM;
+    if (!weir_scope_spawn(t->sc, text_writer, t, &so)) {
+        weir_scope_free(t->sc); /* no child: no join needed */
+        t->sc = NULL;
+        return -ENOMEM;
+    }
     return 0;
+}
+
+/* Wait until the writer wrote everything handed to it so far and, with
+ * `all`, the fill buffer too. */
+static int text_wait(text_sink *t, int all)
+{
+    while (t->out_len || (all && t->fill_len)) {
+        text_kick(t);
+        int e = weir_notify_wait(t->done, WEIR_FOREVER);
+        if (e < 0)
+            return e;
+    }
+    return t->err;
 }
 
 static int text_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
     (void)ctx;
     text_sink *t = state;
+    if (t->err)
+        return t->err;
     int nl = in->len == 0 || ((const char *)in->data)[in->len - 1] != '\n';
-    if (!t->own)
-        pthread_mutex_lock(&stdout_lock); /* whole lines from every subtask */
-    size_t w = fwrite(in->data, 1, in->len, t->f);
+    size_t need = in->len + (size_t)nl;
+    if (t->fill_cap - t->fill_len < need) {
+        /* Full: the writer takes this buffer once it has written its own. */
+        while (t->fill_len) {
+            text_kick(t);
+            int e = weir_notify_wait(t->done, WEIR_FOREVER);
+            if (e < 0)
+                return e;
+            if (t->err)
+                return t->err;
+        }
+        if (t->fill_cap < need) { /* a record longer than a buffer */
+            uint8_t *b = weir__realloc(t->fill, need);
+            if (!b)
+                return -ENOMEM;
+            t->fill = b;
+            t->fill_cap = need;
+        }
+    }
+    memcpy(t->fill + t->fill_len, in->data, in->len);
     if (nl)
-        fputc('\n', t->f);
-    if (!t->own)
-        pthread_mutex_unlock(&stdout_lock);
-    return w == in->len ? 0 : -EIO;
+        t->fill[t->fill_len + in->len] = '\n';
+    t->fill_len += need;
+    text_kick(t);
+    return 0;
 }
 
 static int text_finish(weir_ctx *ctx, void *state)
 {
-    (void)ctx;
     text_sink *t = state;
-    return fflush(t->f) == 0 ? 0 : -errno;
+    int e = text_wait(t, 1);
+    if (e < 0 && t->path)
+        return weir_fail(ctx, e, "writing %s: %s", t->path, weir_strerror(e));
+    return e;
 }
 
 static void text_close(void *state)
 {
     text_sink *t = state;
-    if (t && t->own)
-        fclose(t->f);
-    else if (t)
-        fflush(t->f);
+    if (!t)
+        return;
+    if (t->sc) {
+        /* What finish() did not see (a failed run) is written all the same,
+         * as stdio would have at exit. */
+        t->stop = 1;
+        text_kick(t);
+        weir_scope_join(t->sc, NULL);
+        weir_scope_free(t->sc);
+    }
+    if (t->fd >= 0)
+        close_off_thread(t->fd);
+    weir_notify_free(t->kick);
+    weir_notify_free(t->done);
+    weir__free(t->fill);
+    weir__free(t->out);
     weir__free(t);
 }
 
