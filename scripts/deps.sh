@@ -15,8 +15,9 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential cmake pkg-config clang
-  # I/O backend; JSON for the HTTP server (jansson); key hashing (xxHash)
-  liburing-dev libjansson-dev libxxhash-dev
+  # I/O backend; JSON for the HTTP server (jansson); key hashing (xxHash);
+  # SHA-256 of plugins, later TLS (OpenSSL's libcrypto)
+  liburing-dev libjansson-dev libxxhash-dev libssl-dev
   # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer); llvm
   # gives the llvm-ar / llvm-ranlib CMake picks for them (only a Recommends
   # of clang)
