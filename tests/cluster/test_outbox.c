@@ -526,7 +526,7 @@ static intptr_t alloc_main(void *arg)
 {
     (void)arg;
     unsigned char f[100] = {9};
-    int done = 0;
+    int done = 0, new_failures = 0, post_failures = 0;
     for (long n = 0; !done && n < 1000; n++) {
         int sv[2];
         pair(sv);
@@ -536,6 +536,7 @@ static intptr_t alloc_main(void *arg)
         if (!ob) {
             weir__alloc_fail_after(-1);
             CHECK_EQ(errno, ENOMEM);
+            new_failures++;
             close_pair(sv);
             continue;
         }
@@ -546,6 +547,7 @@ static intptr_t alloc_main(void *arg)
             wait_for(ob, nothing_pending, "the frame written");
         } else {
             CHECK_EQ(rc, -ENOMEM);
+            post_failures++;
             char text[WEIR__OUTBOX_VERDICT_MAX];
             CHECK_EQ(weir__outbox_verdict(ob, text, sizeof text), WEIR__OUTBOX_ALLOC);
             CHECK(strstr(text, "allocation") != NULL);
@@ -556,6 +558,8 @@ static intptr_t alloc_main(void *arg)
         close_pair(sv);
     }
     CHECK(done);
+    CHECK_GE(new_failures, 1);  /* the outbox (sync objects use calloc) */
+    CHECK_EQ(post_failures, 1); /* a post allocates once: the copy */
     return 0;
 }
 
