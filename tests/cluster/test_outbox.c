@@ -6,7 +6,8 @@
  * refuse with -ENOBUFS and give the overflow verdict (a bound of 0 refuses
  * everything, deploys are counted apart from control frames); a peer that
  * stops reading gives the stall verdict (an injected clock, and a short
- * stall_ms on the real clock), one that read everything never does; a
+ * stall_ms on the real clock), one that reads slowly but steadily or read
+ * everything never does; a
  * peer that went away gives "write failed"; abort discards, shuts the
  * socket down and ends the writer; free with frames queued while another
  * thread posts; every allocation failure over new and post.
@@ -365,6 +366,64 @@ static intptr_t stall_real_main(void *arg)
 TEST(stall_verdict_when_the_peer_stops_reading)
 {
     CHECK_EQ(test_run_main(stall_real_main, NULL), 0);
+}
+
+/* A peer that reads slowly but steadily is never stalled, however long the
+ * whole frame takes: progress is each chunk the socket takes. */
+struct slow {
+    int fd;
+    size_t len;
+    atomic_int done;
+};
+
+static intptr_t slow_reader(void *arg)
+{
+    struct slow *r = arg;
+    static unsigned char buf[16 << 10];
+    size_t got = 0;
+    while (got < r->len) {
+        ssize_t n = weir_io_read(r->fd, buf, sizeof buf, weir_time_after_ms(20000));
+        CHECK_GT(n, 0);
+        got += (size_t)n;
+        CHECK_EQ(weir_time_sleep(4 * WEIR_MSEC), 0);
+    }
+    atomic_store(&r->done, 1);
+    return 0;
+}
+
+static intptr_t slow_main(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    pair(sv);
+    weir__outbox_limits lim = weir__outbox_limits_default();
+    lim.stall_ms = 1000;
+    weir__outbox *ob = weir__outbox_new(sv[0], &lim);
+    CHECK(ob != NULL);
+    struct slow r = {.fd = sv[1], .len = 8u << 20};
+    unsigned char *f = make_frame(5, r.len);
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir__outbox_post(ob, f, r.len, WEIR__OUTBOX_DEPLOY), 0);
+    free(f);
+    weir_task *t = test_spawn(slow_reader, &r);
+    while (!atomic_load(&r.done)) {
+        CHECK_EQ(weir__outbox_check(ob, weir_time_now()), WEIR__OUTBOX_OK);
+        CHECK_EQ(weir_time_sleep(10 * WEIR_MSEC), 0);
+    }
+    /* 512 reads of 16 KiB, each followed by 4 ms: over 2 s, past stall_ms */
+    CHECK_GT(weir_time_now() - t0, lim.stall_ms * WEIR_MSEC);
+    intptr_t v;
+    CHECK_EQ(weir_task_join(t, &v, WEIR_FOREVER), 0);
+    wait_for(ob, nothing_pending, "the frame written");
+    CHECK_EQ(weir__outbox_check(ob, weir_time_now()), WEIR__OUTBOX_OK);
+    weir__outbox_free(ob);
+    close_pair(sv);
+    return 0;
+}
+
+TEST(a_slow_but_steady_peer_is_never_stalled)
+{
+    CHECK_EQ(test_run_main(slow_main, NULL), 0);
 }
 
 /* ---- write failure ------------------------------------------------------------------------ */
