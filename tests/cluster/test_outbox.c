@@ -6,11 +6,11 @@
  * refuse with -ENOBUFS and give the overflow verdict (a bound of 0 refuses
  * everything, deploys are counted apart from control frames); a peer that
  * stops reading gives the stall verdict (an injected clock, and a short
- * stall_ms on the real clock), one that reads slowly but steadily or read
- * everything never does; a
- * peer that went away gives "write failed"; abort discards, shuts the
- * socket down and ends the writer; free with frames queued while another
- * thread posts; every allocation failure over new and post.
+ * stall_ms on the real clock), one that reads slowly but steadily, or has
+ * read everything, never does; a peer that went away gives "write
+ * failed"; abort discards, shuts the socket down and ends the writer; free
+ * with frames queued while other threads post; every allocation failure
+ * over new and post.
  */
 #include <errno.h>
 #include <limits.h>
