@@ -397,10 +397,10 @@ static intptr_t slow_main(void *arg)
     int sv[2];
     pair(sv);
     weir__outbox_limits lim = weir__outbox_limits_default();
-    lim.stall_ms = 1000;
+    lim.stall_ms = 2000; /* a margin for a starved machine: reads come every ~4 ms */
     weir__outbox *ob = weir__outbox_new(sv[0], &lim);
     CHECK(ob != NULL);
-    struct slow r = {.fd = sv[1], .len = 8u << 20};
+    struct slow r = {.fd = sv[1], .len = 16u << 20};
     unsigned char *f = make_frame(5, r.len);
     int64_t t0 = weir_time_now();
     CHECK_EQ(weir__outbox_post(ob, f, r.len, WEIR__OUTBOX_DEPLOY), 0);
@@ -410,7 +410,7 @@ static intptr_t slow_main(void *arg)
         CHECK_EQ(weir__outbox_check(ob, weir_time_now()), WEIR__OUTBOX_OK);
         CHECK_EQ(weir_time_sleep(10 * WEIR_MSEC), 0);
     }
-    /* 512 reads of 16 KiB, each followed by 4 ms: over 2 s, past stall_ms */
+    /* 1024 reads of 16 KiB, each followed by 4 ms: over 4 s, past stall_ms */
     CHECK_GT(weir_time_now() - t0, lim.stall_ms * WEIR_MSEC);
     intptr_t v;
     CHECK_EQ(weir_task_join(t, &v, WEIR_FOREVER), 0);
