@@ -71,8 +71,8 @@ typedef struct weir__outbox_limits {
     uint64_t max_control_frames;
     uint64_t max_control_bytes;
     uint64_t max_deploy_bytes;
-    int64_t stall_ms;            /* <= 0: no stall verdict */
-    int64_t (*clock)(void *arg); /* ns; NULL: weir_time_now */
+    int64_t stall_ms;            /* <= 0, or too large for ns: no stall verdict */
+    int64_t (*clock)(void *arg); /* ns, must not wait; NULL: weir_time_now */
     void *clock_arg;
 } weir__outbox_limits;
 
