@@ -80,14 +80,15 @@ static int by_subtask(void *arg, uint32_t chain, uint32_t sub)
 }
 
 /* ---- one process's share -------------------------------------------------------------------- */
-/* j's plan at parallelism 2 (in *p) and this process's net for it: subtask
- * s of every chain in process s % 2, checkpoint messages over ctl (NULL:
- * none), process 0 coordinating. */
-static weir__tcp_net *plan_and_net(weir_job *j, weir__plan **p, int self, int lfd,
-                                   const int ports[2], const int *ctl, int64_t timeout_ms)
+/* j's plan at parallelism par (in *p) and this process's net for it: the
+ * subtasks placed by place (given the plan), checkpoint messages over ctl
+ * (NULL: none), process 0 coordinating. */
+static weir__tcp_net *plan_and_net_placed(weir_job *j, weir__plan **p, int par, int self, int lfd,
+                                          const int ports[2], const int *ctl, int64_t timeout_ms,
+                                          int (*place)(void *, uint32_t, uint32_t))
 {
     char why[256];
-    CHECK_EQ(weir__plan_make(j, 2, 4, p, why, sizeof(why)), 0);
+    CHECK_EQ(weir__plan_make(j, par, 4, p, why, sizeof(why)), 0);
     weir_frame_builder fb;
     CHECK_EQ(weir__plan_encode(*p, &fb), 0);
     const uint8_t *bytes;
@@ -100,7 +101,8 @@ static weir__tcp_net *plan_and_net(weir_job *j, weir__plan **p, int self, int lf
         .hosts = hosts,
         .ports = ports,
         .listen_fd = lfd,
-        .place = by_subtask,
+        .place = place,
+        .place_arg = *p,
         .plan_hash = weir__tcp_plan_hash(bytes, len),
         .connect_timeout_ms = timeout_ms,
         .control_fds = ctl,
@@ -109,6 +111,14 @@ static weir__tcp_net *plan_and_net(weir_job *j, weir__plan **p, int self, int lf
     weir_frame_builder_close(&fb);
     return n;
 }
+
+/* At parallelism 2, subtask s of every chain in process s % 2. */
+static weir__tcp_net *plan_and_net(weir_job *j, weir__plan **p, int self, int lfd,
+                                   const int ports[2], const int *ctl, int64_t timeout_ms)
+{
+    return plan_and_net_placed(j, p, 2, self, lfd, ports, ctl, timeout_ms, by_subtask);
+}
+
 typedef struct share {
     int self, lfd, ports[2];
     const char *out;
@@ -820,24 +830,8 @@ static intptr_t run_idle_share(void *arg)
     share *sh = arg;
     weir_job *j = idle_job();
     weir__plan *p;
-    char why[256];
-    CHECK_EQ(weir__plan_make(j, 1, 4, &p, why, sizeof(why)), 0);
-    weir_frame_builder fb;
-    CHECK_EQ(weir__plan_encode(p, &fb), 0);
-    const uint8_t *bytes;
-    size_t len;
-    CHECK_EQ(weir_frame_builder_finish(&fb, &bytes, &len), 0);
-    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
-    weir__tcp_net *n = weir__tcp_new(&(weir__tcp_opts){.self = sh->self,
-                                                       .nprocs = 2,
-                                                       .hosts = hosts,
-                                                       .ports = sh->ports,
-                                                       .listen_fd = sh->lfd,
-                                                       .place = idle_place,
-                                                       .place_arg = p,
-                                                       .plan_hash = weir__tcp_plan_hash(bytes, len),
-                                                       .connect_timeout_ms = 10000});
-    weir_frame_builder_close(&fb);
+    weir__tcp_net *n =
+        plan_and_net_placed(j, &p, 1, sh->self, sh->lfd, sh->ports, NULL, 10000, idle_place);
     CHECK(n != NULL);
     weir__deploy d;
     weir__tcp_deploy(n, &d);
