@@ -267,9 +267,13 @@ static int tx_connect(tx_channel *tx)
     weir__tcp_net *n = tx->net;
     int64_t ms = n->o.connect_timeout_ms > 0 ? n->o.connect_timeout_ms : 30000;
     int64_t deadline = weir_time_after_ms(ms), backoff = 5;
+    const char *host = n->hosts[tx->to];
+    int port = n->ports[tx->to];
+    if (n->o.peer && !(host = n->o.peer(n->o.peer_arg, tx->pc.id, &port)))
+        return -EHOSTUNREACH; /* nobody said where its consumer listens */
     int fd;
     for (;;) {
-        fd = weir_net_connect(n->hosts[tx->to], n->ports[tx->to], deadline);
+        fd = weir_net_connect(host, port, deadline);
         if (fd >= 0 || fd == -ECANCELED || weir_time_now() >= deadline)
             break;
         if (weir_time_sleep(backoff * WEIR_MSEC) < 0)

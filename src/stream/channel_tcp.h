@@ -75,6 +75,13 @@ typedef struct weir__tcp_opts {
      * WEIR__TCP_MIN_CREDITS. */
     uint32_t credits;
     int64_t connect_timeout_ms; /* 0: 30 s */
+    /* Where the consumer of channel id listens, when the net does not
+     * know each process's address up front (a cluster's worker learns
+     * them per channel from a PeerUpdate): a host (valid while the net
+     * is) and *port, or NULL for none known. NULL: hosts[] / ports[] of
+     * the consumer's process. */
+    const char *(*peer)(void *arg, uint32_t channel, int *port);
+    void *peer_arg;
     /* Checkpoint messages (ckpt_link_tcp.c): process `coordinator` runs
      * the coordinator; control_fds[p] is this process's socket to process
      * p (see weir__ckpt_tcp_opts), owned by the net's link once the run

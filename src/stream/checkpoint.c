@@ -326,6 +326,8 @@ int weir__ckpt_prepare(run *r)
         if (r->restored && (e = read_manifest(r)) != 0)
             goto out;
     }
+    if (r->id_floor > r->id_base)
+        r->id_base = r->id_floor;
     if (r->o.checkpoint_interval_ms > 0 && !r->link && !(r->link = weir__ckpt_link_local(r)))
         e = -ENOMEM;
 out:

@@ -42,6 +42,12 @@ typedef struct weir__deploy {
      * restores the same one; 0: the latest completed one in the
      * checkpoint directory, read here. */
     uint64_t restore_id;
+    /* Checkpoints of this run are numbered above it, whatever the
+     * directory holds: a cluster numbers a restarted job's checkpoints
+     * above every id an earlier attempt used (one it began and never
+     * completed included), so a straggler of that attempt can never write
+     * into a checkpoint of this one. 0: above the latest completed. */
+    uint64_t id_floor;
     void *arg;
 } weir__deploy;
 
@@ -49,5 +55,34 @@ typedef struct weir__deploy {
  * built is freed by weir__deploy_teardown as after a run. */
 int weir__deploy_build(run *r, const weir__plan *p, const weir__deploy *d);
 void weir__deploy_teardown(run *r);
+
+/* runner.c: run the subtasks of plan p that d deploys here (d NULL: all,
+ * local channels), as weir_job_run does for the whole job. */
+int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *opts,
+                       const weir__deploy *d);
+
+/*
+ * The checkpoint side of a run none of whose subtasks run in this process:
+ * what a cluster's coordinator holds for one attempt of a job. begin binds
+ * p to j, builds nothing (d->here is ignored: nothing is here), makes the
+ * link (d->link, required when opts checkpoint) and prepares the checkpoint
+ * directory as weir__job_run_plan does (its locks and the sinks' output
+ * directories are held until end; with opts->restore, the restore point is
+ * d->restore_id or the latest completed checkpoint). start_checkpoints
+ * starts the checkpoint coordinator over the link once the subtasks
+ * elsewhere are running (nothing when the options take no checkpoints).
+ * finished marks subtask (chain, sub) ended, as a subtask here would be
+ * (no checkpoint starts once one has). end stops the coordinator and frees
+ * the run. 0 or a negative errno with j's error set (begin failed: nothing
+ * to end).
+ */
+int weir__job_coord_begin(weir_job *j, const weir__plan *p, const weir_run_opts *opts,
+                          const weir__deploy *d, run **out);
+/* The checkpoint the run restores (0: none) and the first id it numbers. */
+uint64_t weir__job_coord_restored(const run *r);
+uint64_t weir__job_coord_first_id(const run *r);
+int weir__job_coord_start_checkpoints(run *r);
+void weir__job_coord_finished(run *r, uint32_t chain, uint32_t sub);
+void weir__job_coord_end(run *r);
 
 #endif

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/intern.h"
 #include "stream/ckpt_link.h"
 #include "stream/deploy.h"
@@ -169,6 +170,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     e = weir__deploy_build(&r, p, d);
     r.worker = d && d->worker;
     r.restore_id = d ? d->restore_id : 0;
+    r.id_floor = d ? d->id_floor : 0;
     r.spans = d && d->link;
     if (!e && d && d->link && !(r.link = d->link(d->arg, &r))) {
         e = errno ? -errno : -ENOMEM;
@@ -243,6 +245,116 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
         weir__stream_fail(j, e, "subtask \"%s\" failed: %s", res.first_name ? res.first_name : "?",
                           weir_strerror(e));
     return e;
+}
+
+/* ---- a coordinator's share of a run (deploy.h) ------------------------------------------- */
+typedef struct coord_run {
+    run r; /* first: the run's address is the coord_run's */
+    weir_scope *cs;
+} coord_run;
+
+static int nothing_here(void *arg, uint32_t chain, uint32_t sub)
+{
+    (void)arg, (void)chain, (void)sub;
+    return 0;
+}
+
+int weir__job_coord_begin(weir_job *j, const weir__plan *p, const weir_run_opts *opts,
+                          const weir__deploy *d, run **out)
+{
+    *out = NULL;
+    if (!d || j->err)
+        return j->err ? j->err : -EINVAL;
+    coord_run *c = weir__calloc(1, sizeof(*c));
+    if (!c) {
+        weir__stream_fail(j, -ENOMEM, "out of memory");
+        return -ENOMEM;
+    }
+    run *r = &c->r;
+    r->j = j;
+    char why[sizeof(j->error)];
+    int e = run_opts(j, opts, &r->o);
+    if (!e && (e = weir__plan_bind(p, j, why, sizeof(why))) < 0)
+        weir__stream_fail(j, e, "%s", why);
+    if (e) {
+        weir__free(c);
+        return j->err;
+    }
+    weir__deploy nd = *d;
+    nd.here = nothing_here;
+    pthread_mutex_lock(&j->lock);
+    memset(&j->ckpt, 0, sizeof(j->ckpt));
+    pthread_mutex_unlock(&j->lock);
+    e = weir__deploy_build(r, p, &nd);
+    r->restore_id = d->restore_id;
+    r->id_floor = d->id_floor;
+    r->spans = 1;
+    if (!e && r->o.checkpoint_interval_ms > 0 && (!d->link || !(r->link = d->link(d->arg, r)))) {
+        e = d->link && errno ? -errno : -ENOMEM;
+        weir__stream_fail(j, e, "the checkpoint link: %s", weir_strerror(e));
+    }
+    if (!e && (e = weir__ckpt_prepare(r)) < 0 && !j->err)
+        weir__stream_fail(j, e, "checkpoint directory \"%s\": %s",
+                          r->o.checkpoint_dir ? r->o.checkpoint_dir : "(none)",
+                          e == -EINVAL ? "checkpoints and restore need a checkpoint_dir"
+                                       : weir_strerror(e));
+    pthread_mutex_lock(&j->lock);
+    j->ckpt.restored = r->restored;
+    j->running = !e;
+    pthread_mutex_unlock(&j->lock);
+    if (e) {
+        end_run(r, NULL, 0);
+        weir__free(c);
+        return j->err ? j->err : e;
+    }
+    *out = r;
+    return 0;
+}
+
+uint64_t weir__job_coord_restored(const run *r)
+{
+    return r->restored;
+}
+
+uint64_t weir__job_coord_first_id(const run *r)
+{
+    return r->id_base + 1;
+}
+
+int weir__job_coord_start_checkpoints(run *r)
+{
+    coord_run *c = (coord_run *)r;
+    if (c->cs || !r->link || r->o.checkpoint_interval_ms <= 0)
+        return 0;
+    if (!(c->cs = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER)))
+        return -ENOMEM;
+    if (!weir_scope_spawn(c->cs, weir__ckpt_coordinator, r,
+                          &(weir_spawn_opts){.name = "checkpoints", .stack_size = 128u << 10})) {
+        weir_scope_free(c->cs); /* no child: no join needed */
+        c->cs = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void weir__job_coord_finished(run *r, uint32_t chain, uint32_t sub)
+{
+    if (chain < (uint32_t)r->nchains && sub < (uint32_t)r->chains[chain].par)
+        atomic_store(&r->chains[chain].subs[sub].finished, 1);
+}
+
+void weir__job_coord_end(run *r)
+{
+    if (!r)
+        return;
+    coord_run *c = (coord_run *)r;
+    if (c->cs) {
+        weir_scope_cancel(c->cs);
+        weir_scope_join(c->cs, NULL);
+        weir_scope_free(c->cs);
+    }
+    end_run(r, NULL, 1);
+    weir__free(c);
 }
 
 int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)

@@ -320,6 +320,7 @@ struct run {
     uint64_t restored;
     uint64_t restore_id;         /* the deploy's choice of restore point (0: the latest) */
     uint64_t id_base;            /* checkpoints of this run are numbered after it */
+    uint64_t id_floor;           /* the deploy's floor for id_base (deploy.h) */
     weir__dirlocks locks;        /* the checkpoint and sink directories, held while it runs */
     struct weir__storage *store; /* the checkpoint directory's (state/storage.h) */
 };
@@ -426,7 +427,7 @@ int weir__timers_capture(subtask *st, uint64_t id, weir_state_snapshot **out);
 int weir__timers_load(subtask *st);
 
 /* runner.c: run the subtasks of plan p that d deploys here (d NULL: all,
- * local channels), as weir_job_run does for the whole job. */
+ * local channels), as weir_job_run does for the whole job (deploy.h). */
 struct weir__deploy;
 int weir__job_run_plan(weir_job *j, const struct weir__plan *p, const weir_run_opts *opts,
                        const struct weir__deploy *d);

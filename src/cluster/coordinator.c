@@ -1,0 +1,1778 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * coordinator.c - a cluster's coordinator (node.h; docs/cluster.md).
+ *
+ * Fibers, all in one scope of the node:
+ *
+ *   accept      takes connections and starts an admission fiber for each;
+ *   admission   reads the connection's first frame (capped at 64 KiB, under
+ *               a deadline), negotiates the version and turns into the
+ *               connection's reader: a worker's (Register) or a client's
+ *               (HelloClient); anything else drops the connection;
+ *   worker reader  stamps every frame as proof of life, answers
+ *               Heartbeats, and routes the rest to the job they name (an
+ *               event on the job's queue, or a checkpoint ACK on its ack
+ *               queue): routing never waits, and a queue that is full
+ *               costs the worker its session (its backlog is bounded);
+ *   client      serves SubmitJob (with the plugin upload it may need),
+ *               ListJobs and CancelJob, replying on its own connection;
+ *   watchdog    every watchdog_ms declares a worker lost on silence
+ *               (heartbeat timeout), on its outbox's stall or overflow
+ *               verdict; a sweep that itself ran late judges nothing;
+ *   job         one per job: runs its attempts (below);
+ *   stop        waits for the stop descriptor and shuts the node down.
+ *
+ * Everything a coordinator sends a worker after its RegisterAck goes
+ * through the worker session's outbox (outbox.h): posting never waits on
+ * the worker. Shared state (the sessions, the jobs) is under one mutex
+ * held only for memory work, never across a wait.
+ *
+ * A job's attempt: define the job from its plugin, plan it, place every
+ * subtask (placement.h) and reserve the slots; begin the checkpoint side
+ * of the run (runner.c weir__job_coord_begin: the checkpoint and output
+ * directories are locked, the restore point chosen); post each worker its
+ * Deploy; wait until every subtask reported the port its inbound channels
+ * listen on (SubtaskListening), then tell each worker where its outbound
+ * channels go (PeerUpdate) and start the checkpoint coordinator, whose
+ * TRIGGER / COMPLETE / ABORT messages go out as TriggerCheckpoint /
+ * CommitCheckpoint / AbortCheckpoint and whose ACKs are the workers'
+ * SubtaskCheckpointed; then wait until every subtask finished. A lost
+ * worker (or a worker that cancelled its subtasks itself, as one does when
+ * it is stopped) ends the attempt: the survivors are sent CancelTasks and
+ * drained (every subtask finished or its worker lost, within
+ * drain_timeout_ms, else the job fails naming the subtasks that did not
+ * drain), and the job restarts from its latest completed checkpoint with
+ * new checkpoints numbered above every id an attempt used, at most
+ * max_restarts times in a burst (restarts are forgiven after
+ * restart_window_ms of clean running); without checkpoints it fails at
+ * once. A subtask that fails on its own (an operator's error) fails the
+ * job, as under `weir run`.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "cluster/node.h"
+#include "cluster/placement.h"
+#include "cluster/plugins.h"
+#include "rt/rt_int.h"
+#include "stream/ckpt_link.h"
+#include "stream/deploy.h"
+#include "stream/plan.h"
+#include "weir/io.h"
+#include "weir/net.h"
+#include "weir/rt.h"
+#include "weir/stream.h"
+#include "weir/sync.h"
+
+#define LOG        "coordinator"
+#define FIBER      (128u << 10)
+#define EV_BACKLOG WEIR_CLUSTER_BACKLOG_FRAMES
+#define MAX_JOBS_KEPT 256 /* ended jobs remembered for ListJobs */
+
+typedef struct coord coord;
+typedef struct cjob cjob;
+
+/* ---- a worker's session ------------------------------------------------------------------ */
+typedef struct wsess {
+    coord *c;
+    char id[WEIR_CLUSTER_REGISTER_STR_MAX + 1];
+    char host[WEIR_CLUSTER_HOST_MAX + 1]; /* where its subtasks listen */
+    uint32_t slots, used;                 /* used: reserved by attempts (mu) */
+    int fd;
+    weir__outbox *ob;
+    _Atomic int64_t last_seen;
+    int lost; /* mu */
+    char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
+    weir__plugin_shipped shipped; /* mu */
+} wsess;
+
+/* ---- a client's connection ----------------------------------------------------------------- */
+typedef struct client {
+    coord *c;
+    int fd;
+    weir_mutex *wl; /* one writer at a time: the client fiber, a job's JobCompleted */
+    _Atomic int refs;
+    _Atomic int closed;
+} client;
+
+/* ---- what readers tell a job ------------------------------------------------------------- */
+enum { EV_LISTENING = 1, EV_FINISHED, EV_LOST, EV_CANCEL, EV_REGISTERED };
+
+typedef struct ev {
+    int kind;
+    wsess *w;
+    uint32_t attempt, chain, sub;
+    int32_t err;
+    uint8_t fatal;
+    char *message; /* EV_FINISHED, EV_CANCEL: an allocation, the job's to free */
+    uint64_t rin, rout;
+    uint32_t ninputs;
+    weir__cl_listen *inputs; /* EV_LISTENING: an allocation */
+} ev;
+
+struct cjob {
+    coord *c;
+    uint64_t id;
+    char name[WEIR_CLUSTER_NAME_MAX + 1];
+    /* mu: what ListJobs shows */
+    uint8_t state;
+    uint64_t submitted_ms, ended_ms;
+    char message[WEIR_CLUSTER_MESSAGE_MAX];
+    int ended;
+    /* the submission (immutable once published) */
+    uint32_t par;
+    weir_plugin *plugin;
+    int argc;
+    char **argv; /* argv[0]: the plugin's cached path */
+    char *checkpoint_dir;
+    uint64_t interval_ms;
+    int max_restarts;
+    uint32_t nplugins;
+    weir__cl_deploy_plugin *plugins; /* bytes: the job's own copies */
+    client *submitter;
+    weir_chan *events; /* ev */
+    weir_chan *acks;   /* weir__ckpt_msg */
+    /* the attempt (its fiber's; aw and naw read under mu by routing) */
+    uint32_t attempt;
+    wsess **aw;
+    uint32_t naw;
+    int64_t t0;
+};
+
+struct coord {
+    weir__coord_opts o;
+    pthread_mutex_t mu;
+    wsess **ws;
+    size_t nws, wscap;
+    cjob **jobs;
+    size_t njobs, jobcap;
+    uint64_t next_job;
+    weir_scope *scope;
+    int lfd;
+    int stopping; /* mu */
+    weir__plugin_cache *cache;
+    char host[WEIR_CLUSTER_HOST_MAX + 1];
+    char tmpdir[64]; /* the private cache directory, removed at the end */
+    int64_t hb_ms, wd_ms, stall_ms, drain_ms, window_ms;
+    /* counters */
+    _Atomic uint64_t malformed, refused_version, lost_heartbeat, lost_stall, lost_overflow,
+        lost_closed, restarts;
+};
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- blocking-pool jobs --------------------------------------------------------------------- */
+typedef struct bjob {
+    coord *c;
+    const weir__cl_plugin_ref *refs;
+    size_t n;
+    weir__cl_hash *missing;
+    size_t nmissing;
+    const uint8_t *bytes;
+    size_t len;
+    const uint8_t *sha;
+    char *path;
+    weir_plugin *plugin;
+    uint8_t *data;
+    char msg[1024];
+} bjob;
+
+static intptr_t b_missing(void *arg)
+{
+    bjob *b = arg;
+    return weir__plugin_cache_missing(b->c->cache, b->refs, b->n, &b->missing, &b->nmissing,
+                                      b->msg, sizeof(b->msg));
+}
+
+static intptr_t b_put(void *arg)
+{
+    bjob *b = arg;
+    return weir__plugin_cache_put(b->c->cache, b->bytes, b->len, b->sha, b->msg, sizeof(b->msg));
+}
+
+/* Look the plugin up, read its bytes (for Deploys) and, for the job's own
+ * (plugin != NULL asked), open it behind the ABI gate. */
+static intptr_t b_open(void *arg)
+{
+    bjob *b = arg;
+    int e = weir__plugin_cache_lookup(b->c->cache, b->sha, &b->path);
+    if (e) {
+        snprintf(b->msg, sizeof(b->msg), "the uploaded plugin is not in the cache: %s",
+                 weir_strerror(e));
+        return e;
+    }
+    FILE *f = fopen(b->path, "rb");
+    if (!f)
+        return -errno;
+    b->data = b->len ? weir__malloc(b->len) : NULL;
+    size_t got = b->data ? fread(b->data, 1, b->len, f) : 0;
+    fclose(f);
+    if (!b->data || got != b->len) {
+        snprintf(b->msg, sizeof(b->msg), "reading the cached plugin %s failed", b->path);
+        return -EIO;
+    }
+    if (b->plugin == (weir_plugin *)1) {
+        b->plugin = NULL;
+        return weir_plugin_open(b->path, &b->plugin, b->msg, sizeof(b->msg));
+    }
+    return 0;
+}
+
+/* ---- sessions -------------------------------------------------------------------------------- */
+static void post_ev_locked(cjob *J, ev *x)
+{
+    if (weir_chan_try_send(J->events, x) < 0) {
+        /* A job's queue holds EV_BACKLOG events: full means a worker
+         * floods it. Nothing is lost that matters more than the flood. */
+        weir__free(x->message);
+        weir__free(x->inputs);
+        weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": event queue full, event dropped", J->id);
+    }
+}
+
+static int job_uses(const cjob *J, const wsess *w)
+{
+    for (uint32_t i = 0; i < J->naw; i++)
+        if (J->aw[i] == w)
+            return 1;
+    return 0;
+}
+
+/* Declare w lost (mu held): its outbox is aborted (the socket shut down
+ * both ways) and every job using it hears of it. */
+static void lose_locked(coord *c, wsess *w, const char *cause)
+{
+    if (w->lost)
+        return;
+    w->lost = 1;
+    snprintf(w->cause, sizeof(w->cause), "%s", cause);
+    weir__log(WEIR__LOG_WARN, LOG ".watchdog", "worker lost: %s (%s)", w->id, cause);
+    weir__outbox_abort(w->ob);
+    for (size_t i = 0; i < c->njobs; i++) {
+        cjob *J = c->jobs[i];
+        if (!J->ended && job_uses(J, w)) {
+            ev x = {.kind = EV_LOST, .w = w};
+            post_ev_locked(J, &x);
+        }
+    }
+}
+
+static void lose(coord *c, wsess *w, const char *cause, _Atomic uint64_t *counter)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!w->lost && counter)
+        atomic_fetch_add(counter, 1);
+    lose_locked(c, w, cause);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static cjob *job_find_locked(coord *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->njobs; i++)
+        if (c->jobs[i]->id == id)
+            return c->jobs[i];
+    return NULL;
+}
+
+/* A worker's frame for a job: an event on its queue (mu held). */
+static void route(coord *c, wsess *w, weir__cl_msg *m)
+{
+    pthread_mutex_lock(&c->mu);
+    if (w->lost) { /* frames of a session declared lost are dropped */
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    uint64_t jid = m->kind == WEIR_CLUSTER_SUBTASK_LISTENING     ? m->u.listening.job
+                   : m->kind == WEIR_CLUSTER_SUBTASK_FINISHED    ? m->u.finished.job
+                   : m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? m->u.checkpointed.job
+                                                                  : m->u.request_final.job;
+    cjob *J = job_find_locked(c, jid);
+    if (!J || J->ended || !job_uses(J, w)) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    ev x = {.w = w};
+    switch (m->kind) {
+    case WEIR_CLUSTER_SUBTASK_LISTENING:
+        x.kind = EV_LISTENING;
+        x.attempt = m->u.listening.attempt;
+        x.chain = m->u.listening.chain;
+        x.sub = m->u.listening.sub;
+        x.ninputs = m->u.listening.inputs.n;
+        x.inputs = m->u.listening.inputs.v; /* taken */
+        m->u.listening.inputs.v = NULL;
+        m->u.listening.inputs.n = 0;
+        post_ev_locked(J, &x);
+        break;
+    case WEIR_CLUSTER_SUBTASK_FINISHED:
+        x.kind = EV_FINISHED;
+        x.attempt = m->u.finished.attempt;
+        x.chain = m->u.finished.chain;
+        x.sub = m->u.finished.sub;
+        x.err = m->u.finished.err;
+        x.fatal = m->u.finished.fatal;
+        x.message = m->u.finished.message; /* taken */
+        m->u.finished.message = NULL;
+        x.rin = m->u.finished.records_in;
+        x.rout = m->u.finished.records_out;
+        post_ev_locked(J, &x);
+        break;
+    case WEIR_CLUSTER_SUBTASK_CHECKPOINTED: {
+        const weir__cl_subtask_checkpointed *k = &m->u.checkpointed;
+        weir__ckpt_msg a = {.kind = WEIR__CK_ACK,
+                            .id = k->id,
+                            .chain = k->chain,
+                            .sub = k->sub,
+                            .err = k->err,
+                            .bytes = k->bytes};
+        snprintf(a.state, sizeof(a.state), "%s", k->state);
+        snprintf(a.position, sizeof(a.position), "%s", k->position);
+        if (weir_chan_try_send(J->acks, &a) < 0)
+            weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": checkpoint acks queue full", J->id);
+        break;
+    }
+    default: /* RequestFinalCheckpoint: bounded jobs end through their finish hooks */
+        break;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The reader of a registered worker's connection (its admission fiber). */
+static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
+{
+    char why[256];
+    for (;;) {
+        weir__cl_msg m;
+        weir_frame f;
+        int e = weir__cl_recv(w->fd, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
+        if (e == 0) {
+            lose(c, w, "connection closed", &c->lost_closed);
+            return;
+        }
+        if (e == -ECANCELED)
+            return;
+        if (e == -EBADMSG || e == -EMSGSIZE) {
+            atomic_fetch_add(&c->malformed, 1);
+            char cause[320];
+            snprintf(cause, sizeof(cause), "malformed frame: %s", why);
+            lose(c, w, cause, NULL);
+            return;
+        }
+        if (e < 0) {
+            char cause[320];
+            snprintf(cause, sizeof(cause), "connection failed: %s", why);
+            lose(c, w, cause, &c->lost_closed);
+            return;
+        }
+        atomic_store(&w->last_seen, weir_time_now());
+        if (weir__cl_kind_dir(m.kind) != WEIR__CL_FROM_WORKER ||
+            m.kind == WEIR_CLUSTER_REGISTER) {
+            atomic_fetch_add(&c->malformed, 1);
+            char cause[160];
+            snprintf(cause, sizeof(cause), "protocol violation: a %s from a worker",
+                     weir__cl_kind_name(m.kind));
+            weir__cl_msg_free(&m);
+            weir_frame_free(&f);
+            lose(c, w, cause, NULL);
+            return;
+        }
+        if (m.kind == WEIR_CLUSTER_HEARTBEAT) {
+            weir__cl_msg a = {.kind = WEIR_CLUSTER_HEARTBEAT_ACK};
+            a.u.heartbeat_ack.seq = m.u.heartbeat.seq;
+            weir__cl_post(w->ob, &a, WEIR__OUTBOX_CONTROL);
+        } else {
+            route(c, w, &m);
+        }
+        weir__cl_msg_free(&m);
+        weir_frame_free(&f);
+    }
+}
+
+/* Register: the version was checked. Refusals and the RegisterAck are
+ * written directly, each write bounded (the peer may not read). */
+static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
+{
+    weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK};
+    ack.u.reg_ack = (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION,
+                                            WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_ACCEPTED, "",
+                                            WEIR_CLUSTER_HEARTBEAT_MS};
+    wsess *w = weir__calloc(1, sizeof(*w));
+    if (!w) {
+        ack.u.reg_ack.status = WEIR__CL_RETRY;
+        ack.u.reg_ack.message = "the coordinator is out of memory";
+        weir__cl_send(fd, &ack, weir_time_after_ms(250));
+        return;
+    }
+    w->c = c;
+    w->fd = fd;
+    w->slots = reg->slots;
+    snprintf(w->id, sizeof(w->id), "%s", reg->worker_id);
+    if (reg->data_host[0]) {
+        snprintf(w->host, sizeof(w->host), "%s", reg->data_host);
+    } else {
+        weir_net_addr a;
+        char buf[300];
+        if (weir_net_peer_addr(fd, &a) == 0 && weir_net_addr_format(&a, buf, sizeof(buf)) > 0) {
+            char *colon = strrchr(buf, ':');
+            if (colon)
+                *colon = 0;
+            char *h = buf;
+            if (h[0] == '[') { /* [v6] */
+                h++;
+                h[strlen(h) - 1] = 0;
+            }
+            snprintf(w->host, sizeof(w->host), "%s", h);
+        } else {
+            snprintf(w->host, sizeof(w->host), "127.0.0.1");
+        }
+    }
+    weir__plugin_shipped_init(&w->shipped, 0);
+    atomic_store(&w->last_seen, weir_time_now());
+    weir__outbox_limits lim = weir__outbox_limits_default();
+    lim.stall_ms = c->stall_ms;
+    /* The RegisterAck first, then the session's writer starts. */
+    int e = weir__cl_send(fd, &ack, weir_time_after_ms(250));
+    if (e == 0 && !(w->ob = weir__outbox_new(fd, &lim)))
+        e = -ENOMEM;
+    if (e) {
+        weir__log(WEIR__LOG_WARN, LOG, "worker %s: registration failed: %s", w->id,
+                  weir_strerror(e));
+        weir__free(w);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    int added = 0;
+    if (!c->stopping && (c->nws < c->wscap || 1)) {
+        if (c->nws == c->wscap) {
+            size_t cap = c->wscap ? c->wscap * 2 : 16;
+            wsess **v = weir__realloc(c->ws, cap * sizeof(*v));
+            if (v) {
+                c->ws = v;
+                c->wscap = cap;
+            }
+        }
+        if (c->nws < c->wscap) {
+            /* A worker registering again under its id replaces its old
+             * session. */
+            for (size_t i = 0; i < c->nws; i++)
+                if (!c->ws[i]->lost && strcmp(c->ws[i]->id, w->id) == 0)
+                    lose_locked(c, c->ws[i], "replaced by a new registration");
+            c->ws[c->nws++] = w;
+            added = 1;
+            for (size_t i = 0; i < c->njobs; i++)
+                if (!c->jobs[i]->ended) {
+                    ev x = {.kind = EV_REGISTERED, .w = w};
+                    post_ev_locked(c->jobs[i], &x);
+                }
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!added) {
+        weir__outbox_free(w->ob);
+        weir__free(w);
+        return;
+    }
+    weir__log(WEIR__LOG_INFO, LOG, "worker %s registered (%u slots, data host %s)", w->id,
+              w->slots, w->host);
+    worker_reader(c, w, fp);
+    /* The session is over: its writer ends (the outbox is aborted by the
+     * loss), then the socket closes. The session record and its outbox
+     * stay until the node ends: jobs may still post to it (refused). */
+    pthread_mutex_lock(&c->mu);
+    lose_locked(c, w, "connection closed");
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < 200; i++) {
+        weir__outbox_stats st;
+        weir__outbox_stats_get(w->ob, &st);
+        if (st.writer_done || weir_time_sleep(5 * WEIR_MSEC) < 0)
+            break;
+    }
+}
+
+/* ---- the watchdog ---------------------------------------------------------------------------- */
+static intptr_t watchdog_main(void *arg)
+{
+    coord *c = arg;
+    int64_t last = weir_time_now();
+    int64_t late_ms = c->wd_ms + (c->stall_ms > 0 && c->stall_ms < c->hb_ms ? c->stall_ms : c->hb_ms);
+    while (weir_time_sleep(c->wd_ms * WEIR_MSEC) == 0) {
+        int64_t now = weir_time_now();
+        int late = now - last > late_ms * WEIR_MSEC;
+        last = now;
+        pthread_mutex_lock(&c->mu);
+        for (size_t i = 0; i < c->nws; i++) {
+            wsess *w = c->ws[i];
+            if (w->lost)
+                continue;
+            if (late) { /* nothing could be read or written in the gap */
+                atomic_store(&w->last_seen, now);
+                continue;
+            }
+            int64_t quiet = (now - atomic_load(&w->last_seen)) / WEIR_MSEC;
+            char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
+            if (quiet > c->hb_ms) {
+                snprintf(cause, sizeof(cause), "heartbeat timeout: no frame for %" PRId64 " ms",
+                         quiet);
+                atomic_fetch_add(&c->lost_heartbeat, 1);
+                lose_locked(c, w, cause);
+                continue;
+            }
+            enum weir__outbox_verdict v = weir__outbox_check(w->ob, now);
+            if (v != WEIR__OUTBOX_OK) {
+                char text[WEIR__OUTBOX_VERDICT_MAX];
+                weir__outbox_verdict(w->ob, text, sizeof(text));
+                snprintf(cause, sizeof(cause), "%s", text);
+                atomic_fetch_add(v == WEIR__OUTBOX_STALLED ? &c->lost_stall : &c->lost_overflow, 1);
+                lose_locked(c, w, cause);
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    return 0;
+}
+
+/* ---- the checkpoint link of an attempt ------------------------------------------------------- */
+typedef struct clink {
+    weir__ckpt_link l;
+    cjob *J;
+    uint64_t last[WEIR__CK_ABORT + 1]; /* the id last broadcast per kind */
+} clink;
+
+static int cl_ack(weir__ckpt_link *l, const weir__ckpt_msg *m)
+{
+    (void)l, (void)m;
+    return -EINVAL; /* no subtask runs here */
+}
+
+static int cl_recv(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline)
+{
+    return weir_chan_recv(((clink *)l)->J->acks, m, deadline);
+}
+
+/* The coordinator sends a kind to every subtask in turn, all with one id:
+ * one frame per worker of the attempt says it for all of its subtasks. */
+static int cl_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
+{
+    clink *k = (clink *)l;
+    if (m->kind < WEIR__CK_TRIGGER || m->kind > WEIR__CK_ABORT || k->last[m->kind] == m->id)
+        return 0;
+    k->last[m->kind] = m->id;
+    cjob *J = k->J;
+    weir__cl_msg f = {0};
+    if (m->kind == WEIR__CK_TRIGGER || m->kind == WEIR__CK_COMPLETE) {
+        f.kind = m->kind == WEIR__CK_TRIGGER ? WEIR_CLUSTER_TRIGGER_CHECKPOINT
+                                             : WEIR_CLUSTER_COMMIT_CHECKPOINT;
+        f.u.checkpoint = (weir__cl_checkpoint){J->id, m->id};
+    } else {
+        f.kind = WEIR_CLUSTER_ABORT_CHECKPOINT;
+        f.u.abort_checkpoint = (weir__cl_abort_checkpoint){J->id, m->id, "a subtask failed it"};
+    }
+    pthread_mutex_lock(&J->c->mu);
+    for (uint32_t i = 0; i < J->naw; i++)
+        if (!J->aw[i]->lost)
+            weir__cl_post(J->aw[i]->ob, &f, WEIR__OUTBOX_CONTROL);
+    pthread_mutex_unlock(&J->c->mu);
+    return 0;
+}
+
+static void cl_free(weir__ckpt_link *l)
+{
+    weir__free(l);
+}
+
+static const weir__ckpt_link_ops clink_ops = {cl_ack, cl_recv, cl_send, NULL, cl_free};
+
+static weir__ckpt_link *make_clink(void *arg, run *r)
+{
+    (void)r;
+    clink *k = weir__calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    k->l.ops = &clink_ops;
+    k->J = arg;
+    return &k->l;
+}
+
+/* ---- a job's attempts ------------------------------------------------------------------------ */
+enum { A_OK = 0, A_FAILED, A_CANCELLED, A_LOST };
+
+typedef struct attempt {
+    weir_job *j;
+    weir__plan *plan;
+    uint8_t *plan_bytes;
+    size_t plan_len;
+    uint32_t *place;   /* [nsubtasks]: index into J->aw */
+    uint32_t *base;    /* [nchains]: plan order of subtask 0 of each chain */
+    uint8_t *done;     /* [nsubtasks]: finished, or its worker lost */
+    uint8_t *listened; /* [nsubtasks] */
+    uint16_t *port;    /* [nchannels]: where its consumer listens */
+    uint32_t ndone, nlistened;
+    uint64_t rin, rout;
+    char why[WEIR_CLUSTER_MESSAGE_MAX];
+    int32_t err;
+} attempt;
+
+static void free_ev(ev *x)
+{
+    weir__free(x->message);
+    weir__free(x->inputs);
+}
+
+static void attempt_free(cjob *J, attempt *a)
+{
+    coord *c = J->c;
+    if (a->place && a->plan) {
+        pthread_mutex_lock(&c->mu);
+        for (uint32_t k = 0; k < a->plan->nsubtasks; k++)
+            J->aw[a->place[k]]->used--;
+        pthread_mutex_unlock(&c->mu);
+    }
+    weir__free(a->place);
+    weir__free(a->base);
+    weir__free(a->done);
+    weir__free(a->listened);
+    weir__free(a->port);
+    weir__free(a->plan_bytes);
+    weir__plan_free(a->plan);
+    if (a->j)
+        weir_job_free(a->j);
+    memset(a, 0, sizeof(*a));
+}
+
+static int64_t idx_of(const attempt *a, uint32_t chain, uint32_t sub)
+{
+    if (chain >= a->plan->nchains || sub >= a->plan->chains[chain].par)
+        return -1;
+    return (int64_t)a->base[chain] + sub;
+}
+
+/* Define, plan and place (reserving the slots). 0, -ENOSPC (no room now),
+ * or another error with a->why. */
+static int attempt_prepare(cjob *J, attempt *a)
+{
+    coord *c = J->c;
+    char msg[1024];
+    int e = weir_plugin_define(J->plugin, J->argc, J->argv, &a->j, msg, sizeof(msg));
+    if (e) {
+        snprintf(a->why, sizeof(a->why), "defining the job: %s", msg);
+        return e;
+    }
+    uint32_t par = J->par ? J->par : (c->o.default_parallelism ? c->o.default_parallelism : 1);
+    if ((e = weir__plan_make(a->j, (int)par, 4, &a->plan, msg, sizeof(msg))) < 0) {
+        snprintf(a->why, sizeof(a->why), "planning the job: %s", msg);
+        return e;
+    }
+    weir_frame_builder fb;
+    const uint8_t *f;
+    size_t len;
+    if ((e = weir__plan_encode(a->plan, &fb)) == 0 &&
+        (e = weir_frame_builder_finish(&fb, &f, &len)) == 0) {
+        a->plan_len = len - WEIR_FRAME_HEADER;
+        if ((a->plan_bytes = weir__malloc(a->plan_len)))
+            memcpy(a->plan_bytes, f + WEIR_FRAME_HEADER, a->plan_len);
+        else
+            e = -ENOMEM;
+    }
+    weir_frame_builder_close(&fb);
+    const weir__plan *p = a->plan;
+    a->place = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, sizeof(*a->place));
+    a->base = weir__calloc(p->nchains ? p->nchains : 1, sizeof(*a->base));
+    a->done = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, 1);
+    a->listened = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, 1);
+    a->port = weir__calloc(p->nchannels ? p->nchannels : 1, sizeof(*a->port));
+    if (!e && (!a->place || !a->base || !a->done || !a->listened || !a->port))
+        e = -ENOMEM;
+    if (e) {
+        weir__free(a->place);
+        a->place = NULL;
+        snprintf(a->why, sizeof(a->why), "out of memory");
+        return e;
+    }
+    for (uint32_t ci = 1; ci < p->nchains; ci++)
+        a->base[ci] = a->base[ci - 1] + p->chains[ci - 1].par;
+    /* Placement over the live workers, with their free slots. */
+    pthread_mutex_lock(&c->mu);
+    size_t nlive = 0;
+    for (size_t i = 0; i < c->nws; i++)
+        nlive += !c->ws[i]->lost;
+    weir__place_worker *pw = weir__calloc(nlive ? nlive : 1, sizeof(*pw));
+    wsess **live = weir__calloc(nlive ? nlive : 1, sizeof(*live));
+    e = pw && live ? 0 : -ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; !e && i < c->nws; i++) {
+        wsess *w = c->ws[i];
+        if (w->lost)
+            continue;
+        live[n] = w;
+        pw[n++] = (weir__place_worker){w->id, w->slots > w->used ? w->slots - w->used : 0};
+    }
+    if (!e && n == 0) {
+        e = -ENOSPC;
+        snprintf(a->why, sizeof(a->why), "no worker is registered");
+    } else if (!e) {
+        e = weir__place(p, pw, n, a->place, a->why, sizeof(a->why));
+    }
+    if (!e) {
+        /* The workers used, in first-use order; place[] re-indexed. */
+        weir__free(J->aw);
+        J->aw = weir__calloc(n, sizeof(*J->aw));
+        J->naw = 0;
+        e = J->aw ? 0 : -ENOMEM;
+        for (uint32_t k = 0; !e && k < p->nsubtasks; k++) {
+            wsess *w = live[a->place[k]];
+            uint32_t x = 0;
+            while (x < J->naw && J->aw[x] != w)
+                x++;
+            if (x == J->naw)
+                J->aw[J->naw++] = w;
+            a->place[k] = x;
+            w->used++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    weir__free(pw);
+    weir__free(live);
+    if (e) {
+        weir__free(a->place);
+        a->place = NULL;
+    }
+    return e;
+}
+
+/* Each worker its Deploy. */
+static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t first_id)
+{
+    coord *c = J->c;
+    const weir__plan *p = a->plan;
+    weir__cl_subtask *subs = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, sizeof(*subs));
+    weir__cl_deploy_plugin *pl = weir__calloc(J->nplugins, sizeof(*pl));
+    if (!subs || !pl) {
+        weir__free(subs);
+        weir__free(pl);
+        return; /* the workers never report: the attempt times out */
+    }
+    for (uint32_t x = 0; x < J->naw; x++) {
+        uint32_t n = 0;
+        for (uint32_t ci = 0; ci < p->nchains; ci++)
+            for (uint32_t s = 0; s < p->chains[ci].par; s++)
+                if (a->place[a->base[ci] + s] == x)
+                    subs[n++] = (weir__cl_subtask){ci, s};
+        weir__cl_msg m = {.kind = WEIR_CLUSTER_DEPLOY};
+        weir__cl_deploy *d = &m.u.deploy;
+        d->job = J->id;
+        d->attempt = J->attempt;
+        d->name = J->name;
+        d->plan = (weir__cl_bytes){a->plan_bytes, (uint32_t)a->plan_len};
+        d->subtasks.v = subs;
+        d->subtasks.n = n;
+        d->args.v = J->argv + 1;
+        d->args.n = (uint32_t)(J->argc - 1);
+        d->checkpoint_dir = J->checkpoint_dir ? J->checkpoint_dir : "";
+        d->checkpoint_interval_ms = J->interval_ms;
+        d->restore_id = restore_id;
+        d->first_id = first_id;
+        d->plugins.v = pl;
+        d->plugins.n = J->nplugins;
+        pthread_mutex_lock(&c->mu);
+        wsess *w = J->aw[x];
+        for (uint32_t i = 0; i < J->nplugins; i++) {
+            pl[i] = J->plugins[i];
+            if (!weir__plugin_shipped_plan(&w->shipped, pl[i].sha256, pl[i].size))
+                pl[i].bytes = (weir__cl_bytes){NULL, 0};
+        }
+        int e = w->lost ? -EPIPE : weir__cl_post(w->ob, &m, WEIR__OUTBOX_DEPLOY);
+        pthread_mutex_unlock(&c->mu);
+        if (e) /* its loss (or the overflow verdict) folds the attempt */
+            weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": Deploy to %s not posted: %s", J->id,
+                      w->id, weir_strerror(e));
+    }
+    weir__free(subs);
+    weir__free(pl);
+}
+
+static void post_peer_updates(cjob *J, attempt *a)
+{
+    coord *c = J->c;
+    const weir__plan *p = a->plan;
+    weir__cl_peer *peers = weir__calloc(p->nchannels ? p->nchannels : 1, sizeof(*peers));
+    if (!peers)
+        return;
+    for (uint32_t x = 0; x < J->naw; x++) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < p->nchannels; i++) {
+            const weir__plan_channel *pc = &p->channels[i];
+            uint32_t from = a->place[a->base[pc->from_chain] + pc->from_sub];
+            uint32_t to = a->place[a->base[pc->to_chain] + pc->to_sub];
+            if (from == x && to != x && a->port[pc->id])
+                peers[n++] = (weir__cl_peer){pc->id, J->aw[to]->host, a->port[pc->id]};
+        }
+        weir__cl_msg m = {.kind = WEIR_CLUSTER_PEER_UPDATE};
+        m.u.peer_update.job = J->id;
+        m.u.peer_update.attempt = J->attempt;
+        m.u.peer_update.peers.v = peers;
+        m.u.peer_update.peers.n = n;
+        pthread_mutex_lock(&c->mu);
+        if (!J->aw[x]->lost)
+            weir__cl_post(J->aw[x]->ob, &m, WEIR__OUTBOX_CONTROL);
+        pthread_mutex_unlock(&c->mu);
+    }
+    weir__free(peers);
+}
+
+static void post_cancels(cjob *J, attempt *a, const char *reason)
+{
+    coord *c = J->c;
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_TASKS};
+    m.u.cancel_tasks = (weir__cl_cancel_tasks){J->id, J->attempt, (char *)reason};
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t x = 0; x < J->naw; x++) {
+        int pending = 0;
+        for (uint32_t k = 0; a->plan && k < a->plan->nsubtasks; k++)
+            pending |= a->place[k] == x && !a->done[k];
+        if (pending && !J->aw[x]->lost)
+            weir__cl_post(J->aw[x]->ob, &m, WEIR__OUTBOX_CONTROL);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Mark every subtask of w done (lost with it). */
+static void fold_lost(attempt *a, cjob *J, wsess *w)
+{
+    for (uint32_t k = 0; a->plan && k < a->plan->nsubtasks; k++)
+        if (J->aw[a->place[k]] == w && !a->done[k]) {
+            a->done[k] = 1;
+            a->ndone++;
+        }
+}
+
+/* One event of the running attempt. Returns the outcome when it ends the
+ * attempt's run (A_*), or -1 to go on. */
+static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *cause, size_t cap)
+{
+    int64_t k = x->kind == EV_LISTENING || x->kind == EV_FINISHED ? idx_of(a, x->chain, x->sub)
+                                                                  : -1;
+    int own = k >= 0 && x->attempt == J->attempt && J->aw[a->place[k]] == x->w;
+    switch (x->kind) {
+    case EV_LISTENING:
+        if (!own || a->listened[k])
+            break;
+        a->listened[k] = 1;
+        a->nlistened++;
+        for (uint32_t i = 0; i < x->ninputs; i++)
+            if (x->inputs[i].channel < a->plan->nchannels) {
+                const weir__plan_channel *pc = &a->plan->channels[x->inputs[i].channel];
+                if (pc->to_chain == x->chain && pc->to_sub == x->sub)
+                    a->port[pc->id] = x->inputs[i].port;
+            }
+        break;
+    case EV_FINISHED:
+        if (!own || a->done[k])
+            break;
+        a->done[k] = 1;
+        a->ndone++;
+        a->rin += x->rin;
+        a->rout += x->rout;
+        if (r)
+            weir__job_coord_finished(r, x->chain, x->sub);
+        if (x->err == 0 || *outcome != A_OK)
+            break;
+        if (x->err == -ECANCELED) { /* its worker cancelled it: it is going away */
+            *outcome = A_LOST;
+            snprintf(cause, cap, "worker %s cancelled its subtasks", x->w->id);
+        } else {
+            *outcome = A_FAILED;
+            a->err = x->err;
+            snprintf(a->why, sizeof(a->why), "%s",
+                     x->message && *x->message ? x->message : weir_strerror(x->err));
+        }
+        break;
+    case EV_LOST:
+        if (!job_uses(J, x->w))
+            break;
+        fold_lost(a, J, x->w);
+        if (*outcome == A_OK) {
+            *outcome = A_LOST;
+            snprintf(cause, cap, "worker %s lost (%s)", x->w->id, x->w->cause);
+        }
+        break;
+    case EV_CANCEL:
+        if (*outcome == A_OK) {
+            *outcome = A_CANCELLED;
+            snprintf(a->why, sizeof(a->why), "%s", x->message ? x->message : "cancelled");
+        }
+        break;
+    default:
+        break;
+    }
+    free_ev(x);
+    return -1;
+}
+
+/* Wait for events until pred holds or the outcome turns, the deadline
+ * passes (-ETIMEDOUT) or the checkpoint side failed (j's error). */
+static int wait_until(cjob *J, attempt *a, run *r, int (*pred)(const attempt *), int64_t deadline,
+                      int *outcome, char *cause, size_t cap)
+{
+    while (!pred(a)) {
+        if (*outcome != A_OK && pred != NULL)
+            return 0;
+        if (a->j && weir_job_error(a->j)[0] && *outcome == A_OK) {
+            *outcome = A_FAILED;
+            a->err = -EIO;
+            snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
+            return 0;
+        }
+        ev x;
+        int64_t tick = weir_time_after_ms(100);
+        int e = weir_chan_recv(J->events, &x, tick < deadline ? tick : deadline);
+        if (e == -ETIMEDOUT) {
+            if (weir_time_now() >= deadline)
+                return -ETIMEDOUT;
+            continue;
+        }
+        if (e < 0)
+            return e;
+        on_event(J, a, r, &x, outcome, cause, cap);
+    }
+    return 0;
+}
+
+static int all_listened(const attempt *a)
+{
+    return a->nlistened == a->plan->nsubtasks;
+}
+
+static int all_done(const attempt *a)
+{
+    return a->ndone == a->plan->nsubtasks;
+}
+
+/* The drain after an attempt went wrong: every subtask finished or lost. */
+static int drain(cjob *J, attempt *a, run *r, int *outcome, char *cause, size_t cap)
+{
+    coord *c = J->c;
+    int e = wait_until(J, a, r, all_done, weir_time_after_ms(c->drain_ms), &(int){A_LOST}, cause,
+                       cap);
+    (void)outcome;
+    if (e != -ETIMEDOUT)
+        return e;
+    char *p = a->why;
+    size_t left = sizeof(a->why);
+    int n = snprintf(p, left, "the restart's drain timed out after %" PRId64 " ms; not drained:",
+                     c->drain_ms);
+    for (uint32_t ci = 0; ci < a->plan->nchains && n > 0 && (size_t)n < left; ci++)
+        for (uint32_t s = 0; s < a->plan->chains[ci].par; s++) {
+            uint32_t k = a->base[ci] + s;
+            if (a->done[k])
+                continue;
+            p += n;
+            left -= (size_t)n;
+            n = snprintf(p, left, " \"%s\" %u on %s", a->j ? weir_job_op_name(a->j, (int)a->plan->chains[ci].ops[0]) : "?", s,
+                         J->aw[a->place[k]]->id);
+            if (n < 0 || (size_t)n >= left)
+                break;
+        }
+    return -ETIMEDOUT;
+}
+
+typedef struct totals {
+    uint64_t completed, latest, restored;
+    uint32_t sources, sinks;
+} totals;
+
+/* One attempt: 0 with the outcome, the cause of a loss in cause. */
+static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, totals *t, char *cause,
+                       size_t cap)
+{
+    coord *c = J->c;
+    int outcome = A_OK;
+    int e = attempt_prepare(J, a);
+    if (e == -ENOSPC && J->attempt > 0) {
+        /* A restart waits for room (workers registering) for a while. */
+        int64_t deadline = weir_time_after_ms(180000);
+        while (e == -ENOSPC && weir_time_now() < deadline) {
+            attempt_free(J, a);
+            ev x;
+            int r = weir_chan_recv(J->events, &x, weir_time_after_ms(500));
+            if (r == 0) {
+                int cancel = x.kind == EV_CANCEL;
+                free_ev(&x);
+                if (cancel)
+                    return A_CANCELLED;
+            } else if (r != -ETIMEDOUT) {
+                return A_CANCELLED;
+            }
+            e = attempt_prepare(J, a);
+        }
+    }
+    if (e)
+        return A_FAILED;
+    for (int i = 0; i < weir_job_ops(a->j); i++) {
+        if (J->attempt == 0 && weir_job_op_kind(a->j, i) == WEIR_OP_SOURCE)
+            t->sources++;
+        if (J->attempt == 0 && weir_job_op_kind(a->j, i) == WEIR_OP_SINK)
+            t->sinks++;
+    }
+    weir_run_opts o = {.parallelism = 1,
+                       .credits = 4,
+                       .checkpoint_dir = J->checkpoint_dir,
+                       .checkpoint_interval_ms = (int64_t)J->interval_ms,
+                       .restore = restore};
+    weir__deploy d = {.link = make_clink, .id_floor = *max_id, .arg = J};
+    run *r = NULL;
+    if ((e = weir__job_coord_begin(a->j, a->plan, &o, &d, &r)) < 0) {
+        snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
+        a->err = e;
+        return A_FAILED;
+    }
+    uint64_t restored = weir__job_coord_restored(r), first = weir__job_coord_first_id(r);
+    if (restored)
+        t->restored = restored;
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: %u subtasks on %u workers%s",
+              J->id, J->attempt, a->plan->nsubtasks, J->naw, restored ? ", restoring" : "");
+    post_deploys(J, a, restored, first);
+    e = wait_until(J, a, r, all_listened, weir_time_after_ms(60000), &outcome, cause, cap);
+    if (e == -ETIMEDOUT && outcome == A_OK) {
+        outcome = A_FAILED;
+        snprintf(a->why, sizeof(a->why),
+                 "%u of %u subtasks did not report where they listen within 60 s",
+                 a->plan->nsubtasks - a->nlistened, a->plan->nsubtasks);
+    } else if (e < 0 && outcome == A_OK) {
+        outcome = A_CANCELLED;
+        snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+    }
+    if (outcome == A_OK) {
+        post_peer_updates(J, a);
+        if (weir__job_coord_start_checkpoints(r) < 0) {
+            outcome = A_FAILED;
+            snprintf(a->why, sizeof(a->why), "could not start the checkpoint coordinator");
+        }
+    }
+    if (outcome == A_OK) {
+        e = wait_until(J, a, r, all_done, WEIR_FOREVER, &outcome, cause, cap);
+        if (e < 0 && outcome == A_OK) {
+            outcome = A_CANCELLED;
+            snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+        }
+    }
+    if (!all_done(a)) {
+        pthread_mutex_lock(&c->mu);
+        int stopping = c->stopping;
+        pthread_mutex_unlock(&c->mu);
+        post_cancels(J, a, outcome == A_LOST ? cause : a->why);
+        if (!stopping && drain(J, a, r, &outcome, cause, cap) == -ETIMEDOUT)
+            outcome = A_FAILED;
+    }
+    weir_ckpt_stats cs;
+    weir_job_ckpt_stats(a->j, &cs);
+    t->completed += cs.completed;
+    if (cs.latest)
+        t->latest = cs.latest;
+    /* Every id this attempt may have used: the ones it triggered lie
+     * below the next it would have. */
+    uint64_t used = cs.latest > first ? cs.latest : first;
+    if (used + 2 > *max_id)
+        *max_id = used + 2; /* one in flight, and a margin */
+    weir__job_coord_end(r);
+    return outcome;
+}
+
+static void send_completed(cjob *J, const weir__cl_job_completed *jc)
+{
+    client *cl = J->submitter;
+    if (!cl || atomic_load(&cl->closed))
+        return;
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_COMPLETED};
+    m.u.completed = *jc;
+    if (weir_mutex_lock(cl->wl, weir_time_after_ms(5000)) == 0) {
+        weir__cl_send(cl->fd, &m, weir_time_after_ms(5000));
+        weir_mutex_unlock(cl->wl);
+    }
+}
+
+static void client_unref(client *cl);
+
+static intptr_t job_main(void *arg)
+{
+    cjob *J = arg;
+    coord *c = J->c;
+    int restarts = 0, burst = 0;
+    int64_t last_restart = 0;
+    uint64_t max_id = 0;
+    totals t = {0};
+    attempt a = {0};
+    char cause[WEIR_CLUSTER_MESSAGE_MAX] = "";
+    int outcome;
+    int checkpoints = J->checkpoint_dir && J->interval_ms > 0;
+    int budget = !checkpoints ? 0 : J->max_restarts >= 0 ? J->max_restarts : c->o.max_restarts;
+    uint64_t rin = 0, rout = 0;
+    for (;;) {
+        outcome = run_attempt(J, J->attempt > 0 && checkpoints, &max_id, &a, &t, cause,
+                              sizeof(cause));
+        rin = a.rin;
+        rout = a.rout;
+        if (outcome != A_LOST) {
+            if (outcome == A_FAILED && !a.err)
+                a.err = -EIO;
+            break;
+        }
+        int64_t now = weir_time_now();
+        if (last_restart && now - last_restart > c->window_ms * WEIR_MSEC)
+            burst = 0; /* clean running for the window: forgiven */
+        if (burst >= budget) {
+            a.err = -EIO;
+            if (!checkpoints)
+                snprintf(a.why, sizeof(a.why), "%s; the job takes no checkpoints, so it is not "
+                         "restarted", cause);
+            else
+                snprintf(a.why, sizeof(a.why), "%s; the restart budget (%d in a burst) is spent",
+                         cause, budget);
+            outcome = A_FAILED;
+            break;
+        }
+        burst++;
+        restarts++;
+        last_restart = now;
+        atomic_fetch_add(&c->restarts, 1);
+        weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": restarting (%d): %s", J->id, restarts,
+                  cause);
+        pthread_mutex_lock(&c->mu);
+        J->state = WEIR__CL_JOB_RESTARTING;
+        pthread_mutex_unlock(&c->mu);
+        attempt_free(J, &a);
+        J->attempt++;
+        pthread_mutex_lock(&c->mu);
+        J->state = WEIR__CL_JOB_RUNNING;
+        pthread_mutex_unlock(&c->mu);
+    }
+    weir__cl_job_completed jc = {
+        .job = J->id,
+        .err = outcome == A_OK ? 0 : outcome == A_CANCELLED ? -ECANCELED : (a.err ? a.err : -EIO),
+        .message = outcome == A_OK ? "" : a.why,
+        .elapsed_ms = (uint64_t)((weir_time_now() - J->t0) / WEIR_MSEC),
+        .records_in = rin,
+        .records_out = rout,
+        .sources = t.sources,
+        .sinks = t.sinks,
+        .watermark = outcome == A_OK ? WEIR_WATERMARK_MAX : WEIR_WATERMARK_MIN,
+        .ckpt_completed = t.completed,
+        .ckpt_latest = t.latest,
+        .ckpt_restored = t.restored,
+        .restarts = (uint32_t)restarts};
+    if (outcome != A_OK)
+        weir__log(outcome == A_CANCELLED ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG,
+                  "job %" PRIu64 " %s: %s", J->id,
+                  outcome == A_CANCELLED ? "cancelled" : "failed", a.why);
+    send_completed(J, &jc);
+    attempt_free(J, &a);
+    pthread_mutex_lock(&c->mu);
+    J->state = outcome == A_OK          ? WEIR__CL_JOB_SUCCEEDED
+               : outcome == A_CANCELLED ? WEIR__CL_JOB_CANCELLED
+                                        : WEIR__CL_JOB_FAILED;
+    snprintf(J->message, sizeof(J->message), "%s", jc.message);
+    J->ended_ms = (uint64_t)wall_ms();
+    J->ended = 1;
+    weir__free(J->aw);
+    J->aw = NULL;
+    J->naw = 0;
+    client *cl = J->submitter;
+    J->submitter = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (cl)
+        client_unref(cl);
+    /* Drain what readers queued meanwhile. */
+    ev x;
+    while (weir_chan_try_recv(J->events, &x) == 0)
+        free_ev(&x);
+    return 0;
+}
+
+/* ---- clients ------------------------------------------------------------------------------- */
+static void client_unref(client *cl)
+{
+    if (atomic_fetch_sub(&cl->refs, 1) == 1) {
+        weir_io_close(cl->fd);
+        weir_mutex_free(cl->wl);
+        weir__free(cl);
+    }
+}
+
+static int client_reply(client *cl, weir__cl_msg *m)
+{
+    int e = weir_mutex_lock(cl->wl, weir_time_after_ms(10000));
+    if (e)
+        return e;
+    e = weir__cl_send(cl->fd, m, weir_time_after_ms(10000));
+    weir_mutex_unlock(cl->wl);
+    return e;
+}
+
+static int submit_refuse(client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int submit_refuse(client *cl, const char *fmt, ...)
+{
+    char msg[WEIR_CLUSTER_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    weir__log(WEIR__LOG_INFO, LOG, "submit refused: %s", msg);
+    const weir_abi_id *self = weir_abi_self();
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK};
+    m.u.submit_ack.status = WEIR__CL_SUBMIT_REFUSED;
+    m.u.submit_ack.message = msg;
+    m.u.submit_ack.abi = (weir__cl_abi){(uint32_t)self->version, (char *)self->fingerprint,
+                                        (char *)self->target, (char *)self->toolchain};
+    client_reply(cl, &m);
+    return -EINVAL;
+}
+
+static void job_free(cjob *J)
+{
+    for (int i = 0; J->argv && i < J->argc; i++)
+        weir__free(J->argv[i]);
+    weir__free(J->argv);
+    for (uint32_t i = 0; J->plugins && i < J->nplugins; i++)
+        weir__free((void *)J->plugins[i].bytes.p);
+    weir__free(J->plugins);
+    weir__free(J->checkpoint_dir);
+    weir__free(J->aw);
+    weir_plugin_close(J->plugin);
+    if (J->events) {
+        ev x;
+        while (weir_chan_try_recv(J->events, &x) == 0)
+            free_ev(&x);
+        weir_chan_unref(J->events);
+    }
+    if (J->acks)
+        weir_chan_unref(J->acks);
+    weir__free(J);
+}
+
+/* SubmitJob, with the upload of the plugins the cache lacks. Returns < 0
+ * when the connection must be dropped (the client broke the protocol). */
+static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job *s)
+{
+    coord *c = cl->c;
+    for (uint32_t i = 0; i < s->plugins.n; i++) {
+        char msg[1024];
+        if (weir__plugin_ref_abi_check(&s->plugins.v[i], NULL, msg, sizeof(msg)) < 0)
+            return submit_refuse(cl, "%s", msg) * 0;
+    }
+    bjob b = {.c = c, .refs = s->plugins.v, .n = s->plugins.n};
+    int e = (int)weir__blocking_run_shielded(b_missing, &b);
+    if (e < 0)
+        return submit_refuse(cl, "%s", b.msg) * 0;
+    if (b.nmissing) {
+        weir__cl_msg m = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK};
+        m.u.submit_ack.status = WEIR__CL_SUBMIT_NEED_PLUGINS;
+        m.u.submit_ack.message = "";
+        m.u.submit_ack.missing.v = b.missing;
+        m.u.submit_ack.missing.n = (uint32_t)b.nmissing;
+        e = client_reply(cl, &m);
+        size_t got = 0;
+        uint8_t *have = weir__calloc(b.nmissing, 1);
+        while (!e && have && got < b.nmissing) {
+            weir__cl_msg u;
+            weir_frame f;
+            char why[256];
+            e = weir__cl_recv(cl->fd, fp, &u, &f, weir_time_after_ms(60000), why, sizeof(why));
+            if (e <= 0) {
+                e = e ? e : -ECONNRESET;
+                break;
+            }
+            e = 0;
+            size_t k = 0;
+            while (u.kind == WEIR_CLUSTER_PLUGIN_UPLOAD && k < b.nmissing &&
+                   memcmp(b.missing[k].b, u.u.upload.sha256, 32) != 0)
+                k++;
+            if (u.kind != WEIR_CLUSTER_PLUGIN_UPLOAD || k == b.nmissing || have[k]) {
+                weir__log(WEIR__LOG_WARN, LOG, "client: expected a PluginUpload of a missing "
+                          "plugin, got a %s", weir__cl_kind_name(u.kind));
+                e = -EPROTO;
+            } else {
+                bjob pb = {.c = c, .bytes = u.u.upload.bytes.p, .len = u.u.upload.bytes.n,
+                           .sha = u.u.upload.sha256};
+                e = (int)weir__blocking_run_shielded(b_put, &pb);
+                if (e < 0) {
+                    submit_refuse(cl, "%s", pb.msg);
+                    e = 1;
+                }
+                have[k] = 1;
+                got++;
+            }
+            weir__cl_msg_free(&u);
+            weir_frame_free(&f);
+        }
+        weir__free(have);
+        weir__free(b.missing);
+        if (e)
+            return e < 0 ? e : 0;
+    }
+    cjob *J = weir__calloc(1, sizeof(*J));
+    if (!J)
+        return submit_refuse(cl, "the coordinator is out of memory") * 0;
+    J->c = c;
+    J->par = s->parallelism;
+    J->interval_ms = s->checkpoint_interval_ms;
+    J->max_restarts = s->max_restarts;
+    J->nplugins = s->plugins.n;
+    J->plugins = weir__calloc(s->plugins.n, sizeof(*J->plugins));
+    J->argc = (int)s->args.n + 1;
+    J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
+    J->events = weir_chan_new(sizeof(ev), EV_BACKLOG);
+    J->acks = weir_chan_new(sizeof(weir__ckpt_msg), EV_BACKLOG);
+    if (s->checkpoint_dir[0])
+        J->checkpoint_dir = weir__strdup(s->checkpoint_dir);
+    e = J->plugins && J->argv && J->events && J->acks &&
+                (!s->checkpoint_dir[0] || J->checkpoint_dir)
+            ? 0
+            : -ENOMEM;
+    for (uint32_t i = 0; !e && i < s->args.n; i++)
+        if (!(J->argv[i + 1] = weir__strdup(s->args.v[i])))
+            e = -ENOMEM;
+    char msg[1024] = "out of memory";
+    for (uint32_t i = 0; !e && i < s->plugins.n; i++) {
+        bjob ob = {.c = c, .sha = s->plugins.v[i].sha256, .len = s->plugins.v[i].size,
+                   .plugin = i == 0 ? (weir_plugin *)1 : NULL};
+        e = (int)weir__blocking_run_shielded(b_open, &ob);
+        snprintf(msg, sizeof(msg), "%s", ob.msg[0] ? ob.msg : weir_strerror(e));
+        memcpy(J->plugins[i].sha256, s->plugins.v[i].sha256, 32);
+        J->plugins[i].size = s->plugins.v[i].size;
+        J->plugins[i].bytes = (weir__cl_bytes){ob.data, (uint32_t)ob.len};
+        if (i == 0) {
+            J->plugin = ob.plugin;
+            J->argv[0] = ob.path;
+        } else {
+            weir__free(ob.path);
+        }
+    }
+    if (e) {
+        job_free(J);
+        return submit_refuse(cl, "%s", msg) * 0;
+    }
+    snprintf(J->name, sizeof(J->name), "%s", weir_plugin_entry(J->plugin)->name);
+    /* Define, plan and place once now, so that a job that cannot run is
+     * refused before it is published (the attempt does it again). */
+    attempt a = {0};
+    e = attempt_prepare(J, &a);
+    char why[sizeof(a.why)];
+    snprintf(why, sizeof(why), "%s", a.why);
+    attempt_free(J, &a);
+    weir__free(J->aw);
+    J->aw = NULL;
+    J->naw = 0;
+    if (e) {
+        job_free(J);
+        return submit_refuse(cl, "%s", why) * 0;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        job_free(J);
+        return submit_refuse(cl, "the coordinator is shutting down") * 0;
+    }
+    if (c->njobs == c->jobcap) {
+        /* Forget the oldest ended job, or grow. */
+        size_t drop = c->njobs;
+        if (c->njobs >= MAX_JOBS_KEPT)
+            for (size_t i = 0; i < c->njobs && drop == c->njobs; i++)
+                if (c->jobs[i]->ended)
+                    drop = i;
+        if (drop < c->njobs) {
+            job_free(c->jobs[drop]);
+            memmove(&c->jobs[drop], &c->jobs[drop + 1], (c->njobs - drop - 1) * sizeof(cjob *));
+            c->njobs--;
+        } else {
+            size_t cap = c->jobcap ? c->jobcap * 2 : 16;
+            cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
+            if (v) {
+                c->jobs = v;
+                c->jobcap = cap;
+            }
+        }
+    }
+    if (c->njobs == c->jobcap) {
+        pthread_mutex_unlock(&c->mu);
+        job_free(J);
+        return submit_refuse(cl, "the coordinator is out of memory") * 0;
+    }
+    J->id = ++c->next_job;
+    J->state = WEIR__CL_JOB_RUNNING;
+    J->submitted_ms = (uint64_t)wall_ms();
+    J->t0 = weir_time_now();
+    atomic_fetch_add(&cl->refs, 1);
+    J->submitter = cl;
+    c->jobs[c->njobs++] = J;
+    weir_task *t = weir_scope_spawn(c->scope, job_main, J,
+                                    &(weir_spawn_opts){.name = "cluster job", .stack_size = FIBER});
+    if (!t) {
+        J->ended = 1;
+        J->state = WEIR__CL_JOB_FAILED;
+        snprintf(J->message, sizeof(J->message), "could not start the job's fiber");
+        J->submitter = NULL;
+        atomic_fetch_sub(&cl->refs, 1);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!t)
+        return submit_refuse(cl, "could not start the job") * 0;
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " (%s) submitted", J->id, J->name);
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK};
+    m.u.submit_ack.status = WEIR__CL_SUBMIT_ACCEPTED;
+    m.u.submit_ack.job = J->id;
+    m.u.submit_ack.message = "";
+    client_reply(cl, &m);
+    return 0;
+}
+
+static void handle_list(client *cl)
+{
+    coord *c = cl->c;
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->njobs;
+    weir__cl_job_info *v = weir__calloc(n ? n : 1, sizeof(*v));
+    char (*names)[WEIR_CLUSTER_NAME_MAX + 1] = weir__calloc(n ? n : 1, sizeof(*names));
+    char (*msgs)[WEIR_CLUSTER_MESSAGE_MAX] = weir__calloc(n ? n : 1, sizeof(*msgs));
+    for (size_t i = 0; v && names && msgs && i < n; i++) {
+        cjob *J = c->jobs[i];
+        memcpy(names[i], J->name, sizeof(names[i]));
+        memcpy(msgs[i], J->message, sizeof(msgs[i]));
+        v[i] = (weir__cl_job_info){J->id,           names[i],     J->state,
+                                   J->par,          J->submitted_ms, J->ended_ms,
+                                   msgs[i]};
+    }
+    pthread_mutex_unlock(&c->mu);
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_LIST};
+    m.u.job_list.jobs.v = v;
+    m.u.job_list.jobs.n = v && names && msgs ? (uint32_t)n : 0;
+    client_reply(cl, &m);
+    weir__free(v);
+    weir__free(names);
+    weir__free(msgs);
+}
+
+static void handle_cancel(client *cl, uint64_t id)
+{
+    coord *c = cl->c;
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_JOB_ACK};
+    m.u.cancel_job_ack.job = id;
+    pthread_mutex_lock(&c->mu);
+    cjob *J = job_find_locked(c, id);
+    if (!J) {
+        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_UNKNOWN;
+        m.u.cancel_job_ack.message = "no such job";
+    } else if (J->ended) {
+        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_ENDED;
+        m.u.cancel_job_ack.message = "the job has already ended";
+    } else {
+        ev x = {.kind = EV_CANCEL, .message = weir__strdup("cancelled by a client")};
+        post_ev_locked(J, &x);
+        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_OK;
+        m.u.cancel_job_ack.message = "";
+    }
+    pthread_mutex_unlock(&c->mu);
+    client_reply(cl, &m);
+}
+
+static void client_loop(coord *c, int fd, weir_frame_parser *fp)
+{
+    client *cl = weir__calloc(1, sizeof(*cl));
+    if (!cl || !(cl->wl = weir_mutex_new())) {
+        weir__free(cl);
+        return;
+    }
+    cl->c = c;
+    cl->fd = fd;
+    atomic_store(&cl->refs, 1);
+    weir__cl_msg ack = {.kind = WEIR_CLUSTER_HELLO_CLIENT_ACK};
+    ack.u.hello_ack = (weir__cl_hello_client_ack){WEIR_CLUSTER_PROTO_VERSION,
+                                                  WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_ACCEPTED,
+                                                  ""};
+    int e = client_reply(cl, &ack);
+    while (!e) {
+        weir__cl_msg m;
+        weir_frame f;
+        char why[256];
+        e = weir__cl_recv(fd, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
+        if (e <= 0) {
+            if (e == -EBADMSG || e == -EMSGSIZE) {
+                atomic_fetch_add(&c->malformed, 1);
+                weir__log(WEIR__LOG_WARN, LOG, "client dropped: malformed frame: %s", why);
+            }
+            break;
+        }
+        e = 0;
+        switch (m.kind) {
+        case WEIR_CLUSTER_SUBMIT_JOB:
+            e = handle_submit(cl, fp, &m.u.submit);
+            break;
+        case WEIR_CLUSTER_LIST_JOBS:
+            handle_list(cl);
+            break;
+        case WEIR_CLUSTER_CANCEL_JOB:
+            handle_cancel(cl, m.u.cancel_job.job);
+            break;
+        default:
+            atomic_fetch_add(&c->malformed, 1);
+            weir__log(WEIR__LOG_WARN, LOG, "client dropped: protocol violation: a %s",
+                      weir__cl_kind_name(m.kind));
+            e = -EPROTO;
+        }
+        weir__cl_msg_free(&m);
+        weir_frame_free(&f);
+    }
+    atomic_store(&cl->closed, 1);
+    shutdown(fd, SHUT_RDWR);
+    cl->fd = fd;
+    client_unref(cl); /* the fd closes with the last reference */
+}
+
+/* ---- admission ---------------------------------------------------------------------------- */
+typedef struct admit_arg {
+    coord *c;
+    int fd;
+} admit_arg;
+
+static intptr_t admit_main(void *arg)
+{
+    admit_arg aa = *(admit_arg *)arg;
+    weir__free(arg);
+    coord *c = aa.c;
+    int fd = aa.fd;
+    weir_frame_parser fp;
+    weir_frame_parser_init(&fp, &(weir_frame_limits){.max_frame = WEIR_CLUSTER_FRAME_MAX,
+                                                     .max_first = WEIR_CLUSTER_FIRST_FRAME_MAX});
+    weir_frame f = {0};
+    ssize_t n = weir_frame_read(fd, &fp, &f, weir_time_after_ms(c->hb_ms + 5000));
+    int owned = 0; /* the fd went to a client, which closes it */
+    if (n > 0) {
+        uint32_t ver = 0, min = 0;
+        int kind = f.data[0];
+        char why[512];
+        int e = weir__cl_peek_versions(f.data, f.len, &ver, &min);
+        if (e == 0 && kind != WEIR_CLUSTER_REGISTER && kind != WEIR_CLUSTER_HELLO_CLIENT)
+            e = -EINVAL;
+        if (e < 0) {
+            atomic_fetch_add(&c->malformed, 1);
+            weir__log(WEIR__LOG_WARN, LOG, "connection dropped: its first frame is %s",
+                      e == -EINVAL ? "neither a Register nor a HelloClient" : "cut short");
+        } else if ((e = weir__cl_version_check("coordinator", WEIR_CLUSTER_PROTO_VERSION,
+                                               WEIR_CLUSTER_PROTO_MIN_COMPAT,
+                                               kind == WEIR_CLUSTER_REGISTER ? "worker" : "client",
+                                               ver, min, why, sizeof(why))) < 0) {
+            atomic_fetch_add(&c->refused_version, 1);
+            weir__log(WEIR__LOG_WARN, LOG, "connection refused: %s", why);
+            weir__cl_msg r = {.kind = kind == WEIR_CLUSTER_REGISTER ? WEIR_CLUSTER_REGISTER_ACK
+                                                                    : WEIR_CLUSTER_HELLO_CLIENT_ACK};
+            if (kind == WEIR_CLUSTER_REGISTER)
+                r.u.reg_ack = (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION,
+                                                      WEIR_CLUSTER_PROTO_MIN_COMPAT,
+                                                      WEIR__CL_REFUSED, why,
+                                                      WEIR_CLUSTER_HEARTBEAT_MS};
+            else
+                r.u.hello_ack = (weir__cl_hello_client_ack){WEIR_CLUSTER_PROTO_VERSION,
+                                                            WEIR_CLUSTER_PROTO_MIN_COMPAT,
+                                                            WEIR__CL_REFUSED, why};
+            weir__cl_send(fd, &r, weir_time_after_ms(250));
+        } else {
+            weir__cl_msg m;
+            if ((e = weir__cl_decode(f.data, f.len, &m, why, sizeof(why))) < 0) {
+                atomic_fetch_add(&c->malformed, 1);
+                weir__log(WEIR__LOG_WARN, LOG, "connection dropped: malformed first frame: %s",
+                          why);
+            } else if (kind == WEIR_CLUSTER_REGISTER) {
+                admit_worker(c, fd, &fp, &m.u.reg);
+                weir__cl_msg_free(&m);
+            } else {
+                weir__cl_msg_free(&m);
+                weir_frame_free(&f);
+                client_loop(c, fd, &fp);
+                owned = 1;
+            }
+        }
+    } else if (n < 0 && n != -ECANCELED) {
+        atomic_fetch_add(&c->malformed, 1);
+        weir__log(WEIR__LOG_INFO, LOG, "connection dropped before its first frame: %s",
+                  n == -EMSGSIZE ? "the frame's length is over the 64 KiB first-frame cap"
+                                 : weir_net_strerror((int)n));
+    }
+    weir_frame_free(&f);
+    weir_frame_parser_close(&fp);
+    if (!owned)
+        weir_io_close(fd);
+    return 0;
+}
+
+static intptr_t accept_main(void *arg)
+{
+    coord *c = arg;
+    int64_t backoff = 10;
+    for (;;) {
+        int fd = weir_net_accept(c->lfd, NULL, WEIR_FOREVER);
+        if (fd == -ECANCELED)
+            return 0;
+        if (fd < 0) {
+            /* Out of descriptors or memory: the connection waits in the
+             * backlog; try again later rather than spin. */
+            if (weir_time_sleep(backoff * WEIR_MSEC) < 0)
+                return 0;
+            backoff = backoff < 1000 ? backoff * 2 : 1000;
+            continue;
+        }
+        backoff = 10;
+        weir_net_set_nodelay(fd, 1);
+        admit_arg *aa = weir__malloc(sizeof(*aa));
+        if (!aa || !weir_scope_spawn(c->scope, admit_main, aa,
+                                     &(weir_spawn_opts){.name = "cluster connection",
+                                                        .stack_size = FIBER})) {
+            weir__free(aa);
+            weir_io_close(fd);
+            continue;
+        }
+        *aa = (admit_arg){c, fd};
+    }
+}
+
+/* ---- the node ---------------------------------------------------------------------------- */
+static int jobs_running(coord *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int n = 0;
+    for (size_t i = 0; i < c->njobs; i++)
+        n += !c->jobs[i]->ended;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+static int frames_pending(coord *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int n = 0;
+    for (size_t i = 0; i < c->nws; i++) {
+        weir__outbox_stats st;
+        weir__outbox_stats_get(c->ws[i]->ob, &st);
+        n += !c->ws[i]->lost && st.frames_pending;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+static intptr_t rm_tree(void *arg)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", (const char *)arg);
+    return system(cmd);
+}
+
+int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
+{
+    coord *c = weir__calloc(1, sizeof(*c));
+    if (!c) {
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    c->o = *o;
+    c->hb_ms = o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms
+                                           : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
+    c->wd_ms = o->watchdog_ms > 0 ? o->watchdog_ms : WEIR_CLUSTER_WATCHDOG_MS;
+    c->stall_ms = o->stall_ms ? o->stall_ms : WEIR__OUTBOX_STALL_MS;
+    c->drain_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 120000;
+    c->window_ms = o->restart_window_ms > 0 ? o->restart_window_ms : 600000;
+    if (c->o.max_restarts < 0)
+        c->o.max_restarts = 10;
+    pthread_mutex_init(&c->mu, NULL);
+    int e = 0;
+    const char *dir = o->cache_dir;
+    if (!dir) {
+        snprintf(c->tmpdir, sizeof(c->tmpdir), "/tmp/weir-coordinator-XXXXXX");
+        if (!mkdtemp(c->tmpdir)) {
+            e = -errno;
+            snprintf(msg, cap, "making a plugin cache directory: %s", strerror(errno));
+            goto out;
+        }
+        dir = c->tmpdir;
+    }
+    if ((e = weir__plugin_cache_open(dir, &c->cache, msg, cap)) < 0)
+        goto out;
+    snprintf(c->host, sizeof(c->host), "%s",
+             o->advertise_host ? o->advertise_host : o->bind_host ? o->bind_host : "127.0.0.1");
+    if ((c->lfd = weir_net_listen(o->bind_host ? o->bind_host : "0.0.0.0", o->port, NULL)) < 0) {
+        e = c->lfd;
+        snprintf(msg, cap, "listening on %s:%d: %s", o->bind_host ? o->bind_host : "0.0.0.0",
+                 o->port, weir_net_strerror(e));
+        goto out;
+    }
+    if (!(c->scope = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER))) {
+        e = -ENOMEM;
+        snprintf(msg, cap, "out of memory");
+        goto out;
+    }
+    if (!weir_scope_spawn(c->scope, accept_main, c,
+                          &(weir_spawn_opts){.name = "cluster accept", .stack_size = FIBER}) ||
+        !weir_scope_spawn(c->scope, watchdog_main, c,
+                          &(weir_spawn_opts){.name = "cluster watchdog", .stack_size = FIBER})) {
+        e = -ENOMEM;
+        snprintf(msg, cap, "could not start the coordinator's fibers");
+        weir_scope_cancel(c->scope);
+    } else {
+        if (o->on_listen)
+            o->on_listen(o->arg, c->host, weir_net_local_port(c->lfd));
+        /* Until the stop descriptor is readable. */
+        uint8_t buf[128];
+        if (o->stop_fd >= 0)
+            weir_io_read(o->stop_fd, buf, sizeof(buf), WEIR_FOREVER);
+        else
+            weir_time_sleep_until(WEIR_FOREVER);
+        weir__log(WEIR__LOG_INFO, LOG, "shutting down");
+        /* Shutdown: every job's subtasks are cancelled (not drained); what is
+         * queued for the workers is written within 1000 ms. */
+        pthread_mutex_lock(&c->mu);
+        c->stopping = 1;
+        for (size_t i = 0; i < c->njobs; i++)
+            if (!c->jobs[i]->ended) {
+                ev x = {.kind = EV_CANCEL, .message = weir__strdup("the coordinator stopped")};
+                post_ev_locked(c->jobs[i], &x);
+            }
+        pthread_mutex_unlock(&c->mu);
+        int64_t deadline = weir_time_after_ms(1000);
+        while ((jobs_running(c) || frames_pending(c)) && weir_time_now() < deadline)
+            weir_time_sleep(10 * WEIR_MSEC);
+        weir_scope_cancel(c->scope);
+    }
+    weir_scope_join(c->scope, NULL);
+out:
+    weir_scope_free(c->scope);
+    if (c->lfd > 0)
+        weir_io_close(c->lfd);
+    for (size_t i = 0; i < c->nws; i++) {
+        wsess *w = c->ws[i];
+        weir__outbox_free(w->ob);
+        weir_io_close(w->fd);
+        weir__plugin_shipped_clear(&w->shipped);
+        weir__free(w);
+    }
+    weir__free(c->ws);
+    for (size_t i = 0; i < c->njobs; i++)
+        job_free(c->jobs[i]);
+    weir__free(c->jobs);
+    weir__plugin_cache_free(c->cache);
+    if (c->tmpdir[0])
+        weir__blocking_run_shielded(rm_tree, c->tmpdir);
+    pthread_mutex_destroy(&c->mu);
+    weir__free(c);
+    return e;
+}

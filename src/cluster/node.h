@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * node.h - the two long-running roles of a weir cluster, as `weir node`
+ * runs them (docs/cluster.md), and the frame helpers they share.
+ *
+ * A coordinator (coordinator.c) accepts workers and clients on one port,
+ * plans submitted jobs, places their subtasks on workers, deploys them,
+ * watches the workers' liveness, coordinates checkpoints across them and
+ * restarts a job from its latest completed checkpoint when a worker is
+ * lost. A worker (worker.c) registers with a coordinator, runs the
+ * subtasks it is given over TCP channels to the other workers, and
+ * reports back. Both run inside a weir runtime (weir_main) until their
+ * stop descriptor (a signalfd for SIGINT / SIGTERM) becomes readable.
+ *
+ * Frames (conn.c): every message is encoded and decoded by proto.h; these
+ * helpers write one to a socket under a deadline, post one to an outbox,
+ * and read and decode one with the caps of weir/cluster.h.
+ */
+#ifndef WEIR_CLUSTER_NODE_H
+#define WEIR_CLUSTER_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/outbox.h"
+#include "cluster/proto.h"
+
+/* ---- the coordinator ------------------------------------------------------------------ */
+typedef struct weir__coord_opts {
+    const char *bind_host;      /* NULL: 0.0.0.0 */
+    int port;                   /* 0: a free one */
+    const char *advertise_host; /* what clients are told; NULL: bind host */
+    const char *cache_dir;      /* plugin cache; NULL: a private temporary directory */
+    int64_t heartbeat_timeout_ms, watchdog_ms, stall_ms; /* 0: the defaults */
+    int64_t drain_timeout_ms;   /* a restart's drain (0: 120 s) */
+    int64_t restart_window_ms;  /* restarts forgiven after this clean (0: 10 min) */
+    int max_restarts;           /* with checkpoints (-1: 10); without: always 0 */
+    uint32_t default_parallelism;
+    int stop_fd; /* readable: shut down (-1: never) */
+    /* Once listening: the port bound (the CLI prints it). */
+    void (*on_listen)(void *arg, const char *host, int port);
+    void *arg;
+} weir__coord_opts;
+
+/* Run a coordinator until stop_fd is readable. 0, or a negative errno with
+ * msg (it could not start: the port is taken...). Must run in a task. */
+int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap);
+
+/* ---- the worker ----------------------------------------------------------------------- */
+typedef struct weir__worker_opts {
+    const char *id;          /* 1..255 bytes */
+    const char *coordinator; /* HOST:PORT */
+    uint32_t slots;          /* 0: WEIR__WORKER_SLOTS */
+    const char *data_host;   /* where its subtasks listen; NULL: what the coordinator sees */
+    const char *cache_dir;   /* NULL: a private temporary directory */
+    uint16_t http_port;      /* advertised (0: none) */
+    int stop_fd;
+    /* Registered (the CLI prints it). */
+    void (*on_registered)(void *arg, const char *coordinator);
+    void *arg;
+} weir__worker_opts;
+
+/* Subtasks a worker takes unless told (docs/cluster.md, "Slots"). */
+#define WEIR__WORKER_SLOTS 16u
+
+int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap);
+
+/* ---- frames (conn.c) ------------------------------------------------------------------ */
+/* Encode m and write it whole to fd by deadline. 0 or a negative errno. */
+int weir__cl_send(int fd, const weir__cl_msg *m, int64_t deadline);
+/* Encode m and post it to ob (class: WEIR__OUTBOX_CONTROL / _DEPLOY). */
+int weir__cl_post(weir__outbox *ob, const weir__cl_msg *m, int cls);
+/*
+ * Read one frame from fd through p and decode it into *m (weir__cl_msg_free
+ * it) and, when frame is not NULL, keep the payload there (a decoded
+ * message's byte strings point into it; weir_frame_free it after m).
+ * 1 a message, 0 the peer closed at a frame boundary, else a negative errno
+ * with why: -EBADMSG / -EMSGSIZE (malformed or too large: drop the peer),
+ * -ETIMEDOUT, -ECANCELED, or the socket's error.
+ */
+int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
+                  int64_t deadline, char *why, size_t cap);
+/* "HOST:PORT" / "[V6]:PORT" into host[cap] and *port (1..65535). 0 or -EINVAL. */
+int weir__cl_split_hostport(const char *s, char *host, size_t cap, int *port);
+
+#endif
