@@ -40,4 +40,7 @@ typedef struct cli_opts {
  */
 int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o);
 
+/* `weir node` (node.c): argv after "node". Returns the exit code. */
+int weir__cli_node(int argc, char **argv);
+
 #endif /* WEIR_CLI_H */

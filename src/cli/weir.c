@@ -38,6 +38,7 @@ static const char usage_main[] =
     "commands:\n"
     "  run JOB.so [flags] [--] [job args...]   load a job plugin and run it\n"
     "  lint JOB.so [flags] [--] [job args...]  check a plugin, its graph and the flags\n"
+    "  node --role=coordinator|worker ...      run a cluster node (docs/cluster.md)\n"
     "  version                                 print weir's version and ABI identity\n"
     "\n"
     "`weir <command> --help` describes a command. Exit codes: 0 ok, 1 the job failed\n"
@@ -497,6 +498,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "lint") == 0)
         return cmd_run_or_lint(cmd, argc - 2, argv + 2);
+    if (strcmp(cmd, "node") == 0)
+        return weir__cli_node(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version(argc - 2, argv + 2);
     fprintf(stderr, "weir: unknown command \"%s\"\n\n%s", cmd, usage_main);

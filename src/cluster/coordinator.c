@@ -50,6 +50,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,7 +437,7 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
                 h++;
                 h[strlen(h) - 1] = 0;
             }
-            snprintf(w->host, sizeof(w->host), "%s", h);
+            snprintf(w->host, sizeof(w->host), "%.255s", h);
         } else {
             snprintf(w->host, sizeof(w->host), "127.0.0.1");
         }

@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * node.c - `weir node`: run this process as a cluster's coordinator or as
+ * one of its workers (cluster/node.h; docs/cluster.md) until SIGTERM or
+ * SIGINT.
+ *
+ * Once ready the node prints one line on stdout, which scripts read: the
+ * coordinator "weir node: coordinator listening on HOST:PORT" (with the
+ * port it bound, when asked for port 0), a worker "weir node: worker ID
+ * registered with HOST:PORT" each time it registers. Exit codes: 0 stopped
+ * by a signal, 1 failed (the port is taken, the coordinator refused this
+ * worker's version), 2 bad usage.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cluster/node.h"
+#include "weir/rt.h"
+
+static void usage_node(FILE *f)
+{
+    fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
+          "       weir node --role=worker --id ID --coordinator HOST:PORT [--slots N]\n"
+          "                 [--data-host H]\n"
+          "\n"
+          "Run a cluster node until SIGTERM or SIGINT.\n"
+          "\n"
+          "coordinator:\n"
+          "  --bind-host H       the address to listen on (default 0.0.0.0)\n"
+          "  --port P            the port (default 0: a free one, printed)\n"
+          "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
+          "worker:\n"
+          "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
+          "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
+          "  --slots N           subtasks it runs at once (default 16)\n"
+          "  --data-host H       the address other workers reach its channels at\n"
+          "                      (default: the one the coordinator sees)\n"
+          "\n"
+          "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
+          "node: worker ID registered with HOST:PORT\" on stdout.\n"
+          "exit: 0 stopped by a signal, 1 failed, 2 bad usage.\n",
+          f);
+}
+
+typedef struct node_args {
+    int worker;
+    weir__coord_opts co;
+    weir__worker_opts wo;
+    int rc;
+    char msg[1024];
+} node_args;
+
+static node_args g_node;
+
+static void on_listen(void *arg, const char *host, int port)
+{
+    (void)arg;
+    printf("weir node: coordinator listening on %s:%d\n", host, port);
+    fflush(stdout);
+}
+
+static void on_registered(void *arg, const char *coordinator)
+{
+    (void)arg;
+    printf("weir node: worker %s registered with %s\n", g_node.wo.id, coordinator);
+    fflush(stdout);
+}
+
+static int node_main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    node_args *a = &g_node;
+    int e = a->worker ? weir__worker_run(&a->wo, a->msg, sizeof(a->msg))
+                      : weir__coord_run(&a->co, a->msg, sizeof(a->msg));
+    return e < 0 ? CLI_FAILED : CLI_OK;
+}
+
+static int value(const char *arg, const char *name, int *i, int argc, char **argv,
+                 const char **out)
+{
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0)
+        return 0;
+    if (arg[n] == '=') {
+        *out = arg + n + 1;
+        return 1;
+    }
+    if (arg[n] != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "weir node: %s needs a value\n", name);
+        return -1;
+    }
+    *out = argv[++*i];
+    return 1;
+}
+
+static int number(const char *flag, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = s && *s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || errno || *end || v < lo || v > hi) {
+        fprintf(stderr, "weir node: %s: \"%s\" is not a number in %ld..%ld\n", flag, s ? s : "",
+                lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int weir__cli_node(int argc, char **argv)
+{
+    node_args *a = &g_node;
+    memset(a, 0, sizeof(*a));
+    a->co.max_restarts = -1;
+    const char *role = NULL, *port = NULL, *slots = NULL;
+    a->wo.coordinator = getenv("WEIR_COORDINATOR");
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage_node(stdout);
+            return CLI_OK;
+        }
+        if ((r = value(argv[i], "--role", &i, argc, argv, &role)) ||
+            (r = value(argv[i], "--bind-host", &i, argc, argv, &a->co.bind_host)) ||
+            (r = value(argv[i], "--port", &i, argc, argv, &port)) ||
+            (r = value(argv[i], "--advertise-host", &i, argc, argv, &a->co.advertise_host)) ||
+            (r = value(argv[i], "--id", &i, argc, argv, &a->wo.id)) ||
+            (r = value(argv[i], "--coordinator", &i, argc, argv, &a->wo.coordinator)) ||
+            (r = value(argv[i], "--slots", &i, argc, argv, &slots)) ||
+            (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host))) {
+            if (r < 0)
+                return CLI_USAGE;
+            (void)v;
+            continue;
+        }
+        fprintf(stderr, "weir node: unknown argument \"%s\" (weir node --help)\n", argv[i]);
+        return CLI_USAGE;
+    }
+    if (!role || (strcmp(role, "coordinator") != 0 && strcmp(role, "worker") != 0)) {
+        fprintf(stderr, "weir node: --role must be coordinator or worker\n");
+        return CLI_USAGE;
+    }
+    a->worker = strcmp(role, "worker") == 0;
+    long n;
+    if (a->worker) {
+        if (port || a->co.bind_host || a->co.advertise_host) {
+            fprintf(stderr, "weir node: --port, --bind-host and --advertise-host are for the "
+                            "coordinator\n");
+            return CLI_USAGE;
+        }
+        if (!a->wo.id || !*a->wo.id) {
+            fprintf(stderr, "weir node: a worker needs --id\n");
+            return CLI_USAGE;
+        }
+        if (!a->wo.coordinator) {
+            fprintf(stderr, "weir node: a worker needs --coordinator HOST:PORT "
+                            "(or WEIR_COORDINATOR)\n");
+            return CLI_USAGE;
+        }
+        char host[256];
+        int p;
+        if (weir__cl_split_hostport(a->wo.coordinator, host, sizeof(host), &p) < 0) {
+            fprintf(stderr, "weir node: --coordinator: \"%s\" is not HOST:PORT\n",
+                    a->wo.coordinator);
+            return CLI_USAGE;
+        }
+        if (slots) {
+            if (number("--slots", slots, 1, 4096, &n) < 0)
+                return CLI_USAGE;
+            a->wo.slots = (uint32_t)n;
+        }
+        a->wo.on_registered = on_registered;
+    } else {
+        if (a->wo.id || slots || a->wo.data_host) {
+            fprintf(stderr, "weir node: --id, --slots and --data-host are for workers\n");
+            return CLI_USAGE;
+        }
+        if (port) {
+            if (number("--port", port, 0, 65535, &n) < 0)
+                return CLI_USAGE;
+            a->co.port = (int)n;
+        }
+        a->co.on_listen = on_listen;
+    }
+    /* SIGINT / SIGTERM blocked in every thread and read from a signalfd
+     * (as `weir run` does: run.c, "Interrupts"). */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sfd = -1;
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) == 0)
+        sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    signal(SIGPIPE, SIG_IGN);
+    a->co.stop_fd = a->wo.stop_fd = sfd;
+    char *args[] = {(char *)"weir", NULL};
+    int rc = weir_main(node_main, 1, args);
+    if (sfd >= 0)
+        close(sfd);
+    if (rc != CLI_OK)
+        fprintf(stderr, "weir node: %s\n", a->msg[0] ? a->msg : "failed");
+    return rc;
+}

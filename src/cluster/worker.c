@@ -1,0 +1,884 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * worker.c - a cluster's worker (node.h; docs/cluster.md).
+ *
+ * A session: connect to the coordinator, Register, read the RegisterAck
+ * (version, status, the heartbeat interval), then a heartbeat fiber posts
+ * a Heartbeat every interval and this fiber reads the coordinator's
+ * frames. Everything the worker sends goes through the session's outbox
+ * (outbox.h), so no sender ever waits on the coordinator. Frames of an
+ * epoch below the one the RegisterAck bound are dropped and counted.
+ *
+ * A Deploy starts a fiber for that job's share: it takes the plugins into
+ * the worker's cache (bytes shipped, or a reference it must resolve, else
+ * the deploy fails loudly), opens the job's plugin behind the ABI gate,
+ * defines the job, decodes the plan, binds one listening socket for the
+ * share's inbound channels and reports it for each subtask
+ * (SubtaskListening), then waits at most 30 s for the PeerUpdate that says
+ * where its outbound channels go, and runs the share (runner.c
+ * weir__job_run_plan over TCP channels, channel_tcp.c: forward channels
+ * inside this worker stay in-process). Checkpoint messages travel as
+ * frames: a TriggerCheckpoint is delivered to the share's source subtasks,
+ * CommitCheckpoint and AbortCheckpoint to all of them, and each subtask's
+ * ACK goes back as SubtaskCheckpointed (from whichever thread persisted
+ * it: posting is thread-safe). A trigger that arrives before the share's
+ * subtasks exist is held and delivered when they do. At the end every
+ * subtask's SubtaskFinished goes out, the first carrying the share's
+ * record counts.
+ *
+ * CancelTasks cancels a share (its subtasks stop as a cancelled job's do:
+ * two-phase sinks abort). A session that ends (the coordinator closed it,
+ * declared this worker lost, or went away) cancels every share and drains
+ * it, then the worker connects and registers again, with backoff. The
+ * stop descriptor (SIGTERM / SIGINT) cancels every share, reports their
+ * subtasks cancelled, lets the outbox write what it holds for up to a
+ * second, and ends.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "cluster/node.h"
+#include "cluster/plugins.h"
+#include "rt/rt_int.h"
+#include "stream/channel_tcp.h"
+#include "stream/ckpt_link.h"
+#include "stream/deploy.h"
+#include "stream/plan.h"
+#include "stream/stream_int.h"
+#include "weir/io.h"
+#include "weir/net.h"
+#include "weir/rt.h"
+#include "weir/sync.h"
+
+#define LOG   "worker"
+#define FIBER (128u << 10)
+
+typedef struct worker worker;
+
+typedef struct wpeer {
+    uint32_t channel;
+    char *host;
+    int port;
+} wpeer;
+
+/* One Deploy: a job's share on this worker. */
+typedef struct wjob {
+    worker *wk;
+    weir__outbox *ob; /* the session's */
+    uint64_t job;
+    uint32_t attempt;
+    char name[WEIR_CLUSTER_NAME_MAX + 1];
+    uint8_t *plan_bytes;
+    size_t plan_len;
+    weir__cl_subtask *subs;
+    uint32_t nsubs;
+    int argc;
+    char **argv;
+    char *checkpoint_dir;
+    uint64_t interval_ms, restore_id;
+    weir__cl_deploy_plugin *plugins; /* bytes: copies, freed once cached */
+    uint32_t nplugins;
+    weir_chan *go; /* the PeerUpdate: an int (1) once peers are set */
+    wpeer *peers;  /* sorted by channel */
+    uint32_t npeers;
+    /* worker mu */
+    run *r;                   /* while its subtasks exist: checkpoint deliveries */
+    const weir__plan *plan;
+    uint64_t pending_trigger; /* a trigger that came before r */
+    weir_task *task;
+    int ended;
+    weir__deploy td; /* the TCP net's deploy, wrapped */
+} wjob;
+
+struct worker {
+    weir__worker_opts o;
+    pthread_mutex_t mu;
+    wjob **jobs;
+    size_t njobs, cap;
+    weir__plugin_cache *cache;
+    char tmpdir[64];
+    _Atomic int stopping;
+    _Atomic int fd; /* the session's socket, -1 between sessions */
+    weir_scope *jobs_scope;
+    uint64_t epoch;
+    _Atomic uint64_t fenced;
+};
+
+/* ---- the checkpoint link of a share ------------------------------------------------------- */
+typedef struct wlink {
+    weir__ckpt_link l;
+    wjob *J;
+} wlink;
+
+static int wl_ack(weir__ckpt_link *l, const weir__ckpt_msg *m)
+{
+    wjob *J = ((wlink *)l)->J;
+    weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_CHECKPOINTED};
+    f.u.checkpointed = (weir__cl_subtask_checkpointed){
+        J->job, m->id, m->chain, m->sub, m->err, m->bytes, (char *)m->state, (char *)m->position};
+    return weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
+}
+
+static int wl_recv(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline)
+{
+    (void)l, (void)m, (void)deadline;
+    return -EINVAL; /* the coordinator is elsewhere */
+}
+
+static int wl_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
+{
+    (void)l, (void)m;
+    return -EINVAL;
+}
+
+static void wl_stop(weir__ckpt_link *l)
+{
+    wjob *J = ((wlink *)l)->J;
+    pthread_mutex_lock(&J->wk->mu);
+    J->r = NULL;
+    pthread_mutex_unlock(&J->wk->mu);
+}
+
+static void wl_free(weir__ckpt_link *l)
+{
+    weir__free(l);
+}
+
+static const weir__ckpt_link_ops wlink_ops = {wl_ack, wl_recv, wl_send, wl_stop, wl_free};
+
+/* kind for every subtask of the share (TRIGGER: its sources); mu held. */
+static void deliver_locked(wjob *J, int kind, uint64_t id)
+{
+    if (!J->r) {
+        if (kind == WEIR__CK_TRIGGER)
+            J->pending_trigger = id;
+        return;
+    }
+    for (uint32_t i = 0; i < J->nsubs; i++) {
+        weir__ckpt_msg m = {.kind = kind, .id = id, .chain = J->subs[i].chain,
+                            .sub = J->subs[i].sub};
+        if (kind == WEIR__CK_TRIGGER &&
+            J->plan->ops[J->plan->chains[m.chain].ops[0]].kind != OP_SOURCE)
+            continue;
+        subtask *st = weir__ckpt_local_subtask(J->r, &m);
+        if (st)
+            weir__ckpt_deliver(st, &m);
+    }
+}
+
+/* ---- the deploy hooks: the TCP net's, and the link ----------------------------------------- */
+static int w_here(void *arg, uint32_t chain, uint32_t sub)
+{
+    wjob *J = arg;
+    return J->td.here(J->td.arg, chain, sub);
+}
+
+static weir__channel *w_channel(void *arg, run *r, const weir__plan_channel *c, subtask *prod,
+                                subtask *cons, int *err)
+{
+    wjob *J = arg;
+    return J->td.channel(J->td.arg, r, c, prod, cons, err);
+}
+
+static int w_start(void *arg, run *r)
+{
+    wjob *J = arg;
+    return J->td.start ? J->td.start(J->td.arg, r) : 0;
+}
+
+static void w_stop(void *arg, run *r)
+{
+    wjob *J = arg;
+    if (J->td.stop)
+        J->td.stop(J->td.arg, r);
+}
+
+static weir__ckpt_link *w_link(void *arg, run *r)
+{
+    wjob *J = arg;
+    wlink *l = weir__calloc(1, sizeof(*l));
+    if (!l)
+        return NULL;
+    l->l.ops = &wlink_ops;
+    l->J = J;
+    pthread_mutex_lock(&J->wk->mu);
+    J->r = r;
+    if (J->pending_trigger)
+        deliver_locked(J, WEIR__CK_TRIGGER, J->pending_trigger);
+    J->pending_trigger = 0;
+    pthread_mutex_unlock(&J->wk->mu);
+    return &l->l;
+}
+
+/* Where each subtask runs, for the TCP net: 0 here, 1 elsewhere. */
+static int w_place(void *arg, uint32_t chain, uint32_t sub)
+{
+    wjob *J = arg;
+    for (uint32_t i = 0; i < J->nsubs; i++)
+        if (J->subs[i].chain == chain && J->subs[i].sub == sub)
+            return 0;
+    return 1;
+}
+
+static const char *w_peer(void *arg, uint32_t channel, int *port)
+{
+    wjob *J = arg;
+    for (uint32_t i = 0; i < J->npeers; i++)
+        if (J->peers[i].channel == channel) {
+            *port = J->peers[i].port;
+            return J->peers[i].host;
+        }
+    return NULL;
+}
+
+/* ---- a share ------------------------------------------------------------------------------- */
+typedef struct bopen {
+    worker *wk;
+    wjob *J;
+    char *path;
+    weir_plugin *plugin;
+    char msg[1024];
+} bopen;
+
+static intptr_t b_plugins(void *arg)
+{
+    bopen *b = arg;
+    wjob *J = b->J;
+    for (uint32_t i = 0; i < J->nplugins; i++) {
+        char *path = NULL;
+        int e = weir__plugin_cache_accept(b->wk->cache, &J->plugins[i], &path, b->msg,
+                                          sizeof(b->msg));
+        if (e < 0)
+            return e;
+        if (i == 0)
+            b->path = path;
+        else
+            weir__free(path);
+    }
+    return weir_plugin_open(b->path, &b->plugin, b->msg, sizeof(b->msg));
+}
+
+static void report_finished(wjob *J, int32_t err, int fatal, const char *message, uint64_t rin,
+                            uint64_t rout)
+{
+    for (uint32_t i = 0; i < J->nsubs; i++) {
+        weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_FINISHED};
+        f.u.finished = (weir__cl_subtask_finished){J->job,
+                                                   J->attempt,
+                                                   J->subs[i].chain,
+                                                   J->subs[i].sub,
+                                                   err,
+                                                   (uint8_t)fatal,
+                                                   (char *)message,
+                                                   i == 0 ? rin : 0,
+                                                   i == 0 ? rout : 0};
+        weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
+    }
+}
+
+static void wjob_free(wjob *J)
+{
+    for (int i = 0; J->argv && i < J->argc; i++)
+        weir__free(J->argv[i]);
+    weir__free(J->argv);
+    weir__free(J->plan_bytes);
+    weir__free(J->subs);
+    weir__free(J->checkpoint_dir);
+    for (uint32_t i = 0; J->plugins && i < J->nplugins; i++)
+        weir__free((void *)J->plugins[i].bytes.p);
+    weir__free(J->plugins);
+    for (uint32_t i = 0; J->peers && i < J->npeers; i++)
+        weir__free(J->peers[i].host);
+    weir__free(J->peers);
+    if (J->go)
+        weir_chan_unref(J->go);
+    if (J->task)
+        weir_task_unref(J->task);
+    weir__free(J);
+}
+
+static void sum_records(weir_job *j, uint64_t *rin, uint64_t *rout)
+{
+    *rin = *rout = 0;
+    for (int i = 0; i < weir_job_ops(j); i++) {
+        weir_op_stats st;
+        if (weir_job_op_stats(j, weir_job_op_name(j, i), &st) != 0)
+            continue;
+        if (weir_job_op_kind(j, i) == WEIR_OP_SOURCE)
+            *rin += st.records_out;
+        else if (weir_job_op_kind(j, i) == WEIR_OP_SINK)
+            *rout += st.records_in;
+    }
+}
+
+static intptr_t wjob_main(void *arg)
+{
+    wjob *J = arg;
+    worker *wk = J->wk;
+    char msg[WEIR_CLUSTER_MESSAGE_MAX] = "";
+    int fatal = 0;
+    weir_job *j = NULL;
+    weir__plan *p = NULL;
+    weir__tcp_net *net = NULL;
+    uint64_t rin = 0, rout = 0;
+    bopen b = {.wk = wk, .J = J};
+    int e = (int)weir__blocking_run_shielded(b_plugins, &b);
+    /* The bytes are cached (or the deploy failed): drop our copies. */
+    for (uint32_t i = 0; i < J->nplugins; i++) {
+        weir__free((void *)J->plugins[i].bytes.p);
+        J->plugins[i].bytes = (weir__cl_bytes){NULL, 0};
+    }
+    if (e < 0) {
+        snprintf(msg, sizeof(msg), "worker %s: %s", wk->o.id, b.msg);
+        fatal = e == WEIR_EABI;
+        goto report;
+    }
+    weir__free(J->argv[0]);
+    J->argv[0] = b.path;
+    b.path = NULL;
+    if ((e = weir_plugin_define(b.plugin, J->argc, J->argv, &j, msg, sizeof(msg))) < 0)
+        goto report;
+    if ((e = weir__plan_decode(J->plan_bytes, J->plan_len, &p, msg, sizeof(msg))) < 0)
+        goto report;
+    J->plan = p;
+    for (uint32_t i = 0; i < J->nsubs; i++)
+        if (J->subs[i].chain >= p->nchains || J->subs[i].sub >= p->chains[J->subs[i].chain].par) {
+            e = -EBADMSG;
+            snprintf(msg, sizeof(msg), "the Deploy names subtask (%u, %u), not in its plan",
+                     J->subs[i].chain, J->subs[i].sub);
+            goto report;
+        }
+    int lfd = weir_net_listen(NULL, 0, NULL);
+    if (lfd < 0) {
+        e = lfd;
+        snprintf(msg, sizeof(msg), "worker %s: listening for channels: %s", wk->o.id,
+                 weir_net_strerror(e));
+        goto report;
+    }
+    int port = weir_net_local_port(lfd);
+    const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+    int ports[2] = {port, port};
+    net = weir__tcp_new(&(weir__tcp_opts){.self = 0,
+                                          .nprocs = 2,
+                                          .hosts = hosts,
+                                          .ports = ports,
+                                          .listen_fd = lfd,
+                                          .place = w_place,
+                                          .place_arg = J,
+                                          .plan_hash =
+                                              weir__tcp_plan_hash(J->plan_bytes, J->plan_len),
+                                          .peer = w_peer,
+                                          .peer_arg = J});
+    if (!net) {
+        e = -errno;
+        weir_io_close(lfd);
+        snprintf(msg, sizeof(msg), "out of memory");
+        goto report;
+    }
+    /* Phase one: where each subtask's inbound channels listen. */
+    weir__cl_listen *in = weir__calloc(p->nchannels ? p->nchannels : 1, sizeof(*in));
+    if (!in) {
+        e = -ENOMEM;
+        goto report;
+    }
+    for (uint32_t i = 0; i < J->nsubs; i++) {
+        uint32_t n = 0;
+        for (uint32_t c = 0; c < p->nchannels; c++) {
+            const weir__plan_channel *pc = &p->channels[c];
+            if (pc->to_chain == J->subs[i].chain && pc->to_sub == J->subs[i].sub &&
+                w_place(J, pc->from_chain, pc->from_sub) != 0)
+                in[n++] = (weir__cl_listen){pc->id, (uint16_t)port};
+        }
+        weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_LISTENING};
+        f.u.listening.job = J->job;
+        f.u.listening.attempt = J->attempt;
+        f.u.listening.chain = J->subs[i].chain;
+        f.u.listening.sub = J->subs[i].sub;
+        f.u.listening.inputs.v = in;
+        f.u.listening.inputs.n = n;
+        weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
+    }
+    weir__free(in);
+    /* Phase two: the PeerUpdate, within 30 s. */
+    int go = 0;
+    e = weir_chan_recv(J->go, &go, weir_time_after_ms(30000));
+    if (e == -ETIMEDOUT) {
+        snprintf(msg, sizeof(msg), "worker %s: no PeerUpdate within 30 s", wk->o.id);
+        goto report;
+    }
+    if (e < 0)
+        goto report; /* cancelled */
+    weir__tcp_deploy(net, &J->td);
+    weir__deploy d = {.here = w_here,
+                      .channel = w_channel,
+                      .start = w_start,
+                      .stop = w_stop,
+                      .link = J->checkpoint_dir && J->interval_ms ? w_link : NULL,
+                      .worker = 1,
+                      .restore_id = J->restore_id,
+                      .arg = J};
+    weir_run_opts o = {.parallelism = 1,
+                       .credits = 4,
+                       .checkpoint_dir = J->checkpoint_dir,
+                       .checkpoint_interval_ms = (int64_t)J->interval_ms,
+                       .restore = J->restore_id != 0};
+    e = weir__job_run_plan(j, p, &o, &d);
+    if (e < 0 && weir_job_error(j)[0])
+        snprintf(msg, sizeof(msg), "%s", weir_job_error(j));
+    sum_records(j, &rin, &rout);
+report:
+    if (e < 0 && !msg[0])
+        snprintf(msg, sizeof(msg), "%s", weir_strerror(e));
+    if (e < 0 && e != -ECANCELED)
+        weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 " attempt %u: %s", J->job, J->attempt, msg);
+    report_finished(J, e < 0 ? e : 0, fatal, e < 0 ? msg : "", rin, rout);
+    pthread_mutex_lock(&wk->mu);
+    J->ended = 1;
+    J->r = NULL;
+    J->plan = NULL;
+    pthread_mutex_unlock(&wk->mu);
+    weir__tcp_free(net);
+    weir__plan_free(p);
+    if (j)
+        weir_job_free(j);
+    weir__free(b.path);
+    weir_plugin_close(b.plugin);
+    return 0;
+}
+
+/* ---- the coordinator's frames ------------------------------------------------------------- */
+static wjob *find_locked(worker *wk, uint64_t job, int live)
+{
+    for (size_t i = wk->njobs; i-- > 0;)
+        if (wk->jobs[i]->job == job && (!live || !wk->jobs[i]->ended))
+            return wk->jobs[i];
+    return NULL;
+}
+
+/* Shares that ended are forgotten (mu held). */
+static void reap_locked(worker *wk)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < wk->njobs; i++) {
+        wjob *J = wk->jobs[i];
+        if (J->ended) { /* its fiber no longer touches it */
+            wjob_free(J);
+            continue;
+        }
+        wk->jobs[k++] = J;
+    }
+    wk->njobs = k;
+}
+
+static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
+{
+    wjob *J = weir__calloc(1, sizeof(*J));
+    int e = J ? 0 : -ENOMEM;
+    if (J) {
+        J->wk = wk;
+        J->ob = ob;
+        J->job = d->job;
+        J->attempt = d->attempt;
+        snprintf(J->name, sizeof(J->name), "%s", d->name);
+        J->plan_len = d->plan.n;
+        J->plan_bytes = weir__malloc(d->plan.n ? d->plan.n : 1);
+        J->nsubs = d->subtasks.n;
+        J->subs = weir__calloc(d->subtasks.n ? d->subtasks.n : 1, sizeof(*J->subs));
+        J->argc = (int)d->args.n + 1;
+        J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
+        J->checkpoint_dir = d->checkpoint_dir[0] ? weir__strdup(d->checkpoint_dir) : NULL;
+        J->interval_ms = d->checkpoint_interval_ms;
+        J->restore_id = d->restore_id;
+        J->nplugins = d->plugins.n;
+        J->plugins = weir__calloc(d->plugins.n ? d->plugins.n : 1, sizeof(*J->plugins));
+        J->go = weir_chan_new(sizeof(int), 1);
+        e = J->plan_bytes && J->subs && J->argv && J->plugins && J->go &&
+                    (!d->checkpoint_dir[0] || J->checkpoint_dir)
+                ? 0
+                : -ENOMEM;
+        if (!e) {
+            memcpy(J->plan_bytes, d->plan.p, d->plan.n);
+            memcpy(J->subs, d->subtasks.v, d->subtasks.n * sizeof(*J->subs));
+            J->argv[0] = weir__strdup("job.so");
+            for (uint32_t i = 0; i < d->args.n; i++)
+                if (!(J->argv[i + 1] = weir__strdup(d->args.v[i])))
+                    e = -ENOMEM;
+        }
+        for (uint32_t i = 0; !e && i < d->plugins.n; i++) {
+            J->plugins[i] = d->plugins.v[i];
+            if (d->plugins.v[i].bytes.p) {
+                uint8_t *copy = weir__malloc(d->plugins.v[i].bytes.n);
+                if (!copy) {
+                    e = -ENOMEM;
+                    J->plugins[i].bytes = (weir__cl_bytes){NULL, 0};
+                    break;
+                }
+                memcpy(copy, d->plugins.v[i].bytes.p, d->plugins.v[i].bytes.n);
+                J->plugins[i].bytes.p = copy;
+            }
+        }
+    }
+    if (!e) {
+        pthread_mutex_lock(&wk->mu);
+        reap_locked(wk);
+        if (wk->njobs == wk->cap) {
+            size_t cap = wk->cap ? wk->cap * 2 : 8;
+            wjob **v = weir__realloc(wk->jobs, cap * sizeof(*v));
+            if (v) {
+                wk->jobs = v;
+                wk->cap = cap;
+            }
+        }
+        if (wk->njobs < wk->cap) {
+            J->task = weir_scope_spawn(wk->jobs_scope, wjob_main, J,
+                                       &(weir_spawn_opts){.name = "worker job",
+                                                          .stack_size = FIBER});
+            if (J->task) {
+                weir_task_ref(J->task);
+                wk->jobs[wk->njobs++] = J;
+            }
+        }
+        e = J->task ? 0 : -ENOMEM;
+        pthread_mutex_unlock(&wk->mu);
+    }
+    if (e) {
+        weir__log(WEIR__LOG_ERROR, LOG, "job %" PRIu64 ": could not take its Deploy: %s",
+                  d->job, weir_strerror(e));
+        wjob tmp = {.job = d->job, .attempt = d->attempt, .subs = d->subtasks.v,
+                    .nsubs = d->subtasks.n, .ob = ob};
+        report_finished(&tmp, e, 0, "the worker is out of memory", 0, 0);
+        if (J)
+            wjob_free(J);
+    }
+}
+
+static void on_peer_update(worker *wk, weir__cl_peer_update *u)
+{
+    pthread_mutex_lock(&wk->mu);
+    wjob *J = find_locked(wk, u->job, 1);
+    if (J && J->attempt == u->attempt && !J->peers) {
+        J->peers = weir__calloc(u->peers.n ? u->peers.n : 1, sizeof(*J->peers));
+        for (uint32_t i = 0; J->peers && i < u->peers.n; i++) {
+            J->peers[i] = (wpeer){u->peers.v[i].channel, u->peers.v[i].host,
+                                  u->peers.v[i].port};
+            u->peers.v[i].host = NULL; /* taken */
+            J->npeers++;
+        }
+        int one = 1;
+        weir_chan_try_send(J->go, &one);
+    }
+    pthread_mutex_unlock(&wk->mu);
+}
+
+static void cancel_all(worker *wk, uint64_t job)
+{
+    pthread_mutex_lock(&wk->mu);
+    for (size_t i = 0; i < wk->njobs; i++)
+        if (!wk->jobs[i]->ended && (!job || wk->jobs[i]->job == job))
+            weir_task_cancel(wk->jobs[i]->task);
+    pthread_mutex_unlock(&wk->mu);
+}
+
+static void on_checkpoint(worker *wk, int kind, uint64_t job, uint64_t id)
+{
+    pthread_mutex_lock(&wk->mu);
+    wjob *J = find_locked(wk, job, 1);
+    if (J)
+        deliver_locked(J, kind, id);
+    pthread_mutex_unlock(&wk->mu);
+}
+
+static intptr_t heartbeat_main(void *arg)
+{
+    void **a = arg;
+    weir__outbox *ob = a[0];
+    int64_t ms = (int64_t)(intptr_t)a[1];
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_HEARTBEAT};
+    for (uint64_t seq = 1; weir_time_sleep(ms * WEIR_MSEC) == 0; seq++) {
+        m.u.heartbeat.seq = seq;
+        if (weir__cl_post(ob, &m, WEIR__OUTBOX_CONTROL) == -EPIPE)
+            break;
+    }
+    return 0;
+}
+
+/* One session, from connect to its end. 1: registered and ended (go
+ * again), 0: could not register (retry later), < 0: give up. */
+static int session(worker *wk, const char *host, int port, char *msg, size_t cap)
+{
+    int fd = weir_net_connect(host, port, weir_time_after_ms(10000));
+    if (fd < 0) {
+        snprintf(msg, cap, "connecting to %s: %s", wk->o.coordinator, weir_net_strerror(fd));
+        return 0;
+    }
+    weir_net_set_nodelay(fd, 1);
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_REGISTER};
+    m.u.reg = (weir__cl_register){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
+                                  (char *)wk->o.id,
+                                  (char *)(wk->o.data_host ? wk->o.data_host : ""),
+                                  wk->o.slots ? wk->o.slots : WEIR__WORKER_SLOTS,
+                                  wk->o.http_port};
+    weir_frame_parser fp;
+    weir_frame_parser_init(&fp, &(weir_frame_limits){.max_frame = WEIR_CLUSTER_FRAME_MAX,
+                                                     .max_first = WEIR_CLUSTER_FRAME_MAX});
+    int e = weir__cl_send(fd, &m, weir_time_after_ms(10000));
+    weir__cl_msg ack;
+    char why[512] = "";
+    if (!e)
+        e = weir__cl_recv(fd, &fp, &ack, NULL, weir_time_after_ms(10000), why, sizeof(why));
+    else
+        snprintf(why, sizeof(why), "%s", weir_net_strerror(e));
+    if (e <= 0) {
+        snprintf(msg, cap, "registering with %s: %s", wk->o.coordinator,
+                 e == 0 ? "the coordinator closed the connection" : why);
+        weir_frame_parser_close(&fp);
+        weir_io_close(fd);
+        return 0;
+    }
+    int rc = 1;
+    if (ack.kind != WEIR_CLUSTER_REGISTER_ACK) {
+        snprintf(msg, cap, "registering with %s: it answered a %s", wk->o.coordinator,
+                 weir__cl_kind_name(ack.kind));
+        rc = 0;
+    } else if (weir__cl_version_check("worker", WEIR_CLUSTER_PROTO_VERSION,
+                                      WEIR_CLUSTER_PROTO_MIN_COMPAT, "coordinator",
+                                      ack.u.reg_ack.version, ack.u.reg_ack.min_compat, why,
+                                      sizeof(why)) < 0) {
+        snprintf(msg, cap, "%s", why);
+        rc = -EPROTONOSUPPORT;
+    } else if (ack.u.reg_ack.status != WEIR__CL_ACCEPTED) {
+        snprintf(msg, cap, "the coordinator refused the registration: %s",
+                 ack.u.reg_ack.message);
+        rc = ack.u.reg_ack.status == WEIR__CL_RETRY ? 0 : -EPERM;
+    }
+    uint32_t hb = ack.u.reg_ack.heartbeat_ms ? ack.u.reg_ack.heartbeat_ms
+                                              : WEIR_CLUSTER_HEARTBEAT_MS;
+    wk->epoch = ack.epoch;
+    weir__cl_msg_free(&ack);
+    weir__outbox *ob = rc == 1 ? weir__outbox_new(fd, NULL) : NULL;
+    if (rc == 1 && !ob) {
+        snprintf(msg, cap, "out of memory");
+        rc = 0;
+    }
+    if (rc != 1) {
+        weir_frame_parser_close(&fp);
+        weir_io_close(fd);
+        return rc;
+    }
+    atomic_store(&wk->fd, fd);
+    if (wk->o.on_registered)
+        wk->o.on_registered(wk->o.arg, wk->o.coordinator);
+    weir__log(WEIR__LOG_INFO, LOG, "%s registered with %s", wk->o.id, wk->o.coordinator);
+    void *hargs[2] = {ob, (void *)(intptr_t)hb};
+    weir_task *ht = weir_task_spawn(heartbeat_main, hargs,
+                                    &(weir_spawn_opts){.name = "heartbeat", .stack_size = FIBER});
+    for (;;) {
+        weir__cl_msg f;
+        weir_frame fr;
+        e = weir__cl_recv(fd, &fp, &f, &fr, WEIR_FOREVER, why, sizeof(why));
+        if (e <= 0) {
+            if (!atomic_load(&wk->stopping))
+                weir__log(WEIR__LOG_WARN, LOG, "session with %s ended: %s", wk->o.coordinator,
+                          e == 0 ? "the coordinator closed it" : why);
+            break;
+        }
+        if (weir__cl_kind_dir(f.kind) != WEIR__CL_FROM_COORDINATOR) {
+            weir__log(WEIR__LOG_WARN, LOG, "session with %s dropped: a %s from the coordinator",
+                      wk->o.coordinator, weir__cl_kind_name(f.kind));
+            weir__cl_msg_free(&f);
+            weir_frame_free(&fr);
+            break;
+        }
+        if (f.epoch < wk->epoch) {
+            atomic_fetch_add(&wk->fenced, 1);
+            weir__log(WEIR__LOG_ERROR, LOG, "dropped a %s of epoch %" PRIu64 " (bound to %" PRIu64
+                      ")", weir__cl_kind_name(f.kind), f.epoch, wk->epoch);
+        } else {
+            if (f.epoch > wk->epoch)
+                wk->epoch = f.epoch;
+            switch (f.kind) {
+            case WEIR_CLUSTER_DEPLOY:
+                on_deploy(wk, ob, &f.u.deploy);
+                break;
+            case WEIR_CLUSTER_PEER_UPDATE:
+                on_peer_update(wk, &f.u.peer_update);
+                break;
+            case WEIR_CLUSTER_CANCEL_TASKS:
+                cancel_all(wk, f.u.cancel_tasks.job);
+                break;
+            case WEIR_CLUSTER_TRIGGER_CHECKPOINT:
+                on_checkpoint(wk, WEIR__CK_TRIGGER, f.u.checkpoint.job, f.u.checkpoint.id);
+                break;
+            case WEIR_CLUSTER_COMMIT_CHECKPOINT:
+                on_checkpoint(wk, WEIR__CK_COMPLETE, f.u.checkpoint.job, f.u.checkpoint.id);
+                break;
+            case WEIR_CLUSTER_ABORT_CHECKPOINT:
+                on_checkpoint(wk, WEIR__CK_ABORT, f.u.abort_checkpoint.job,
+                              f.u.abort_checkpoint.id);
+                break;
+            default: /* HeartbeatAck, FinalCheckpointAssigned */
+                break;
+            }
+        }
+        weir__cl_msg_free(&f);
+        weir_frame_free(&fr);
+    }
+    /* The session is over: every share is cancelled and drained (their
+     * SubtaskFinished still go out while the outbox writes). */
+    cancel_all(wk, 0);
+    for (;;) {
+        pthread_mutex_lock(&wk->mu);
+        int live = 0;
+        for (size_t i = 0; i < wk->njobs; i++)
+            live += !wk->jobs[i]->ended;
+        pthread_mutex_unlock(&wk->mu);
+        if (!live)
+            break;
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+    /* What the outbox holds (the shares' last reports) gets up to a second. */
+    int64_t deadline = weir_time_after_ms(1000);
+    for (;;) {
+        weir__outbox_stats st;
+        weir__outbox_stats_get(ob, &st);
+        if (st.stopped || !st.frames_pending || weir_time_now() >= deadline)
+            break;
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+    atomic_store(&wk->fd, -1);
+    if (ht) {
+        weir_task_cancel(ht);
+        weir_task_join(ht, NULL, WEIR_FOREVER);
+    }
+    weir__outbox_free(ob);
+    weir_frame_parser_close(&fp);
+    weir_io_close(fd);
+    return 1;
+}
+
+static intptr_t stop_main(void *arg)
+{
+    worker *wk = arg;
+    uint8_t buf[128];
+    if (weir_io_read(wk->o.stop_fd, buf, sizeof(buf), WEIR_FOREVER) < 0)
+        return 0;
+    atomic_store(&wk->stopping, 1);
+    weir__log(WEIR__LOG_INFO, LOG, "%s stopping", wk->o.id);
+    cancel_all(wk, 0);
+    int fd = atomic_load(&wk->fd);
+    if (fd >= 0) {
+        /* The shares' cancelled reports go out before the session ends:
+         * wait for them to end, then end the session's reads. */
+        for (int i = 0; i < 1000; i++) {
+            pthread_mutex_lock(&wk->mu);
+            int live = 0;
+            for (size_t k = 0; k < wk->njobs; k++)
+                live += !wk->jobs[k]->ended;
+            pthread_mutex_unlock(&wk->mu);
+            if (!live || weir_time_sleep(5 * WEIR_MSEC) < 0)
+                break;
+        }
+        shutdown(fd, SHUT_RD);
+    }
+    return 0;
+}
+
+static intptr_t rm_tree(void *arg)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", (const char *)arg);
+    return system(cmd);
+}
+
+int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
+{
+    char host[WEIR_CLUSTER_HOST_MAX + 1];
+    int port;
+    if (!o->id || !*o->id || strlen(o->id) > WEIR_CLUSTER_REGISTER_STR_MAX) {
+        snprintf(msg, cap, "the worker id must be 1 to %u bytes", WEIR_CLUSTER_REGISTER_STR_MAX);
+        return -EINVAL;
+    }
+    if (weir__cl_split_hostport(o->coordinator, host, sizeof(host), &port) < 0) {
+        snprintf(msg, cap, "the coordinator \"%s\" is not HOST:PORT",
+                 o->coordinator ? o->coordinator : "");
+        return -EINVAL;
+    }
+    worker *wk = weir__calloc(1, sizeof(*wk));
+    if (!wk) {
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    wk->o = *o;
+    atomic_store(&wk->fd, -1);
+    pthread_mutex_init(&wk->mu, NULL);
+    int e = 0;
+    const char *dir = o->cache_dir;
+    if (!dir) {
+        snprintf(wk->tmpdir, sizeof(wk->tmpdir), "/tmp/weir-worker-XXXXXX");
+        if (!mkdtemp(wk->tmpdir)) {
+            e = -errno;
+            snprintf(msg, cap, "making a plugin cache directory: %s", strerror(errno));
+            goto out;
+        }
+        dir = wk->tmpdir;
+    }
+    if ((e = weir__plugin_cache_open(dir, &wk->cache, msg, cap)) < 0)
+        goto out;
+    if (!(wk->jobs_scope = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER))) {
+        e = -ENOMEM;
+        goto out;
+    }
+    weir_task *st = o->stop_fd >= 0 ? weir_task_spawn(stop_main, wk,
+                                                      &(weir_spawn_opts){.name = "worker stop",
+                                                                         .stack_size = FIBER})
+                                    : NULL;
+    int64_t backoff = 100;
+    char last[512] = "";
+    while (!atomic_load(&wk->stopping)) {
+        char why[512] = "";
+        int rc = session(wk, host, port, why, sizeof(why));
+        if (rc < 0) {
+            snprintf(msg, cap, "%s", why);
+            e = rc;
+            break;
+        }
+        if (rc == 1)
+            backoff = 100;
+        else if (strcmp(why, last) != 0) /* one line per new reason */
+            weir__log(WEIR__LOG_WARN, LOG, "%s; retrying", why);
+        snprintf(last, sizeof(last), "%s", why);
+        if (atomic_load(&wk->stopping))
+            break;
+        /* Full jitter. */
+        int64_t ms = 1 + (int64_t)((uint64_t)rand() % (uint64_t)backoff);
+        for (int64_t t = 0; t < ms && !atomic_load(&wk->stopping); t += 20)
+            weir_time_sleep(20 * WEIR_MSEC);
+        backoff = backoff < 5000 ? backoff * 2 : 5000;
+    }
+    cancel_all(wk, 0);
+    if (st) {
+        weir_task_cancel(st);
+        weir_task_join(st, NULL, WEIR_FOREVER);
+    }
+    weir_scope_join(wk->jobs_scope, NULL);
+out:
+    weir_scope_free(wk->jobs_scope);
+    pthread_mutex_lock(&wk->mu);
+    for (size_t i = 0; i < wk->njobs; i++) /* every fiber was joined with the scope */
+        wjob_free(wk->jobs[i]);
+    pthread_mutex_unlock(&wk->mu);
+    weir__free(wk->jobs);
+    weir__plugin_cache_free(wk->cache);
+    if (wk->tmpdir[0])
+        weir__blocking_run_shielded(rm_tree, wk->tmpdir);
+    pthread_mutex_destroy(&wk->mu);
+    weir__free(wk);
+    return e;
+}

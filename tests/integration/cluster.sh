@@ -1,0 +1,172 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# cluster.sh WEIR_COMMAND JOB_EO_PLUGIN [CASE...]
+#
+# A coordinator and three workers on loopback, started here, run
+# tests/job/job_eo.c (a keyed running count into the exactly-once file
+# sink) and must give exactly what an uninterrupted `weir run` gives:
+#
+#   basic        submit and wait: the same committed lines, exit 0
+#   kill         SIGKILL a worker once a checkpoint completed: the job
+#                restarts from it and the output is still exact
+#   kill2        SIGKILL one worker, then (after the restart) another
+#   stop         a SIGSTOPped worker is declared lost within 2.5 s and its
+#                job restarts
+#   nocheckpoint a job without checkpoints fails fast on a worker loss,
+#                naming the lost worker
+#
+# No case sleeps for a fixed time to assume something happened: each
+# polls for the event (a line in a log, a COMPLETED marker) with a
+# generous deadline.
+set -eu
+weir=$1
+plugin=$2
+shift 2
+cases=${*:-basic kill kill2 stop nocheckpoint}
+tmp=$(mktemp -d /tmp/weir-cluster-XXXXXX)
+pids=""
+cleanup() {
+    for p in $pids; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+fail() {
+    echo "cluster.sh: FAIL: $*" >&2
+    for f in "$tmp"/*.log; do
+        [ -f "$f" ] || continue
+        echo "--- $f" >&2
+        tail -n 30 "$f" >&2
+    done
+    exit 1
+}
+
+# wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
+wait_for() {
+    limit=$(($1 * 20))
+    shift
+    i=0
+    while ! "$@" >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ $i -lt $limit ] || return 1
+        sleep 0.05
+    done
+}
+
+start_coordinator() {
+    "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 >"$tmp/coord.out" \
+        2>"$tmp/coord.log" &
+    cpid=$!
+    pids="$pids $cpid"
+    wait_for 20 grep -q listening "$tmp/coord.out" || fail "the coordinator did not start"
+    coord=$(sed -n 's/.*listening on \(.*\)$/\1/p' "$tmp/coord.out")
+}
+
+# start_worker ID: sets the variable w_ID to its pid
+start_worker() {
+    : >"$tmp/$1.out"
+    "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots 4 >"$tmp/$1.out" \
+        2>>"$tmp/$1.log" &
+    eval "w_$1=$!"
+    pids="$pids $!"
+    wait_for 20 grep -q registered "$tmp/$1.out" || fail "worker $1 did not register"
+}
+
+latest_completed() {
+    ls "$1" 2>/dev/null | sed -n 's/^COMPLETED-\([0-9]*\)$/\1/p' | sort -n | tail -n 1
+}
+has_completed() { [ -n "$(latest_completed "$1")" ]; }
+completed_above() { c=$(latest_completed "$1"); [ -n "$c" ] && [ "$c" -gt "$2" ]; }
+
+n=300000
+# The reference: an uninterrupted weir run.
+"$weir" run "$plugin" --parallelism 3 --no-progress --quiet --checkpoint-dir "$tmp/ref-ckpt" \
+    --checkpoint-interval-ms 100 -- "$tmp/ref" $n || fail "the reference run failed"
+cat "$tmp"/ref/part-* | sort >"$tmp/want"
+[ "$(wc -l <"$tmp/want")" -eq $n ] || fail "the reference has $(wc -l <"$tmp/want") lines, not $n"
+
+start_coordinator
+start_worker a
+start_worker b
+start_worker c
+
+check_output() {
+    cat "$1"/part-* 2>/dev/null | sort >"$tmp/got"
+    cmp -s "$tmp/got" "$tmp/want" ||
+        fail "$2: the output differs from weir run's: $(wc -l <"$tmp/got") lines," \
+            "$(comm -23 "$tmp/got" "$tmp/want" | wc -l) extra," \
+            "$(comm -13 "$tmp/got" "$tmp/want" | wc -l) missing"
+}
+
+# submit NAME RECORDS [extra flags]: in the background; sets sub (its pid)
+submit() {
+    name=$1
+    records=$2
+    shift 2
+    "$weir" submit "$plugin" --coordinator "$coord" --parallelism 3 "$@" -- "$tmp/$name" $records \
+        >"$tmp/$name.submit.out" 2>"$tmp/$name.submit.log" &
+    sub=$!
+}
+
+for c in $cases; do
+    case $c in
+    basic)
+        submit basic $n --checkpoint-dir "$tmp/basic-ckpt" --checkpoint-interval-ms 100
+        wait $sub || fail "basic: weir submit failed"
+        grep -q "finished in" "$tmp/basic.submit.log" || fail "basic: no summary line"
+        check_output "$tmp/basic" basic
+        ;;
+    kill | kill2)
+        submit $c $n --checkpoint-dir "$tmp/$c-ckpt" --checkpoint-interval-ms 100
+        wait_for 60 has_completed "$tmp/$c-ckpt" || fail "$c: no checkpoint completed"
+        kill -KILL "$w_b"
+        wait_for 20 grep -q "worker lost: b" "$tmp/coord.log" || fail "$c: b not declared lost"
+        start_worker b
+        if [ $c = kill2 ]; then
+            restarted=$(grep -c "restarting" "$tmp/coord.log" || true)
+            done_id=$(latest_completed "$tmp/$c-ckpt")
+            wait_for 60 completed_above "$tmp/$c-ckpt" "$done_id" ||
+                fail "$c: no checkpoint completed after the restart"
+            kill -KILL "$w_c"
+            wait_for 20 sh -c "[ \$(grep -c 'worker lost: c' '$tmp/coord.log') -ge 1 ]" ||
+                fail "$c: c not declared lost"
+            start_worker c
+        fi
+        wait $sub || fail "$c: weir submit failed"
+        check_output "$tmp/$c" $c
+        grep -q "restart" "$tmp/$c.submit.log" || fail "$c: the summary does not count restarts"
+        ;;
+    stop)
+        submit stop $n --checkpoint-dir "$tmp/stop-ckpt" --checkpoint-interval-ms 100
+        wait_for 60 has_completed "$tmp/stop-ckpt" || fail "stop: no checkpoint completed"
+        lost_before=$(grep -c "worker lost: a" "$tmp/coord.log" || true)
+        kill -STOP "$w_a"
+        t0=$(date +%s%N)
+        wait_for 10 sh -c "[ \$(grep -c 'worker lost: a (heartbeat timeout' '$tmp/coord.log') -gt 0 ]" ||
+            fail "stop: a not declared lost"
+        t1=$(date +%s%N)
+        ms=$(((t1 - t0) / 1000000))
+        [ $ms -le 2500 ] || fail "stop: declared lost after $ms ms (limit 2500)"
+        kill -KILL "$w_a"
+        kill -CONT "$w_a" 2>/dev/null || true
+        start_worker a
+        wait $sub || fail "stop: weir submit failed"
+        check_output "$tmp/stop" stop
+        ;;
+    nocheckpoint)
+        submit nockpt 100000000
+        wait_for 20 sh -c "ls '$tmp/nockpt' | grep -q ." || fail "nocheckpoint: the job did not start"
+        kill -KILL "$w_c"
+        if wait $sub; then fail "nocheckpoint: the job succeeded after losing a worker"; fi
+        grep -q "worker c lost" "$tmp/nockpt.submit.log" ||
+            fail "nocheckpoint: the failure does not name the lost worker"
+        start_worker c
+        ;;
+    *)
+        fail "unknown case $c"
+        ;;
+    esac
+    echo "cluster.sh: $c ok"
+done
+kill -TERM $cpid
+wait $cpid || fail "the coordinator did not exit cleanly on SIGTERM"
