@@ -350,6 +350,15 @@ static const char *state_name(int s)
     return "?";
 }
 
+/* One line of the table, without trailing blanks (an empty message). */
+static void put_row(char *line, size_t cap, int n)
+{
+    size_t len = n < 0 ? 0 : (size_t)n >= cap ? cap - 1 : (size_t)n;
+    while (len > 0 && line[len - 1] == ' ')
+        len--;
+    printf("%.*s\n", (int)len, line);
+}
+
 static void print_jobs(const weir__cl_job_list *l)
 {
     int idw = 2, namew = 4;
@@ -360,15 +369,19 @@ static void print_jobs(const weir__cl_job_list *l)
         int nl = (int)strlen(l->jobs.v[i].name);
         namew = nl > namew ? (nl > 40 ? 40 : nl) : namew;
     }
-    printf("%-*s  %-*s  %-10s  %11s  %-20s  %-20s  %s\n", idw, "ID", namew, "NAME", "STATE",
-           "PARALLELISM", "SUBMITTED", "ENDED", "MESSAGE");
+    static char line[WEIR_CLUSTER_MESSAGE_MAX + 256];
+    put_row(line, sizeof(line),
+            snprintf(line, sizeof(line), "%-*s  %-*s  %-10s  %11s  %-20s  %-20s  %s", idw, "ID",
+                     namew, "NAME", "STATE", "PARALLELISM", "SUBMITTED", "ENDED", "MESSAGE"));
     for (uint32_t i = 0; i < l->jobs.n; i++) {
         const weir__cl_job_info *j = &l->jobs.v[i];
         char name[41], message[WEIR_CLUSTER_MESSAGE_MAX + 1], sub[32], end[32];
-        printf("%*" PRIu64 "  %-*s  %-10s  %11u  %-20s  %-20s  %s\n", idw, j->id, namew,
-               printable(j->name, name, sizeof(name)), state_name(j->state), j->parallelism,
-               utc(j->submitted_ms, sub, sizeof(sub)), utc(j->ended_ms, end, sizeof(end)),
-               printable(j->message, message, sizeof(message)));
+        put_row(line, sizeof(line),
+                snprintf(line, sizeof(line), "%*" PRIu64 "  %-*s  %-10s  %11u  %-20s  %-20s  %s",
+                         idw, j->id, namew, printable(j->name, name, sizeof(name)),
+                         state_name(j->state), j->parallelism,
+                         utc(j->submitted_ms, sub, sizeof(sub)), utc(j->ended_ms, end, sizeof(end)),
+                         printable(j->message, message, sizeof(message))));
     }
 }
 
