@@ -6,11 +6,15 @@
  * clean lint means run accepts the same flags) and checks the
  * configuration; run.c runs a defined job. The run path takes the job and
  * the options only, so a coordinator and workers can later be put under it
- * in one process without changing what users see.
+ * in one process without changing what users see. submit.c is the cluster's
+ * client commands (submit, jobs, cancel); args.c the helpers every command
+ * parses and prints with, so they all take flags and numbers alike.
  */
 #ifndef WEIR_CLI_H
 #define WEIR_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "weir/job.h"
@@ -39,6 +43,42 @@ typedef struct cli_opts {
  * signal read from o->signal_fd cancelled the job.
  */
 int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o);
+
+/* ---- shared helpers (args.c) ------------------------------------------------------------ */
+
+/* "weir CMD: " + the message + a newline, on stderr. */
+void weir__cli_errf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A whole decimal number in [lo, hi]; 0, or -1 with the reason printed. */
+int weir__cli_parse_num(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,
+                        int64_t *out);
+
+/* A command's flag: "--name" alone, or taking a value as "--name V" or
+ * "--name=V". */
+typedef struct weir__cli_flag {
+    const char *name;
+    int id;
+    int takes_value;
+} weir__cli_flag;
+
+/*
+ * argv[*i], which starts with '-' and is not "-" alone, as one of
+ * flags[0..n): 0 with *f and *val (its value, NULL for a flag that takes
+ * none; a value in the next argument advances *i). CLI_USAGE, printed, for
+ * an unknown flag (job_args: the hint that the job's own flags go after
+ * --), a missing value, or a value given to a flag that takes none.
+ */
+int weir__cli_flag_next(const char *cmd, const weir__cli_flag *flags, size_t n, int job_args,
+                        int argc, char **argv, int *i, const weir__cli_flag **f, const char **val);
+
+/* A watermark as the summaries print it: "-" none yet, "end", or the number. */
+void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);
+
+/* ---- cluster client commands (submit.c) ---------------------------------------------------
+ * argc/argv: the arguments after the command's name. Exit codes as above. */
+int weir__cli_submit(int argc, char **argv);
+int weir__cli_jobs(int argc, char **argv);
+int weir__cli_cancel(int argc, char **argv);
 
 /* `weir node` (node.c): argv after "node". Returns the exit code. */
 int weir__cli_node(int argc, char **argv);

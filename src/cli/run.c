@@ -60,16 +60,6 @@ static void sum_ops(const weir_job *j, totals *t)
         t->wm = WEIR_WATERMARK_MIN;
 }
 
-static void fmt_wm(char *buf, size_t len, int64_t wm)
-{
-    if (wm == WEIR_WATERMARK_MIN)
-        snprintf(buf, len, "-");
-    else if (wm == WEIR_WATERMARK_MAX)
-        snprintf(buf, len, "end");
-    else
-        snprintf(buf, len, "%" PRId64, wm);
-}
-
 typedef struct progress {
     const weir_job *j;
     int64_t t0;
@@ -87,7 +77,7 @@ static intptr_t progress_main(void *arg)
         sum_ops(pr->j, &t);
         double dt = (double)(now - last) / 1e9;
         char wm[32], ck[48] = "-";
-        fmt_wm(wm, sizeof(wm), t.wm);
+        weir__cli_fmt_wm(wm, sizeof(wm), t.wm);
         weir_ckpt_stats cs;
         weir_job_ckpt_stats(pr->j, &cs);
         if (cs.latest)
@@ -214,7 +204,7 @@ int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
         weir_ckpt_stats ck;
         weir_job_ckpt_stats(j, &ck);
         char wm[32];
-        fmt_wm(wm, sizeof(wm), t.wm);
+        weir__cli_fmt_wm(wm, sizeof(wm), t.wm);
         fprintf(stderr,
                 "weir run: job %s %s finished in %.2fs: %" PRIu64
                 " records from %d source%s, %" PRIu64 " into %d sink%s, watermark %s",

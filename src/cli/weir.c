@@ -40,6 +40,9 @@ static const char usage_main[] =
     "  lint JOB.so [flags] [--] [job args...]  check a plugin, its graph and the flags\n"
     "  node --role=coordinator|worker ...      run a cluster node (docs/cluster.md)\n"
     "  version                                 print weir's version and ABI identity\n"
+    "  submit JOB.so [flags] [--] [args...]    submit a job to a cluster's coordinator\n"
+    "  jobs                                    list the jobs of a cluster\n"
+    "  cancel JOB_ID                           cancel a job of a cluster\n"
     "\n"
     "`weir <command> --help` describes a command. Exit codes: 0 ok, 1 the job failed\n"
     "(lint: a problem found), 2 bad usage or a plugin that cannot be loaded.\n";
@@ -96,42 +99,8 @@ static void usage_version(FILE *f)
           f);
 }
 
-static void errf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void errf(const char *cmd, const char *fmt, ...)
-{
-    fprintf(stderr, "weir %s: ", cmd);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-/* A whole decimal number in [lo, hi]; 0, or -1 with the reason printed. */
-static int parse_num(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,
-                     int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = s && *s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || errno || *end) {
-        errf(cmd, "%s: \"%s\" is not a number", flag, s ? s : "");
-        return -1;
-    }
-    if (v < lo || v > hi) {
-        errf(cmd, "%s: %lld is out of range (%" PRId64 "..%" PRId64 ")", flag, v, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 enum { F_PAR, F_DIR, F_INTERVAL, F_RESTORE, F_IDLE, F_PROGRESS, F_NO_PROGRESS, F_QUIET, F_HELP };
-static const struct flag {
-    const char *name;
-    int id;
-    int takes_value;
-} flags[] = {
+static const weir__cli_flag flags[] = {
     {"--parallelism", F_PAR, 1},
     {"--checkpoint-dir", F_DIR, 1},
     {"--checkpoint-interval-ms", F_INTERVAL, 1},
@@ -162,55 +131,34 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
             o->plugin = a;
             continue;
         }
-        size_t nlen = strcspn(a, "=");
-        const struct flag *f = NULL;
-        for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
-            if (strlen(flags[k].name) == nlen && strncmp(flags[k].name, a, nlen) == 0)
-                f = &flags[k];
-        if (!f) {
-            errf(cmd,
-                 "unknown flag %.*s (job arguments that look like flags go after --; "
-                 "see weir %s --help)",
-                 (int)nlen, a, cmd);
+        const weir__cli_flag *f;
+        const char *val;
+        if (weir__cli_flag_next(cmd, flags, sizeof(flags) / sizeof(flags[0]), 1, argc, argv, &i, &f,
+                                &val))
             return CLI_USAGE;
-        }
-        const char *val = NULL;
-        if (f->takes_value) {
-            if (a[nlen] == '=')
-                val = a + nlen + 1;
-            else if (i + 1 < argc)
-                val = argv[++i];
-            else {
-                errf(cmd, "%s needs a value", f->name);
-                return CLI_USAGE;
-            }
-        } else if (a[nlen] == '=') {
-            errf(cmd, "%s takes no value", f->name);
-            return CLI_USAGE;
-        }
         int64_t v;
         switch (f->id) {
         case F_HELP:
             return -1;
         case F_PAR:
-            if (parse_num(cmd, f->name, val, 1, WEIR_KEY_GROUPS, &v))
+            if (weir__cli_parse_num(cmd, f->name, val, 1, WEIR_KEY_GROUPS, &v))
                 return CLI_USAGE;
             o->run.parallelism = (int)v;
             break;
         case F_DIR:
             if (!*val) {
-                errf(cmd, "%s: empty directory name", f->name);
+                weir__cli_errf(cmd, "%s: empty directory name", f->name);
                 return CLI_USAGE;
             }
             o->run.checkpoint_dir = val;
             break;
         case F_INTERVAL:
-            if (parse_num(cmd, f->name, val, 0, INT64_MAX / 1000000, &v))
+            if (weir__cli_parse_num(cmd, f->name, val, 0, INT64_MAX / 1000000, &v))
                 return CLI_USAGE;
             o->run.checkpoint_interval_ms = v;
             break;
         case F_IDLE:
-            if (parse_num(cmd, f->name, val, 0, INT64_MAX / 1000000, &v))
+            if (weir__cli_parse_num(cmd, f->name, val, 0, INT64_MAX / 1000000, &v))
                 return CLI_USAGE;
             o->run.idle_timeout_ms = v;
             break;
@@ -231,14 +179,15 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
     if (!o->plugin && i < argc)
         o->plugin = argv[i++];
     if (!o->plugin) {
-        errf(cmd, "no job plugin given (weir %s JOB.so ...; see weir %s --help)", cmd, cmd);
+        weir__cli_errf(cmd, "no job plugin given (weir %s JOB.so ...; see weir %s --help)", cmd,
+                       cmd);
         return CLI_USAGE;
     }
     /* The job's argv: the plugin path, then what is left. */
     o->job_argc = 1 + (argc - i);
     o->job_argv = calloc((size_t)o->job_argc + 1, sizeof(char *));
     if (!o->job_argv) {
-        errf(cmd, "out of memory");
+        weir__cli_errf(cmd, "out of memory");
         return CLI_FAILED;
     }
     o->job_argv[0] = (char *)o->plugin;
@@ -363,7 +312,7 @@ static int run_main(int argc, char **argv)
     char msg[1024];
     weir_job *j = NULL;
     if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &j, msg, sizeof(msg)) != 0) {
-        errf(g.cmd, "%s", msg);
+        weir__cli_errf(g.cmd, "%s", msg);
         return CLI_FAILED;
     }
     int rc = weir__cli_run(g.p, j, &g.o);
@@ -433,7 +382,7 @@ static int cmd_run_or_lint(const char *cmd, int argc, char **argv)
     char msg[1024];
     int e = weir_plugin_open(g.o.plugin, &g.p, msg, sizeof(msg));
     if (e < 0) {
-        errf(cmd, "%s", msg);
+        weir__cli_errf(cmd, "%s", msg);
         free(g.o.job_argv);
         return CLI_USAGE;
     }
@@ -476,7 +425,7 @@ static int cmd_version(int argc, char **argv)
         return CLI_OK;
     }
     if (argc > 0) {
-        errf("version", "unexpected argument %s", argv[0]);
+        weir__cli_errf("version", "unexpected argument %s", argv[0]);
         return CLI_USAGE;
     }
     const weir_abi_id *id = weir_abi_self();
@@ -502,6 +451,12 @@ int main(int argc, char **argv)
         return weir__cli_node(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version(argc - 2, argv + 2);
+    if (strcmp(cmd, "submit") == 0)
+        return weir__cli_submit(argc - 2, argv + 2);
+    if (strcmp(cmd, "jobs") == 0)
+        return weir__cli_jobs(argc - 2, argv + 2);
+    if (strcmp(cmd, "cancel") == 0)
+        return weir__cli_cancel(argc - 2, argv + 2);
     fprintf(stderr, "weir: unknown command \"%s\"\n\n%s", cmd, usage_main);
     return CLI_USAGE;
 }

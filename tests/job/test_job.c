@@ -8,12 +8,14 @@
  * fingerprint / toolchain / target, refused before any of their code (a
  * constructor) runs;
  * and `weir run` / `weir lint` spawned as a process: exit codes and the
- * messages users see.
+ * messages users see; `weir submit` / `jobs` / `cancel` the same way, their
+ * usage and exit codes, and end to end against a stand-in coordinator.
  */
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,8 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
+#include "cluster/proto.h"
 #include "test.h"
+#include "test_rt.h"
+#include "weir/io.h"
 #include "weir/job.h"
+#include "weir/net.h"
 #include "weir/rt.h"
 
 extern char **environ;
@@ -539,6 +546,347 @@ TEST(cli_help)
     r = cli("version", NULL);
     CHECK_EQ(r->code, 0);
     CHECK_HAS(r->out, weir_abi_self()->fingerprint);
+}
+
+/* ---- weir submit / jobs / cancel ------------------------------------------------------ */
+
+/* A port nobody listens on: bound, then closed. */
+static int closed_port(void)
+{
+    int fd = weir_net_listen("127.0.0.1", 0, NULL);
+    CHECK_GE(fd, 0);
+    int port = weir_net_local_port(fd);
+    close(fd);
+    return port;
+}
+
+TEST(cli_cluster_usage)
+{
+    unsetenv("WEIR_COORDINATOR");
+    cli_result *r = cli("submit", "--help", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir submit JOB.so --coordinator HOST:PORT");
+    CHECK_HAS(r->out, "--detach");
+    r = cli("jobs", "-h", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir jobs --coordinator HOST:PORT");
+    r = cli("cancel", "--help", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "usage: weir cancel JOB_ID");
+    r = cli("--help", NULL);
+    CHECK_HAS(r->out, "submit JOB.so");
+
+    /* No coordinator: 2, before any plugin is read or connection made. */
+    r = cli("submit", PLUGIN("job_count"), NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "weir submit: no coordinator: give --coordinator HOST:PORT or set "
+                      "WEIR_COORDINATOR");
+    r = cli("jobs", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "weir jobs: no coordinator");
+    r = cli("cancel", "3", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "weir cancel: no coordinator");
+
+    /* Bad numbers, flags and addresses: 2. */
+    r = cli("submit", PLUGIN("job_count"), "--coordinator", "127.0.0.1:1", "--parallelism", "x",
+            NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--parallelism: \"x\" is not a number");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--max-restarts=-2", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--max-restarts: -2 is out of range");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--checkpoint-interval-ms",
+            "10", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "without --checkpoint-dir");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--coordinator needs a value");
+    r = cli("submit", "--coordinator=127.0.0.1:1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "no job plugin given");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator", "127.0.0.1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "is not HOST:PORT");
+    r = cli("jobs", "--coordinator", "::1:7000", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "[ADDRESS]:PORT");
+    r = cli("jobs", "--coordinator", "127.0.0.1:1", "--bogus", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "weir jobs: unknown flag --bogus");
+    r = cli("jobs", "--coordinator", "127.0.0.1:1", "extra", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "unexpected argument extra");
+    r = cli("cancel", "--coordinator", "127.0.0.1:1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "no job id given");
+    r = cli("cancel", "seven", "--coordinator", "127.0.0.1:1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "JOB_ID: \"seven\" is not a number");
+    r = cli("cancel", "0", "--coordinator", "127.0.0.1:1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "JOB_ID: 0 is out of range");
+
+    /* A plugin that cannot be read, or is not a weir job: 2. */
+    r = cli("submit", PLUGIN("no_such_job"), "--coordinator", "127.0.0.1:1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "no_such_job.so");
+    r = cli("submit", PLUGIN("job_not_plugin"), "--coordinator", "127.0.0.1:1", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "not a weir job plugin");
+}
+
+TEST(cli_cluster_connection_refused)
+{
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", closed_port());
+    cli_result *r = cli("submit", PLUGIN("job_count"), "--coordinator", addr, "100", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir submit: coordinator ");
+    CHECK_HAS(r->err, addr);
+    CHECK_HAS(r->err, "cannot connect: Connection refused");
+    r = cli("jobs", "--coordinator", addr, NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir jobs: coordinator ");
+    CHECK_HAS(r->err, "Connection refused");
+    r = cli("cancel", "4", "--coordinator", addr, NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "Connection refused");
+    /* WEIR_COORDINATOR stands for --coordinator. */
+    CHECK_EQ(setenv("WEIR_COORDINATOR", addr, 1), 0);
+    r = cli("jobs", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "Connection refused");
+    CHECK_EQ(unsetenv("WEIR_COORDINATOR"), 0);
+}
+
+/*
+ * A stand-in coordinator on a thread of its own, for the commands end to
+ * end: it answers a hello, asks for a plugin it has not seen, accepts (job
+ * 41 + n) or refuses (job argument "refuse"), and ends the job at once
+ * (failed for the argument "fail"); lists two jobs; cancels job 42,
+ * reports job 1 ended and any other unknown. It serves `conns`
+ * connections, then stops.
+ */
+typedef struct coord {
+    int lfd, conns;
+    char addr[64];
+    uint8_t cached[32];
+    int have_cached;
+    uint64_t next_job;
+    pthread_t thread;
+} coord;
+
+static void coord_send(int fd, const weir__cl_msg *m)
+{
+    weir_frame_builder fb;
+    CHECK_EQ(weir__cl_encode(m, &fb, NULL, 0), 0);
+    const uint8_t *p;
+    size_t len;
+    CHECK_EQ(weir_frame_builder_finish(&fb, &p, &len), 0);
+    weir_frame_write(fd, p, len, weir_time_after_ms(20000)); /* a detached client may be gone */
+    weir_frame_builder_close(&fb);
+}
+
+static int coord_recv(int fd, weir_frame_parser *p, weir_frame *fr, weir__cl_msg *m)
+{
+    if (weir_frame_read(fd, p, fr, weir_time_after_ms(20000)) <= 0)
+        return 0;
+    CHECK_EQ(weir__cl_decode(fr->data, fr->len, m, NULL, 0), 0);
+    return 1;
+}
+
+static void coord_submit(coord *co, int fd, weir_frame_parser *p, weir__cl_submit_job *s)
+{
+    const char *arg = s->args.n ? s->args.v[s->args.n - 1] : "";
+    if (!co->have_cached || memcmp(co->cached, s->plugins.v[0].sha256, 32) != 0) {
+        weir__cl_hash h;
+        memcpy(h.b, s->plugins.v[0].sha256, 32);
+        weir__cl_msg a = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK,
+                          .u.submit_ack = {.status = WEIR__CL_SUBMIT_NEED_PLUGINS,
+                                           .message = "",
+                                           .missing = {&h, 1}}};
+        coord_send(fd, &a);
+        weir_frame fr;
+        weir__cl_msg up;
+        CHECK(coord_recv(fd, p, &fr, &up));
+        CHECK_EQ(up.kind, WEIR_CLUSTER_PLUGIN_UPLOAD);
+        uint8_t got[32];
+        CHECK_EQ(weir__sha256(up.u.upload.bytes.p, up.u.upload.bytes.n, got), 0);
+        CHECK(memcmp(got, h.b, 32) == 0);
+        memcpy(co->cached, got, 32);
+        co->have_cached = 1;
+        weir__cl_msg_free(&up);
+        weir_frame_free(&fr);
+    }
+    if (strcmp(arg, "refuse") == 0) {
+        weir__cl_msg a = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK,
+                          .u.submit_ack = {.status = WEIR__CL_SUBMIT_REFUSED,
+                                           .message = "no worker has a free slot"}};
+        coord_send(fd, &a);
+        return;
+    }
+    uint64_t id = ++co->next_job;
+    weir__cl_msg a = {
+        .kind = WEIR_CLUSTER_SUBMIT_JOB_ACK,
+        .u.submit_ack = {.status = WEIR__CL_SUBMIT_ACCEPTED, .job = id, .message = ""}};
+    coord_send(fd, &a);
+    weir__cl_msg d = {.kind = WEIR_CLUSTER_JOB_COMPLETED,
+                      .u.completed = {.job = id,
+                                      .message = "",
+                                      .elapsed_ms = 1500,
+                                      .records_in = 1000,
+                                      .records_out = 1000,
+                                      .sources = 1,
+                                      .sinks = 1,
+                                      .watermark = WEIR_WATERMARK_MAX,
+                                      .ckpt_completed = s->checkpoint_dir[0] ? 3 : 0,
+                                      .ckpt_latest = s->checkpoint_dir[0] ? 3 : 0,
+                                      .restarts = (uint32_t)(s->max_restarts > 0)}};
+    if (strcmp(arg, "fail") == 0) {
+        d.u.completed.err = -EIO;
+        d.u.completed.message = "operator double: boom at record 10";
+    }
+    coord_send(fd, &d);
+}
+
+static void coord_serve(coord *co, int fd)
+{
+    weir_frame_parser p;
+    CHECK_EQ(weir_frame_parser_init(&p, NULL), 0);
+    weir_frame fr;
+    weir__cl_msg m;
+    while (coord_recv(fd, &p, &fr, &m)) {
+        switch (m.kind) {
+        case WEIR_CLUSTER_HELLO_CLIENT: {
+            weir__cl_msg a = {
+                .kind = WEIR_CLUSTER_HELLO_CLIENT_ACK,
+                .u.hello_ack = {WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 0, ""}};
+            coord_send(fd, &a);
+            break;
+        }
+        case WEIR_CLUSTER_SUBMIT_JOB:
+            coord_submit(co, fd, &p, &m.u.submit);
+            break;
+        case WEIR_CLUSTER_LIST_JOBS: {
+            weir__cl_job_info jobs[2] = {
+                {1, "count", WEIR__CL_JOB_FAILED, 2, 1700000000000, 1700000005000,
+                 "boom\nat record 10"},
+                {42, "wordcount", WEIR__CL_JOB_RUNNING, 4, 1700000010000, 0, ""},
+            };
+            weir__cl_msg l = {.kind = WEIR_CLUSTER_JOB_LIST, .u.job_list.jobs = {jobs, 2}};
+            coord_send(fd, &l);
+            break;
+        }
+        case WEIR_CLUSTER_CANCEL_JOB: {
+            uint64_t id = m.u.cancel_job.job;
+            weir__cl_msg a = {.kind = WEIR_CLUSTER_CANCEL_JOB_ACK,
+                              .u.cancel_job_ack = {id,
+                                                   id == 42  ? WEIR__CL_CANCEL_OK
+                                                   : id == 1 ? WEIR__CL_CANCEL_ENDED
+                                                             : WEIR__CL_CANCEL_UNKNOWN,
+                                                   ""}};
+            coord_send(fd, &a);
+            break;
+        }
+        default:
+            TEST__FAIL("the fake coordinator got a %s", weir__cl_kind_name(m.kind));
+        }
+        weir__cl_msg_free(&m);
+        weir_frame_free(&fr);
+    }
+    weir_frame_parser_close(&p);
+}
+
+static intptr_t coord_fiber(void *arg)
+{
+    coord *co = arg;
+    for (int i = 0; i < co->conns; i++) {
+        int fd = weir_net_accept(co->lfd, NULL, weir_time_after_ms(60000));
+        CHECK_GE(fd, 0);
+        coord_serve(co, fd);
+        weir_io_close(fd);
+    }
+    return 0;
+}
+
+static void *coord_thread(void *arg)
+{
+    CHECK_EQ(test_run_main(coord_fiber, arg), 0);
+    return NULL;
+}
+
+static void coord_start(coord *co, int conns)
+{
+    memset(co, 0, sizeof(*co));
+    co->lfd = weir_net_listen("127.0.0.1", 0, NULL);
+    CHECK_GE(co->lfd, 0);
+    snprintf(co->addr, sizeof(co->addr), "127.0.0.1:%d", weir_net_local_port(co->lfd));
+    co->conns = conns;
+    co->next_job = 41;
+    CHECK_EQ(pthread_create(&co->thread, NULL, coord_thread, co), 0);
+}
+
+static void coord_stop(coord *co)
+{
+    CHECK_EQ(pthread_join(co->thread, NULL), 0);
+    close(co->lfd);
+}
+
+TEST(cli_cluster_against_a_stand_in_coordinator)
+{
+    coord co;
+    coord_start(&co, 9);
+    /* Submit and wait: the plugin is uploaded once, the summary is run's. */
+    cli_result *r = cli("submit", PLUGIN("job_count"), "--coordinator", co.addr, "1000", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "weir submit: job 42 submitted\n");
+    CHECK_HAS(r->err, "weir submit: job 42 finished in 1.50s: 1000 records from 1 source, 1000 "
+                      "into 1 sink, watermark end\n");
+    CHECK_STR(r->out, "");
+    /* Detached, with checkpoints and restarts (the plugin now cached). */
+    r = cli("submit", "--detach", PLUGIN("job_count"), "--coordinator", co.addr, NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_STR(r->out, "43\n");
+    char dir[] = "/tmp/weir-test-submit-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=" /* placeholder */, NULL);
+    CHECK_EQ(r->code, 2); /* an empty address */
+    char flag[96];
+    snprintf(flag, sizeof(flag), "--coordinator=%s", co.addr);
+    r = cli("submit", PLUGIN("job_count"), flag, "--checkpoint-dir", dir,
+            "--checkpoint-interval-ms", "100", "--max-restarts", "3", "--", "7", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "weir submit: job 44 finished in 1.50s: ");
+    CHECK_HAS(r->err, ", checkpoints 3 (latest 3, restored 0), restarts 1\n");
+    rmdir(dir);
+    /* A failed job, a refused one. */
+    r = cli("submit", PLUGIN("job_count"), flag, "fail", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir submit: job 45 failed: operator double: boom at record 10\n");
+    r = cli("submit", PLUGIN("job_count"), flag, "refuse", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "refused the job: no worker has a free slot");
+    /* The table. */
+    r = cli("jobs", flag, NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "ID  NAME       STATE       PARALLELISM  SUBMITTED             ENDED     "
+                      "            MESSAGE\n");
+    CHECK_HAS(r->out, " 1  count      failed                2  2023-11-14T22:13:20Z  "
+                      "2023-11-14T22:13:25Z  boom?at record 10\n");
+    CHECK_HAS(r->out, "42  wordcount  running               4  2023-11-14T22:13:30Z  -\n");
+    /* Cancels. */
+    r = cli("cancel", "42", flag, NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "weir cancel: job 42 is being cancelled");
+    r = cli("cancel", "1", flag, NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "job 1 had already ended");
+    r = cli("cancel", "77", flag, NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir cancel: no job 77 on coordinator ");
+    coord_stop(&co);
 }
 
 TEST(cli_lint)

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * args.c - what every weir command parses and prints with (cli/cli.h):
+ * error lines, numbers, flags and watermarks, so run, lint, submit, jobs
+ * and cancel take the same spellings and say the same things.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+void weir__cli_errf(const char *cmd, const char *fmt, ...)
+{
+    fprintf(stderr, "weir %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int weir__cli_parse_num(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,
+                        int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = s && *s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || errno || *end) {
+        weir__cli_errf(cmd, "%s: \"%s\" is not a number", flag, s ? s : "");
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        weir__cli_errf(cmd, "%s: %lld is out of range (%" PRId64 "..%" PRId64 ")", flag, v, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int weir__cli_flag_next(const char *cmd, const weir__cli_flag *flags, size_t n, int job_args,
+                        int argc, char **argv, int *i, const weir__cli_flag **f, const char **val)
+{
+    const char *a = argv[*i];
+    size_t nlen = strcspn(a, "=");
+    *f = NULL;
+    *val = NULL;
+    for (size_t k = 0; k < n; k++)
+        if (strlen(flags[k].name) == nlen && strncmp(flags[k].name, a, nlen) == 0)
+            *f = &flags[k];
+    if (!*f) {
+        if (job_args)
+            weir__cli_errf(cmd,
+                           "unknown flag %.*s (job arguments that look like flags go after --; "
+                           "see weir %s --help)",
+                           (int)nlen, a, cmd);
+        else
+            weir__cli_errf(cmd, "unknown flag %.*s (see weir %s --help)", (int)nlen, a, cmd);
+        return CLI_USAGE;
+    }
+    if ((*f)->takes_value) {
+        if (a[nlen] == '=')
+            *val = a + nlen + 1;
+        else if (*i + 1 < argc)
+            *val = argv[++*i];
+        else {
+            weir__cli_errf(cmd, "%s needs a value", (*f)->name);
+            return CLI_USAGE;
+        }
+    } else if (a[nlen] == '=') {
+        weir__cli_errf(cmd, "%s takes no value", (*f)->name);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm)
+{
+    if (wm == WEIR_WATERMARK_MIN)
+        snprintf(buf, len, "-");
+    else if (wm == WEIR_WATERMARK_MAX)
+        snprintf(buf, len, "end");
+    else
+        snprintf(buf, len, "%" PRId64, wm);
+}

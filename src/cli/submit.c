@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * submit.c - the cluster's client commands (docs/cluster.md): `weir submit`
+ * sends a job plugin to a coordinator and, unless --detach, waits for the
+ * job's end and prints the summary `weir run` prints; `weir jobs` lists the
+ * coordinator's jobs; `weir cancel` cancels one. The protocol is
+ * cluster/client.h's; this file parses, prints and picks exit codes.
+ *
+ * Exit codes, as every weir command: 0 ok; 1 failed (the job failed or was
+ * cancelled, the coordinator refused, the connection failed or was lost,
+ * the cancel of an unknown job); 2 bad usage (an unknown flag, a bad
+ * number, no coordinator, a plugin that cannot be read or is not a weir
+ * job) - found before anything is sent.
+ *
+ * The coordinator is --coordinator HOST:PORT, or WEIR_COORDINATOR when the
+ * flag is not given. Interrupting `weir submit` stops the waiting, not the
+ * job: `weir cancel` does that.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cluster/client.h"
+#include "weir/rt.h"
+#include "weir/state.h"
+
+/* How long a submit may wait for the coordinator's answer, uploads
+ * included (the coordinator deploys before it accepts). */
+#define SUBMIT_MS 120000
+
+static const char coordinator_help[] =
+    "  --coordinator HOST:PORT     the cluster's coordinator (default: $WEIR_COORDINATOR);\n"
+    "                              an IPv6 address in brackets: [::1]:7000\n"
+    "  -h, --help                  this help\n";
+
+static void usage_submit(FILE *f)
+{
+    fprintf(f,
+            "usage: weir submit JOB.so --coordinator HOST:PORT [flags] [--] [job args...]\n"
+            "\n"
+            "Submit the job plugin JOB.so to a cluster: the coordinator is sent the\n"
+            "plugin's hash and ABI identity, and its bytes only when it does not hold them\n"
+            "yet. Then wait for the job to end and print the summary `weir run` prints\n"
+            "(with --detach: print the job's id and return at once). Interrupting weir\n"
+            "submit stops the waiting, not the job: `weir cancel` does that.\n"
+            "\n"
+            "flags:\n"
+            "%s"
+            "  --parallelism N             subtasks per operator without its own (1..128,\n"
+            "                              default: the coordinator's)\n"
+            "  --checkpoint-dir DIR        where checkpoints go, on the workers (made absolute)\n"
+            "  --checkpoint-interval-ms M  take a checkpoint every M ms (needs --checkpoint-dir)\n"
+            "  --max-restarts N            restarts before the job fails (0: fail at once;\n"
+            "                              default: the coordinator's policy)\n"
+            "  --detach                    print the job's id and do not wait\n"
+            "\n"
+            "Flags may be written --flag=value. The first argument after JOB.so that is not\n"
+            "a flag starts the job's arguments; `--` starts them explicitly.\n"
+            "\n"
+            "exit: 0 the job finished (--detach: accepted), 1 it failed or was cancelled, the\n"
+            "coordinator refused it or the connection failed, 2 bad usage or a plugin that\n"
+            "cannot be read or is not a weir job.\n",
+            coordinator_help);
+}
+
+static void usage_jobs(FILE *f)
+{
+    fprintf(f,
+            "usage: weir jobs --coordinator HOST:PORT\n"
+            "\n"
+            "List the coordinator's jobs: id, name, state, parallelism, when submitted and\n"
+            "ended (UTC), and why a job failed.\n"
+            "\n"
+            "flags:\n"
+            "%s"
+            "\n"
+            "exit: 0 listed, 1 the connection failed, 2 bad usage.\n",
+            coordinator_help);
+}
+
+static void usage_cancel(FILE *f)
+{
+    fprintf(f,
+            "usage: weir cancel JOB_ID --coordinator HOST:PORT\n"
+            "\n"
+            "Cancel a job of the cluster (its id as weir submit --detach and weir jobs print\n"
+            "it). The coordinator stops its subtasks; a weir submit waiting for it reports\n"
+            "it cancelled.\n"
+            "\n"
+            "flags:\n"
+            "%s"
+            "\n"
+            "exit: 0 the job is being cancelled (or had already ended), 1 no such job or the\n"
+            "connection failed, 2 bad usage.\n",
+            coordinator_help);
+}
+
+enum { F_COORD, F_PAR, F_DIR, F_INTERVAL, F_RESTARTS, F_DETACH, F_HELP };
+static const weir__cli_flag submit_flags[] = {
+    {"--coordinator", F_COORD, 1},
+    {"--parallelism", F_PAR, 1},
+    {"--checkpoint-dir", F_DIR, 1},
+    {"--checkpoint-interval-ms", F_INTERVAL, 1},
+    {"--max-restarts", F_RESTARTS, 1},
+    {"--detach", F_DETACH, 0},
+    {"--help", F_HELP, 0},
+    {"-h", F_HELP, 0},
+};
+/* jobs and cancel: the coordinator and help only. */
+static const weir__cli_flag coord_flags[] = {
+    {"--coordinator", F_COORD, 1},
+    {"--help", F_HELP, 0},
+    {"-h", F_HELP, 0},
+};
+
+/* Handed from the command to the runtime's main fiber. */
+typedef struct cmd_state {
+    const char *cmd;
+    const char *coordinator;
+    weir__client_submit_opts so;
+    int detach;
+    uint64_t job; /* cancel */
+} cmd_state;
+static cmd_state g;
+
+/* The coordinator given, or WEIR_COORDINATOR, checked. CLI_OK or CLI_USAGE
+ * (printed). */
+static int pick_coordinator(const char *cmd, const char *flag)
+{
+    const char *env = getenv("WEIR_COORDINATOR");
+    g.coordinator = flag ? flag : env && *env ? env : NULL;
+    if (!g.coordinator) {
+        weir__cli_errf(cmd,
+                       "no coordinator: give --coordinator HOST:PORT or set WEIR_COORDINATOR "
+                       "(see weir %s --help)",
+                       cmd);
+        return CLI_USAGE;
+    }
+    char host[WEIR_CLUSTER_HOST_MAX + 1], msg[256];
+    int port;
+    if (weir__client_parse_hostport(g.coordinator, host, sizeof(host), &port, msg, sizeof(msg))) {
+        weir__cli_errf(cmd, "--coordinator: %s", msg);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+static int open_client(weir__client **c, char *msg, size_t cap)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "weir %s", g.cmd);
+    if (weir__client_open(g.coordinator, name, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c, msg,
+                          cap) < 0) {
+        weir__cli_errf(g.cmd, "%s", msg);
+        return CLI_FAILED;
+    }
+    return CLI_OK;
+}
+
+/* ---- submit ------------------------------------------------------------------------------ */
+
+static void print_summary(uint64_t id, const weir__cl_job_completed *d)
+{
+    char wm[32];
+    weir__cli_fmt_wm(wm, sizeof(wm), d->watermark);
+    fprintf(stderr,
+            "weir submit: job %" PRIu64 " finished in %.2fs: %" PRIu64
+            " records from %u source%s, %" PRIu64 " into %u sink%s, watermark %s",
+            id, (double)d->elapsed_ms / 1e3, d->records_in, d->sources, d->sources == 1 ? "" : "s",
+            d->records_out, d->sinks, d->sinks == 1 ? "" : "s", wm);
+    if (g.so.checkpoint_dir || d->ckpt_completed || d->ckpt_restored)
+        fprintf(stderr, ", checkpoints %" PRIu64 " (latest %" PRIu64 ", restored %" PRIu64 ")",
+                d->ckpt_completed, d->ckpt_latest, d->ckpt_restored);
+    if (d->restarts)
+        fprintf(stderr, ", restarts %u", d->restarts);
+    fputc('\n', stderr);
+}
+
+static int submit_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    char msg[2048];
+    weir__client_job j;
+    if (weir__client_job_prepare(&g.so, &j, msg, sizeof(msg)) < 0) {
+        weir__cli_errf(g.cmd, "%s", msg);
+        return CLI_USAGE;
+    }
+    weir__client *c;
+    int rc = open_client(&c, msg, sizeof(msg));
+    if (rc != CLI_OK) {
+        weir__client_job_clear(&j);
+        return rc;
+    }
+    uint64_t id;
+    int e = weir__client_submit_job(c, &j, weir_time_after_ms(SUBMIT_MS), &id, msg, sizeof(msg));
+    weir__client_job_clear(&j);
+    if (e < 0) {
+        weir__cli_errf(g.cmd, "%s", msg);
+        weir__client_close(c);
+        return CLI_FAILED;
+    }
+    if (g.detach) {
+        printf("%" PRIu64 "\n", id);
+        weir__client_close(c);
+        return CLI_OK;
+    }
+    weir__cli_errf(g.cmd, "job %" PRIu64 " submitted", id);
+    weir__cl_job_completed d;
+    e = weir__client_wait(c, id, &d, WEIR_FOREVER, msg, sizeof(msg));
+    weir__client_close(c);
+    if (e < 0) {
+        weir__cli_errf(g.cmd, "job %" PRIu64 ": %s", id, msg);
+        return CLI_FAILED;
+    }
+    rc = CLI_OK;
+    if (d.err == 0) {
+        print_summary(id, &d);
+    } else {
+        weir__cli_errf(g.cmd, "job %" PRIu64 " %s: %s", id,
+                       d.err == -ECANCELED ? "was cancelled" : "failed",
+                       d.message[0] ? d.message : weir_strerror(d.err));
+        rc = CLI_FAILED;
+    }
+    weir__client_completed_free(&d);
+    return rc;
+}
+
+int weir__cli_submit(int argc, char **argv)
+{
+    const char *cmd = "submit", *coord = NULL;
+    g = (cmd_state){.cmd = cmd, .so.max_restarts = -1};
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (g.so.plugin)
+                break; /* the job's arguments start here */
+            g.so.plugin = a;
+            continue;
+        }
+        const weir__cli_flag *f;
+        const char *val;
+        if (weir__cli_flag_next(cmd, submit_flags, sizeof(submit_flags) / sizeof(submit_flags[0]),
+                                1, argc, argv, &i, &f, &val))
+            return CLI_USAGE;
+        int64_t v;
+        switch (f->id) {
+        case F_HELP:
+            usage_submit(stdout);
+            return CLI_OK;
+        case F_COORD:
+            coord = val;
+            break;
+        case F_PAR:
+            if (weir__cli_parse_num(cmd, f->name, val, 1, WEIR_KEY_GROUPS, &v))
+                return CLI_USAGE;
+            g.so.parallelism = (uint32_t)v;
+            break;
+        case F_DIR:
+            if (!*val) {
+                weir__cli_errf(cmd, "%s: empty directory name", f->name);
+                return CLI_USAGE;
+            }
+            g.so.checkpoint_dir = val;
+            break;
+        case F_INTERVAL:
+            if (weir__cli_parse_num(cmd, f->name, val, 0, INT64_MAX / 1000000, &v))
+                return CLI_USAGE;
+            g.so.checkpoint_interval_ms = (uint64_t)v;
+            break;
+        case F_RESTARTS:
+            if (weir__cli_parse_num(cmd, f->name, val, 0, INT32_MAX, &v))
+                return CLI_USAGE;
+            g.so.max_restarts = (int32_t)v;
+            break;
+        case F_DETACH:
+            g.detach = 1;
+            break;
+        }
+    }
+    if (!g.so.plugin && i < argc)
+        g.so.plugin = argv[i++];
+    if (!g.so.plugin) {
+        weir__cli_errf(cmd, "no job plugin given (weir submit JOB.so ...; see weir submit --help)");
+        return CLI_USAGE;
+    }
+    if (g.so.checkpoint_interval_ms > 0 && !g.so.checkpoint_dir) {
+        weir__cli_errf(cmd,
+                       "--checkpoint-interval-ms %" PRIu64 " without --checkpoint-dir: "
+                       "checkpoints need a directory",
+                       g.so.checkpoint_interval_ms);
+        return CLI_USAGE;
+    }
+    int rc = pick_coordinator(cmd, coord);
+    if (rc != CLI_OK)
+        return rc;
+    g.so.argc = argc - i;
+    g.so.argv = argv + i;
+    char *args[] = {(char *)"weir", NULL};
+    return weir_main(submit_main, 1, args);
+}
+
+/* ---- jobs -------------------------------------------------------------------------------- */
+
+/* s with control bytes shown as '?' (the coordinator's text goes to a
+ * terminal), at most cap - 1 bytes. */
+static const char *printable(const char *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap; n++)
+        buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+    buf[n] = '\0';
+    return buf;
+}
+
+static const char *utc(uint64_t ms, char *buf, size_t cap)
+{
+    if (!ms)
+        return "-";
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(buf, cap, "%" PRIu64 "ms", ms);
+    return buf;
+}
+
+static const char *state_name(int s)
+{
+    switch (s) {
+    case WEIR__CL_JOB_RUNNING:
+        return "running";
+    case WEIR__CL_JOB_RESTARTING:
+        return "restarting";
+    case WEIR__CL_JOB_SUCCEEDED:
+        return "succeeded";
+    case WEIR__CL_JOB_FAILED:
+        return "failed";
+    case WEIR__CL_JOB_CANCELLED:
+        return "cancelled";
+    }
+    return "?";
+}
+
+/* One line of the table, without trailing blanks (an empty message). */
+static void put_row(char *line, size_t cap, int n)
+{
+    size_t len = n < 0 ? 0 : (size_t)n >= cap ? cap - 1 : (size_t)n;
+    while (len > 0 && line[len - 1] == ' ')
+        len--;
+    printf("%.*s\n", (int)len, line);
+}
+
+static void print_jobs(const weir__cl_job_list *l)
+{
+    int idw = 2, namew = 4;
+    for (uint32_t i = 0; i < l->jobs.n; i++) {
+        char id[24];
+        int n = snprintf(id, sizeof(id), "%" PRIu64, l->jobs.v[i].id);
+        idw = n > idw ? n : idw;
+        int nl = (int)strlen(l->jobs.v[i].name);
+        namew = nl > namew ? (nl > 40 ? 40 : nl) : namew;
+    }
+    static char line[WEIR_CLUSTER_MESSAGE_MAX + 256];
+    put_row(line, sizeof(line),
+            snprintf(line, sizeof(line), "%-*s  %-*s  %-10s  %11s  %-20s  %-20s  %s", idw, "ID",
+                     namew, "NAME", "STATE", "PARALLELISM", "SUBMITTED", "ENDED", "MESSAGE"));
+    for (uint32_t i = 0; i < l->jobs.n; i++) {
+        const weir__cl_job_info *j = &l->jobs.v[i];
+        char name[41], message[WEIR_CLUSTER_MESSAGE_MAX + 1], sub[32], end[32];
+        put_row(line, sizeof(line),
+                snprintf(line, sizeof(line), "%*" PRIu64 "  %-*s  %-10s  %11u  %-20s  %-20s  %s",
+                         idw, j->id, namew, printable(j->name, name, sizeof(name)),
+                         state_name(j->state), j->parallelism,
+                         utc(j->submitted_ms, sub, sizeof(sub)), utc(j->ended_ms, end, sizeof(end)),
+                         printable(j->message, message, sizeof(message))));
+    }
+}
+
+static int jobs_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    char msg[2048];
+    weir__client *c;
+    int rc = open_client(&c, msg, sizeof(msg));
+    if (rc != CLI_OK)
+        return rc;
+    weir__cl_job_list l;
+    int e = weir__client_list(c, &l, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), msg, sizeof(msg));
+    weir__client_close(c);
+    if (e < 0) {
+        weir__cli_errf(g.cmd, "%s", msg);
+        return CLI_FAILED;
+    }
+    print_jobs(&l);
+    weir__client_list_free(&l);
+    return CLI_OK;
+}
+
+/* jobs and cancel: --coordinator, --help and (cancel) one JOB_ID. CLI_OK,
+ * CLI_USAGE (printed) or -1 for --help. */
+static int parse_coord_only(const char *cmd, int argc, char **argv, const char **positional)
+{
+    const char *coord = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] == '\0' || (positional && a[1] >= '0' && a[1] <= '9')) {
+            if (!positional || *positional) {
+                weir__cli_errf(cmd, "unexpected argument %s (see weir %s --help)", a, cmd);
+                return CLI_USAGE;
+            }
+            *positional = a;
+            continue;
+        }
+        const weir__cli_flag *f;
+        const char *val;
+        if (weir__cli_flag_next(cmd, coord_flags, sizeof(coord_flags) / sizeof(coord_flags[0]), 0,
+                                argc, argv, &i, &f, &val))
+            return CLI_USAGE;
+        if (f->id == F_HELP)
+            return -1;
+        coord = val;
+    }
+    return pick_coordinator(cmd, coord);
+}
+
+int weir__cli_jobs(int argc, char **argv)
+{
+    g = (cmd_state){.cmd = "jobs"};
+    int rc = parse_coord_only(g.cmd, argc, argv, NULL);
+    if (rc < 0) {
+        usage_jobs(stdout);
+        return CLI_OK;
+    }
+    if (rc != CLI_OK)
+        return rc;
+    char *args[] = {(char *)"weir", NULL};
+    return weir_main(jobs_main, 1, args);
+}
+
+/* ---- cancel ------------------------------------------------------------------------------ */
+
+static int cancel_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    char msg[2048];
+    weir__client *c;
+    int rc = open_client(&c, msg, sizeof(msg));
+    if (rc != CLI_OK)
+        return rc;
+    weir__cl_cancel_job_ack a;
+    int e = weir__client_cancel(c, g.job, &a, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), msg,
+                                sizeof(msg));
+    weir__client_close(c);
+    if (e < 0) {
+        weir__cli_errf(g.cmd, "%s", msg);
+        return CLI_FAILED;
+    }
+    char why[WEIR_CLUSTER_MESSAGE_MAX + 1];
+    printable(a.message, why, sizeof(why));
+    switch (a.status) {
+    case WEIR__CL_CANCEL_OK:
+        weir__cli_errf(g.cmd, "job %" PRIu64 " is being cancelled", g.job);
+        break;
+    case WEIR__CL_CANCEL_ENDED:
+        weir__cli_errf(g.cmd, "job %" PRIu64 " had already ended%s%s", g.job, why[0] ? ": " : "",
+                       why);
+        break;
+    default:
+        weir__cli_errf(g.cmd, "no job %" PRIu64 " on coordinator %s%s%s", g.job, g.coordinator,
+                       why[0] ? ": " : "", why);
+        rc = CLI_FAILED;
+    }
+    weir__client_cancel_free(&a);
+    return rc;
+}
+
+int weir__cli_cancel(int argc, char **argv)
+{
+    g = (cmd_state){.cmd = "cancel"};
+    const char *id = NULL;
+    int rc = parse_coord_only(g.cmd, argc, argv, &id);
+    if (rc < 0) {
+        usage_cancel(stdout);
+        return CLI_OK;
+    }
+    if (rc != CLI_OK)
+        return rc;
+    int64_t v;
+    if (!id) {
+        weir__cli_errf(g.cmd, "no job id given (weir cancel JOB_ID ...; see weir cancel --help)");
+        return CLI_USAGE;
+    }
+    if (weir__cli_parse_num(g.cmd, "JOB_ID", id, 1, INT64_MAX, &v))
+        return CLI_USAGE;
+    g.job = (uint64_t)v;
+    char *args[] = {(char *)"weir", NULL};
+    return weir_main(cancel_main, 1, args);
+}
