@@ -11,7 +11,7 @@
  * the wrong kind, an oversized frame header, each breaking the connection
  * for later calls; list and cancel round trips (and answers for another
  * job); HOST:PORT parsing; preparing a job (plugin errors, checkpoint
- * directories made absolute, argument limits).
+ * directories made absolute, argument limits, every allocation failure).
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/be.h"
 #include "base/sha256.h"
 #include "cluster/client.h"
@@ -933,6 +934,33 @@ TEST(prepare_makes_the_checkpoint_directory_absolute)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
     CHECK_EQ(system(cmd), 0);
     free(real);
+}
+
+TEST(prepare_survives_every_allocation_failure)
+{
+    char *args[] = {"1000", "linger"};
+    weir__client_submit_opts o = job_count_opts();
+    o.checkpoint_dir = "/tmp";
+    o.argc = 2;
+    o.argv = args;
+    weir__client_job j;
+    char msg[1024];
+    weir__alloc_fail_after(LONG_MAX);
+    CHECK_EQ(weir__client_job_prepare(&o, &j, msg, sizeof(msg)), 0);
+    long n = weir__alloc_fail_after(-1);
+    weir__client_job_clear(&j);
+    CHECK_GT(n, 5);
+    for (long i = 0; i < n; i++) {
+        weir__alloc_fail_after(i);
+        int e = weir__client_job_prepare(&o, &j, msg, sizeof(msg));
+        weir__alloc_fail_after(-1);
+        if (e != -ENOMEM)
+            TEST__FAIL("allocation %ld of %ld failing: %d (%s)", i, n, e, msg);
+        CHECK(msg[0] != '\0');
+        CHECK_EQ(j.submit.plugins.n, 0); /* nothing left behind (ASan: no leak) */
+        CHECK(j.bytes == NULL);
+        CHECK(j.submit.checkpoint_dir == NULL);
+    }
 }
 
 TEST_MAIN()
