@@ -60,6 +60,7 @@ struct fake {
     /* what the scripts check against */
     weir__cl_plugin_ref ref; /* job_count's */
     uint64_t job;
+    int flag; /* set by the client side when a script waits for it */
 };
 
 static intptr_t fake_main(void *arg)
@@ -665,6 +666,15 @@ TEST(wait_reports_the_end_or_the_lost_connection)
 static void wait_timeout_script(fake *f)
 {
     fake_hello(f);
+    /* Until the client's first wait has timed out (polled). */
+    int64_t deadline = DEADLINE();
+    while (!f->flag) {
+        CHECK_LT(weir_time_now(), deadline);
+        CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
+    }
+    weir__cl_msg d = {.kind = WEIR_CLUSTER_JOB_COMPLETED,
+                      .u.completed = {.job = 3, .message = "", .records_in = 5}};
+    fake_send(f, &d);
     fake_expect_eof(f);
 }
 
@@ -679,12 +689,17 @@ static intptr_t wait_timeout_main(void *arg)
     char msg[1024];
     CHECK_EQ(weir__client_wait(c, 3, &d, weir_time_after_ms(50), msg, sizeof(msg)), -ETIMEDOUT);
     CHECK_HAS(msg, "waiting for the JobCompleted of job 3: ");
+    f.flag = 1;
+    /* The connection is whole: waiting again gets the end. */
+    CHECK_EQ(weir__client_wait(c, 3, &d, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(d.records_in, 5);
+    weir__client_completed_free(&d);
     weir__client_close(c);
     fake_finish(&f);
     return 0;
 }
 
-TEST(wait_honours_its_deadline)
+TEST(wait_honours_its_deadline_and_can_go_on)
 {
     CHECK_EQ(test_run_main(wait_timeout_main, NULL), 0);
 }
