@@ -137,9 +137,12 @@ static int send_msg(weir__client *c, const weir__cl_msg *m, int64_t deadline, ch
 }
 
 /* The next frame, which must be of kind want (what: what this client waits
- * for, for the messages). 0 with *f (weir_frame_free it). */
-static int recv_frame(weir__client *c, int want, const char *what, int64_t deadline, weir_frame *f,
-                      char *msg, size_t cap)
+ * for, for the messages). 0 with *f (weir_frame_free it). A deadline or a
+ * cancellation breaks the connection (the late answer would be taken for
+ * the next request's) unless resumable: the parser keeps what arrived and
+ * the next call goes on with the same frame. */
+static int recv_frame(weir__client *c, int want, const char *what, int64_t deadline, int resumable,
+                      weir_frame *f, char *msg, size_t cap)
 {
     *f = (weir_frame){0};
     ssize_t n = weir_frame_read(c->fd, &c->parser, f, deadline);
@@ -156,7 +159,8 @@ static int recv_frame(weir__client *c, int want, const char *what, int64_t deadl
                    "client waited for %s",
                    what);
     if (n < 0)
-        return say(c, (int)n, 1, msg, cap, "waiting for %s: %s", what, weir_net_strerror((int)n));
+        return say(c, (int)n, !(resumable && (n == -ETIMEDOUT || n == -ECANCELED)), msg, cap,
+                   "waiting for %s: %s", what, weir_net_strerror((int)n));
     int kind = weir_frame_kind(f);
     const char *name = weir__cl_kind_name(kind);
     int e = 0;
@@ -187,11 +191,11 @@ static int decode_frame(weir__client *c, weir_frame *f, weir__cl_msg *m, char *m
     return 0;
 }
 
-static int recv_msg(weir__client *c, int want, const char *what, int64_t deadline, weir__cl_msg *m,
-                    char *msg, size_t cap)
+static int recv_msg(weir__client *c, int want, const char *what, int64_t deadline, int resumable,
+                    weir__cl_msg *m, char *msg, size_t cap)
 {
     weir_frame f;
-    int e = recv_frame(c, want, what, deadline, &f, msg, cap);
+    int e = recv_frame(c, want, what, deadline, resumable, &f, msg, cap);
     return e < 0 ? e : decode_frame(c, &f, m, msg, cap);
 }
 
@@ -207,7 +211,7 @@ static int handshake(weir__client *c, const char *name, int64_t deadline, char *
     if (e < 0)
         return e;
     weir_frame f;
-    if ((e = recv_frame(c, WEIR_CLUSTER_HELLO_CLIENT_ACK, "HelloClientAck", deadline, &f, msg,
+    if ((e = recv_frame(c, WEIR_CLUSTER_HELLO_CLIENT_ACK, "HelloClientAck", deadline, 0, &f, msg,
                         cap)) < 0)
         return e;
     /* The versions first: the rest of the frame is laid out by a version
@@ -496,8 +500,8 @@ int weir__client_submit_job(weir__client *c, const weir__client_job *j, int64_t 
     if ((e = send_msg(c, &m, deadline, msg, cap)) < 0)
         return e;
     weir__cl_msg ack = {0};
-    if ((e = recv_msg(c, WEIR_CLUSTER_SUBMIT_JOB_ACK, "SubmitJobAck", deadline, &ack, msg, cap)) <
-        0)
+    if ((e = recv_msg(c, WEIR_CLUSTER_SUBMIT_JOB_ACK, "SubmitJobAck", deadline, 0, &ack, msg,
+                      cap)) < 0)
         return e;
     weir__cl_submit_job_ack *a = &ack.u.submit_ack;
     if (a->status == WEIR__CL_SUBMIT_NEED_PLUGINS) {
@@ -522,7 +526,7 @@ int weir__client_submit_job(weir__client *c, const weir__client_job *j, int64_t 
         if (e < 0)
             return e;
         if ((e = recv_msg(c, WEIR_CLUSTER_SUBMIT_JOB_ACK, "SubmitJobAck after the upload", deadline,
-                          &ack, msg, cap)) < 0)
+                          0, &ack, msg, cap)) < 0)
             return e;
         if (a->status == WEIR__CL_SUBMIT_NEED_PLUGINS) {
             weir__cl_msg_free(&ack);
@@ -563,7 +567,7 @@ int weir__client_wait(weir__client *c, uint64_t job, weir__cl_job_completed *out
     char what[64];
     snprintf(what, sizeof(what), "the JobCompleted of job %" PRIu64, job);
     weir__cl_msg m = {0};
-    if ((e = recv_msg(c, WEIR_CLUSTER_JOB_COMPLETED, what, deadline, &m, msg, cap)) < 0)
+    if ((e = recv_msg(c, WEIR_CLUSTER_JOB_COMPLETED, what, deadline, 1, &m, msg, cap)) < 0)
         return e;
     if (m.u.completed.job != job) {
         e = say(c, -EBADMSG, 1, msg, cap,
@@ -590,7 +594,7 @@ int weir__client_list(weir__client *c, weir__cl_job_list *out, int64_t deadline,
     if ((e = send_msg(c, &req, deadline, msg, cap)) < 0)
         return e;
     weir__cl_msg m = {0};
-    if ((e = recv_msg(c, WEIR_CLUSTER_JOB_LIST, "JobList", deadline, &m, msg, cap)) < 0)
+    if ((e = recv_msg(c, WEIR_CLUSTER_JOB_LIST, "JobList", deadline, 0, &m, msg, cap)) < 0)
         return e;
     *out = m.u.job_list;
     return 0;
@@ -613,7 +617,8 @@ int weir__client_cancel(weir__client *c, uint64_t job, weir__cl_cancel_job_ack *
     if ((e = send_msg(c, &req, deadline, msg, cap)) < 0)
         return e;
     weir__cl_msg m = {0};
-    if ((e = recv_msg(c, WEIR_CLUSTER_CANCEL_JOB_ACK, "CancelJobAck", deadline, &m, msg, cap)) < 0)
+    if ((e = recv_msg(c, WEIR_CLUSTER_CANCEL_JOB_ACK, "CancelJobAck", deadline, 0, &m, msg, cap)) <
+        0)
         return e;
     if (m.u.cancel_job_ack.job != job) {
         e = say(c, -EBADMSG, 1, msg, cap,

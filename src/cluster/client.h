@@ -13,8 +13,10 @@
  * expected: a frame past WEIR_CLUSTER_FRAME_MAX (refused on its header), a
  * frame that does not decode (the decoder's sentence), a kind that does not
  * travel to a client, the wrong kind, the connection closing. Such an
- * error, or a failed write, breaks the connection: every later call
- * returns -EPIPE saying so (close it and open another).
+ * error, a failed write, or a request whose answer did not come by the
+ * deadline breaks the connection: every later call returns -EPIPE saying so
+ * (close it and open another). Only weir__client_wait may time out and be
+ * called again.
  *
  * Plugins travel by content: a SubmitJob carries references only (hash,
  * size, ABI identity); when the coordinator answers NEED_PLUGINS the client
@@ -134,7 +136,8 @@ int weir__client_submit(weir__client *c, const weir__client_submit_opts *o, int6
  * JobCompleted of job; any other frame, or one for another job, is an
  * error. 0 with *out (free it with weir__client_completed_free): the job
  * ended, out->err saying how (0 succeeded, -ECANCELED cancelled, else
- * failed, with out->message).
+ * failed, with out->message). -ETIMEDOUT / -ECANCELED leave the connection
+ * whole: wait again to go on waiting.
  */
 int weir__client_wait(weir__client *c, uint64_t job, weir__cl_job_completed *out, int64_t deadline,
                       char *msg, size_t cap);

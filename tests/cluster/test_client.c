@@ -11,7 +11,7 @@
  * the wrong kind, an oversized frame header, each breaking the connection
  * for later calls; list and cancel round trips (and answers for another
  * job); HOST:PORT parsing; preparing a job (plugin errors, checkpoint
- * directories made absolute, argument limits).
+ * directories made absolute, argument limits, every allocation failure).
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/be.h"
 #include "base/sha256.h"
 #include "cluster/client.h"
@@ -59,6 +60,7 @@ struct fake {
     /* what the scripts check against */
     weir__cl_plugin_ref ref; /* job_count's */
     uint64_t job;
+    int flag; /* set by the client side when a script waits for it */
 };
 
 static intptr_t fake_main(void *arg)
@@ -664,6 +666,15 @@ TEST(wait_reports_the_end_or_the_lost_connection)
 static void wait_timeout_script(fake *f)
 {
     fake_hello(f);
+    /* Until the client's first wait has timed out (polled). */
+    int64_t deadline = DEADLINE();
+    while (!f->flag) {
+        CHECK_LT(weir_time_now(), deadline);
+        CHECK_EQ(weir_time_sleep(WEIR_MSEC), 0);
+    }
+    weir__cl_msg d = {.kind = WEIR_CLUSTER_JOB_COMPLETED,
+                      .u.completed = {.job = 3, .message = "", .records_in = 5}};
+    fake_send(f, &d);
     fake_expect_eof(f);
 }
 
@@ -678,12 +689,17 @@ static intptr_t wait_timeout_main(void *arg)
     char msg[1024];
     CHECK_EQ(weir__client_wait(c, 3, &d, weir_time_after_ms(50), msg, sizeof(msg)), -ETIMEDOUT);
     CHECK_HAS(msg, "waiting for the JobCompleted of job 3: ");
+    f.flag = 1;
+    /* The connection is whole: waiting again gets the end. */
+    CHECK_EQ(weir__client_wait(c, 3, &d, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(d.records_in, 5);
+    weir__client_completed_free(&d);
     weir__client_close(c);
     fake_finish(&f);
     return 0;
 }
 
-TEST(wait_honours_its_deadline)
+TEST(wait_honours_its_deadline_and_can_go_on)
 {
     CHECK_EQ(test_run_main(wait_timeout_main, NULL), 0);
 }
@@ -933,6 +949,33 @@ TEST(prepare_makes_the_checkpoint_directory_absolute)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
     CHECK_EQ(system(cmd), 0);
     free(real);
+}
+
+TEST(prepare_survives_every_allocation_failure)
+{
+    char *args[] = {"1000", "linger"};
+    weir__client_submit_opts o = job_count_opts();
+    o.checkpoint_dir = "/tmp";
+    o.argc = 2;
+    o.argv = args;
+    weir__client_job j;
+    char msg[1024];
+    weir__alloc_fail_after(LONG_MAX);
+    CHECK_EQ(weir__client_job_prepare(&o, &j, msg, sizeof(msg)), 0);
+    long n = weir__alloc_fail_after(-1);
+    weir__client_job_clear(&j);
+    CHECK_GT(n, 5);
+    for (long i = 0; i < n; i++) {
+        weir__alloc_fail_after(i);
+        int e = weir__client_job_prepare(&o, &j, msg, sizeof(msg));
+        weir__alloc_fail_after(-1);
+        if (e != -ENOMEM)
+            TEST__FAIL("allocation %ld of %ld failing: %d (%s)", i, n, e, msg);
+        CHECK(msg[0] != '\0');
+        CHECK_EQ(j.submit.plugins.n, 0); /* nothing left behind (ASan: no leak) */
+        CHECK(j.bytes == NULL);
+        CHECK(j.submit.checkpoint_dir == NULL);
+    }
 }
 
 TEST_MAIN()
