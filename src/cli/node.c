@@ -82,8 +82,7 @@ static int node_main(int argc, char **argv)
     return e < 0 ? CLI_FAILED : CLI_OK;
 }
 
-static int value(const char *arg, const char *name, int *i, int argc, char **argv,
-                 const char **out)
+static int value(const char *arg, const char *name, int *i, int argc, char **argv, const char **out)
 {
     size_t n = strlen(name);
     if (strncmp(arg, name, n) != 0)
@@ -108,8 +107,8 @@ static int number(const char *flag, const char *s, long lo, long hi, long *out)
     errno = 0;
     long v = s && *s ? strtol(s, &end, 10) : 0;
     if (!s || !*s || errno || *end || v < lo || v > hi) {
-        fprintf(stderr, "weir node: %s: \"%s\" is not a number in %ld..%ld\n", flag, s ? s : "",
-                lo, hi);
+        fprintf(stderr, "weir node: %s: \"%s\" is not a number in %ld..%ld\n", flag, s ? s : "", lo,
+                hi);
         return -1;
     }
     *out = v;

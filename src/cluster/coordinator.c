@@ -75,9 +75,9 @@
 #include "weir/stream.h"
 #include "weir/sync.h"
 
-#define LOG        "coordinator"
-#define FIBER      (128u << 10)
-#define EV_BACKLOG WEIR_CLUSTER_BACKLOG_FRAMES
+#define LOG           "coordinator"
+#define FIBER         (128u << 10)
+#define EV_BACKLOG    WEIR_CLUSTER_BACKLOG_FRAMES
 #define MAX_JOBS_KEPT 256 /* ended jobs remembered for ListJobs */
 
 typedef struct coord coord;
@@ -196,8 +196,8 @@ typedef struct bjob {
 static intptr_t b_missing(void *arg)
 {
     bjob *b = arg;
-    return weir__plugin_cache_missing(b->c->cache, b->refs, b->n, &b->missing, &b->nmissing,
-                                      b->msg, sizeof(b->msg));
+    return weir__plugin_cache_missing(b->c->cache, b->refs, b->n, &b->missing, &b->nmissing, b->msg,
+                                      sizeof(b->msg));
 }
 
 static intptr_t b_put(void *arg)
@@ -298,8 +298,8 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    uint64_t jid = m->kind == WEIR_CLUSTER_SUBTASK_LISTENING     ? m->u.listening.job
-                   : m->kind == WEIR_CLUSTER_SUBTASK_FINISHED    ? m->u.finished.job
+    uint64_t jid = m->kind == WEIR_CLUSTER_SUBTASK_LISTENING      ? m->u.listening.job
+                   : m->kind == WEIR_CLUSTER_SUBTASK_FINISHED     ? m->u.finished.job
                    : m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? m->u.checkpointed.job
                                                                   : m->u.request_final.job;
     cjob *J = job_find_locked(c, jid);
@@ -381,8 +381,7 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
             return;
         }
         atomic_store(&w->last_seen, weir_time_now());
-        if (weir__cl_kind_dir(m.kind) != WEIR__CL_FROM_WORKER ||
-            m.kind == WEIR_CLUSTER_REGISTER) {
+        if (weir__cl_kind_dir(m.kind) != WEIR__CL_FROM_WORKER || m.kind == WEIR_CLUSTER_REGISTER) {
             atomic_fetch_add(&c->malformed, 1);
             char cause[160];
             snprintf(cause, sizeof(cause), "protocol violation: a %s from a worker",
@@ -409,9 +408,9 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
 static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
 {
     weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK};
-    ack.u.reg_ack = (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION,
-                                            WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_ACCEPTED, "",
-                                            WEIR_CLUSTER_HEARTBEAT_MS};
+    ack.u.reg_ack =
+        (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
+                                WEIR__CL_ACCEPTED, "", WEIR_CLUSTER_HEARTBEAT_MS};
     wsess *w = weir__calloc(1, sizeof(*w));
     if (!w) {
         ack.u.reg_ack.status = WEIR__CL_RETRY;
@@ -488,8 +487,8 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
         weir__free(w);
         return;
     }
-    weir__log(WEIR__LOG_INFO, LOG, "worker %s registered (%u slots, data host %s)", w->id,
-              w->slots, w->host);
+    weir__log(WEIR__LOG_INFO, LOG, "worker %s registered (%u slots, data host %s)", w->id, w->slots,
+              w->host);
     worker_reader(c, w, fp);
     /* The session is over: its writer ends (the outbox is aborted by the
      * loss), then the socket closes. The session record and its outbox
@@ -510,7 +509,8 @@ static intptr_t watchdog_main(void *arg)
 {
     coord *c = arg;
     int64_t last = weir_time_now();
-    int64_t late_ms = c->wd_ms + (c->stall_ms > 0 && c->stall_ms < c->hb_ms ? c->stall_ms : c->hb_ms);
+    int64_t late_ms =
+        c->wd_ms + (c->stall_ms > 0 && c->stall_ms < c->hb_ms ? c->stall_ms : c->hb_ms);
     while (weir_time_sleep(c->wd_ms * WEIR_MSEC) == 0) {
         int64_t now = weir_time_now();
         int late = now - last > late_ms * WEIR_MSEC;
@@ -623,6 +623,7 @@ typedef struct attempt {
     uint8_t *listened; /* [nsubtasks] */
     uint16_t *port;    /* [nchannels]: where its consumer listens */
     uint32_t ndone, nlistened;
+    int saw_loss; /* a worker of the attempt was lost (cause: the first) */
     uint64_t rin, rout;
     char why[WEIR_CLUSTER_MESSAGE_MAX];
     int32_t err;
@@ -865,8 +866,8 @@ static void fold_lost(attempt *a, cjob *J, wsess *w)
  * attempt's run (A_*), or -1 to go on. */
 static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *cause, size_t cap)
 {
-    int64_t k = x->kind == EV_LISTENING || x->kind == EV_FINISHED ? idx_of(a, x->chain, x->sub)
-                                                                  : -1;
+    int64_t k =
+        x->kind == EV_LISTENING || x->kind == EV_FINISHED ? idx_of(a, x->chain, x->sub) : -1;
     int own = k >= 0 && x->attempt == J->attempt && J->aw[a->place[k]] == x->w;
     switch (x->kind) {
     case EV_LISTENING:
@@ -906,10 +907,11 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
         if (!job_uses(J, x->w))
             break;
         fold_lost(a, J, x->w);
-        if (*outcome == A_OK) {
-            *outcome = A_LOST;
+        if (!a->saw_loss)
             snprintf(cause, cap, "worker %s lost (%s)", x->w->id, x->w->cause);
-        }
+        a->saw_loss = 1;
+        if (*outcome == A_OK)
+            *outcome = A_LOST;
         break;
     case EV_CANCEL:
         if (*outcome == A_OK) {
@@ -929,8 +931,9 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
 static int wait_until(cjob *J, attempt *a, run *r, int (*pred)(const attempt *), int64_t deadline,
                       int *outcome, char *cause, size_t cap)
 {
+    int ok = *outcome == A_OK; /* a turn of the outcome ends the wait */
     while (!pred(a)) {
-        if (*outcome != A_OK && pred != NULL)
+        if (ok && *outcome != A_OK)
             return 0;
         if (a->j && weir_job_error(a->j)[0] && *outcome == A_OK) {
             *outcome = A_FAILED;
@@ -964,18 +967,21 @@ static int all_done(const attempt *a)
 }
 
 /* The drain after an attempt went wrong: every subtask finished or lost. */
+static int saw_loss(const attempt *a)
+{
+    return a->saw_loss;
+}
+
 static int drain(cjob *J, attempt *a, run *r, int *outcome, char *cause, size_t cap)
 {
     coord *c = J->c;
-    int e = wait_until(J, a, r, all_done, weir_time_after_ms(c->drain_ms), &(int){A_LOST}, cause,
-                       cap);
-    (void)outcome;
+    int e = wait_until(J, a, r, all_done, weir_time_after_ms(c->drain_ms), outcome, cause, cap);
     if (e != -ETIMEDOUT)
         return e;
     char *p = a->why;
     size_t left = sizeof(a->why);
-    int n = snprintf(p, left, "the restart's drain timed out after %" PRId64 " ms; not drained:",
-                     c->drain_ms);
+    int n = snprintf(
+        p, left, "the restart's drain timed out after %" PRId64 " ms; not drained:", c->drain_ms);
     for (uint32_t ci = 0; ci < a->plan->nchains && n > 0 && (size_t)n < left; ci++)
         for (uint32_t s = 0; s < a->plan->chains[ci].par; s++) {
             uint32_t k = a->base[ci] + s;
@@ -983,7 +989,8 @@ static int drain(cjob *J, attempt *a, run *r, int *outcome, char *cause, size_t 
                 continue;
             p += n;
             left -= (size_t)n;
-            n = snprintf(p, left, " \"%s\" %u on %s", a->j ? weir_job_op_name(a->j, (int)a->plan->chains[ci].ops[0]) : "?", s,
+            n = snprintf(p, left, " \"%s\" %u on %s",
+                         a->j ? weir_job_op_name(a->j, (int)a->plan->chains[ci].ops[0]) : "?", s,
                          J->aw[a->place[k]]->id);
             if (n < 0 || (size_t)n >= left)
                 break;
@@ -1044,8 +1051,8 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     uint64_t restored = weir__job_coord_restored(r), first = weir__job_coord_first_id(r);
     if (restored)
         t->restored = restored;
-    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: %u subtasks on %u workers%s",
-              J->id, J->attempt, a->plan->nsubtasks, J->naw, restored ? ", restoring" : "");
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: %u subtasks on %u workers%s", J->id,
+              J->attempt, a->plan->nsubtasks, J->naw, restored ? ", restoring" : "");
     post_deploys(J, a, restored, first);
     e = wait_until(J, a, r, all_listened, weir_time_after_ms(60000), &outcome, cause, cap);
     if (e == -ETIMEDOUT && outcome == A_OK) {
@@ -1078,6 +1085,16 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
         post_cancels(J, a, outcome == A_LOST ? cause : a->why);
         if (!stopping && drain(J, a, r, &outcome, cause, cap) == -ETIMEDOUT)
             outcome = A_FAILED;
+    }
+    /* A subtask that failed may have failed because a worker died: its
+     * channels to that worker broke, and its report can reach us before
+     * the dead worker's connection is seen closed. The loss gets a moment
+     * to show up; if it does, the attempt was lost, not failed. */
+    if (outcome == A_FAILED && a->err && !a->saw_loss)
+        wait_until(J, a, r, saw_loss, weir_time_after_ms(1000), &outcome, cause, cap);
+    if (outcome == A_FAILED && a->saw_loss && a->err) {
+        outcome = A_LOST;
+        weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 ": %s, after: %s", J->id, cause, a->why);
     }
     weir_ckpt_stats cs;
     weir_job_ckpt_stats(a->j, &cs);
@@ -1123,8 +1140,8 @@ static intptr_t job_main(void *arg)
     int budget = !checkpoints ? 0 : J->max_restarts >= 0 ? J->max_restarts : c->o.max_restarts;
     uint64_t rin = 0, rout = 0;
     for (;;) {
-        outcome = run_attempt(J, J->attempt > 0 && checkpoints, &max_id, &a, &t, cause,
-                              sizeof(cause));
+        outcome =
+            run_attempt(J, J->attempt > 0 && checkpoints, &max_id, &a, &t, cause, sizeof(cause));
         rin = a.rin;
         rout = a.rout;
         if (outcome != A_LOST) {
@@ -1138,8 +1155,10 @@ static intptr_t job_main(void *arg)
         if (burst >= budget) {
             a.err = -EIO;
             if (!checkpoints)
-                snprintf(a.why, sizeof(a.why), "%s; the job takes no checkpoints, so it is not "
-                         "restarted", cause);
+                snprintf(a.why, sizeof(a.why),
+                         "%s; the job takes no checkpoints, so it is not "
+                         "restarted",
+                         cause);
             else
                 snprintf(a.why, sizeof(a.why), "%s; the restart budget (%d in a burst) is spent",
                          cause, budget);
@@ -1161,24 +1180,26 @@ static intptr_t job_main(void *arg)
         J->state = WEIR__CL_JOB_RUNNING;
         pthread_mutex_unlock(&c->mu);
     }
-    weir__cl_job_completed jc = {
-        .job = J->id,
-        .err = outcome == A_OK ? 0 : outcome == A_CANCELLED ? -ECANCELED : (a.err ? a.err : -EIO),
-        .message = outcome == A_OK ? "" : a.why,
-        .elapsed_ms = (uint64_t)((weir_time_now() - J->t0) / WEIR_MSEC),
-        .records_in = rin,
-        .records_out = rout,
-        .sources = t.sources,
-        .sinks = t.sinks,
-        .watermark = outcome == A_OK ? WEIR_WATERMARK_MAX : WEIR_WATERMARK_MIN,
-        .ckpt_completed = t.completed,
-        .ckpt_latest = t.latest,
-        .ckpt_restored = t.restored,
-        .restarts = (uint32_t)restarts};
+    weir__cl_job_completed jc = {.job = J->id,
+                                 .err = outcome == A_OK          ? 0
+                                        : outcome == A_CANCELLED ? -ECANCELED
+                                                                 : (a.err ? a.err : -EIO),
+                                 .message = outcome == A_OK ? "" : a.why,
+                                 .elapsed_ms = (uint64_t)((weir_time_now() - J->t0) / WEIR_MSEC),
+                                 .records_in = rin,
+                                 .records_out = rout,
+                                 .sources = t.sources,
+                                 .sinks = t.sinks,
+                                 .watermark =
+                                     outcome == A_OK ? WEIR_WATERMARK_MAX : WEIR_WATERMARK_MIN,
+                                 .ckpt_completed = t.completed,
+                                 .ckpt_latest = t.latest,
+                                 .ckpt_restored = t.restored,
+                                 .restarts = (uint32_t)restarts};
     if (outcome != A_OK)
         weir__log(outcome == A_CANCELLED ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG,
-                  "job %" PRIu64 " %s: %s", J->id,
-                  outcome == A_CANCELLED ? "cancelled" : "failed", a.why);
+                  "job %" PRIu64 " %s: %s", J->id, outcome == A_CANCELLED ? "cancelled" : "failed",
+                  a.why);
     send_completed(J, &jc);
     attempt_free(J, &a);
     pthread_mutex_lock(&c->mu);
@@ -1302,11 +1323,15 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
                    memcmp(b.missing[k].b, u.u.upload.sha256, 32) != 0)
                 k++;
             if (u.kind != WEIR_CLUSTER_PLUGIN_UPLOAD || k == b.nmissing || have[k]) {
-                weir__log(WEIR__LOG_WARN, LOG, "client: expected a PluginUpload of a missing "
-                          "plugin, got a %s", weir__cl_kind_name(u.kind));
+                weir__log(WEIR__LOG_WARN, LOG,
+                          "client: expected a PluginUpload of a missing "
+                          "plugin, got a %s",
+                          weir__cl_kind_name(u.kind));
                 e = -EPROTO;
             } else {
-                bjob pb = {.c = c, .bytes = u.u.upload.bytes.p, .len = u.u.upload.bytes.n,
+                bjob pb = {.c = c,
+                           .bytes = u.u.upload.bytes.p,
+                           .len = u.u.upload.bytes.n,
                            .sha = u.u.upload.sha256};
                 e = (int)weir__blocking_run_shielded(b_put, &pb);
                 if (e < 0) {
@@ -1348,7 +1373,9 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
             e = -ENOMEM;
     char msg[1024] = "out of memory";
     for (uint32_t i = 0; !e && i < s->plugins.n; i++) {
-        bjob ob = {.c = c, .sha = s->plugins.v[i].sha256, .len = s->plugins.v[i].size,
+        bjob ob = {.c = c,
+                   .sha = s->plugins.v[i].sha256,
+                   .len = s->plugins.v[i].size,
                    .plugin = i == 0 ? (weir_plugin *)1 : NULL};
         e = (int)weir__blocking_run_shielded(b_open, &ob);
         snprintf(msg, sizeof(msg), "%s", ob.msg[0] ? ob.msg : weir_strerror(e));
@@ -1446,15 +1473,14 @@ static void handle_list(client *cl)
     pthread_mutex_lock(&c->mu);
     size_t n = c->njobs;
     weir__cl_job_info *v = weir__calloc(n ? n : 1, sizeof(*v));
-    char (*names)[WEIR_CLUSTER_NAME_MAX + 1] = weir__calloc(n ? n : 1, sizeof(*names));
-    char (*msgs)[WEIR_CLUSTER_MESSAGE_MAX] = weir__calloc(n ? n : 1, sizeof(*msgs));
+    char(*names)[WEIR_CLUSTER_NAME_MAX + 1] = weir__calloc(n ? n : 1, sizeof(*names));
+    char(*msgs)[WEIR_CLUSTER_MESSAGE_MAX] = weir__calloc(n ? n : 1, sizeof(*msgs));
     for (size_t i = 0; v && names && msgs && i < n; i++) {
         cjob *J = c->jobs[i];
         memcpy(names[i], J->name, sizeof(names[i]));
         memcpy(msgs[i], J->message, sizeof(msgs[i]));
-        v[i] = (weir__cl_job_info){J->id,           names[i],     J->state,
-                                   J->par,          J->submitted_ms, J->ended_ms,
-                                   msgs[i]};
+        v[i] = (weir__cl_job_info){J->id,           names[i],    J->state, J->par,
+                                   J->submitted_ms, J->ended_ms, msgs[i]};
     }
     pthread_mutex_unlock(&c->mu);
     weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_LIST};
@@ -1500,9 +1526,8 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
     cl->fd = fd;
     atomic_store(&cl->refs, 1);
     weir__cl_msg ack = {.kind = WEIR_CLUSTER_HELLO_CLIENT_ACK};
-    ack.u.hello_ack = (weir__cl_hello_client_ack){WEIR_CLUSTER_PROTO_VERSION,
-                                                  WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_ACCEPTED,
-                                                  ""};
+    ack.u.hello_ack = (weir__cl_hello_client_ack){
+        WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_ACCEPTED, ""};
     int e = client_reply(cl, &ack);
     while (!e) {
         weir__cl_msg m;
@@ -1577,13 +1602,13 @@ static intptr_t admit_main(void *arg)
                                                ver, min, why, sizeof(why))) < 0) {
             atomic_fetch_add(&c->refused_version, 1);
             weir__log(WEIR__LOG_WARN, LOG, "connection refused: %s", why);
-            weir__cl_msg r = {.kind = kind == WEIR_CLUSTER_REGISTER ? WEIR_CLUSTER_REGISTER_ACK
-                                                                    : WEIR_CLUSTER_HELLO_CLIENT_ACK};
+            weir__cl_msg r = {.kind = kind == WEIR_CLUSTER_REGISTER
+                                          ? WEIR_CLUSTER_REGISTER_ACK
+                                          : WEIR_CLUSTER_HELLO_CLIENT_ACK};
             if (kind == WEIR_CLUSTER_REGISTER)
-                r.u.reg_ack = (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION,
-                                                      WEIR_CLUSTER_PROTO_MIN_COMPAT,
-                                                      WEIR__CL_REFUSED, why,
-                                                      WEIR_CLUSTER_HEARTBEAT_MS};
+                r.u.reg_ack = (weir__cl_register_ack){
+                    WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_REFUSED,
+                    why, WEIR_CLUSTER_HEARTBEAT_MS};
             else
                 r.u.hello_ack = (weir__cl_hello_client_ack){WEIR_CLUSTER_PROTO_VERSION,
                                                             WEIR_CLUSTER_PROTO_MIN_COMPAT,
@@ -1637,14 +1662,14 @@ static intptr_t accept_main(void *arg)
         backoff = 10;
         weir_net_set_nodelay(fd, 1);
         admit_arg *aa = weir__malloc(sizeof(*aa));
-        if (!aa || !weir_scope_spawn(c->scope, admit_main, aa,
-                                     &(weir_spawn_opts){.name = "cluster connection",
-                                                        .stack_size = FIBER})) {
+        if (aa)
+            *aa = (admit_arg){c, fd};
+        if (!aa || !weir_scope_spawn(
+                       c->scope, admit_main, aa,
+                       &(weir_spawn_opts){.name = "cluster connection", .stack_size = FIBER})) {
             weir__free(aa);
             weir_io_close(fd);
-            continue;
         }
-        *aa = (admit_arg){c, fd};
     }
 }
 
@@ -1687,8 +1712,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         return -ENOMEM;
     }
     c->o = *o;
-    c->hb_ms = o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms
-                                           : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
+    c->hb_ms =
+        o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
     c->wd_ms = o->watchdog_ms > 0 ? o->watchdog_ms : WEIR_CLUSTER_WATCHDOG_MS;
     c->stall_ms = o->stall_ms ? o->stall_ms : WEIR__OUTBOX_STALL_MS;
     c->drain_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 120000;
@@ -1710,7 +1735,9 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     if ((e = weir__plugin_cache_open(dir, &c->cache, msg, cap)) < 0)
         goto out;
     snprintf(c->host, sizeof(c->host), "%s",
-             o->advertise_host ? o->advertise_host : o->bind_host ? o->bind_host : "127.0.0.1");
+             o->advertise_host ? o->advertise_host
+             : o->bind_host    ? o->bind_host
+                               : "127.0.0.1");
     if ((c->lfd = weir_net_listen(o->bind_host ? o->bind_host : "0.0.0.0", o->port, NULL)) < 0) {
         e = c->lfd;
         snprintf(msg, cap, "listening on %s:%d: %s", o->bind_host ? o->bind_host : "0.0.0.0",

@@ -32,9 +32,9 @@ typedef struct weir__coord_opts {
     const char *advertise_host; /* what clients are told; NULL: bind host */
     const char *cache_dir;      /* plugin cache; NULL: a private temporary directory */
     int64_t heartbeat_timeout_ms, watchdog_ms, stall_ms; /* 0: the defaults */
-    int64_t drain_timeout_ms;   /* a restart's drain (0: 120 s) */
-    int64_t restart_window_ms;  /* restarts forgiven after this clean (0: 10 min) */
-    int max_restarts;           /* with checkpoints (-1: 10); without: always 0 */
+    int64_t drain_timeout_ms;                            /* a restart's drain (0: 120 s) */
+    int64_t restart_window_ms; /* restarts forgiven after this clean (0: 10 min) */
+    int max_restarts;          /* with checkpoints (-1: 10); without: always 0 */
     uint32_t default_parallelism;
     int stop_fd; /* readable: shut down (-1: never) */
     /* Once listening: the port bound (the CLI prints it). */

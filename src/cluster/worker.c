@@ -89,7 +89,7 @@ typedef struct wjob {
     wpeer *peers;  /* sorted by channel */
     uint32_t npeers;
     /* worker mu */
-    run *r;                   /* while its subtasks exist: checkpoint deliveries */
+    run *r; /* while its subtasks exist: checkpoint deliveries */
     const weir__plan *plan;
     uint64_t pending_trigger; /* a trigger that came before r */
     weir_task *task;
@@ -162,8 +162,8 @@ static void deliver_locked(wjob *J, int kind, uint64_t id)
         return;
     }
     for (uint32_t i = 0; i < J->nsubs; i++) {
-        weir__ckpt_msg m = {.kind = kind, .id = id, .chain = J->subs[i].chain,
-                            .sub = J->subs[i].sub};
+        weir__ckpt_msg m = {
+            .kind = kind, .id = id, .chain = J->subs[i].chain, .sub = J->subs[i].sub};
         if (kind == WEIR__CK_TRIGGER &&
             J->plan->ops[J->plan->chains[m.chain].ops[0]].kind != OP_SOURCE)
             continue;
@@ -253,8 +253,8 @@ static intptr_t b_plugins(void *arg)
     wjob *J = b->J;
     for (uint32_t i = 0; i < J->nplugins; i++) {
         char *path = NULL;
-        int e = weir__plugin_cache_accept(b->wk->cache, &J->plugins[i], &path, b->msg,
-                                          sizeof(b->msg));
+        int e =
+            weir__plugin_cache_accept(b->wk->cache, &J->plugins[i], &path, b->msg, sizeof(b->msg));
         if (e < 0)
             return e;
         if (i == 0)
@@ -270,15 +270,9 @@ static void report_finished(wjob *J, int32_t err, int fatal, const char *message
 {
     for (uint32_t i = 0; i < J->nsubs; i++) {
         weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_FINISHED};
-        f.u.finished = (weir__cl_subtask_finished){J->job,
-                                                   J->attempt,
-                                                   J->subs[i].chain,
-                                                   J->subs[i].sub,
-                                                   err,
-                                                   (uint8_t)fatal,
-                                                   (char *)message,
-                                                   i == 0 ? rin : 0,
-                                                   i == 0 ? rout : 0};
+        f.u.finished = (weir__cl_subtask_finished){
+            J->job,         J->attempt,      J->subs[i].chain, J->subs[i].sub,   err,
+            (uint8_t)fatal, (char *)message, i == 0 ? rin : 0, i == 0 ? rout : 0};
         weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
     }
 }
@@ -365,17 +359,17 @@ static intptr_t wjob_main(void *arg)
     int port = weir_net_local_port(lfd);
     const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
     int ports[2] = {port, port};
-    net = weir__tcp_new(&(weir__tcp_opts){.self = 0,
-                                          .nprocs = 2,
-                                          .hosts = hosts,
-                                          .ports = ports,
-                                          .listen_fd = lfd,
-                                          .place = w_place,
-                                          .place_arg = J,
-                                          .plan_hash =
-                                              weir__tcp_plan_hash(J->plan_bytes, J->plan_len),
-                                          .peer = w_peer,
-                                          .peer_arg = J});
+    net = weir__tcp_new(
+        &(weir__tcp_opts){.self = 0,
+                          .nprocs = 2,
+                          .hosts = hosts,
+                          .ports = ports,
+                          .listen_fd = lfd,
+                          .place = w_place,
+                          .place_arg = J,
+                          .plan_hash = weir__tcp_plan_hash(J->plan_bytes, J->plan_len),
+                          .peer = w_peer,
+                          .peer_arg = J});
     if (!net) {
         e = -errno;
         weir_io_close(lfd);
@@ -537,9 +531,9 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
             }
         }
         if (wk->njobs < wk->cap) {
-            J->task = weir_scope_spawn(wk->jobs_scope, wjob_main, J,
-                                       &(weir_spawn_opts){.name = "worker job",
-                                                          .stack_size = FIBER});
+            J->task =
+                weir_scope_spawn(wk->jobs_scope, wjob_main, J,
+                                 &(weir_spawn_opts){.name = "worker job", .stack_size = FIBER});
             if (J->task) {
                 weir_task_ref(J->task);
                 wk->jobs[wk->njobs++] = J;
@@ -549,10 +543,13 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
         pthread_mutex_unlock(&wk->mu);
     }
     if (e) {
-        weir__log(WEIR__LOG_ERROR, LOG, "job %" PRIu64 ": could not take its Deploy: %s",
-                  d->job, weir_strerror(e));
-        wjob tmp = {.job = d->job, .attempt = d->attempt, .subs = d->subtasks.v,
-                    .nsubs = d->subtasks.n, .ob = ob};
+        weir__log(WEIR__LOG_ERROR, LOG, "job %" PRIu64 ": could not take its Deploy: %s", d->job,
+                  weir_strerror(e));
+        wjob tmp = {.job = d->job,
+                    .attempt = d->attempt,
+                    .subs = d->subtasks.v,
+                    .nsubs = d->subtasks.n,
+                    .ob = ob};
         report_finished(&tmp, e, 0, "the worker is out of memory", 0, 0);
         if (J)
             wjob_free(J);
@@ -566,8 +563,7 @@ static void on_peer_update(worker *wk, weir__cl_peer_update *u)
     if (J && J->attempt == u->attempt && !J->peers) {
         J->peers = weir__calloc(u->peers.n ? u->peers.n : 1, sizeof(*J->peers));
         for (uint32_t i = 0; J->peers && i < u->peers.n; i++) {
-            J->peers[i] = (wpeer){u->peers.v[i].channel, u->peers.v[i].host,
-                                  u->peers.v[i].port};
+            J->peers[i] = (wpeer){u->peers.v[i].channel, u->peers.v[i].host, u->peers.v[i].port};
             u->peers.v[i].host = NULL; /* taken */
             J->npeers++;
         }
@@ -620,7 +616,8 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     }
     weir_net_set_nodelay(fd, 1);
     weir__cl_msg m = {.kind = WEIR_CLUSTER_REGISTER};
-    m.u.reg = (weir__cl_register){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
+    m.u.reg = (weir__cl_register){WEIR_CLUSTER_PROTO_VERSION,
+                                  WEIR_CLUSTER_PROTO_MIN_COMPAT,
                                   (char *)wk->o.id,
                                   (char *)(wk->o.data_host ? wk->o.data_host : ""),
                                   wk->o.slots ? wk->o.slots : WEIR__WORKER_SLOTS,
@@ -654,12 +651,11 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         snprintf(msg, cap, "%s", why);
         rc = -EPROTONOSUPPORT;
     } else if (ack.u.reg_ack.status != WEIR__CL_ACCEPTED) {
-        snprintf(msg, cap, "the coordinator refused the registration: %s",
-                 ack.u.reg_ack.message);
+        snprintf(msg, cap, "the coordinator refused the registration: %s", ack.u.reg_ack.message);
         rc = ack.u.reg_ack.status == WEIR__CL_RETRY ? 0 : -EPERM;
     }
-    uint32_t hb = ack.u.reg_ack.heartbeat_ms ? ack.u.reg_ack.heartbeat_ms
-                                              : WEIR_CLUSTER_HEARTBEAT_MS;
+    uint32_t hb =
+        ack.u.reg_ack.heartbeat_ms ? ack.u.reg_ack.heartbeat_ms : WEIR_CLUSTER_HEARTBEAT_MS;
     wk->epoch = ack.epoch;
     weir__cl_msg_free(&ack);
     weir__outbox *ob = rc == 1 ? weir__outbox_new(fd, NULL) : NULL;
@@ -698,8 +694,9 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         }
         if (f.epoch < wk->epoch) {
             atomic_fetch_add(&wk->fenced, 1);
-            weir__log(WEIR__LOG_ERROR, LOG, "dropped a %s of epoch %" PRIu64 " (bound to %" PRIu64
-                      ")", weir__cl_kind_name(f.kind), f.epoch, wk->epoch);
+            weir__log(WEIR__LOG_ERROR, LOG,
+                      "dropped a %s of epoch %" PRIu64 " (bound to %" PRIu64 ")",
+                      weir__cl_kind_name(f.kind), f.epoch, wk->epoch);
         } else {
             if (f.epoch > wk->epoch)
                 wk->epoch = f.epoch;
@@ -835,10 +832,11 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         e = -ENOMEM;
         goto out;
     }
-    weir_task *st = o->stop_fd >= 0 ? weir_task_spawn(stop_main, wk,
-                                                      &(weir_spawn_opts){.name = "worker stop",
-                                                                         .stack_size = FIBER})
-                                    : NULL;
+    weir_task *st =
+        o->stop_fd >= 0
+            ? weir_task_spawn(stop_main, wk,
+                              &(weir_spawn_opts){.name = "worker stop", .stack_size = FIBER})
+            : NULL;
     int64_t backoff = 100;
     char last[512] = "";
     while (!atomic_load(&wk->stopping)) {

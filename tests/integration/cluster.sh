@@ -30,6 +30,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
+[ -z "${KEEP:-}" ] || trap - EXIT
 
 fail() {
     echo "cluster.sh: FAIL: $*" >&2
@@ -76,7 +77,7 @@ latest_completed() {
     ls "$1" 2>/dev/null | sed -n 's/^COMPLETED-\([0-9]*\)$/\1/p' | sort -n | tail -n 1
 }
 has_completed() { [ -n "$(latest_completed "$1")" ]; }
-completed_above() { c=$(latest_completed "$1"); [ -n "$c" ] && [ "$c" -gt "$2" ]; }
+completed_above() { l=$(latest_completed "$1"); [ -n "$l" ] && [ "$l" -gt "$2" ]; }
 
 n=300000
 # The reference: an uninterrupted weir run.
@@ -119,16 +120,18 @@ for c in $cases; do
     kill | kill2)
         submit $c $n --checkpoint-dir "$tmp/$c-ckpt" --checkpoint-interval-ms 100
         wait_for 60 has_completed "$tmp/$c-ckpt" || fail "$c: no checkpoint completed"
+        lost=$(grep -c "worker lost: b" "$tmp/coord.log" || true)
         kill -KILL "$w_b"
-        wait_for 20 grep -q "worker lost: b" "$tmp/coord.log" || fail "$c: b not declared lost"
+        wait_for 20 sh -c "[ \$(grep -c 'worker lost: b' '$tmp/coord.log') -gt $lost ]" ||
+            fail "$c: b not declared lost"
         start_worker b
         if [ $c = kill2 ]; then
-            restarted=$(grep -c "restarting" "$tmp/coord.log" || true)
             done_id=$(latest_completed "$tmp/$c-ckpt")
             wait_for 60 completed_above "$tmp/$c-ckpt" "$done_id" ||
                 fail "$c: no checkpoint completed after the restart"
+            lost=$(grep -c "worker lost: c" "$tmp/coord.log" || true)
             kill -KILL "$w_c"
-            wait_for 20 sh -c "[ \$(grep -c 'worker lost: c' '$tmp/coord.log') -ge 1 ]" ||
+            wait_for 20 sh -c "[ \$(grep -c 'worker lost: c' '$tmp/coord.log') -gt $lost ]" ||
                 fail "$c: c not declared lost"
             start_worker c
         fi
@@ -155,7 +158,7 @@ for c in $cases; do
         ;;
     nocheckpoint)
         submit nockpt 100000000
-        wait_for 20 sh -c "ls '$tmp/nockpt' | grep -q ." || fail "nocheckpoint: the job did not start"
+        wait_for 20 sh -c "ls -A '$tmp/nockpt' | grep -q ." || fail "nocheckpoint: the job did not start"
         kill -KILL "$w_c"
         if wait $sub; then fail "nocheckpoint: the job succeeded after losing a worker"; fi
         grep -q "worker c lost" "$tmp/nockpt.submit.log" ||
