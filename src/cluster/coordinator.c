@@ -1051,8 +1051,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     uint64_t restored = weir__job_coord_restored(r), first = weir__job_coord_first_id(r);
     if (restored)
         t->restored = restored;
-    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: %u subtasks on %u workers%s", J->id,
-              J->attempt, a->plan->nsubtasks, J->naw, restored ? ", restoring" : "");
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: deploying", J->id, J->attempt);
     post_deploys(J, a, restored, first);
     e = wait_until(J, a, r, all_listened, weir_time_after_ms(60000), &outcome, cause, cap);
     if (e == -ETIMEDOUT && outcome == A_OK) {
@@ -1066,6 +1065,10 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     }
     if (outcome == A_OK) {
         post_peer_updates(J, a);
+        weir__log(WEIR__LOG_INFO, LOG,
+                  "job %" PRIu64 " attempt %u running: %u subtasks on %u workers, restored from "
+                  "checkpoint %" PRIu64,
+                  J->id, J->attempt, a->plan->nsubtasks, J->naw, restored);
         if (weir__job_coord_start_checkpoints(r) < 0) {
             outcome = A_FAILED;
             snprintf(a->why, sizeof(a->why), "could not start the checkpoint coordinator");
