@@ -79,6 +79,7 @@ typedef struct wjob {
     size_t plan_len;
     weir__cl_subtask *subs;
     uint32_t nsubs;
+    uint8_t *reported; /* [nsubs]: its SubtaskFinished went out (worker mu) */
     int argc;
     char **argv;
     char *checkpoint_dir;
@@ -265,16 +266,59 @@ static intptr_t b_plugins(void *arg)
     return weir_plugin_open(b->path, &b->plugin, b->msg, sizeof(b->msg));
 }
 
+static void post_finished(wjob *J, uint32_t i, int32_t err, int fatal, const char *message,
+                          uint64_t rin, uint64_t rout)
+{
+    weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_FINISHED};
+    f.u.finished = (weir__cl_subtask_finished){J->job,          J->attempt, J->subs[i].chain,
+                                               J->subs[i].sub,  err,        (uint8_t)fatal,
+                                               (char *)message, rin,        rout};
+    weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
+}
+
+/* Every subtask of the share not reported yet (they never ran, or the
+ * share failed around them), the first carrying rin / rout. */
 static void report_finished(wjob *J, int32_t err, int fatal, const char *message, uint64_t rin,
                             uint64_t rout)
 {
     for (uint32_t i = 0; i < J->nsubs; i++) {
-        weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_FINISHED};
-        f.u.finished = (weir__cl_subtask_finished){
-            J->job,         J->attempt,      J->subs[i].chain, J->subs[i].sub,   err,
-            (uint8_t)fatal, (char *)message, i == 0 ? rin : 0, i == 0 ? rout : 0};
-        weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
+        pthread_mutex_lock(&J->wk->mu);
+        int done = J->reported && J->reported[i];
+        if (J->reported)
+            J->reported[i] = 1;
+        pthread_mutex_unlock(&J->wk->mu);
+        if (done)
+            continue;
+        post_finished(J, i, err, fatal, message, rin, rout);
+        rin = rout = 0;
     }
+}
+
+/* A subtask of the share ended (on its thread): reported at once, so
+ * the coordinator knows which subtasks still run (no checkpoint starts
+ * once one has ended), with its own record counts. */
+static void w_ended(void *arg, subtask *st, int err)
+{
+    wjob *J = arg;
+    uint32_t chain = (uint32_t)st->ops[0]->chain, sub = (uint32_t)st->index, i = 0;
+    while (i < J->nsubs && (J->subs[i].chain != chain || J->subs[i].sub != sub))
+        i++;
+    if (i == J->nsubs)
+        return;
+    pthread_mutex_lock(&J->wk->mu);
+    int done = J->reported[i];
+    J->reported[i] = 1;
+    pthread_mutex_unlock(&J->wk->mu);
+    if (done)
+        return;
+    uint64_t rin = st->ops[0]->kind == OP_SOURCE ? st->ctx[0].out : 0;
+    uint64_t rout = st->ops[st->nops - 1]->kind == OP_SINK ? st->ctx[st->nops - 1].in : 0;
+    const char *msg = err < 0 ? weir_job_error(st->r->j) : "";
+    post_finished(J, i, err < 0 ? err : 0, 0,
+                  msg && *msg ? msg
+                  : err < 0   ? weir_strerror(err)
+                              : "",
+                  rin, rout);
 }
 
 static void wjob_free(wjob *J)
@@ -284,6 +328,7 @@ static void wjob_free(wjob *J)
     weir__free(J->argv);
     weir__free(J->plan_bytes);
     weir__free(J->subs);
+    weir__free(J->reported);
     weir__free(J->checkpoint_dir);
     for (uint32_t i = 0; J->plugins && i < J->nplugins; i++)
         weir__free((void *)J->plugins[i].bytes.p);
@@ -296,20 +341,6 @@ static void wjob_free(wjob *J)
     if (J->task)
         weir_task_unref(J->task);
     weir__free(J);
-}
-
-static void sum_records(weir_job *j, uint64_t *rin, uint64_t *rout)
-{
-    *rin = *rout = 0;
-    for (int i = 0; i < weir_job_ops(j); i++) {
-        weir_op_stats st;
-        if (weir_job_op_stats(j, weir_job_op_name(j, i), &st) != 0)
-            continue;
-        if (weir_job_op_kind(j, i) == WEIR_OP_SOURCE)
-            *rin += st.records_out;
-        else if (weir_job_op_kind(j, i) == WEIR_OP_SINK)
-            *rout += st.records_in;
-    }
 }
 
 static intptr_t wjob_main(void *arg)
@@ -417,6 +448,7 @@ static intptr_t wjob_main(void *arg)
                       .link = J->checkpoint_dir && J->interval_ms ? w_link : NULL,
                       .worker = 1,
                       .restore_id = J->restore_id,
+                      .ended = w_ended,
                       .arg = J};
     weir_run_opts o = {.parallelism = 1,
                        .credits = 4,
@@ -426,7 +458,9 @@ static intptr_t wjob_main(void *arg)
     e = weir__job_run_plan(j, p, &o, &d);
     if (e < 0 && weir_job_error(j)[0])
         snprintf(msg, sizeof(msg), "%s", weir_job_error(j));
-    sum_records(j, &rin, &rout);
+    /* Subtasks reported their own ends: what is left failed around them
+     * (the run could not start them). */
+    rin = rout = 0;
 report:
     if (e < 0 && !msg[0])
         snprintf(msg, sizeof(msg), "%s", weir_strerror(e));
@@ -485,6 +519,7 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
         J->plan_bytes = weir__malloc(d->plan.n ? d->plan.n : 1);
         J->nsubs = d->subtasks.n;
         J->subs = weir__calloc(d->subtasks.n ? d->subtasks.n : 1, sizeof(*J->subs));
+        J->reported = weir__calloc(d->subtasks.n ? d->subtasks.n : 1, 1);
         J->argc = (int)d->args.n + 1;
         J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
         J->checkpoint_dir = d->checkpoint_dir[0] ? weir__strdup(d->checkpoint_dir) : NULL;
@@ -493,7 +528,7 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
         J->nplugins = d->plugins.n;
         J->plugins = weir__calloc(d->plugins.n ? d->plugins.n : 1, sizeof(*J->plugins));
         J->go = weir_chan_new(sizeof(int), 1);
-        e = J->plan_bytes && J->subs && J->argv && J->plugins && J->go &&
+        e = J->plan_bytes && J->subs && J->reported && J->argv && J->plugins && J->go &&
                     (!d->checkpoint_dir[0] || J->checkpoint_dir)
                 ? 0
                 : -ENOMEM;

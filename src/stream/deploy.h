@@ -48,6 +48,10 @@ typedef struct weir__deploy {
      * completed included), so a straggler of that attempt can never write
      * into a checkpoint of this one. 0: above the latest completed. */
     uint64_t id_floor;
+    /* Each subtask here as it ends (err: 0 or its failure), on its own
+     * thread, after its operators closed (NULL: nothing). A cluster's
+     * worker reports it to the coordinator at once. */
+    void (*ended)(void *arg, subtask *st, int err);
     void *arg;
 } weir__deploy;
 

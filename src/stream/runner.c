@@ -171,6 +171,8 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     r.worker = d && d->worker;
     r.restore_id = d ? d->restore_id : 0;
     r.id_floor = d ? d->id_floor : 0;
+    r.ended = d ? d->ended : NULL;
+    r.ended_arg = d ? d->arg : NULL;
     r.spans = d && d->link;
     if (!e && d && d->link && !(r.link = d->link(d->arg, &r))) {
         e = errno ? -errno : -ENOMEM;

@@ -675,6 +675,8 @@ intptr_t weir__subtask_main(void *arg)
         if (close)
             close(c->state);
     }
+    if (st->r->ended)
+        st->r->ended(st->r->ended_arg, st, e);
     return e;
 }
 
