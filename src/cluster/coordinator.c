@@ -19,7 +19,7 @@
  *   watchdog    every watchdog_ms declares a worker lost on silence
  *               (heartbeat timeout), on its outbox's stall or overflow
  *               verdict; a sweep that itself ran late judges nothing;
- *   job         one per job: runs its attempts (below);
+ *   job         one per job: runs its attempts (below; coord_job.c);
  *   stop        waits for the stop descriptor and shuts the node down.
  *
  * Everything a coordinator sends a worker after its RegisterAck goes
@@ -74,108 +74,7 @@
 #include "weir/rt.h"
 #include "weir/stream.h"
 #include "weir/sync.h"
-
-#define LOG           "coordinator"
-#define FIBER         (128u << 10)
-#define EV_BACKLOG    WEIR_CLUSTER_BACKLOG_FRAMES
-#define MAX_JOBS_KEPT 256 /* ended jobs remembered for ListJobs */
-
-typedef struct coord coord;
-typedef struct cjob cjob;
-
-/* ---- a worker's session ------------------------------------------------------------------ */
-typedef struct wsess {
-    coord *c;
-    char id[WEIR_CLUSTER_REGISTER_STR_MAX + 1];
-    char host[WEIR_CLUSTER_HOST_MAX + 1]; /* where its subtasks listen */
-    uint32_t slots, used;                 /* used: reserved by attempts (mu) */
-    int fd;
-    weir__outbox *ob;
-    _Atomic int64_t last_seen;
-    int lost; /* mu */
-    char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
-    weir__plugin_shipped shipped; /* mu */
-} wsess;
-
-/* ---- a client's connection ----------------------------------------------------------------- */
-typedef struct client {
-    coord *c;
-    int fd;
-    weir_mutex *wl; /* one writer at a time: the client fiber, a job's JobCompleted */
-    _Atomic int refs;
-    _Atomic int closed;
-} client;
-
-/* ---- what readers tell a job ------------------------------------------------------------- */
-enum { EV_LISTENING = 1, EV_FINISHED, EV_LOST, EV_CANCEL, EV_REGISTERED };
-
-typedef struct ev {
-    int kind;
-    wsess *w;
-    uint32_t attempt, chain, sub;
-    int32_t err;
-    uint8_t fatal;
-    char *message; /* EV_FINISHED, EV_CANCEL: an allocation, the job's to free */
-    uint64_t rin, rout;
-    uint32_t ninputs;
-    weir__cl_listen *inputs; /* EV_LISTENING: an allocation */
-} ev;
-
-struct cjob {
-    coord *c;
-    uint64_t id;
-    char name[WEIR_CLUSTER_NAME_MAX + 1];
-    /* mu: what ListJobs shows */
-    uint8_t state;
-    uint64_t submitted_ms, ended_ms;
-    char message[WEIR_CLUSTER_MESSAGE_MAX];
-    int ended;
-    /* the submission (immutable once published) */
-    uint32_t par;
-    weir_plugin *plugin;
-    int argc;
-    char **argv; /* argv[0]: the plugin's cached path */
-    char *checkpoint_dir;
-    uint64_t interval_ms;
-    int max_restarts;
-    uint32_t nplugins;
-    weir__cl_deploy_plugin *plugins; /* bytes: the job's own copies */
-    client *submitter;
-    weir_chan *events; /* ev */
-    weir_chan *acks;   /* weir__ckpt_msg */
-    /* the attempt (its fiber's; aw and naw read under mu by routing) */
-    uint32_t attempt;
-    wsess **aw;
-    uint32_t naw;
-    int64_t t0;
-};
-
-struct coord {
-    weir__coord_opts o;
-    pthread_mutex_t mu;
-    wsess **ws;
-    size_t nws, wscap;
-    cjob **jobs;
-    size_t njobs, jobcap;
-    uint64_t next_job;
-    weir_scope *scope;
-    int lfd;
-    int stopping; /* mu */
-    weir__plugin_cache *cache;
-    char host[WEIR_CLUSTER_HOST_MAX + 1];
-    char tmpdir[64]; /* the private cache directory, removed at the end */
-    int64_t hb_ms, wd_ms, stall_ms, drain_ms, window_ms;
-    /* counters */
-    _Atomic uint64_t malformed, refused_version, lost_heartbeat, lost_stall, lost_overflow,
-        lost_closed, restarts;
-};
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "cluster/coord_int.h"
 
 /* ---- blocking-pool jobs --------------------------------------------------------------------- */
 typedef struct bjob {
@@ -246,14 +145,6 @@ static void post_ev_locked(cjob *J, ev *x)
     }
 }
 
-static int job_uses(const cjob *J, const wsess *w)
-{
-    for (uint32_t i = 0; i < J->naw; i++)
-        if (J->aw[i] == w)
-            return 1;
-    return 0;
-}
-
 /* Declare w lost (mu held): its outbox is aborted (the socket shut down
  * both ways) and every job using it hears of it. */
 static void lose_locked(coord *c, wsess *w, const char *cause)
@@ -266,7 +157,7 @@ static void lose_locked(coord *c, wsess *w, const char *cause)
     weir__outbox_abort(w->ob);
     for (size_t i = 0; i < c->njobs; i++) {
         cjob *J = c->jobs[i];
-        if (!J->ended && job_uses(J, w)) {
+        if (!J->ended && weir__coord_job_uses(J, w)) {
             ev x = {.kind = EV_LOST, .w = w};
             post_ev_locked(J, &x);
         }
@@ -303,7 +194,7 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
                    : m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? m->u.checkpointed.job
                                                                   : m->u.request_final.job;
     cjob *J = job_find_locked(c, jid);
-    if (!J || J->ended || !job_uses(J, w)) {
+    if (!J || J->ended || !weir__coord_job_uses(J, w)) {
         pthread_mutex_unlock(&c->mu);
         return;
     }
@@ -547,688 +438,8 @@ static intptr_t watchdog_main(void *arg)
     return 0;
 }
 
-/* ---- the checkpoint link of an attempt ------------------------------------------------------- */
-typedef struct clink {
-    weir__ckpt_link l;
-    cjob *J;
-    uint64_t last[WEIR__CK_ABORT + 1]; /* the id last broadcast per kind */
-} clink;
-
-static int cl_ack(weir__ckpt_link *l, const weir__ckpt_msg *m)
-{
-    (void)l, (void)m;
-    return -EINVAL; /* no subtask runs here */
-}
-
-static int cl_recv(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline)
-{
-    return weir_chan_recv(((clink *)l)->J->acks, m, deadline);
-}
-
-/* The coordinator sends a kind to every subtask in turn, all with one id:
- * one frame per worker of the attempt says it for all of its subtasks. */
-static int cl_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
-{
-    clink *k = (clink *)l;
-    if (m->kind < WEIR__CK_TRIGGER || m->kind > WEIR__CK_ABORT || k->last[m->kind] == m->id)
-        return 0;
-    k->last[m->kind] = m->id;
-    cjob *J = k->J;
-    weir__cl_msg f = {0};
-    if (m->kind == WEIR__CK_TRIGGER || m->kind == WEIR__CK_COMPLETE) {
-        f.kind = m->kind == WEIR__CK_TRIGGER ? WEIR_CLUSTER_TRIGGER_CHECKPOINT
-                                             : WEIR_CLUSTER_COMMIT_CHECKPOINT;
-        f.u.checkpoint = (weir__cl_checkpoint){J->id, m->id};
-    } else {
-        f.kind = WEIR_CLUSTER_ABORT_CHECKPOINT;
-        f.u.abort_checkpoint = (weir__cl_abort_checkpoint){J->id, m->id, "a subtask failed it"};
-    }
-    pthread_mutex_lock(&J->c->mu);
-    for (uint32_t i = 0; i < J->naw; i++)
-        if (!J->aw[i]->lost)
-            weir__cl_post(J->aw[i]->ob, &f, WEIR__OUTBOX_CONTROL);
-    pthread_mutex_unlock(&J->c->mu);
-    return 0;
-}
-
-static void cl_free(weir__ckpt_link *l)
-{
-    weir__free(l);
-}
-
-static const weir__ckpt_link_ops clink_ops = {cl_ack, cl_recv, cl_send, NULL, cl_free};
-
-static weir__ckpt_link *make_clink(void *arg, run *r)
-{
-    (void)r;
-    clink *k = weir__calloc(1, sizeof(*k));
-    if (!k)
-        return NULL;
-    k->l.ops = &clink_ops;
-    k->J = arg;
-    return &k->l;
-}
-
-/* ---- a job's attempts ------------------------------------------------------------------------ */
-enum { A_OK = 0, A_FAILED, A_CANCELLED, A_LOST };
-
-typedef struct attempt {
-    weir_job *j;
-    weir__plan *plan;
-    uint8_t *plan_bytes;
-    size_t plan_len;
-    uint32_t *place;   /* [nsubtasks]: index into J->aw */
-    uint32_t *base;    /* [nchains]: plan order of subtask 0 of each chain */
-    uint8_t *done;     /* [nsubtasks]: finished, or its worker lost */
-    uint8_t *listened; /* [nsubtasks] */
-    uint16_t *port;    /* [nchannels]: where its consumer listens */
-    uint32_t ndone, nlistened;
-    int saw_loss; /* a worker of the attempt was lost (cause: the first) */
-    uint64_t rin, rout;
-    char why[WEIR_CLUSTER_MESSAGE_MAX];
-    int32_t err;
-} attempt;
-
-static void free_ev(ev *x)
-{
-    weir__free(x->message);
-    weir__free(x->inputs);
-}
-
-static void attempt_free(cjob *J, attempt *a)
-{
-    coord *c = J->c;
-    if (a->place && a->plan) {
-        pthread_mutex_lock(&c->mu);
-        for (uint32_t k = 0; k < a->plan->nsubtasks; k++)
-            J->aw[a->place[k]]->used--;
-        pthread_mutex_unlock(&c->mu);
-    }
-    weir__free(a->place);
-    weir__free(a->base);
-    weir__free(a->done);
-    weir__free(a->listened);
-    weir__free(a->port);
-    weir__free(a->plan_bytes);
-    weir__plan_free(a->plan);
-    if (a->j)
-        weir_job_free(a->j);
-    memset(a, 0, sizeof(*a));
-}
-
-static int64_t idx_of(const attempt *a, uint32_t chain, uint32_t sub)
-{
-    if (chain >= a->plan->nchains || sub >= a->plan->chains[chain].par)
-        return -1;
-    return (int64_t)a->base[chain] + sub;
-}
-
-/* Define, plan and place (reserving the slots). 0, -ENOSPC (no room now),
- * or another error with a->why. */
-static int attempt_prepare(cjob *J, attempt *a)
-{
-    coord *c = J->c;
-    char msg[1024];
-    int e = weir_plugin_define(J->plugin, J->argc, J->argv, &a->j, msg, sizeof(msg));
-    if (e) {
-        snprintf(a->why, sizeof(a->why), "defining the job: %s", msg);
-        return e;
-    }
-    uint32_t par = J->par ? J->par : (c->o.default_parallelism ? c->o.default_parallelism : 1);
-    if ((e = weir__plan_make(a->j, (int)par, 4, &a->plan, msg, sizeof(msg))) < 0) {
-        snprintf(a->why, sizeof(a->why), "planning the job: %s", msg);
-        return e;
-    }
-    weir_frame_builder fb;
-    const uint8_t *f;
-    size_t len;
-    if ((e = weir__plan_encode(a->plan, &fb)) == 0 &&
-        (e = weir_frame_builder_finish(&fb, &f, &len)) == 0) {
-        a->plan_len = len - WEIR_FRAME_HEADER;
-        if ((a->plan_bytes = weir__malloc(a->plan_len)))
-            memcpy(a->plan_bytes, f + WEIR_FRAME_HEADER, a->plan_len);
-        else
-            e = -ENOMEM;
-    }
-    weir_frame_builder_close(&fb);
-    const weir__plan *p = a->plan;
-    a->place = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, sizeof(*a->place));
-    a->base = weir__calloc(p->nchains ? p->nchains : 1, sizeof(*a->base));
-    a->done = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, 1);
-    a->listened = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, 1);
-    a->port = weir__calloc(p->nchannels ? p->nchannels : 1, sizeof(*a->port));
-    if (!e && (!a->place || !a->base || !a->done || !a->listened || !a->port))
-        e = -ENOMEM;
-    if (e) {
-        weir__free(a->place);
-        a->place = NULL;
-        snprintf(a->why, sizeof(a->why), "out of memory");
-        return e;
-    }
-    for (uint32_t ci = 1; ci < p->nchains; ci++)
-        a->base[ci] = a->base[ci - 1] + p->chains[ci - 1].par;
-    /* Placement over the live workers, with their free slots. */
-    pthread_mutex_lock(&c->mu);
-    size_t nlive = 0;
-    for (size_t i = 0; i < c->nws; i++)
-        nlive += !c->ws[i]->lost;
-    weir__place_worker *pw = weir__calloc(nlive ? nlive : 1, sizeof(*pw));
-    wsess **live = weir__calloc(nlive ? nlive : 1, sizeof(*live));
-    e = pw && live ? 0 : -ENOMEM;
-    size_t n = 0;
-    for (size_t i = 0; !e && i < c->nws; i++) {
-        wsess *w = c->ws[i];
-        if (w->lost)
-            continue;
-        live[n] = w;
-        pw[n++] = (weir__place_worker){w->id, w->slots > w->used ? w->slots - w->used : 0};
-    }
-    if (!e && n == 0) {
-        e = -ENOSPC;
-        snprintf(a->why, sizeof(a->why), "no worker is registered");
-    } else if (!e) {
-        e = weir__place(p, pw, n, a->place, a->why, sizeof(a->why));
-    }
-    if (!e) {
-        /* The workers used, in first-use order; place[] re-indexed. */
-        weir__free(J->aw);
-        J->aw = weir__calloc(n, sizeof(*J->aw));
-        J->naw = 0;
-        e = J->aw ? 0 : -ENOMEM;
-        for (uint32_t k = 0; !e && k < p->nsubtasks; k++) {
-            wsess *w = live[a->place[k]];
-            uint32_t x = 0;
-            while (x < J->naw && J->aw[x] != w)
-                x++;
-            if (x == J->naw)
-                J->aw[J->naw++] = w;
-            a->place[k] = x;
-            w->used++;
-        }
-    }
-    pthread_mutex_unlock(&c->mu);
-    weir__free(pw);
-    weir__free(live);
-    if (e) {
-        weir__free(a->place);
-        a->place = NULL;
-    }
-    return e;
-}
-
-/* Each worker its Deploy. */
-static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t first_id)
-{
-    coord *c = J->c;
-    const weir__plan *p = a->plan;
-    weir__cl_subtask *subs = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, sizeof(*subs));
-    weir__cl_deploy_plugin *pl = weir__calloc(J->nplugins, sizeof(*pl));
-    if (!subs || !pl) {
-        weir__free(subs);
-        weir__free(pl);
-        return; /* the workers never report: the attempt times out */
-    }
-    for (uint32_t x = 0; x < J->naw; x++) {
-        uint32_t n = 0;
-        for (uint32_t ci = 0; ci < p->nchains; ci++)
-            for (uint32_t s = 0; s < p->chains[ci].par; s++)
-                if (a->place[a->base[ci] + s] == x)
-                    subs[n++] = (weir__cl_subtask){ci, s};
-        weir__cl_msg m = {.kind = WEIR_CLUSTER_DEPLOY};
-        weir__cl_deploy *d = &m.u.deploy;
-        d->job = J->id;
-        d->attempt = J->attempt;
-        d->name = J->name;
-        d->plan = (weir__cl_bytes){a->plan_bytes, (uint32_t)a->plan_len};
-        d->subtasks.v = subs;
-        d->subtasks.n = n;
-        d->args.v = J->argv + 1;
-        d->args.n = (uint32_t)(J->argc - 1);
-        d->checkpoint_dir = J->checkpoint_dir ? J->checkpoint_dir : "";
-        d->checkpoint_interval_ms = J->interval_ms;
-        d->restore_id = restore_id;
-        d->first_id = first_id;
-        d->plugins.v = pl;
-        d->plugins.n = J->nplugins;
-        pthread_mutex_lock(&c->mu);
-        wsess *w = J->aw[x];
-        for (uint32_t i = 0; i < J->nplugins; i++) {
-            pl[i] = J->plugins[i];
-            if (!weir__plugin_shipped_plan(&w->shipped, pl[i].sha256, pl[i].size))
-                pl[i].bytes = (weir__cl_bytes){NULL, 0};
-        }
-        int e = w->lost ? -EPIPE : weir__cl_post(w->ob, &m, WEIR__OUTBOX_DEPLOY);
-        pthread_mutex_unlock(&c->mu);
-        if (e) /* its loss (or the overflow verdict) folds the attempt */
-            weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": Deploy to %s not posted: %s", J->id,
-                      w->id, weir_strerror(e));
-    }
-    weir__free(subs);
-    weir__free(pl);
-}
-
-static void post_peer_updates(cjob *J, attempt *a)
-{
-    coord *c = J->c;
-    const weir__plan *p = a->plan;
-    weir__cl_peer *peers = weir__calloc(p->nchannels ? p->nchannels : 1, sizeof(*peers));
-    if (!peers)
-        return;
-    for (uint32_t x = 0; x < J->naw; x++) {
-        uint32_t n = 0;
-        for (uint32_t i = 0; i < p->nchannels; i++) {
-            const weir__plan_channel *pc = &p->channels[i];
-            uint32_t from = a->place[a->base[pc->from_chain] + pc->from_sub];
-            uint32_t to = a->place[a->base[pc->to_chain] + pc->to_sub];
-            if (from == x && to != x && a->port[pc->id])
-                peers[n++] = (weir__cl_peer){pc->id, J->aw[to]->host, a->port[pc->id]};
-        }
-        weir__cl_msg m = {.kind = WEIR_CLUSTER_PEER_UPDATE};
-        m.u.peer_update.job = J->id;
-        m.u.peer_update.attempt = J->attempt;
-        m.u.peer_update.peers.v = peers;
-        m.u.peer_update.peers.n = n;
-        pthread_mutex_lock(&c->mu);
-        if (!J->aw[x]->lost)
-            weir__cl_post(J->aw[x]->ob, &m, WEIR__OUTBOX_CONTROL);
-        pthread_mutex_unlock(&c->mu);
-    }
-    weir__free(peers);
-}
-
-static void post_cancels(cjob *J, attempt *a, const char *reason)
-{
-    coord *c = J->c;
-    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_TASKS};
-    m.u.cancel_tasks = (weir__cl_cancel_tasks){J->id, J->attempt, (char *)reason};
-    pthread_mutex_lock(&c->mu);
-    for (uint32_t x = 0; x < J->naw; x++) {
-        int pending = 0;
-        for (uint32_t k = 0; a->plan && k < a->plan->nsubtasks; k++)
-            pending |= a->place[k] == x && !a->done[k];
-        if (pending && !J->aw[x]->lost)
-            weir__cl_post(J->aw[x]->ob, &m, WEIR__OUTBOX_CONTROL);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Mark every subtask of w done (lost with it). */
-static void fold_lost(attempt *a, cjob *J, wsess *w)
-{
-    for (uint32_t k = 0; a->plan && k < a->plan->nsubtasks; k++)
-        if (J->aw[a->place[k]] == w && !a->done[k]) {
-            a->done[k] = 1;
-            a->ndone++;
-        }
-}
-
-/* One event of the running attempt. Returns the outcome when it ends the
- * attempt's run (A_*), or -1 to go on. */
-static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *cause, size_t cap)
-{
-    int64_t k =
-        x->kind == EV_LISTENING || x->kind == EV_FINISHED ? idx_of(a, x->chain, x->sub) : -1;
-    int own = k >= 0 && x->attempt == J->attempt && J->aw[a->place[k]] == x->w;
-    switch (x->kind) {
-    case EV_LISTENING:
-        if (!own || a->listened[k])
-            break;
-        a->listened[k] = 1;
-        a->nlistened++;
-        for (uint32_t i = 0; i < x->ninputs; i++)
-            if (x->inputs[i].channel < a->plan->nchannels) {
-                const weir__plan_channel *pc = &a->plan->channels[x->inputs[i].channel];
-                if (pc->to_chain == x->chain && pc->to_sub == x->sub)
-                    a->port[pc->id] = x->inputs[i].port;
-            }
-        break;
-    case EV_FINISHED:
-        if (!own || a->done[k])
-            break;
-        a->done[k] = 1;
-        a->ndone++;
-        a->rin += x->rin;
-        a->rout += x->rout;
-        if (r)
-            weir__job_coord_finished(r, x->chain, x->sub);
-        if (x->err == 0 || *outcome != A_OK)
-            break;
-        if (x->err == -ECANCELED) { /* its worker cancelled it: it is going away */
-            *outcome = A_LOST;
-            snprintf(cause, cap, "worker %s cancelled its subtasks", x->w->id);
-        } else {
-            *outcome = A_FAILED;
-            a->err = x->err;
-            snprintf(a->why, sizeof(a->why), "%s",
-                     x->message && *x->message ? x->message : weir_strerror(x->err));
-        }
-        break;
-    case EV_LOST:
-        if (!job_uses(J, x->w))
-            break;
-        fold_lost(a, J, x->w);
-        if (!a->saw_loss)
-            snprintf(cause, cap, "worker %s lost (%s)", x->w->id, x->w->cause);
-        a->saw_loss = 1;
-        if (*outcome == A_OK)
-            *outcome = A_LOST;
-        break;
-    case EV_CANCEL:
-        if (*outcome == A_OK) {
-            *outcome = A_CANCELLED;
-            snprintf(a->why, sizeof(a->why), "%s", x->message ? x->message : "cancelled");
-        }
-        break;
-    default:
-        break;
-    }
-    free_ev(x);
-    return -1;
-}
-
-/* Wait for events until pred holds or the outcome turns, the deadline
- * passes (-ETIMEDOUT) or the checkpoint side failed (j's error). */
-static int wait_until(cjob *J, attempt *a, run *r, int (*pred)(const attempt *), int64_t deadline,
-                      int *outcome, char *cause, size_t cap)
-{
-    int ok = *outcome == A_OK; /* a turn of the outcome ends the wait */
-    while (!pred(a)) {
-        if (ok && *outcome != A_OK)
-            return 0;
-        if (a->j && weir_job_error(a->j)[0] && *outcome == A_OK) {
-            *outcome = A_FAILED;
-            a->err = -EIO;
-            snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
-            return 0;
-        }
-        ev x;
-        int64_t tick = weir_time_after_ms(100);
-        int e = weir_chan_recv(J->events, &x, tick < deadline ? tick : deadline);
-        if (e == -ETIMEDOUT) {
-            if (weir_time_now() >= deadline)
-                return -ETIMEDOUT;
-            continue;
-        }
-        if (e < 0)
-            return e;
-        on_event(J, a, r, &x, outcome, cause, cap);
-    }
-    return 0;
-}
-
-static int all_listened(const attempt *a)
-{
-    return a->nlistened == a->plan->nsubtasks;
-}
-
-static int all_done(const attempt *a)
-{
-    return a->ndone == a->plan->nsubtasks;
-}
-
-/* The drain after an attempt went wrong: every subtask finished or lost. */
-static int saw_loss(const attempt *a)
-{
-    return a->saw_loss;
-}
-
-static int drain(cjob *J, attempt *a, run *r, int *outcome, char *cause, size_t cap)
-{
-    coord *c = J->c;
-    int e = wait_until(J, a, r, all_done, weir_time_after_ms(c->drain_ms), outcome, cause, cap);
-    if (e != -ETIMEDOUT)
-        return e;
-    char *p = a->why;
-    size_t left = sizeof(a->why);
-    int n = snprintf(
-        p, left, "the restart's drain timed out after %" PRId64 " ms; not drained:", c->drain_ms);
-    for (uint32_t ci = 0; ci < a->plan->nchains && n > 0 && (size_t)n < left; ci++)
-        for (uint32_t s = 0; s < a->plan->chains[ci].par; s++) {
-            uint32_t k = a->base[ci] + s;
-            if (a->done[k])
-                continue;
-            p += n;
-            left -= (size_t)n;
-            n = snprintf(p, left, " \"%s\" %u on %s",
-                         a->j ? weir_job_op_name(a->j, (int)a->plan->chains[ci].ops[0]) : "?", s,
-                         J->aw[a->place[k]]->id);
-            if (n < 0 || (size_t)n >= left)
-                break;
-        }
-    return -ETIMEDOUT;
-}
-
-typedef struct totals {
-    uint64_t completed, latest, restored;
-    uint32_t sources, sinks;
-} totals;
-
-/* One attempt: 0 with the outcome, the cause of a loss in cause. */
-static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, totals *t, char *cause,
-                       size_t cap)
-{
-    coord *c = J->c;
-    int outcome = A_OK;
-    int e = attempt_prepare(J, a);
-    if (e == -ENOSPC && J->attempt > 0) {
-        /* A restart waits for room (workers registering) for a while. */
-        int64_t deadline = weir_time_after_ms(180000);
-        while (e == -ENOSPC && weir_time_now() < deadline) {
-            attempt_free(J, a);
-            ev x;
-            int r = weir_chan_recv(J->events, &x, weir_time_after_ms(500));
-            if (r == 0) {
-                int cancel = x.kind == EV_CANCEL;
-                free_ev(&x);
-                if (cancel)
-                    return A_CANCELLED;
-            } else if (r != -ETIMEDOUT) {
-                return A_CANCELLED;
-            }
-            e = attempt_prepare(J, a);
-        }
-    }
-    if (e)
-        return A_FAILED;
-    for (int i = 0; i < weir_job_ops(a->j); i++) {
-        if (J->attempt == 0 && weir_job_op_kind(a->j, i) == WEIR_OP_SOURCE)
-            t->sources++;
-        if (J->attempt == 0 && weir_job_op_kind(a->j, i) == WEIR_OP_SINK)
-            t->sinks++;
-    }
-    weir_run_opts o = {.parallelism = 1,
-                       .credits = 4,
-                       .checkpoint_dir = J->checkpoint_dir,
-                       .checkpoint_interval_ms = (int64_t)J->interval_ms,
-                       .restore = restore};
-    weir__deploy d = {.link = make_clink, .id_floor = *max_id, .arg = J};
-    run *r = NULL;
-    if ((e = weir__job_coord_begin(a->j, a->plan, &o, &d, &r)) < 0) {
-        snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
-        a->err = e;
-        return A_FAILED;
-    }
-    uint64_t restored = weir__job_coord_restored(r), first = weir__job_coord_first_id(r);
-    if (restored)
-        t->restored = restored;
-    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: deploying", J->id, J->attempt);
-    post_deploys(J, a, restored, first);
-    e = wait_until(J, a, r, all_listened, weir_time_after_ms(60000), &outcome, cause, cap);
-    if (e == -ETIMEDOUT && outcome == A_OK) {
-        outcome = A_FAILED;
-        snprintf(a->why, sizeof(a->why),
-                 "%u of %u subtasks did not report where they listen within 60 s",
-                 a->plan->nsubtasks - a->nlistened, a->plan->nsubtasks);
-    } else if (e < 0 && outcome == A_OK) {
-        outcome = A_CANCELLED;
-        snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
-    }
-    if (outcome == A_OK) {
-        post_peer_updates(J, a);
-        weir__log(WEIR__LOG_INFO, LOG,
-                  "job %" PRIu64 " attempt %u running: %u subtasks on %u workers, restored from "
-                  "checkpoint %" PRIu64,
-                  J->id, J->attempt, a->plan->nsubtasks, J->naw, restored);
-        if (weir__job_coord_start_checkpoints(r) < 0) {
-            outcome = A_FAILED;
-            snprintf(a->why, sizeof(a->why), "could not start the checkpoint coordinator");
-        }
-    }
-    if (outcome == A_OK) {
-        e = wait_until(J, a, r, all_done, WEIR_FOREVER, &outcome, cause, cap);
-        if (e < 0 && outcome == A_OK) {
-            outcome = A_CANCELLED;
-            snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
-        }
-    }
-    if (!all_done(a)) {
-        pthread_mutex_lock(&c->mu);
-        int stopping = c->stopping;
-        pthread_mutex_unlock(&c->mu);
-        post_cancels(J, a, outcome == A_LOST ? cause : a->why);
-        if (!stopping && drain(J, a, r, &outcome, cause, cap) == -ETIMEDOUT)
-            outcome = A_FAILED;
-    }
-    /* A subtask that failed may have failed because a worker died: its
-     * channels to that worker broke, and its report can reach us before
-     * the dead worker's connection is seen closed. The loss gets a moment
-     * to show up; if it does, the attempt was lost, not failed. */
-    if (outcome == A_FAILED && a->err && !a->saw_loss)
-        wait_until(J, a, r, saw_loss, weir_time_after_ms(1000), &outcome, cause, cap);
-    if (outcome == A_FAILED && a->saw_loss && a->err) {
-        outcome = A_LOST;
-        weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 ": %s, after: %s", J->id, cause, a->why);
-    }
-    weir_ckpt_stats cs;
-    weir_job_ckpt_stats(a->j, &cs);
-    t->completed += cs.completed;
-    if (cs.latest)
-        t->latest = cs.latest;
-    /* Every id this attempt may have used: the ones it triggered lie
-     * below the next it would have. */
-    uint64_t used = cs.latest > first ? cs.latest : first;
-    if (used + 2 > *max_id)
-        *max_id = used + 2; /* one in flight, and a margin */
-    weir__job_coord_end(r);
-    return outcome;
-}
-
-static void send_completed(cjob *J, const weir__cl_job_completed *jc)
-{
-    client *cl = J->submitter;
-    if (!cl || atomic_load(&cl->closed))
-        return;
-    weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_COMPLETED};
-    m.u.completed = *jc;
-    if (weir_mutex_lock(cl->wl, weir_time_after_ms(5000)) == 0) {
-        weir__cl_send(cl->fd, &m, weir_time_after_ms(5000));
-        weir_mutex_unlock(cl->wl);
-    }
-}
-
-static void client_unref(client *cl);
-
-static intptr_t job_main(void *arg)
-{
-    cjob *J = arg;
-    coord *c = J->c;
-    int restarts = 0, burst = 0;
-    int64_t last_restart = 0;
-    uint64_t max_id = 0;
-    totals t = {0};
-    attempt a = {0};
-    char cause[WEIR_CLUSTER_MESSAGE_MAX] = "";
-    int outcome;
-    int checkpoints = J->checkpoint_dir && J->interval_ms > 0;
-    int budget = !checkpoints ? 0 : J->max_restarts >= 0 ? J->max_restarts : c->o.max_restarts;
-    uint64_t rin = 0, rout = 0;
-    for (;;) {
-        outcome =
-            run_attempt(J, J->attempt > 0 && checkpoints, &max_id, &a, &t, cause, sizeof(cause));
-        rin = a.rin;
-        rout = a.rout;
-        if (outcome != A_LOST) {
-            if (outcome == A_FAILED && !a.err)
-                a.err = -EIO;
-            break;
-        }
-        int64_t now = weir_time_now();
-        if (last_restart && now - last_restart > c->window_ms * WEIR_MSEC)
-            burst = 0; /* clean running for the window: forgiven */
-        if (burst >= budget) {
-            a.err = -EIO;
-            if (!checkpoints)
-                snprintf(a.why, sizeof(a.why),
-                         "%s; the job takes no checkpoints, so it is not "
-                         "restarted",
-                         cause);
-            else
-                snprintf(a.why, sizeof(a.why), "%s; the restart budget (%d in a burst) is spent",
-                         cause, budget);
-            outcome = A_FAILED;
-            break;
-        }
-        burst++;
-        restarts++;
-        last_restart = now;
-        atomic_fetch_add(&c->restarts, 1);
-        weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": restarting (%d): %s", J->id, restarts,
-                  cause);
-        pthread_mutex_lock(&c->mu);
-        J->state = WEIR__CL_JOB_RESTARTING;
-        pthread_mutex_unlock(&c->mu);
-        attempt_free(J, &a);
-        J->attempt++;
-        pthread_mutex_lock(&c->mu);
-        J->state = WEIR__CL_JOB_RUNNING;
-        pthread_mutex_unlock(&c->mu);
-    }
-    weir__cl_job_completed jc = {.job = J->id,
-                                 .err = outcome == A_OK          ? 0
-                                        : outcome == A_CANCELLED ? -ECANCELED
-                                                                 : (a.err ? a.err : -EIO),
-                                 .message = outcome == A_OK ? "" : a.why,
-                                 .elapsed_ms = (uint64_t)((weir_time_now() - J->t0) / WEIR_MSEC),
-                                 .records_in = rin,
-                                 .records_out = rout,
-                                 .sources = t.sources,
-                                 .sinks = t.sinks,
-                                 .watermark =
-                                     outcome == A_OK ? WEIR_WATERMARK_MAX : WEIR_WATERMARK_MIN,
-                                 .ckpt_completed = t.completed,
-                                 .ckpt_latest = t.latest,
-                                 .ckpt_restored = t.restored,
-                                 .restarts = (uint32_t)restarts};
-    if (outcome != A_OK)
-        weir__log(outcome == A_CANCELLED ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG,
-                  "job %" PRIu64 " %s: %s", J->id, outcome == A_CANCELLED ? "cancelled" : "failed",
-                  a.why);
-    send_completed(J, &jc);
-    attempt_free(J, &a);
-    pthread_mutex_lock(&c->mu);
-    J->state = outcome == A_OK          ? WEIR__CL_JOB_SUCCEEDED
-               : outcome == A_CANCELLED ? WEIR__CL_JOB_CANCELLED
-                                        : WEIR__CL_JOB_FAILED;
-    snprintf(J->message, sizeof(J->message), "%s", jc.message);
-    J->ended_ms = (uint64_t)wall_ms();
-    J->ended = 1;
-    weir__free(J->aw);
-    J->aw = NULL;
-    J->naw = 0;
-    client *cl = J->submitter;
-    J->submitter = NULL;
-    pthread_mutex_unlock(&c->mu);
-    if (cl)
-        client_unref(cl);
-    /* Drain what readers queued meanwhile. */
-    ev x;
-    while (weir_chan_try_recv(J->events, &x) == 0)
-        free_ev(&x);
-    return 0;
-}
-
 /* ---- clients ------------------------------------------------------------------------------- */
-static void client_unref(client *cl)
+void weir__coord_client_unref(client *cl)
 {
     if (atomic_fetch_sub(&cl->refs, 1) == 1) {
         weir_io_close(cl->fd);
@@ -1266,7 +477,7 @@ static int submit_refuse(client *cl, const char *fmt, ...)
     return -EINVAL;
 }
 
-static void job_free(cjob *J)
+void weir__coord_job_free(cjob *J)
 {
     for (int i = 0; J->argv && i < J->argc; i++)
         weir__free(J->argv[i]);
@@ -1280,7 +491,7 @@ static void job_free(cjob *J)
     if (J->events) {
         ev x;
         while (weir_chan_try_recv(J->events, &x) == 0)
-            free_ev(&x);
+            weir__coord_ev_free(&x);
         weir_chan_unref(J->events);
     }
     if (J->acks)
@@ -1393,28 +604,21 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
         }
     }
     if (e) {
-        job_free(J);
+        weir__coord_job_free(J);
         return submit_refuse(cl, "%s", msg) * 0;
     }
     snprintf(J->name, sizeof(J->name), "%s", weir_plugin_entry(J->plugin)->name);
     /* Define, plan and place once now, so that a job that cannot run is
      * refused before it is published (the attempt does it again). */
-    attempt a = {0};
-    e = attempt_prepare(J, &a);
-    char why[sizeof(a.why)];
-    snprintf(why, sizeof(why), "%s", a.why);
-    attempt_free(J, &a);
-    weir__free(J->aw);
-    J->aw = NULL;
-    J->naw = 0;
-    if (e) {
-        job_free(J);
+    char why[WEIR_CLUSTER_MESSAGE_MAX];
+    if ((e = weir__coord_job_check(J, why, sizeof(why))) < 0) {
+        weir__coord_job_free(J);
         return submit_refuse(cl, "%s", why) * 0;
     }
     pthread_mutex_lock(&c->mu);
     if (c->stopping) {
         pthread_mutex_unlock(&c->mu);
-        job_free(J);
+        weir__coord_job_free(J);
         return submit_refuse(cl, "the coordinator is shutting down") * 0;
     }
     if (c->njobs == c->jobcap) {
@@ -1425,7 +629,7 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
                 if (c->jobs[i]->ended)
                     drop = i;
         if (drop < c->njobs) {
-            job_free(c->jobs[drop]);
+            weir__coord_job_free(c->jobs[drop]);
             memmove(&c->jobs[drop], &c->jobs[drop + 1], (c->njobs - drop - 1) * sizeof(cjob *));
             c->njobs--;
         } else {
@@ -1439,17 +643,17 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     }
     if (c->njobs == c->jobcap) {
         pthread_mutex_unlock(&c->mu);
-        job_free(J);
+        weir__coord_job_free(J);
         return submit_refuse(cl, "the coordinator is out of memory") * 0;
     }
     J->id = ++c->next_job;
     J->state = WEIR__CL_JOB_RUNNING;
-    J->submitted_ms = (uint64_t)wall_ms();
+    J->submitted_ms = (uint64_t)weir__coord_wall_ms();
     J->t0 = weir_time_now();
     atomic_fetch_add(&cl->refs, 1);
     J->submitter = cl;
     c->jobs[c->njobs++] = J;
-    weir_task *t = weir_scope_spawn(c->scope, job_main, J,
+    weir_task *t = weir_scope_spawn(c->scope, weir__coord_job_main, J,
                                     &(weir_spawn_opts){.name = "cluster job", .stack_size = FIBER});
     if (!t) {
         J->ended = 1;
@@ -1567,7 +771,7 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
     atomic_store(&cl->closed, 1);
     shutdown(fd, SHUT_RDWR);
     cl->fd = fd;
-    client_unref(cl); /* the fd closes with the last reference */
+    weir__coord_client_unref(cl); /* the fd closes with the last reference */
 }
 
 /* ---- admission ---------------------------------------------------------------------------- */
@@ -1798,7 +1002,7 @@ out:
     }
     weir__free(c->ws);
     for (size_t i = 0; i < c->njobs; i++)
-        job_free(c->jobs[i]);
+        weir__coord_job_free(c->jobs[i]);
     weir__free(c->jobs);
     weir__plugin_cache_free(c->cache);
     if (c->tmpdir[0])

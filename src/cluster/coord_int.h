@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * coord_int.h - the coordinator's shared state, between coordinator.c
+ * (sessions, admission, the watchdog, clients, the node) and coord_job.c
+ * (a job's attempts and its checkpoint link). Fields marked "mu" are under
+ * coord.mu; see coordinator.c's top comment for who touches what.
+ */
+#ifndef WEIR_CLUSTER_COORD_INT_H
+#define WEIR_CLUSTER_COORD_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cluster/node.h"
+#include "cluster/plugins.h"
+#include "weir/cluster.h"
+#include "weir/job.h"
+#include "weir/sync.h"
+
+#define LOG           "coordinator"
+#define FIBER         (128u << 10)
+#define EV_BACKLOG    WEIR_CLUSTER_BACKLOG_FRAMES
+#define MAX_JOBS_KEPT 256 /* ended jobs remembered for ListJobs */
+
+typedef struct coord coord;
+typedef struct cjob cjob;
+typedef struct wsess wsess;
+typedef struct client client;
+
+/* ---- a worker's session ------------------------------------------------------------------ */
+struct wsess {
+    coord *c;
+    char id[WEIR_CLUSTER_REGISTER_STR_MAX + 1];
+    char host[WEIR_CLUSTER_HOST_MAX + 1]; /* where its subtasks listen */
+    uint32_t slots, used;                 /* used: reserved by attempts (mu) */
+    int fd;
+    weir__outbox *ob;
+    _Atomic int64_t last_seen;
+    int lost; /* mu */
+    char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
+    weir__plugin_shipped shipped; /* mu */
+};
+
+/* ---- a client's connection ----------------------------------------------------------------- */
+struct client {
+    coord *c;
+    int fd;
+    weir_mutex *wl; /* one writer at a time: the client fiber, a job's JobCompleted */
+    _Atomic int refs;
+    _Atomic int closed;
+};
+
+/* ---- what readers tell a job ------------------------------------------------------------- */
+enum { EV_LISTENING = 1, EV_FINISHED, EV_LOST, EV_CANCEL, EV_REGISTERED };
+
+typedef struct ev {
+    int kind;
+    wsess *w;
+    uint32_t attempt, chain, sub;
+    int32_t err;
+    uint8_t fatal;
+    char *message; /* EV_FINISHED, EV_CANCEL: an allocation, the job's to free */
+    uint64_t rin, rout;
+    uint32_t ninputs;
+    weir__cl_listen *inputs; /* EV_LISTENING: an allocation */
+} ev;
+
+struct cjob {
+    coord *c;
+    uint64_t id;
+    char name[WEIR_CLUSTER_NAME_MAX + 1];
+    /* mu: what ListJobs shows */
+    uint8_t state;
+    uint64_t submitted_ms, ended_ms;
+    char message[WEIR_CLUSTER_MESSAGE_MAX];
+    int ended;
+    /* the submission (immutable once published) */
+    uint32_t par;
+    weir_plugin *plugin;
+    int argc;
+    char **argv; /* argv[0]: the plugin's cached path */
+    char *checkpoint_dir;
+    uint64_t interval_ms;
+    int max_restarts;
+    uint32_t nplugins;
+    weir__cl_deploy_plugin *plugins; /* bytes: the job's own copies */
+    client *submitter;
+    weir_chan *events; /* ev */
+    weir_chan *acks;   /* weir__ckpt_msg */
+    /* the attempt (its fiber's; aw and naw read under mu by routing) */
+    uint32_t attempt;
+    wsess **aw;
+    uint32_t naw;
+    int64_t t0;
+};
+
+struct coord {
+    weir__coord_opts o;
+    pthread_mutex_t mu;
+    wsess **ws;
+    size_t nws, wscap;
+    cjob **jobs;
+    size_t njobs, jobcap;
+    uint64_t next_job;
+    weir_scope *scope;
+    int lfd;
+    int stopping; /* mu */
+    weir__plugin_cache *cache;
+    char host[WEIR_CLUSTER_HOST_MAX + 1];
+    char tmpdir[64]; /* the private cache directory, removed at the end */
+    int64_t hb_ms, wd_ms, stall_ms, drain_ms, window_ms;
+    /* counters */
+    _Atomic uint64_t malformed, refused_version, lost_heartbeat, lost_stall, lost_overflow,
+        lost_closed, restarts;
+};
+
+static inline int64_t weir__coord_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether the current attempt of J places subtasks on w (mu held). */
+static inline int weir__coord_job_uses(const cjob *J, const wsess *w)
+{
+    for (uint32_t i = 0; i < J->naw; i++)
+        if (J->aw[i] == w)
+            return 1;
+    return 0;
+}
+
+/* coordinator.c: a client's reference dropped (the last closes it); a
+ * job record freed. */
+void weir__coord_client_unref(client *cl);
+void weir__coord_job_free(cjob *J);
+
+/* coord_job.c: the job's fiber (its attempts, then its end reported to
+ * the submitter); a dry run of an attempt's define, plan and placement
+ * (0, or the error with why: what a submit is refused with); an event's
+ * allocations freed. */
+intptr_t weir__coord_job_main(void *arg);
+int weir__coord_job_check(cjob *J, char *why, size_t cap);
+void weir__coord_ev_free(ev *x);
+
+#endif
