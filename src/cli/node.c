@@ -27,8 +27,9 @@
 static void usage_node(FILE *f)
 {
     fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
+          "                 [--http-port P]\n"
           "       weir node --role=worker --id ID --coordinator HOST:PORT [--slots N]\n"
-          "                 [--data-host H]\n"
+          "                 [--data-host H] [--http-port P]\n"
           "\n"
           "Run a cluster node until SIGTERM or SIGINT.\n"
           "\n"
@@ -36,15 +37,20 @@ static void usage_node(FILE *f)
           "  --bind-host H       the address to listen on (default 0.0.0.0)\n"
           "  --port P            the port (default 0: a free one, printed)\n"
           "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
+          "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
+          "                      bind host (default 127.0.0.1)\n"
           "worker:\n"
           "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
           "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
           "  --slots N           subtasks it runs at once (default 16)\n"
           "  --data-host H       the address other workers reach its channels at\n"
           "                      (default: the one the coordinator sees)\n"
+          "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
+          "                      (127.0.0.1; 0: a free one)\n"
           "\n"
           "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
-          "node: worker ID registered with HOST:PORT\" on stdout.\n"
+          "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
+          "\"weir node: http on HOST:PORT\" first.\n"
           "exit: 0 stopped by a signal, 1 failed, 2 bad usage.\n",
           f);
 }
@@ -70,6 +76,13 @@ static void on_registered(void *arg, const char *coordinator)
 {
     (void)arg;
     printf("weir node: worker %s registered with %s\n", g_node.wo.id, coordinator);
+    fflush(stdout);
+}
+
+static void on_http(void *arg, const char *host, int port)
+{
+    (void)arg;
+    printf("weir node: http on %s:%d\n", host, port);
     fflush(stdout);
 }
 
@@ -120,7 +133,7 @@ int weir__cli_node(int argc, char **argv)
     node_args *a = &g_node;
     memset(a, 0, sizeof(*a));
     a->co.max_restarts = -1;
-    const char *role = NULL, *port = NULL, *slots = NULL;
+    const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL;
     a->wo.coordinator = getenv("WEIR_COORDINATOR");
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
@@ -136,7 +149,8 @@ int weir__cli_node(int argc, char **argv)
             (r = value(argv[i], "--id", &i, argc, argv, &a->wo.id)) ||
             (r = value(argv[i], "--coordinator", &i, argc, argv, &a->wo.coordinator)) ||
             (r = value(argv[i], "--slots", &i, argc, argv, &slots)) ||
-            (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host))) {
+            (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host)) ||
+            (r = value(argv[i], "--http-port", &i, argc, argv, &http))) {
             if (r < 0)
                 return CLI_USAGE;
             (void)v;
@@ -151,6 +165,14 @@ int weir__cli_node(int argc, char **argv)
     }
     a->worker = strcmp(role, "worker") == 0;
     long n;
+    if (http) {
+        if (number("--http-port", http, 0, 65535, &n) < 0)
+            return CLI_USAGE;
+        a->co.http = a->wo.http = 1;
+        a->co.http_port = (int)n;
+        a->wo.http_port = (uint16_t)n;
+        a->co.on_http = a->wo.on_http = on_http;
+    }
     if (a->worker) {
         if (port || a->co.bind_host || a->co.advertise_host) {
             fprintf(stderr, "weir node: --port, --bind-host and --advertise-host are for the "

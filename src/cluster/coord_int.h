@@ -16,7 +16,9 @@
 #include "cluster/node.h"
 #include "cluster/plugins.h"
 #include "weir/cluster.h"
+#include "weir/http.h"
 #include "weir/job.h"
+#include "weir/metrics.h"
 #include "weir/sync.h"
 
 #define LOG           "coordinator"
@@ -75,7 +77,8 @@ struct cjob {
     uint8_t state;
     uint64_t submitted_ms, ended_ms;
     char message[WEIR_CLUSTER_MESSAGE_MAX];
-    int ended;
+    int ended; /* its end is decided: nothing more is routed to it */
+    int gone;  /* its fiber is done with it: ListJobs may forget it */
     /* the submission (immutable once published) */
     uint32_t par;
     weir_plugin *plugin;
@@ -93,6 +96,12 @@ struct cjob {
     uint32_t attempt;
     wsess **aw;
     uint32_t naw;
+    /* what the HTTP API shows of the running attempt (mu; NULL between) */
+    const struct weir__plan *plan;
+    const uint32_t *place, *base;
+    weir_job *cur; /* the attempt's job: its checkpoint counters */
+    uint32_t restarts;
+    uint64_t ckpt_done_before; /* checkpoints completed by earlier attempts */
     int64_t t0;
 };
 
@@ -112,8 +121,17 @@ struct coord {
     char tmpdir[64]; /* the private cache directory, removed at the end */
     int64_t hb_ms, wd_ms, stall_ms, drain_ms, window_ms;
     /* counters */
-    _Atomic uint64_t malformed, refused_version, lost_heartbeat, lost_stall, lost_overflow,
-        lost_closed, restarts;
+    weir_http_server *http; /* NULL: none */
+    /* the node's metrics (GET /metrics) */
+    weir_metrics *metrics;
+    struct {
+        weir_metric_family *lost;  /* workers lost {cause} */
+        weir_metric_family *ended; /* jobs ended {state} */
+        weir_counter *malformed, *refused_version, *restarts, *submitted;
+        weir_counter *bytes_shipped, *ships_deduped, *cache_hits;
+        weir_histogram *ckpt_seconds;
+        weir__plugin_stats seen; /* the process's plugin counters as last published */
+    } m;
 };
 
 static inline int64_t weir__coord_wall_ms(void)
@@ -131,6 +149,19 @@ static inline int weir__coord_job_uses(const cjob *J, const wsess *w)
             return 1;
     return 0;
 }
+
+/* coordinator.c: a worker lost for a cause of the metrics' label
+ * (heartbeat, stall, overflow, closed, malformed, replaced) with the
+ * cause's text (mu held). */
+void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *cause);
+
+/* coord_http.c: the HTTP API and /metrics on o.http_port (0: a free one);
+ * 0 or a negative errno with msg. Stopped and freed by
+ * weir__coord_http_stop. */
+int weir__coord_http_start(coord *c, char *msg, size_t cap);
+void weir__coord_http_stop(coord *c);
+/* A metric label value for a job state (WEIR__CL_JOB_*). */
+const char *weir__coord_state_name(int state);
 
 /* coordinator.c: a client's reference dropped (the last closes it); a
  * job record freed. */

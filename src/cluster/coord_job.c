@@ -115,7 +115,8 @@ typedef struct attempt {
     uint8_t *listened; /* [nsubtasks] */
     uint16_t *port;    /* [nchannels]: where its consumer listens */
     uint32_t ndone, nlistened;
-    int saw_loss; /* a worker of the attempt was lost (cause: the first) */
+    int saw_loss;       /* a worker of the attempt was lost (cause: the first) */
+    uint64_t ckpt_seen; /* completed checkpoints observed into the metrics */
     uint64_t rin, rout;
     char why[WEIR_CLUSTER_MESSAGE_MAX];
     int32_t err;
@@ -130,12 +131,13 @@ void weir__coord_ev_free(ev *x)
 static void attempt_free(cjob *J, attempt *a)
 {
     coord *c = J->c;
-    if (a->place && a->plan) {
-        pthread_mutex_lock(&c->mu);
-        for (uint32_t k = 0; k < a->plan->nsubtasks; k++)
-            J->aw[a->place[k]]->used--;
-        pthread_mutex_unlock(&c->mu);
-    }
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t k = 0; a->place && a->plan && k < a->plan->nsubtasks; k++)
+        J->aw[a->place[k]]->used--;
+    J->plan = NULL; /* what the HTTP API reads */
+    J->place = J->base = NULL;
+    J->cur = NULL;
+    pthread_mutex_unlock(&c->mu);
     weir__free(a->place);
     weir__free(a->base);
     weir__free(a->done);
@@ -236,6 +238,12 @@ static int attempt_prepare(cjob *J, attempt *a)
                 J->aw[J->naw++] = w;
             a->place[k] = x;
             w->used++;
+        }
+        if (!e) {
+            J->plan = a->plan;
+            J->place = a->place;
+            J->base = a->base;
+            J->cur = a->j;
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -433,6 +441,14 @@ static int wait_until(cjob *J, attempt *a, run *r, int (*pred)(const attempt *),
             snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
             return 0;
         }
+        if (a->j) { /* a checkpoint completed: its duration into the metrics */
+            weir_ckpt_stats cs;
+            weir_job_ckpt_stats(a->j, &cs);
+            if (cs.completed > a->ckpt_seen) {
+                a->ckpt_seen = cs.completed;
+                weir_histogram_observe(J->c->m.ckpt_seconds, (double)cs.last_duration_ns / 1e9);
+            }
+        }
         ev x;
         int64_t tick = weir_time_after_ms(100);
         int e = weir_chan_recv(J->events, &x, tick < deadline ? tick : deadline);
@@ -605,9 +621,8 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     return outcome;
 }
 
-static void send_completed(cjob *J, const weir__cl_job_completed *jc)
+static void send_completed(client *cl, const weir__cl_job_completed *jc)
 {
-    client *cl = J->submitter;
     if (!cl || atomic_load(&cl->closed))
         return;
     weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_COMPLETED};
@@ -661,11 +676,13 @@ intptr_t weir__coord_job_main(void *arg)
         burst++;
         restarts++;
         last_restart = now;
-        atomic_fetch_add(&c->restarts, 1);
+        weir_counter_inc(c->m.restarts);
         weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": restarting (%d): %s", J->id, restarts,
                   cause);
         pthread_mutex_lock(&c->mu);
         J->state = WEIR__CL_JOB_RESTARTING;
+        J->restarts = (uint32_t)restarts;
+        J->ckpt_done_before = t.completed;
         pthread_mutex_unlock(&c->mu);
         attempt_free(J, &a);
         J->attempt++;
@@ -693,7 +710,6 @@ intptr_t weir__coord_job_main(void *arg)
         weir__log(outcome == A_CANCELLED ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG,
                   "job %" PRIu64 " %s: %s", J->id, outcome == A_CANCELLED ? "cancelled" : "failed",
                   a.why);
-    send_completed(J, &jc);
     attempt_free(J, &a);
     pthread_mutex_lock(&c->mu);
     J->state = outcome == A_OK          ? WEIR__CL_JOB_SUCCEEDED
@@ -701,19 +717,27 @@ intptr_t weir__coord_job_main(void *arg)
                                         : WEIR__CL_JOB_FAILED;
     snprintf(J->message, sizeof(J->message), "%s", jc.message);
     J->ended_ms = (uint64_t)weir__coord_wall_ms();
-    J->ended = 1;
+    J->ended = 1; /* readers route nothing more to it */
+    J->ckpt_done_before = t.completed;
+    weir_counter_inc(
+        weir_metric_counter(c->m.ended, (const char *const[]){weir__coord_state_name(J->state)}));
     weir__free(J->aw);
     J->aw = NULL;
     J->naw = 0;
     client *cl = J->submitter;
     J->submitter = NULL;
     pthread_mutex_unlock(&c->mu);
+    /* The state is final before the submitter hears of it (a ListJobs it
+     * sends next shows the end). */
+    send_completed(cl, &jc);
     if (cl)
         weir__coord_client_unref(cl);
-    /* Drain what readers queued meanwhile. */
     ev x;
     while (weir_chan_try_recv(J->events, &x) == 0)
         weir__coord_ev_free(&x);
+    pthread_mutex_lock(&c->mu);
+    J->gone = 1; /* this fiber touches J no more: it may be forgotten */
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }
 

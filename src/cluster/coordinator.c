@@ -147,13 +147,15 @@ static void post_ev_locked(cjob *J, ev *x)
 
 /* Declare w lost (mu held): its outbox is aborted (the socket shut down
  * both ways) and every job using it hears of it. */
-static void lose_locked(coord *c, wsess *w, const char *cause)
+void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *cause)
 {
     if (w->lost)
         return;
     w->lost = 1;
     snprintf(w->cause, sizeof(w->cause), "%s", cause);
-    weir__log(WEIR__LOG_WARN, LOG ".watchdog", "worker lost: %s (%s)", w->id, cause);
+    weir_counter_inc(weir_metric_counter(c->m.lost, (const char *const[]){kind}));
+    weir__log(c->stopping ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG ".watchdog",
+              "worker lost: %s (%s)", w->id, cause);
     weir__outbox_abort(w->ob);
     for (size_t i = 0; i < c->njobs; i++) {
         cjob *J = c->jobs[i];
@@ -164,12 +166,10 @@ static void lose_locked(coord *c, wsess *w, const char *cause)
     }
 }
 
-static void lose(coord *c, wsess *w, const char *cause, _Atomic uint64_t *counter)
+static void lose(coord *c, wsess *w, const char *kind, const char *cause)
 {
     pthread_mutex_lock(&c->mu);
-    if (!w->lost && counter)
-        atomic_fetch_add(counter, 1);
-    lose_locked(c, w, cause);
+    weir__coord_lose_locked(c, w, kind, cause);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -253,33 +253,33 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
         weir_frame f;
         int e = weir__cl_recv(w->fd, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
         if (e == 0) {
-            lose(c, w, "connection closed", &c->lost_closed);
+            lose(c, w, "closed", "connection closed");
             return;
         }
         if (e == -ECANCELED)
             return;
         if (e == -EBADMSG || e == -EMSGSIZE) {
-            atomic_fetch_add(&c->malformed, 1);
+            weir_counter_inc(c->m.malformed);
             char cause[320];
             snprintf(cause, sizeof(cause), "malformed frame: %s", why);
-            lose(c, w, cause, NULL);
+            lose(c, w, "malformed", cause);
             return;
         }
         if (e < 0) {
             char cause[320];
             snprintf(cause, sizeof(cause), "connection failed: %s", why);
-            lose(c, w, cause, &c->lost_closed);
+            lose(c, w, "closed", cause);
             return;
         }
         atomic_store(&w->last_seen, weir_time_now());
         if (weir__cl_kind_dir(m.kind) != WEIR__CL_FROM_WORKER || m.kind == WEIR_CLUSTER_REGISTER) {
-            atomic_fetch_add(&c->malformed, 1);
+            weir_counter_inc(c->m.malformed);
             char cause[160];
             snprintf(cause, sizeof(cause), "protocol violation: a %s from a worker",
                      weir__cl_kind_name(m.kind));
             weir__cl_msg_free(&m);
             weir_frame_free(&f);
-            lose(c, w, cause, NULL);
+            lose(c, w, "malformed", cause);
             return;
         }
         if (m.kind == WEIR_CLUSTER_HEARTBEAT) {
@@ -362,7 +362,8 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
              * session. */
             for (size_t i = 0; i < c->nws; i++)
                 if (!c->ws[i]->lost && strcmp(c->ws[i]->id, w->id) == 0)
-                    lose_locked(c, c->ws[i], "replaced by a new registration");
+                    weir__coord_lose_locked(c, c->ws[i], "replaced",
+                                            "replaced by a new registration");
             c->ws[c->nws++] = w;
             added = 1;
             for (size_t i = 0; i < c->njobs; i++)
@@ -385,7 +386,7 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
      * loss), then the socket closes. The session record and its outbox
      * stay until the node ends: jobs may still post to it (refused). */
     pthread_mutex_lock(&c->mu);
-    lose_locked(c, w, "connection closed");
+    weir__coord_lose_locked(c, w, "closed", "connection closed");
     pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < 200; i++) {
         weir__outbox_stats st;
@@ -420,8 +421,7 @@ static intptr_t watchdog_main(void *arg)
             if (quiet > c->hb_ms) {
                 snprintf(cause, sizeof(cause), "heartbeat timeout: no frame for %" PRId64 " ms",
                          quiet);
-                atomic_fetch_add(&c->lost_heartbeat, 1);
-                lose_locked(c, w, cause);
+                weir__coord_lose_locked(c, w, "heartbeat", cause);
                 continue;
             }
             enum weir__outbox_verdict v = weir__outbox_check(w->ob, now);
@@ -429,8 +429,8 @@ static intptr_t watchdog_main(void *arg)
                 char text[WEIR__OUTBOX_VERDICT_MAX];
                 weir__outbox_verdict(w->ob, text, sizeof(text));
                 snprintf(cause, sizeof(cause), "%s", text);
-                atomic_fetch_add(v == WEIR__OUTBOX_STALLED ? &c->lost_stall : &c->lost_overflow, 1);
-                lose_locked(c, w, cause);
+                weir__coord_lose_locked(c, w, v == WEIR__OUTBOX_STALLED ? "stall" : "overflow",
+                                        cause);
             }
         }
         pthread_mutex_unlock(&c->mu);
@@ -626,7 +626,7 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
         size_t drop = c->njobs;
         if (c->njobs >= MAX_JOBS_KEPT)
             for (size_t i = 0; i < c->njobs && drop == c->njobs; i++)
-                if (c->jobs[i]->ended)
+                if (c->jobs[i]->gone)
                     drop = i;
         if (drop < c->njobs) {
             weir__coord_job_free(c->jobs[drop]);
@@ -655,8 +655,10 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     c->jobs[c->njobs++] = J;
     weir_task *t = weir_scope_spawn(c->scope, weir__coord_job_main, J,
                                     &(weir_spawn_opts){.name = "cluster job", .stack_size = FIBER});
+    if (t)
+        weir_counter_inc(c->m.submitted);
     if (!t) {
-        J->ended = 1;
+        J->ended = J->gone = 1;
         J->state = WEIR__CL_JOB_FAILED;
         snprintf(J->message, sizeof(J->message), "could not start the job's fiber");
         J->submitter = NULL;
@@ -743,7 +745,7 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
         e = weir__cl_recv(fd, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
         if (e <= 0) {
             if (e == -EBADMSG || e == -EMSGSIZE) {
-                atomic_fetch_add(&c->malformed, 1);
+                weir_counter_inc(c->m.malformed);
                 weir__log(WEIR__LOG_WARN, LOG, "client dropped: malformed frame: %s", why);
             }
             break;
@@ -760,7 +762,7 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
             handle_cancel(cl, m.u.cancel_job.job);
             break;
         default:
-            atomic_fetch_add(&c->malformed, 1);
+            weir_counter_inc(c->m.malformed);
             weir__log(WEIR__LOG_WARN, LOG, "client dropped: protocol violation: a %s",
                       weir__cl_kind_name(m.kind));
             e = -EPROTO;
@@ -800,14 +802,14 @@ static intptr_t admit_main(void *arg)
         if (e == 0 && kind != WEIR_CLUSTER_REGISTER && kind != WEIR_CLUSTER_HELLO_CLIENT)
             e = -EINVAL;
         if (e < 0) {
-            atomic_fetch_add(&c->malformed, 1);
+            weir_counter_inc(c->m.malformed);
             weir__log(WEIR__LOG_WARN, LOG, "connection dropped: its first frame is %s",
                       e == -EINVAL ? "neither a Register nor a HelloClient" : "cut short");
         } else if ((e = weir__cl_version_check("coordinator", WEIR_CLUSTER_PROTO_VERSION,
                                                WEIR_CLUSTER_PROTO_MIN_COMPAT,
                                                kind == WEIR_CLUSTER_REGISTER ? "worker" : "client",
                                                ver, min, why, sizeof(why))) < 0) {
-            atomic_fetch_add(&c->refused_version, 1);
+            weir_counter_inc(c->m.refused_version);
             weir__log(WEIR__LOG_WARN, LOG, "connection refused: %s", why);
             weir__cl_msg r = {.kind = kind == WEIR_CLUSTER_REGISTER
                                           ? WEIR_CLUSTER_REGISTER_ACK
@@ -824,7 +826,7 @@ static intptr_t admit_main(void *arg)
         } else {
             weir__cl_msg m;
             if ((e = weir__cl_decode(f.data, f.len, &m, why, sizeof(why))) < 0) {
-                atomic_fetch_add(&c->malformed, 1);
+                weir_counter_inc(c->m.malformed);
                 weir__log(WEIR__LOG_WARN, LOG, "connection dropped: malformed first frame: %s",
                           why);
             } else if (kind == WEIR_CLUSTER_REGISTER) {
@@ -838,7 +840,7 @@ static intptr_t admit_main(void *arg)
             }
         }
     } else if (n < 0 && n != -ECANCELED) {
-        atomic_fetch_add(&c->malformed, 1);
+        weir_counter_inc(c->m.malformed);
         weir__log(WEIR__LOG_INFO, LOG, "connection dropped before its first frame: %s",
                   n == -EMSGSIZE ? "the frame's length is over the 64 KiB first-frame cap"
                                  : weir_net_strerror((int)n));
@@ -881,6 +883,54 @@ static intptr_t accept_main(void *arg)
 }
 
 /* ---- the node ---------------------------------------------------------------------------- */
+static int metrics_init(coord *c)
+{
+    static const double ckpt_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                          1,     2.5,  5,     10,   30,  60};
+    if (!(c->metrics = weir_metrics_new(NULL)))
+        return -ENOMEM;
+    weir_metrics *m = c->metrics;
+    int e = weir_metrics_register(
+        m,
+        &(weir_metric_def){"weir_coordinator_workers_lost_total",
+                           "Workers declared lost, by cause (heartbeat, stall, overflow, closed, "
+                           "malformed, replaced).",
+                           WEIR_METRIC_COUNTER, WEIR_LABELS("cause"), 1, NULL, 0, 0},
+        &c->m.lost, NULL);
+    if (!e)
+        e = weir_metrics_register(
+            m,
+            &(weir_metric_def){"weir_coordinator_jobs_ended_total", "Jobs that ended, by state.",
+                               WEIR_METRIC_COUNTER, WEIR_LABELS("state"), 1, NULL, 0, 0},
+            &c->m.ended, NULL);
+    c->m.malformed = weir_metrics_counter(
+        m, "weir_coordinator_malformed_frames_total",
+        "Frames from a peer that did not decode or broke the protocol (the peer was dropped).");
+    c->m.refused_version = weir_metrics_counter(
+        m, "weir_coordinator_version_refusals_total",
+        "Peers refused for a protocol version this coordinator does not speak.");
+    c->m.restarts = weir_metrics_counter(m, "weir_coordinator_job_restarts_total",
+                                         "Job restarts after a worker was lost.");
+    c->m.submitted =
+        weir_metrics_counter(m, "weir_coordinator_jobs_submitted_total", "Jobs accepted.");
+    c->m.bytes_shipped = weir_metrics_counter(m, "weir_coordinator_plugin_bytes_shipped_total",
+                                              "Plugin bytes sent in Deploys.");
+    c->m.ships_deduped =
+        weir_metrics_counter(m, "weir_coordinator_plugin_ships_deduped_total",
+                             "Deploy plugins sent as a reference (the worker held them).");
+    c->m.cache_hits = weir_metrics_counter(m, "weir_coordinator_submit_plugin_cache_hits_total",
+                                           "Submitted plugins the cache already held.");
+    c->m.ckpt_seconds = weir_metrics_histogram(m, "weir_coordinator_checkpoint_duration_seconds",
+                                               "Completed checkpoints, trigger to COMPLETED.",
+                                               ckpt_buckets, sizeof(ckpt_buckets) / sizeof(double));
+    if (!e &&
+        (!c->m.malformed || !c->m.refused_version || !c->m.restarts || !c->m.submitted ||
+         !c->m.bytes_shipped || !c->m.ships_deduped || !c->m.cache_hits || !c->m.ckpt_seconds))
+        e = -ENOMEM;
+    weir__plugin_stats_read(&c->m.seen);
+    return e;
+}
+
 static int jobs_running(coord *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -941,6 +991,10 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     }
     if ((e = weir__plugin_cache_open(dir, &c->cache, msg, cap)) < 0)
         goto out;
+    if ((e = metrics_init(c)) < 0) {
+        snprintf(msg, cap, "out of memory");
+        goto out;
+    }
     snprintf(c->host, sizeof(c->host), "%s",
              o->advertise_host ? o->advertise_host
              : o->bind_host    ? o->bind_host
@@ -964,6 +1018,11 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         snprintf(msg, cap, "could not start the coordinator's fibers");
         weir_scope_cancel(c->scope);
     } else {
+        if (o->http && (e = weir__coord_http_start(c, msg, cap)) < 0) {
+            weir_scope_cancel(c->scope);
+            weir_scope_join(c->scope, NULL);
+            goto out;
+        }
         if (o->on_listen)
             o->on_listen(o->arg, c->host, weir_net_local_port(c->lfd));
         /* Until the stop descriptor is readable. */
@@ -986,6 +1045,7 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         int64_t deadline = weir_time_after_ms(1000);
         while ((jobs_running(c) || frames_pending(c)) && weir_time_now() < deadline)
             weir_time_sleep(10 * WEIR_MSEC);
+        weir__coord_http_stop(c);
         weir_scope_cancel(c->scope);
     }
     weir_scope_join(c->scope, NULL);
@@ -1005,6 +1065,7 @@ out:
         weir__coord_job_free(c->jobs[i]);
     weir__free(c->jobs);
     weir__plugin_cache_free(c->cache);
+    weir_metrics_free(c->metrics);
     if (c->tmpdir[0])
         weir__blocking_run_shielded(rm_tree, c->tmpdir);
     pthread_mutex_destroy(&c->mu);

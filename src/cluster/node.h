@@ -37,8 +37,14 @@ typedef struct weir__coord_opts {
     int max_restarts;          /* with checkpoints (-1: 10); without: always 0 */
     uint32_t default_parallelism;
     int stop_fd; /* readable: shut down (-1: never) */
-    /* Once listening: the port bound (the CLI prints it). */
+    /* The HTTP API and /metrics (docs/cluster.md, "HTTP"), on the bind
+     * host (127.0.0.1 when none is given) and http_port (0: a free one). */
+    int http;
+    int http_port;
+    /* Once listening: the port bound (the CLI prints it); the HTTP port
+     * (when http). */
     void (*on_listen)(void *arg, const char *host, int port);
+    void (*on_http)(void *arg, const char *host, int port);
     void *arg;
 } weir__coord_opts;
 
@@ -53,10 +59,12 @@ typedef struct weir__worker_opts {
     uint32_t slots;          /* 0: WEIR__WORKER_SLOTS */
     const char *data_host;   /* where its subtasks listen; NULL: what the coordinator sees */
     const char *cache_dir;   /* NULL: a private temporary directory */
-    uint16_t http_port;      /* advertised (0: none) */
+    int http;                /* serve /api/v1/health, /api/v1/worker, /metrics */
+    uint16_t http_port;      /* with http: its port (0: a free one), advertised */
     int stop_fd;
-    /* Registered (the CLI prints it). */
+    /* Registered (the CLI prints it); the HTTP port (when http). */
     void (*on_registered)(void *arg, const char *coordinator);
+    void (*on_http)(void *arg, const char *host, int port);
     void *arg;
 } weir__worker_opts;
 

@@ -35,6 +35,7 @@
  * second, and ends.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@
 #include "stream/deploy.h"
 #include "stream/plan.h"
 #include "stream/stream_int.h"
+#include "weir/http.h"
 #include "weir/io.h"
 #include "weir/net.h"
 #include "weir/rt.h"
@@ -109,7 +111,11 @@ struct worker {
     _Atomic int fd; /* the session's socket, -1 between sessions */
     weir_scope *jobs_scope;
     uint64_t epoch;
-    _Atomic uint64_t fenced;
+    _Atomic uint64_t fenced, sessions;
+    /* mu: what /api/v1/worker shows */
+    int registered;
+    char last_error[512];
+    weir_http_server *http;
 };
 
 /* ---- the checkpoint link of a share ------------------------------------------------------- */
@@ -704,6 +710,10 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         return rc;
     }
     atomic_store(&wk->fd, fd);
+    atomic_fetch_add(&wk->sessions, 1);
+    pthread_mutex_lock(&wk->mu);
+    wk->registered = 1;
+    pthread_mutex_unlock(&wk->mu);
     if (wk->o.on_registered)
         wk->o.on_registered(wk->o.arg, wk->o.coordinator);
     weir__log(WEIR__LOG_INFO, LOG, "%s registered with %s", wk->o.id, wk->o.coordinator);
@@ -715,9 +725,10 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         weir_frame fr;
         e = weir__cl_recv(fd, &fp, &f, &fr, WEIR_FOREVER, why, sizeof(why));
         if (e <= 0) {
+            snprintf(msg, cap, "the session with %s ended: %s", wk->o.coordinator,
+                     e == 0 ? "the coordinator closed it" : why);
             if (!atomic_load(&wk->stopping))
-                weir__log(WEIR__LOG_WARN, LOG, "session with %s ended: %s", wk->o.coordinator,
-                          e == 0 ? "the coordinator closed it" : why);
+                weir__log(WEIR__LOG_WARN, LOG, "%s", msg);
             break;
         }
         if (weir__cl_kind_dir(f.kind) != WEIR__CL_FROM_COORDINATOR) {
@@ -785,6 +796,9 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         weir_time_sleep(5 * WEIR_MSEC);
     }
     atomic_store(&wk->fd, -1);
+    pthread_mutex_lock(&wk->mu);
+    wk->registered = 0;
+    pthread_mutex_unlock(&wk->mu);
     if (ht) {
         weir_task_cancel(ht);
         weir_task_join(ht, NULL, WEIR_FOREVER);
@@ -819,6 +833,102 @@ static intptr_t stop_main(void *arg)
         }
         shutdown(fd, SHUT_RD);
     }
+    return 0;
+}
+
+/* ---- HTTP ---------------------------------------------------------------------------------- */
+static int h_health(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    worker *wk = arg;
+    pthread_mutex_lock(&wk->mu);
+    int ok = wk->registered && !atomic_load(&wk->stopping);
+    pthread_mutex_unlock(&wk->mu);
+    json_t *v = json_pack("{s:s, s:s, s:s}", "status", ok ? "ok" : "connecting", "role", "worker",
+                          "id", wk->o.id);
+    int e = v ? weir_http_res_json(res, ok ? 200 : 503, v) : -ENOMEM;
+    json_decref(v);
+    return e;
+}
+
+static int h_worker(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    worker *wk = arg;
+    json_t *jobs = json_array();
+    pthread_mutex_lock(&wk->mu);
+    const char *state = atomic_load(&wk->stopping) ? "stopping"
+                        : wk->registered           ? "registered"
+                                                   : "connecting";
+    for (size_t i = 0; jobs && i < wk->njobs; i++) {
+        wjob *J = wk->jobs[i];
+        if (!J->ended)
+            json_array_append_new(jobs, json_pack("{s:I, s:i, s:s, s:i}", "job", (json_int_t)J->job,
+                                                  "attempt", (int)J->attempt, "name", J->name,
+                                                  "subtasks", (int)J->nsubs));
+    }
+    json_t *v = json_pack("{s:s, s:s, s:s, s:i, s:o, s:s, s:I}", "id", wk->o.id, "state", state,
+                          "coordinator", wk->o.coordinator, "slots",
+                          (int)(wk->o.slots ? wk->o.slots : WEIR__WORKER_SLOTS), "jobs", jobs,
+                          "last_error", wk->last_error, "epoch", (json_int_t)wk->epoch);
+    pthread_mutex_unlock(&wk->mu);
+    int e = v ? weir_http_res_json(res, 200, v) : -ENOMEM;
+    json_decref(v);
+    return e;
+}
+
+static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    worker *wk = arg;
+    pthread_mutex_lock(&wk->mu);
+    uint64_t subtasks = 0;
+    for (size_t i = 0; i < wk->njobs; i++)
+        subtasks += wk->jobs[i]->ended ? 0 : wk->jobs[i]->nsubs;
+    int registered = wk->registered;
+    pthread_mutex_unlock(&wk->mu);
+    char text[1024];
+    int n = snprintf(text, sizeof(text),
+                     "# HELP weir_worker_fenced_frames_total Coordinator frames dropped for an "
+                     "epoch below the one bound.\n"
+                     "# TYPE weir_worker_fenced_frames_total counter\n"
+                     "weir_worker_fenced_frames_total %" PRIu64 "\n"
+                     "# HELP weir_worker_sessions_total Sessions registered with a coordinator.\n"
+                     "# TYPE weir_worker_sessions_total counter\n"
+                     "weir_worker_sessions_total %" PRIu64 "\n"
+                     "# HELP weir_worker_registered 1 while a session is registered.\n"
+                     "# TYPE weir_worker_registered gauge\n"
+                     "weir_worker_registered %d\n"
+                     "# HELP weir_worker_subtasks Subtasks of the shares deployed here.\n"
+                     "# TYPE weir_worker_subtasks gauge\n"
+                     "weir_worker_subtasks %" PRIu64 "\n",
+                     atomic_load(&wk->fenced), atomic_load(&wk->sessions), registered, subtasks);
+    return weir_http_res_send(res, 200, "text/plain; version=0.0.4", text, (size_t)n);
+}
+
+static int http_start(worker *wk, char *msg, size_t cap)
+{
+    weir_http_server *s = weir_http_server_new(
+        &(weir_http_server_opts){.host = "127.0.0.1", .port = wk->o.http_port, .listeners = 1});
+    if (!s) {
+        snprintf(msg, cap, "the HTTP server: %s", strerror(errno));
+        return -errno;
+    }
+    int e;
+    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, wk, WEIR_HTTP_PUBLIC)) ||
+        (e = weir_http_route(s, "GET", "/api/v1/worker", h_worker, wk, 0)) ||
+        (e = weir_http_route(s, "GET", "/metrics", h_metrics, wk, 0)) ||
+        (e = weir_http_server_start(s))) {
+        snprintf(msg, cap, "the HTTP server on 127.0.0.1:%u: %s", wk->o.http_port,
+                 weir_strerror(e));
+        weir_http_server_free(s);
+        return e;
+    }
+    wk->http = s;
+    /* The port the coordinator is told about. */
+    wk->o.http_port = (uint16_t)weir_http_server_port(s);
+    if (wk->o.on_http)
+        wk->o.on_http(wk->o.arg, "127.0.0.1", wk->o.http_port);
     return 0;
 }
 
@@ -867,6 +977,8 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         e = -ENOMEM;
         goto out;
     }
+    if (o->http && (e = http_start(wk, msg, cap)) < 0)
+        goto out;
     weir_task *st =
         o->stop_fd >= 0
             ? weir_task_spawn(stop_main, wk,
@@ -881,6 +993,11 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
             snprintf(msg, cap, "%s", why);
             e = rc;
             break;
+        }
+        if (why[0]) {
+            pthread_mutex_lock(&wk->mu);
+            snprintf(wk->last_error, sizeof(wk->last_error), "%s", why);
+            pthread_mutex_unlock(&wk->mu);
         }
         if (rc == 1)
             backoff = 100;
@@ -902,6 +1019,10 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
     }
     weir_scope_join(wk->jobs_scope, NULL);
 out:
+    if (wk->http) {
+        weir_http_server_stop(wk->http, weir_time_after_ms(1000));
+        weir_http_server_free(wk->http);
+    }
     weir_scope_free(wk->jobs_scope);
     pthread_mutex_lock(&wk->mu);
     for (size_t i = 0; i < wk->njobs; i++) /* every fiber was joined with the scope */

@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * coord_http.c - the coordinator's HTTP API (docs/cluster.md, "HTTP"), on
+ * weir's HTTP server with jansson:
+ *
+ *   GET /api/v1/health     {"status": "ok", "role": "coordinator", ...}
+ *   GET /api/v1/workers    every worker session: id, host, slots, used,
+ *                          state (alive / lost), the cause of a loss
+ *   GET /api/v1/jobs       every job the coordinator remembers
+ *   GET /api/v1/jobs/ID    one job: state, operators and their
+ *                          parallelism, each subtask and its worker,
+ *                          checkpoints, restarts
+ *   GET /metrics           Prometheus text: workers lost by cause,
+ *                          malformed frames, version refusals, restarts,
+ *                          jobs submitted and ended by state, checkpoint
+ *                          durations, plugin bytes shipped, ships
+ *                          deduplicated, cache hits, workers and jobs now
+ *
+ * Every handler copies what it shows under the coordinator's mutex and
+ * builds the JSON outside it. The bearer token of weir's HTTP server
+ * (WEIR_AUTH_TOKEN) applies to every route but /api/v1/health.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cluster/coord_int.h"
+#include "stream/plan.h"
+#include "weir/rt.h"
+#include "weir/stream.h"
+
+const char *weir__coord_state_name(int state)
+{
+    switch (state) {
+    case WEIR__CL_JOB_RUNNING:
+        return "running";
+    case WEIR__CL_JOB_RESTARTING:
+        return "restarting";
+    case WEIR__CL_JOB_SUCCEEDED:
+        return "succeeded";
+    case WEIR__CL_JOB_FAILED:
+        return "failed";
+    default:
+        return "cancelled";
+    }
+}
+
+static int send_json(weir_http_res *res, int status, json_t *v)
+{
+    if (!v)
+        return weir_http_res_error(res, 500, "out of memory");
+    int e = weir_http_res_json(res, status, v);
+    json_decref(v);
+    return e;
+}
+
+static int h_health(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    coord *c = arg;
+    pthread_mutex_lock(&c->mu);
+    int workers = 0, jobs = 0;
+    for (size_t i = 0; i < c->nws; i++)
+        workers += !c->ws[i]->lost;
+    for (size_t i = 0; i < c->njobs; i++)
+        jobs += !c->jobs[i]->ended;
+    int stopping = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    return send_json(res, stopping ? 503 : 200,
+                     json_pack("{s:s, s:s, s:i, s:i}", "status", stopping ? "stopping" : "ok",
+                               "role", "coordinator", "workers", workers, "jobs_running", jobs));
+}
+
+static int h_workers(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    coord *c = arg;
+    json_t *a = json_array();
+    int64_t now = weir_time_now();
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; a && i < c->nws; i++) {
+        wsess *w = c->ws[i];
+        json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:I}", "id", w->id, "host", w->host,
+                              "slots", (int)w->slots, "used", (int)w->used, "state",
+                              w->lost ? "lost" : "alive", "last_seen_ms_ago",
+                              (json_int_t)((now - atomic_load(&w->last_seen)) / WEIR_MSEC));
+        if (o && w->lost)
+            json_object_set_new(o, "cause", json_string(w->cause));
+        json_array_append_new(a, o);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return send_json(res, 200, a);
+}
+
+/* A job's summary (mu held). */
+static json_t *job_summary(const cjob *J)
+{
+    json_t *o =
+        json_pack("{s:I, s:s, s:s, s:i, s:I, s:i}", "id", (json_int_t)J->id, "name", J->name,
+                  "state", weir__coord_state_name(J->state), "parallelism", (int)J->par,
+                  "submitted_ms", (json_int_t)J->submitted_ms, "restarts", (int)J->restarts);
+    if (!o)
+        return NULL;
+    if (J->ended) {
+        json_object_set_new(o, "ended_ms", json_integer((json_int_t)J->ended_ms));
+        if (J->message[0])
+            json_object_set_new(o, "message", json_string(J->message));
+    }
+    return o;
+}
+
+static int h_jobs(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    coord *c = arg;
+    json_t *a = json_array();
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; a && i < c->njobs; i++)
+        json_array_append_new(a, job_summary(c->jobs[i]));
+    pthread_mutex_unlock(&c->mu);
+    return send_json(res, 200, a);
+}
+
+/* The running attempt's operators and subtasks (mu held). */
+static void add_attempt(json_t *o, const cjob *J)
+{
+    const weir__plan *p = J->plan;
+    json_t *ops = json_array(), *subs = json_array();
+    for (uint32_t i = 0; ops && i < p->nops; i++)
+        json_array_append_new(ops, json_pack("{s:s, s:i}", "name", p->ops[i].name, "parallelism",
+                                             (int)p->ops[i].par));
+    for (uint32_t ci = 0; subs && ci < p->nchains; ci++)
+        for (uint32_t s = 0; s < p->chains[ci].par; s++) {
+            json_t *names = json_array();
+            for (uint32_t k = 0; names && k < p->chains[ci].nops; k++)
+                json_array_append_new(names, json_string(p->ops[p->chains[ci].ops[k]].name));
+            uint32_t w = J->place[J->base[ci] + s];
+            json_array_append_new(subs, json_pack("{s:i, s:i, s:o, s:s}", "chain", (int)ci, "index",
+                                                  (int)s, "operators", names, "worker",
+                                                  w < J->naw ? J->aw[w]->id : "?"));
+        }
+    json_object_set_new(o, "attempt", json_integer(J->attempt));
+    json_object_set_new(o, "operators", ops);
+    json_object_set_new(o, "subtasks", subs);
+}
+
+static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    coord *c = arg;
+    const weir_http_str *v = weir_http_req_param(req, "id");
+    char buf[32];
+    uint64_t id = 0;
+    if (v && v->len > 0 && v->len < sizeof(buf)) {
+        memcpy(buf, v->p, v->len);
+        buf[v->len] = 0;
+        char *end;
+        id = strtoull(buf, &end, 10);
+        if (*end || buf[0] == '-')
+            id = 0;
+    }
+    if (!id)
+        return weir_http_res_error(res, 400, "the job id must be a positive number");
+    pthread_mutex_lock(&c->mu);
+    cjob *J = NULL;
+    for (size_t i = 0; i < c->njobs && !J; i++)
+        if (c->jobs[i]->id == id)
+            J = c->jobs[i];
+    json_t *o = J ? job_summary(J) : NULL;
+    if (o) {
+        weir_ckpt_stats cs = {0};
+        if (J->cur)
+            weir_job_ckpt_stats(J->cur, &cs);
+        json_object_set_new(o, "checkpoints",
+                            json_pack("{s:I, s:I, s:I, s:f}", "completed",
+                                      (json_int_t)(J->ckpt_done_before + cs.completed), "latest",
+                                      (json_int_t)cs.latest, "restored", (json_int_t)cs.restored,
+                                      "last_duration_ms", (double)cs.last_duration_ns / 1e6));
+        if (J->interval_ms) {
+            json_object_set_new(o, "checkpoint_dir",
+                                json_string(J->checkpoint_dir ? J->checkpoint_dir : ""));
+            json_object_set_new(o, "checkpoint_interval_ms",
+                                json_integer((json_int_t)J->interval_ms));
+        }
+        if (J->plan && J->place && J->base)
+            add_attempt(o, J);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!J)
+        return weir_http_res_error(res, 404, "no such job");
+    return send_json(res, 200, o);
+}
+
+/* The gauges and the process-wide plugin counters, brought up to date
+ * before the registry is rendered. */
+static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    coord *c = arg;
+    pthread_mutex_lock(&c->mu);
+    int workers = 0, jobs = 0;
+    for (size_t i = 0; i < c->nws; i++)
+        workers += !c->ws[i]->lost;
+    for (size_t i = 0; i < c->njobs; i++)
+        jobs += !c->jobs[i]->ended;
+    weir__plugin_stats now;
+    weir__plugin_stats_read(&now);
+    weir_counter_add(c->m.bytes_shipped, now.bytes_shipped - c->m.seen.bytes_shipped);
+    weir_counter_add(c->m.ships_deduped, now.ships_deduped - c->m.seen.ships_deduped);
+    weir_counter_add(c->m.cache_hits, now.cache_hits - c->m.seen.cache_hits);
+    c->m.seen = now;
+    pthread_mutex_unlock(&c->mu);
+    weir_gauge_set(weir_metrics_gauge(c->metrics, "weir_coordinator_workers",
+                                      "Worker sessions registered and not lost."),
+                   workers);
+    weir_gauge_set(weir_metrics_gauge(c->metrics, "weir_coordinator_jobs_running",
+                                      "Jobs running or restarting."),
+                   jobs);
+    weir_metrics_buf b = {0};
+    int e = weir_metrics_render(c->metrics, &b);
+    if (e == 0)
+        e = weir_http_res_send(res, 200, "text/plain; version=0.0.4", b.data, b.len);
+    weir_metrics_buf_free(&b);
+    return e;
+}
+
+int weir__coord_http_start(coord *c, char *msg, size_t cap)
+{
+    const char *host = c->o.bind_host ? c->o.bind_host : "127.0.0.1";
+    weir_http_server *s = weir_http_server_new(
+        &(weir_http_server_opts){.host = host, .port = c->o.http_port, .listeners = 1});
+    if (!s) {
+        snprintf(msg, cap, "the HTTP server: %s", strerror(errno));
+        return -errno;
+    }
+    int e = 0;
+    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, c, WEIR_HTTP_PUBLIC)) ||
+        (e = weir_http_route(s, "GET", "/api/v1/workers", h_workers, c, 0)) ||
+        (e = weir_http_route(s, "GET", "/api/v1/jobs", h_jobs, c, 0)) ||
+        (e = weir_http_route(s, "GET", "/api/v1/jobs/:id", h_job, c, 0)) ||
+        (e = weir_http_route(s, "GET", "/metrics", h_metrics, c, 0)) ||
+        (e = weir_http_server_start(s))) {
+        snprintf(msg, cap, "the HTTP server on %s:%d: %s", host, c->o.http_port, weir_strerror(e));
+        weir_http_server_free(s);
+        return e;
+    }
+    c->http = s;
+    if (c->o.on_http)
+        c->o.on_http(c->o.arg, host, weir_http_server_port(s));
+    return 0;
+}
+
+void weir__coord_http_stop(coord *c)
+{
+    if (!c->http)
+        return;
+    weir_http_server_stop(c->http, weir_time_after_ms(1000));
+    weir_http_server_free(c->http);
+    c->http = NULL;
+}
