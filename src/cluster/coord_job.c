@@ -690,11 +690,14 @@ intptr_t weir__coord_job_main(void *arg)
         J->state = WEIR__CL_JOB_RUNNING;
         pthread_mutex_unlock(&c->mu);
     }
+    /* a is freed before the submitter hears: the message is copied */
+    char why[WEIR_CLUSTER_MESSAGE_MAX];
+    snprintf(why, sizeof(why), "%s", outcome == A_OK ? "" : a.why);
     weir__cl_job_completed jc = {.job = J->id,
                                  .err = outcome == A_OK          ? 0
                                         : outcome == A_CANCELLED ? -ECANCELED
                                                                  : (a.err ? a.err : -EIO),
-                                 .message = outcome == A_OK ? "" : a.why,
+                                 .message = why,
                                  .elapsed_ms = (uint64_t)((weir_time_now() - J->t0) / WEIR_MSEC),
                                  .records_in = rin,
                                  .records_out = rout,

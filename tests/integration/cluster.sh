@@ -55,12 +55,13 @@ wait_for() {
 }
 
 start_coordinator() {
-    "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 >"$tmp/coord.out" \
-        2>"$tmp/coord.log" &
+    "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 --http-port 0 \
+        >"$tmp/coord.out" 2>"$tmp/coord.log" &
     cpid=$!
     pids="$pids $cpid"
     wait_for 20 grep -q listening "$tmp/coord.out" || fail "the coordinator did not start"
     coord=$(sed -n 's/.*listening on \(.*\)$/\1/p' "$tmp/coord.out")
+    http=$(sed -n 's/.*http on \(.*\)$/\1/p' "$tmp/coord.out")
 }
 
 # start_worker ID: sets the variable w_ID to its pid
@@ -116,6 +117,15 @@ for c in $cases; do
         wait $sub || fail "basic: weir submit failed"
         grep -q "finished in" "$tmp/basic.submit.log" || fail "basic: no summary line"
         check_output "$tmp/basic" basic
+        # The HTTP API tells the same story.
+        id=$(sed -n 's/.*job \([0-9]*\) submitted.*/\1/p' "$tmp/basic.submit.log")
+        curl -sf "http://$http/api/v1/jobs/$id" | grep -q '"state":"succeeded"' ||
+            fail "basic: /api/v1/jobs/$id does not say succeeded"
+        curl -sf "http://$http/api/v1/workers" | grep -q '"id":"a"' ||
+            fail "basic: /api/v1/workers does not list worker a"
+        curl -sf "http://$http/metrics" | grep -q 'weir_coordinator_jobs_ended_total{state="succeeded"} 1' ||
+            fail "basic: /metrics does not count the job"
+        curl -sf "http://$http/api/v1/health" | grep -q '"status":"ok"' || fail "basic: not healthy"
         ;;
     kill | kill2)
         submit $c $n --checkpoint-dir "$tmp/$c-ckpt" --checkpoint-interval-ms 100
@@ -138,6 +148,8 @@ for c in $cases; do
         wait $sub || fail "$c: weir submit failed"
         check_output "$tmp/$c" $c
         grep -q "restart" "$tmp/$c.submit.log" || fail "$c: the summary does not count restarts"
+        curl -sf "http://$http/metrics" | grep -q 'weir_coordinator_workers_lost_total{cause="' ||
+            fail "$c: /metrics does not count the lost worker"
         ;;
     stop)
         submit stop $n --checkpoint-dir "$tmp/stop-ckpt" --checkpoint-interval-ms 100
