@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
 #include "weir/cluster.h"
@@ -40,7 +41,9 @@ struct wsess {
     int fd;
     weir__outbox *ob;
     _Atomic int64_t last_seen;
-    int lost; /* mu */
+    int lost;        /* mu */
+    uint64_t serial; /* unique in the node: what events name it by */
+    int refs;        /* mu: its reader's, and one per attempt placing on it */
     char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
     weir__plugin_shipped shipped; /* mu */
 };
@@ -59,7 +62,7 @@ enum { EV_LISTENING = 1, EV_FINISHED, EV_LOST, EV_CANCEL, EV_REGISTERED };
 
 typedef struct ev {
     int kind;
-    wsess *w;
+    uint64_t ws; /* the session's serial: it may be gone when the event is read */
     uint32_t attempt, chain, sub;
     int32_t err;
     uint8_t fatal;
@@ -112,7 +115,7 @@ struct coord {
     size_t nws, wscap;
     cjob **jobs;
     size_t njobs, jobcap;
-    uint64_t next_job;
+    uint64_t next_job, next_serial;
     weir_scope *scope;
     int lfd;
     int stopping; /* mu */
@@ -148,6 +151,29 @@ static inline int weir__coord_job_uses(const cjob *J, const wsess *w)
         if (J->aw[i] == w)
             return 1;
     return 0;
+}
+
+/* The session of J's current attempt with that serial, or NULL (the
+ * attempt's sessions are referenced: the pointer is valid). */
+static inline wsess *weir__coord_aw_find(const cjob *J, uint64_t serial)
+{
+    for (uint32_t i = 0; i < J->naw; i++)
+        if (J->aw[i]->serial == serial)
+            return J->aw[i];
+    return NULL;
+}
+
+/* J's attempt now places on v[0..n) (mu held): the sessions it held are
+ * released, these referenced; v is J's (NULL, 0: none). */
+static inline void weir__coord_aw_set_locked(cjob *J, wsess **v, uint32_t n)
+{
+    for (uint32_t i = 0; i < J->naw; i++)
+        J->aw[i]->refs--;
+    for (uint32_t i = 0; i < n; i++)
+        v[i]->refs++;
+    weir__free(J->aw);
+    J->aw = v;
+    J->naw = n;
 }
 
 /* coordinator.c: a worker lost for a cause of the metrics' label

@@ -116,6 +116,7 @@ typedef struct attempt {
     uint16_t *port;    /* [nchannels]: where its consumer listens */
     uint32_t ndone, nlistened;
     int saw_loss;       /* a worker of the attempt was lost (cause: the first) */
+    int fatal;          /* a subtask's failure that a redeploy would repeat */
     uint64_t ckpt_seen; /* completed checkpoints observed into the metrics */
     uint64_t rin, rout;
     char why[WEIR_CLUSTER_MESSAGE_MAX];
@@ -225,21 +226,21 @@ static int attempt_prepare(cjob *J, attempt *a)
     }
     if (!e) {
         /* The workers used, in first-use order; place[] re-indexed. */
-        weir__free(J->aw);
-        J->aw = weir__calloc(n, sizeof(*J->aw));
-        J->naw = 0;
-        e = J->aw ? 0 : -ENOMEM;
+        wsess **v = weir__calloc(n, sizeof(*v));
+        uint32_t nv = 0;
+        e = v ? 0 : -ENOMEM;
         for (uint32_t k = 0; !e && k < p->nsubtasks; k++) {
             wsess *w = live[a->place[k]];
             uint32_t x = 0;
-            while (x < J->naw && J->aw[x] != w)
+            while (x < nv && v[x] != w)
                 x++;
-            if (x == J->naw)
-                J->aw[J->naw++] = w;
+            if (x == nv)
+                v[nv++] = w;
             a->place[k] = x;
             w->used++;
         }
         if (!e) {
+            weir__coord_aw_set_locked(J, v, nv);
             J->plan = a->plan;
             J->place = a->place;
             J->base = a->base;
@@ -290,6 +291,9 @@ static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t firs
         d->first_id = first_id;
         d->plugins.v = pl;
         d->plugins.n = J->nplugins;
+        /* Under mu only the shipped set's say; the frame (megabytes, with
+         * plugin bytes) is encoded and posted outside it. The session is
+         * the attempt's (referenced): its outbox stays valid. */
         pthread_mutex_lock(&c->mu);
         wsess *w = J->aw[x];
         for (uint32_t i = 0; i < J->nplugins; i++) {
@@ -297,8 +301,9 @@ static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t firs
             if (!weir__plugin_shipped_plan(&w->shipped, pl[i].sha256, pl[i].size))
                 pl[i].bytes = (weir__cl_bytes){NULL, 0};
         }
-        int e = w->lost ? -EPIPE : weir__cl_post(w->ob, &m, WEIR__OUTBOX_DEPLOY);
+        int lost = w->lost;
         pthread_mutex_unlock(&c->mu);
+        int e = lost ? -EPIPE : weir__cl_post(w->ob, &m, WEIR__OUTBOX_DEPLOY);
         if (e) /* its loss (or the overflow verdict) folds the attempt */
             weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": Deploy to %s not posted: %s", J->id,
                       w->id, weir_strerror(e));
@@ -353,13 +358,17 @@ static void post_cancels(cjob *J, attempt *a, const char *reason)
 }
 
 /* Mark every subtask of w done (lost with it). */
-static void fold_lost(attempt *a, cjob *J, wsess *w)
+/* Mark every subtask of w that still ran done (lost with it); how many. */
+static uint32_t fold_lost(attempt *a, cjob *J, const wsess *w)
 {
+    uint32_t n = 0;
     for (uint32_t k = 0; a->plan && k < a->plan->nsubtasks; k++)
         if (J->aw[a->place[k]] == w && !a->done[k]) {
             a->done[k] = 1;
             a->ndone++;
+            n++;
         }
+    return n;
 }
 
 /* One event of the running attempt. Returns the outcome when it ends the
@@ -368,7 +377,8 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
 {
     int64_t k =
         x->kind == EV_LISTENING || x->kind == EV_FINISHED ? idx_of(a, x->chain, x->sub) : -1;
-    int own = k >= 0 && x->attempt == J->attempt && J->aw[a->place[k]] == x->w;
+    wsess *w = J->aw ? weir__coord_aw_find(J, x->ws) : NULL; /* NULL: not this attempt's */
+    int own = k >= 0 && w && x->attempt == J->attempt && J->aw[a->place[k]] == w;
     switch (x->kind) {
     case EV_LISTENING:
         if (!own || a->listened[k])
@@ -391,11 +401,13 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
         a->rout += x->rout;
         if (r)
             weir__job_coord_finished(r, x->chain, x->sub);
+        if (x->fatal) /* a redeploy would fail alike: never a restart */
+            a->fatal = 1;
         if (x->err == 0 || *outcome != A_OK)
             break;
-        if (x->err == -ECANCELED) { /* its worker cancelled it: it is going away */
+        if (x->err == -ECANCELED && !x->fatal) { /* its worker cancelled it: it is going away */
             *outcome = A_LOST;
-            snprintf(cause, cap, "worker %s cancelled its subtasks", x->w->id);
+            snprintf(cause, cap, "worker %s cancelled its subtasks", w->id);
         } else {
             *outcome = A_FAILED;
             a->err = x->err;
@@ -404,11 +416,12 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
         }
         break;
     case EV_LOST:
-        if (!weir__coord_job_uses(J, x->w))
+        /* A worker whose subtasks of this attempt had all ended takes
+         * nothing with it. */
+        if (!w || fold_lost(a, J, w) == 0)
             break;
-        fold_lost(a, J, x->w);
         if (!a->saw_loss)
-            snprintf(cause, cap, "worker %s lost (%s)", x->w->id, x->w->cause);
+            snprintf(cause, cap, "worker %s lost (%s)", w->id, w->cause);
         a->saw_loss = 1;
         if (*outcome == A_OK)
             *outcome = A_LOST;
@@ -435,10 +448,10 @@ static int wait_until(cjob *J, attempt *a, run *r, int (*pred)(const attempt *),
     while (!pred(a)) {
         if (ok && *outcome != A_OK)
             return 0;
-        if (a->j && weir_job_error(a->j)[0] && *outcome == A_OK) {
-            *outcome = A_FAILED;
-            a->err = -EIO;
-            snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
+        int je;
+        if (a->j && *outcome == A_OK && (je = weir__job_error_copy(a->j, a->why, sizeof(a->why)))) {
+            *outcome = A_FAILED; /* the checkpoint side failed (a manifest write...) */
+            a->err = je;
             return 0;
         }
         if (a->j) { /* a checkpoint completed: its duration into the metrics */
@@ -560,6 +573,10 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     if (restored)
         t->restored = restored;
     weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " attempt %u: deploying", J->id, J->attempt);
+    /* ACKs an earlier attempt's stragglers sent are not this one's. */
+    weir__ckpt_msg stale;
+    while (weir_chan_try_recv(J->acks, &stale) == 0)
+        ;
     post_deploys(J, a, restored, first);
     e = wait_until(J, a, r, all_listened, weir_time_after_ms(60000), &outcome, cause, cap);
     if (e == -ETIMEDOUT && outcome == A_OK) {
@@ -601,9 +618,9 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
      * channels to that worker broke, and its report can reach us before
      * the dead worker's connection is seen closed. The loss gets a moment
      * to show up; if it does, the attempt was lost, not failed. */
-    if (outcome == A_FAILED && a->err && !a->saw_loss)
+    if (outcome == A_FAILED && a->err && !a->saw_loss && !a->fatal)
         wait_until(J, a, r, saw_loss, weir_time_after_ms(1000), &outcome, cause, cap);
-    if (outcome == A_FAILED && a->saw_loss && a->err) {
+    if (outcome == A_FAILED && a->saw_loss && a->err && !a->fatal) {
         outcome = A_LOST;
         weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 ": %s, after: %s", J->id, cause, a->why);
     }
@@ -612,12 +629,11 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     t->completed += cs.completed;
     if (cs.latest)
         t->latest = cs.latest;
-    /* Every id this attempt may have used: the ones it triggered lie
-     * below the next it would have. */
-    uint64_t used = cs.latest > first ? cs.latest : first;
-    if (used + 2 > *max_id)
-        *max_id = used + 2; /* one in flight, and a margin */
-    weir__job_coord_end(r);
+    /* The next attempt numbers its checkpoints above every id this one
+     * used (one it triggered and never completed included). */
+    uint64_t used = weir__job_coord_end(r);
+    if (used > *max_id)
+        *max_id = used;
     return outcome;
 }
 
@@ -724,9 +740,7 @@ intptr_t weir__coord_job_main(void *arg)
     J->ckpt_done_before = t.completed;
     weir_counter_inc(
         weir_metric_counter(c->m.ended, (const char *const[]){weir__coord_state_name(J->state)}));
-    weir__free(J->aw);
-    J->aw = NULL;
-    J->naw = 0;
+    weir__coord_aw_set_locked(J, NULL, 0);
     client *cl = J->submitter;
     J->submitter = NULL;
     pthread_mutex_unlock(&c->mu);
@@ -750,8 +764,8 @@ int weir__coord_job_check(cjob *J, char *why, size_t cap)
     int e = attempt_prepare(J, &a);
     snprintf(why, cap, "%s", a.why);
     attempt_free(J, &a);
-    weir__free(J->aw);
-    J->aw = NULL;
-    J->naw = 0;
+    pthread_mutex_lock(&J->c->mu);
+    weir__coord_aw_set_locked(J, NULL, 0);
+    pthread_mutex_unlock(&J->c->mu);
     return e;
 }

@@ -134,14 +134,15 @@ static intptr_t b_open(void *arg)
 }
 
 /* ---- sessions -------------------------------------------------------------------------------- */
+/* An event for J (mu held). The queue is unbounded, so a loss or a
+ * cancel is never dropped; what workers send is bounded where it is
+ * routed (route: a worker whose frames fill a job's backlog is lost). */
 static void post_ev_locked(cjob *J, ev *x)
 {
-    if (weir_chan_try_send(J->events, x) < 0) {
-        /* A job's queue holds EV_BACKLOG events: full means a worker
-         * floods it. Nothing is lost that matters more than the flood. */
+    if (weir_chan_try_send(J->events, x) < 0) { /* closed, or no memory */
         weir__free(x->message);
         weir__free(x->inputs);
-        weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": event queue full, event dropped", J->id);
+        weir__log(WEIR__LOG_ERROR, LOG, "job %" PRIu64 ": an event could not be queued", J->id);
     }
 }
 
@@ -160,14 +161,23 @@ void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *c
     for (size_t i = 0; i < c->njobs; i++) {
         cjob *J = c->jobs[i];
         if (!J->ended && weir__coord_job_uses(J, w)) {
-            ev x = {.kind = EV_LOST, .w = w};
+            ev x = {.kind = EV_LOST, .ws = w->serial};
             post_ev_locked(J, &x);
         }
     }
 }
 
+/* The reader's loss: an outbox that stopped by itself shut the socket
+ * down, so the reader meets the end of it; the outbox's verdict is then
+ * the cause. */
 static void lose(coord *c, wsess *w, const char *kind, const char *cause)
 {
+    char text[WEIR__OUTBOX_VERDICT_MAX];
+    enum weir__outbox_verdict v = weir__outbox_verdict(w->ob, text, sizeof(text));
+    if (v == WEIR__OUTBOX_OVERFLOW || v == WEIR__OUTBOX_ALLOC) {
+        kind = "overflow";
+        cause = text;
+    }
     pthread_mutex_lock(&c->mu);
     weir__coord_lose_locked(c, w, kind, cause);
     pthread_mutex_unlock(&c->mu);
@@ -198,7 +208,18 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    ev x = {.w = w};
+    /* The job's backlog of this kind of frame is bounded: a worker that
+     * fills it (or sends more than its subtasks could) loses its session. */
+    if (weir_chan_len(m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? J->acks : J->events) >=
+        EV_BACKLOG) {
+        char cause[160];
+        snprintf(cause, sizeof(cause),
+                 "its frames for job %" PRIu64 " fill the job's backlog of %u", J->id, EV_BACKLOG);
+        weir__coord_lose_locked(c, w, "overflow", cause);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    ev x = {.ws = w->serial};
     switch (m->kind) {
     case WEIR_CLUSTER_SUBTASK_LISTENING:
         x.kind = EV_LISTENING;
@@ -226,6 +247,11 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
         break;
     case WEIR_CLUSTER_SUBTASK_CHECKPOINTED: {
         const weir__cl_subtask_checkpointed *k = &m->u.checkpointed;
+        /* Only for a subtask the current attempt placed on this worker. */
+        const weir__plan *p = J->plan;
+        if (!p || !J->place || k->chain >= p->nchains || k->sub >= p->chains[k->chain].par ||
+            J->aw[J->place[J->base[k->chain] + k->sub]] != w)
+            break;
         weir__ckpt_msg a = {.kind = WEIR__CK_ACK,
                             .id = k->id,
                             .chain = k->chain,
@@ -296,7 +322,7 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
 
 /* Register: the version was checked. Refusals and the RegisterAck are
  * written directly, each write bounded (the peer may not read). */
-static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
+static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
 {
     weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK};
     ack.u.reg_ack =
@@ -307,7 +333,7 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
         ack.u.reg_ack.status = WEIR__CL_RETRY;
         ack.u.reg_ack.message = "the coordinator is out of memory";
         weir__cl_send(fd, &ack, weir_time_after_ms(250));
-        return;
+        return 0;
     }
     w->c = c;
     w->fd = fd;
@@ -343,8 +369,9 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
     if (e) {
         weir__log(WEIR__LOG_WARN, LOG, "worker %s: registration failed: %s", w->id,
                   weir_strerror(e));
+        weir__outbox_free(w->ob);
         weir__free(w);
-        return;
+        return 0;
     }
     pthread_mutex_lock(&c->mu);
     int added = 0;
@@ -364,12 +391,17 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
                 if (!c->ws[i]->lost && strcmp(c->ws[i]->id, w->id) == 0)
                     weir__coord_lose_locked(c, c->ws[i], "replaced",
                                             "replaced by a new registration");
+            w->serial = ++c->next_serial;
+            w->refs = 1; /* the reader's */
             c->ws[c->nws++] = w;
             added = 1;
             for (size_t i = 0; i < c->njobs; i++)
                 if (!c->jobs[i]->ended) {
-                    ev x = {.kind = EV_REGISTERED, .w = w};
-                    post_ev_locked(c->jobs[i], &x);
+                    /* Only to wake a restart waiting for room: one queued
+                     * is as good as many. */
+                    ev x = {.kind = EV_REGISTERED, .ws = w->serial};
+                    if (weir_chan_len(c->jobs[i]->events) < 16)
+                        post_ev_locked(c->jobs[i], &x);
                 }
         }
     }
@@ -377,23 +409,47 @@ static void admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regis
     if (!added) {
         weir__outbox_free(w->ob);
         weir__free(w);
-        return;
+        return 0;
     }
     weir__log(WEIR__LOG_INFO, LOG, "worker %s registered (%u slots, data host %s)", w->id, w->slots,
               w->host);
     worker_reader(c, w, fp);
-    /* The session is over: its writer ends (the outbox is aborted by the
-     * loss), then the socket closes. The session record and its outbox
-     * stay until the node ends: jobs may still post to it (refused). */
+    /* The session is over: the loss aborted its outbox. The record (and
+     * the socket, which its outbox writes) stays while an attempt still
+     * refers to it; the watchdog frees it once nothing does. */
     pthread_mutex_lock(&c->mu);
     weir__coord_lose_locked(c, w, "closed", "connection closed");
+    w->refs--;
     pthread_mutex_unlock(&c->mu);
-    for (int i = 0; i < 200; i++) {
-        weir__outbox_stats st;
-        weir__outbox_stats_get(w->ob, &st);
-        if (st.writer_done || weir_time_sleep(5 * WEIR_MSEC) < 0)
-            break;
+    return 1;
+}
+
+static void session_free(wsess *w)
+{
+    weir__outbox_free(w->ob); /* joins its writer */
+    weir_io_close(w->fd);
+    weir__plugin_shipped_clear(&w->shipped);
+    weir__free(w);
+}
+
+/* Sessions lost that nothing refers to any more, freed (outside mu). */
+static void reap_sessions(coord *c)
+{
+    wsess *dead[64];
+    size_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    size_t k = 0;
+    for (size_t i = 0; i < c->nws; i++) {
+        wsess *w = c->ws[i];
+        if (w->lost && w->refs == 0 && n < sizeof(dead) / sizeof(dead[0]))
+            dead[n++] = w;
+        else
+            c->ws[k++] = w;
     }
+    c->nws = k;
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < n; i++)
+        session_free(dead[i]);
 }
 
 /* ---- the watchdog ---------------------------------------------------------------------------- */
@@ -414,6 +470,7 @@ static intptr_t watchdog_main(void *arg)
                 continue;
             if (late) { /* nothing could be read or written in the gap */
                 atomic_store(&w->last_seen, now);
+                weir__outbox_rebase(w->ob, now);
                 continue;
             }
             int64_t quiet = (now - atomic_load(&w->last_seen)) / WEIR_MSEC;
@@ -434,6 +491,7 @@ static intptr_t watchdog_main(void *arg)
             }
         }
         pthread_mutex_unlock(&c->mu);
+        reap_sessions(c);
     }
     return 0;
 }
@@ -574,8 +632,8 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     J->plugins = weir__calloc(s->plugins.n, sizeof(*J->plugins));
     J->argc = (int)s->args.n + 1;
     J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
-    J->events = weir_chan_new(sizeof(ev), EV_BACKLOG);
-    J->acks = weir_chan_new(sizeof(weir__ckpt_msg), EV_BACKLOG);
+    J->events = weir_chan_new(sizeof(ev), WEIR_CHAN_UNBOUNDED);
+    J->acks = weir_chan_new(sizeof(weir__ckpt_msg), WEIR_CHAN_UNBOUNDED);
     if (s->checkpoint_dir[0])
         J->checkpoint_dir = weir__strdup(s->checkpoint_dir);
     e = J->plugins && J->argv && J->events && J->acks &&
@@ -664,13 +722,15 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
         J->submitter = NULL;
         atomic_fetch_sub(&cl->refs, 1);
     }
+    /* J is the job fiber's now (it may end, and be forgotten, at once). */
+    uint64_t id = J->id;
     pthread_mutex_unlock(&c->mu);
     if (!t)
         return submit_refuse(cl, "could not start the job") * 0;
-    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " (%s) submitted", J->id, J->name);
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " submitted", id);
     weir__cl_msg m = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK};
     m.u.submit_ack.status = WEIR__CL_SUBMIT_ACCEPTED;
-    m.u.submit_ack.job = J->id;
+    m.u.submit_ack.job = id;
     m.u.submit_ack.message = "";
     client_reply(cl, &m);
     return 0;
@@ -830,7 +890,7 @@ static intptr_t admit_main(void *arg)
                 weir__log(WEIR__LOG_WARN, LOG, "connection dropped: malformed first frame: %s",
                           why);
             } else if (kind == WEIR_CLUSTER_REGISTER) {
-                admit_worker(c, fd, &fp, &m.u.reg);
+                owned = admit_worker(c, fd, &fp, &m.u.reg);
                 weir__cl_msg_free(&m);
             } else {
                 weir__cl_msg_free(&m);
@@ -1053,13 +1113,8 @@ out:
     weir_scope_free(c->scope);
     if (c->lfd > 0)
         weir_io_close(c->lfd);
-    for (size_t i = 0; i < c->nws; i++) {
-        wsess *w = c->ws[i];
-        weir__outbox_free(w->ob);
-        weir_io_close(w->fd);
-        weir__plugin_shipped_clear(&w->shipped);
-        weir__free(w);
-    }
+    for (size_t i = 0; i < c->nws; i++)
+        session_free(c->ws[i]);
     weir__free(c->ws);
     for (size_t i = 0; i < c->njobs; i++)
         weir__coord_job_free(c->jobs[i]);

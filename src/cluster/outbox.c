@@ -310,6 +310,13 @@ enum weir__outbox_verdict weir__outbox_check(weir__outbox *ob, int64_t now)
     return v;
 }
 
+void weir__outbox_rebase(weir__outbox *ob, int64_t now)
+{
+    pthread_mutex_lock(&ob->mu);
+    ob->last_progress = now;
+    pthread_mutex_unlock(&ob->mu);
+}
+
 void weir__outbox_abort(weir__outbox *ob)
 {
     if (!ob)

@@ -101,6 +101,9 @@ void weir__outbox_free(weir__outbox *ob);
 int weir__outbox_post(weir__outbox *ob, const void *frame, size_t len, int cls);
 /* The stall check at time now (ns, the limits' clock); returns the verdict. */
 enum weir__outbox_verdict weir__outbox_check(weir__outbox *ob, int64_t now);
+/* Restart the stall clock at now: a watchdog that was itself held up
+ * (the process was suspended) judges no stall from the gap. */
+void weir__outbox_rebase(weir__outbox *ob, int64_t now);
 /* Stop: discard what is queued, shut the socket down, end the writer. */
 void weir__outbox_abort(weir__outbox *ob);
 

@@ -61,6 +61,8 @@
 
 #define LOG   "worker"
 #define FIBER (128u << 10)
+/* A session that hears nothing from its coordinator this long ends. */
+#define WORKER_SILENCE_MS 3000
 
 typedef struct worker worker;
 
@@ -404,7 +406,11 @@ static intptr_t wjob_main(void *arg)
                           .listen_fd = lfd,
                           .place = w_place,
                           .place_arg = J,
-                          .plan_hash = weir__tcp_plan_hash(J->plan_bytes, J->plan_len),
+                          /* the attempt in it: a producer of an earlier
+                           * attempt cannot attach to this one's consumer
+                           * on a reused port */
+                          .plan_hash = weir__tcp_plan_hash(J->plan_bytes, J->plan_len) ^
+                                       ((uint64_t)J->attempt + 1) * 0x9e3779b97f4a7c15ull,
                           .peer = w_peer,
                           .peer_arg = J});
     if (!net) {
@@ -632,16 +638,30 @@ static void on_checkpoint(worker *wk, int kind, uint64_t job, uint64_t id)
     pthread_mutex_unlock(&wk->mu);
 }
 
+/* Heartbeats every interval; and the outbox's own stall verdict: a
+ * coordinator that stopped reading ends the session (the socket is shut
+ * down, which the session's reader meets). */
+typedef struct hb_arg {
+    weir__outbox *ob;
+    int fd;
+    int64_t ms;
+} hb_arg;
+
 static intptr_t heartbeat_main(void *arg)
 {
-    void **a = arg;
-    weir__outbox *ob = a[0];
-    int64_t ms = (int64_t)(intptr_t)a[1];
+    hb_arg *a = arg;
     weir__cl_msg m = {.kind = WEIR_CLUSTER_HEARTBEAT};
-    for (uint64_t seq = 1; weir_time_sleep(ms * WEIR_MSEC) == 0; seq++) {
+    for (uint64_t seq = 1; weir_time_sleep(a->ms * WEIR_MSEC) == 0; seq++) {
         m.u.heartbeat.seq = seq;
-        if (weir__cl_post(ob, &m, WEIR__OUTBOX_CONTROL) == -EPIPE)
+        if (weir__cl_post(a->ob, &m, WEIR__OUTBOX_CONTROL) == -EPIPE)
             break;
+        if (weir__outbox_check(a->ob, weir_time_now()) != WEIR__OUTBOX_OK) {
+            char text[WEIR__OUTBOX_VERDICT_MAX];
+            weir__outbox_verdict(a->ob, text, sizeof(text));
+            weir__log(WEIR__LOG_WARN, LOG, "ending the session: %s", text);
+            shutdown(a->fd, SHUT_RDWR);
+            break;
+        }
     }
     return 0;
 }
@@ -717,13 +737,34 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     if (wk->o.on_registered)
         wk->o.on_registered(wk->o.arg, wk->o.coordinator);
     weir__log(WEIR__LOG_INFO, LOG, "%s registered with %s", wk->o.id, wk->o.coordinator);
-    void *hargs[2] = {ob, (void *)(intptr_t)hb};
-    weir_task *ht = weir_task_spawn(heartbeat_main, hargs,
+    hb_arg ha = {ob, fd, hb};
+    weir_task *ht = weir_task_spawn(heartbeat_main, &ha,
                                     &(weir_spawn_opts){.name = "heartbeat", .stack_size = FIBER});
+    /* The coordinator answers every heartbeat: a session silent for
+     * WORKER_SILENCE_MS (no frame, and no byte of one arriving) has lost
+     * its coordinator, partitioned or hung, and ends. The reads wake every
+     * 200 ms to see whether the worker is stopping. */
+    int64_t last = weir_time_now();
+    size_t seen = 0;
     for (;;) {
         weir__cl_msg f;
         weir_frame fr;
-        e = weir__cl_recv(fd, &fp, &f, &fr, WEIR_FOREVER, why, sizeof(why));
+        int64_t silence = last + WORKER_SILENCE_MS * WEIR_MSEC, tick = weir_time_after_ms(200);
+        e = weir__cl_recv(fd, &fp, &f, &fr, tick < silence ? tick : silence, why, sizeof(why));
+        if (e == -ETIMEDOUT) {
+            size_t have = fp.have + fp.hdr_have;
+            if (atomic_load(&wk->stopping))
+                break;
+            if (have != seen) { /* a large frame is arriving */
+                seen = have;
+                last = weir_time_now();
+                continue;
+            }
+            if (weir_time_now() < silence)
+                continue;
+            snprintf(why, sizeof(why), "no frame from the coordinator for %d ms",
+                     WORKER_SILENCE_MS);
+        }
         if (e <= 0) {
             snprintf(msg, cap, "the session with %s ended: %s", wk->o.coordinator,
                      e == 0 ? "the coordinator closed it" : why);
@@ -731,6 +772,8 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                 weir__log(WEIR__LOG_WARN, LOG, "%s", msg);
             break;
         }
+        last = weir_time_now();
+        seen = fp.have + fp.hdr_have;
         if (weir__cl_kind_dir(f.kind) != WEIR__CL_FROM_COORDINATOR) {
             weir__log(WEIR__LOG_WARN, LOG, "session with %s dropped: a %s from the coordinator",
                       wk->o.coordinator, weir__cl_kind_name(f.kind));
@@ -817,22 +860,9 @@ static intptr_t stop_main(void *arg)
         return 0;
     atomic_store(&wk->stopping, 1);
     weir__log(WEIR__LOG_INFO, LOG, "%s stopping", wk->o.id);
+    /* The session's reader sees `stopping` within 200 ms, drains the
+     * cancelled shares (their reports go out) and ends. */
     cancel_all(wk, 0);
-    int fd = atomic_load(&wk->fd);
-    if (fd >= 0) {
-        /* The shares' cancelled reports go out before the session ends:
-         * wait for them to end, then end the session's reads. */
-        for (int i = 0; i < 1000; i++) {
-            pthread_mutex_lock(&wk->mu);
-            int live = 0;
-            for (size_t k = 0; k < wk->njobs; k++)
-                live += !wk->jobs[k]->ended;
-            pthread_mutex_unlock(&wk->mu);
-            if (!live || weir_time_sleep(5 * WEIR_MSEC) < 0)
-                break;
-        }
-        shutdown(fd, SHUT_RD);
-    }
     return 0;
 }
 

@@ -227,6 +227,7 @@ intptr_t weir__ckpt_coordinator(void *arg)
         if (any_finished(r))
             continue;
         id++;
+        atomic_store(&r->last_id, id);
         int64_t t0 = weir_time_now();
         send_all(r, WEIR__CK_TRIGGER, id);
         int c = collect(r, id, acks, seen);

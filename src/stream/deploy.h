@@ -65,6 +65,10 @@ void weir__deploy_teardown(run *r);
 int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *opts,
                        const weir__deploy *d);
 
+/* j's error and its message (copied into buf[cap]) read under its lock:
+ * what another thread (the checkpoint coordinator) may be setting. */
+int weir__job_error_copy(weir_job *j, char *buf, size_t cap);
+
 /*
  * The checkpoint side of a run none of whose subtasks run in this process:
  * what a cluster's coordinator holds for one attempt of a job. begin binds
@@ -76,9 +80,9 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
  * starts the checkpoint coordinator over the link once the subtasks
  * elsewhere are running (nothing when the options take no checkpoints).
  * finished marks subtask (chain, sub) ended, as a subtask here would be
- * (no checkpoint starts once one has). end stops the coordinator and frees
- * the run. 0 or a negative errno with j's error set (begin failed: nothing
- * to end).
+ * (no checkpoint starts once one has). end stops the coordinator, frees
+ * the run and says the highest id it used. 0 or a negative errno with j's error set (begin failed:
+ * nothing to end).
  */
 int weir__job_coord_begin(weir_job *j, const weir__plan *p, const weir_run_opts *opts,
                           const weir__deploy *d, run **out);
@@ -87,6 +91,8 @@ uint64_t weir__job_coord_restored(const run *r);
 uint64_t weir__job_coord_first_id(const run *r);
 int weir__job_coord_start_checkpoints(run *r);
 void weir__job_coord_finished(run *r, uint32_t chain, uint32_t sub);
-void weir__job_coord_end(run *r);
+/* Returns the highest checkpoint id the run used: the last one its
+ * coordinator triggered, or the id it numbered after. */
+uint64_t weir__job_coord_end(run *r);
 
 #endif

@@ -249,6 +249,16 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     return e;
 }
 
+int weir__job_error_copy(weir_job *j, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&j->lock);
+    int e = j->err;
+    if (cap)
+        snprintf(buf, cap, "%s", j->error);
+    pthread_mutex_unlock(&j->lock);
+    return e;
+}
+
 /* ---- a coordinator's share of a run (deploy.h) ------------------------------------------- */
 typedef struct coord_run {
     run r; /* first: the run's address is the coord_run's */
@@ -345,18 +355,23 @@ void weir__job_coord_finished(run *r, uint32_t chain, uint32_t sub)
         atomic_store(&r->chains[chain].subs[sub].finished, 1);
 }
 
-void weir__job_coord_end(run *r)
+uint64_t weir__job_coord_end(run *r)
 {
     if (!r)
-        return;
+        return 0;
     coord_run *c = (coord_run *)r;
     if (c->cs) {
         weir_scope_cancel(c->cs);
         weir_scope_join(c->cs, NULL);
         weir_scope_free(c->cs);
     }
+    /* The coordinator has stopped: no id above this one was triggered. */
+    uint64_t last = atomic_load(&r->last_id);
+    if (last < r->id_base)
+        last = r->id_base;
     end_run(r, NULL, 1);
     weir__free(c);
+    return last;
 }
 
 int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)

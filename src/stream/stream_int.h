@@ -318,9 +318,10 @@ struct run {
     struct weir__manifest *restore_m; /* the restored checkpoint's manifest */
     _Atomic uint64_t completed;       /* the latest completed (or restored) checkpoint */
     uint64_t restored;
-    uint64_t restore_id; /* the deploy's choice of restore point (0: the latest) */
-    uint64_t id_base;    /* checkpoints of this run are numbered after it */
-    uint64_t id_floor;   /* the deploy's floor for id_base (deploy.h) */
+    uint64_t restore_id;      /* the deploy's choice of restore point (0: the latest) */
+    uint64_t id_base;         /* checkpoints of this run are numbered after it */
+    uint64_t id_floor;        /* the deploy's floor for id_base (deploy.h) */
+    _Atomic uint64_t last_id; /* the last checkpoint id the coordinator triggered */
     void (*ended)(void *arg, subtask *st, int err); /* the deploy's (deploy.h) */
     void *ended_arg;
     weir__dirlocks locks;        /* the checkpoint and sink directories, held while it runs */
