@@ -832,7 +832,6 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
     }
     atomic_store(&cl->closed, 1);
     shutdown(fd, SHUT_RDWR);
-    cl->fd = fd;
     weir__coord_client_unref(cl); /* the fd closes with the last reference */
 }
 
