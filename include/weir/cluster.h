@@ -136,6 +136,13 @@ enum weir_cluster_kind {
 #define WEIR_CLUSTER_HEARTBEAT_MS         500u
 #define WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS 2000u
 #define WEIR_CLUSTER_WATCHDOG_MS          100u
+/* A worker that hears nothing from its coordinator this long (it answers
+ * every heartbeat) ends its session and cancels what it runs: above the
+ * coordinator's heartbeat timeout, so that a coordinator restarting a job
+ * after a silent worker's loss waits this long (and a margin) before the
+ * job's subtasks run again, and a worker cut off from it has stopped
+ * them by then. */
+#define WEIR_CLUSTER_WORKER_SILENCE_MS 3000u
 /* What a worker connection may have queued in the coordinator's dispatch. */
 #define WEIR_CLUSTER_BACKLOG_FRAMES 10000u
 #define WEIR_CLUSTER_BACKLOG_BYTES  (64u << 20)

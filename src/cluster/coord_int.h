@@ -43,6 +43,8 @@ struct wsess {
     _Atomic int64_t last_seen;
     int lost;        /* mu */
     uint64_t serial; /* unique in the node: what events name it by */
+    int64_t lost_at; /* mu: when it was declared lost */
+    int silent;      /* mu: lost for silence (heartbeat, stall): it may still run */
     int refs;        /* mu: its reader's, and one per attempt placing on it */
     char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
     weir__plugin_shipped shipped; /* mu */

@@ -117,6 +117,7 @@ typedef struct attempt {
     uint32_t ndone, nlistened;
     int saw_loss;       /* a worker of the attempt was lost (cause: the first) */
     int fatal;          /* a subtask's failure that a redeploy would repeat */
+    int64_t fence;      /* no redeploy before this (a silent worker may still run) */
     uint64_t ckpt_seen; /* completed checkpoints observed into the metrics */
     uint64_t rin, rout;
     char why[WEIR_CLUSTER_MESSAGE_MAX];
@@ -420,6 +421,11 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
          * nothing with it. */
         if (!w || fold_lost(a, J, w) == 0)
             break;
+        if (w->silent) {
+            int64_t f = w->lost_at + (WEIR_CLUSTER_WORKER_SILENCE_MS + 500) * WEIR_MSEC;
+            if (f > a->fence)
+                a->fence = f;
+        }
         if (!a->saw_loss)
             snprintf(cause, cap, "worker %s lost (%s)", w->id, w->cause);
         a->saw_loss = 1;
@@ -700,7 +706,14 @@ intptr_t weir__coord_job_main(void *arg)
         J->restarts = (uint32_t)restarts;
         J->ckpt_done_before = t.completed;
         pthread_mutex_unlock(&c->mu);
+        int64_t fence = a.fence;
         attempt_free(J, &a);
+        if (fence > weir_time_now()) {
+            weir__log(WEIR__LOG_INFO, LOG,
+                      "job %" PRIu64 ": waiting %" PRId64 " ms for the lost worker to stop", J->id,
+                      (fence - weir_time_now()) / WEIR_MSEC);
+            weir_time_sleep_until(fence);
+        }
         J->attempt++;
         pthread_mutex_lock(&c->mu);
         J->state = WEIR__CL_JOB_RUNNING;

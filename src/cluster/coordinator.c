@@ -153,6 +153,10 @@ void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *c
     if (w->lost)
         return;
     w->lost = 1;
+    w->lost_at = weir_time_now();
+    /* A worker lost for silence may be alive and cut off: it stops what it
+     * runs only once its own silence timeout passes. */
+    w->silent = strcmp(kind, "heartbeat") == 0 || strcmp(kind, "stall") == 0;
     snprintf(w->cause, sizeof(w->cause), "%s", cause);
     weir_counter_inc(weir_metric_counter(c->m.lost, (const char *const[]){kind}));
     weir__log(c->stopping ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG ".watchdog",

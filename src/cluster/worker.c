@@ -59,10 +59,9 @@
 #include "weir/rt.h"
 #include "weir/sync.h"
 
-#define LOG   "worker"
-#define FIBER (128u << 10)
-/* A session that hears nothing from its coordinator this long ends. */
-#define WORKER_SILENCE_MS 3000
+#define LOG               "worker"
+#define FIBER             (128u << 10)
+#define WORKER_SILENCE_MS ((int)WEIR_CLUSTER_WORKER_SILENCE_MS)
 
 typedef struct worker worker;
 
