@@ -27,9 +27,9 @@
 static void usage_node(FILE *f)
 {
     fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
-          "                 [--http-port P]\n"
+          "                 [--http-port P] [--cache-dir D]\n"
           "       weir node --role=worker --id ID --coordinator HOST:PORT [--slots N]\n"
-          "                 [--data-host H] [--http-port P]\n"
+          "                 [--data-host H] [--http-port P] [--cache-dir D]\n"
           "\n"
           "Run a cluster node until SIGTERM or SIGINT.\n"
           "\n"
@@ -39,6 +39,8 @@ static void usage_node(FILE *f)
           "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
           "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
           "                      bind host (default 127.0.0.1)\n"
+          "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
+          "                      private temporary directory, removed at exit)\n"
           "worker:\n"
           "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
           "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
@@ -133,7 +135,7 @@ int weir__cli_node(int argc, char **argv)
     node_args *a = &g_node;
     memset(a, 0, sizeof(*a));
     a->co.max_restarts = -1;
-    const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL;
+    const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL, *cache = NULL;
     a->wo.coordinator = getenv("WEIR_COORDINATOR");
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
@@ -150,7 +152,8 @@ int weir__cli_node(int argc, char **argv)
             (r = value(argv[i], "--coordinator", &i, argc, argv, &a->wo.coordinator)) ||
             (r = value(argv[i], "--slots", &i, argc, argv, &slots)) ||
             (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host)) ||
-            (r = value(argv[i], "--http-port", &i, argc, argv, &http))) {
+            (r = value(argv[i], "--http-port", &i, argc, argv, &http)) ||
+            (r = value(argv[i], "--cache-dir", &i, argc, argv, &cache))) {
             if (r < 0)
                 return CLI_USAGE;
             (void)v;
@@ -165,6 +168,7 @@ int weir__cli_node(int argc, char **argv)
     }
     a->worker = strcmp(role, "worker") == 0;
     long n;
+    a->co.cache_dir = a->wo.cache_dir = cache;
     if (http) {
         if (number("--http-port", http, 0, 65535, &n) < 0)
             return CLI_USAGE;

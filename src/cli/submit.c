@@ -333,23 +333,6 @@ static const char *utc(uint64_t ms, char *buf, size_t cap)
     return buf;
 }
 
-static const char *state_name(int s)
-{
-    switch (s) {
-    case WEIR__CL_JOB_RUNNING:
-        return "running";
-    case WEIR__CL_JOB_RESTARTING:
-        return "restarting";
-    case WEIR__CL_JOB_SUCCEEDED:
-        return "succeeded";
-    case WEIR__CL_JOB_FAILED:
-        return "failed";
-    case WEIR__CL_JOB_CANCELLED:
-        return "cancelled";
-    }
-    return "?";
-}
-
 /* One line of the table, without trailing blanks (an empty message). */
 static void put_row(char *line, size_t cap, int n)
 {
@@ -379,7 +362,7 @@ static void print_jobs(const weir__cl_job_list *l)
         put_row(line, sizeof(line),
                 snprintf(line, sizeof(line), "%*" PRIu64 "  %-*s  %-10s  %11u  %-20s  %-20s  %s",
                          idw, j->id, namew, printable(j->name, name, sizeof(name)),
-                         state_name(j->state), j->parallelism,
+                         weir__cl_job_state_name(j->state), j->parallelism,
                          utc(j->submitted_ms, sub, sizeof(sub)), utc(j->ended_ms, end, sizeof(end)),
                          printable(j->message, message, sizeof(message))));
     }

@@ -9,7 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ftw.h>
+#include <unistd.h>
+
 #include "cluster/node.h"
+#include "rt/rt_int.h"
 #include "weir/net.h"
 
 int weir__cl_send(int fd, const weir__cl_msg *m, int64_t deadline)
@@ -73,6 +77,37 @@ int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *fra
         weir_frame_free(&f);
     }
     return 1;
+}
+
+int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, char *msg, size_t msgcap)
+{
+    int n = snprintf(dir, cap, "/tmp/weir-%s-XXXXXX", role);
+    if (n < 0 || (size_t)n >= cap)
+        return -ENAMETOOLONG;
+    if (!mkdtemp(dir)) {
+        int e = -errno;
+        snprintf(msg, msgcap, "making a plugin cache directory: %s", strerror(errno));
+        dir[0] = 0;
+        return e;
+    }
+    return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path), 0;
+}
+
+static intptr_t rm_tree(void *arg)
+{
+    return nftw(arg, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void weir__cl_cache_dir_remove(const char *dir)
+{
+    if (dir && dir[0])
+        weir__blocking_run_shielded(rm_tree, (void *)dir);
 }
 
 int weir__cl_split_hostport(const char *s, char *host, size_t cap, int *port)

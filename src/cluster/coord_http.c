@@ -33,22 +33,6 @@
 #include "weir/rt.h"
 #include "weir/stream.h"
 
-const char *weir__coord_state_name(int state)
-{
-    switch (state) {
-    case WEIR__CL_JOB_RUNNING:
-        return "running";
-    case WEIR__CL_JOB_RESTARTING:
-        return "restarting";
-    case WEIR__CL_JOB_SUCCEEDED:
-        return "succeeded";
-    case WEIR__CL_JOB_FAILED:
-        return "failed";
-    default:
-        return "cancelled";
-    }
-}
-
 static int send_json(weir_http_res *res, int status, json_t *v)
 {
     if (!v)
@@ -101,7 +85,7 @@ static json_t *job_summary(const cjob *J)
 {
     json_t *o =
         json_pack("{s:I, s:s, s:s, s:i, s:I, s:i}", "id", (json_int_t)J->id, "name", J->name,
-                  "state", weir__coord_state_name(J->state), "parallelism", (int)J->par,
+                  "state", weir__cl_job_state_name(J->state), "parallelism", (int)J->par,
                   "submitted_ms", (json_int_t)J->submitted_ms, "restarts", (int)J->restarts);
     if (!o)
         return NULL;

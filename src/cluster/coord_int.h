@@ -188,8 +188,6 @@ void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *c
  * weir__coord_http_stop. */
 int weir__coord_http_start(coord *c, char *msg, size_t cap);
 void weir__coord_http_stop(coord *c);
-/* A metric label value for a job state (WEIR__CL_JOB_*). */
-const char *weir__coord_state_name(int state);
 
 /* coordinator.c: a client's reference dropped (the last closes it); a
  * job record freed. */

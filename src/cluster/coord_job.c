@@ -752,7 +752,7 @@ intptr_t weir__coord_job_main(void *arg)
     J->ended = 1; /* readers route nothing more to it */
     J->ckpt_done_before = t.completed;
     weir_counter_inc(
-        weir_metric_counter(c->m.ended, (const char *const[]){weir__coord_state_name(J->state)}));
+        weir_metric_counter(c->m.ended, (const char *const[]){weir__cl_job_state_name(J->state)}));
     weir__coord_aw_set_locked(J, NULL, 0);
     client *cl = J->submitter;
     J->submitter = NULL;

@@ -1017,13 +1017,6 @@ static int frames_pending(coord *c)
     return n;
 }
 
-static intptr_t rm_tree(void *arg)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", (const char *)arg);
-    return system(cmd);
-}
-
 int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
 {
     coord *c = weir__calloc(1, sizeof(*c));
@@ -1044,12 +1037,9 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     int e = 0;
     const char *dir = o->cache_dir;
     if (!dir) {
-        snprintf(c->tmpdir, sizeof(c->tmpdir), "/tmp/weir-coordinator-XXXXXX");
-        if (!mkdtemp(c->tmpdir)) {
-            e = -errno;
-            snprintf(msg, cap, "making a plugin cache directory: %s", strerror(errno));
+        if ((e = weir__cl_cache_dir_make("coordinator", c->tmpdir, sizeof(c->tmpdir), msg, cap)) <
+            0)
             goto out;
-        }
         dir = c->tmpdir;
     }
     if ((e = weir__plugin_cache_open(dir, &c->cache, msg, cap)) < 0)
@@ -1124,8 +1114,7 @@ out:
     weir__free(c->jobs);
     weir__plugin_cache_free(c->cache);
     weir_metrics_free(c->metrics);
-    if (c->tmpdir[0])
-        weir__blocking_run_shielded(rm_tree, c->tmpdir);
+    weir__cl_cache_dir_remove(c->tmpdir);
     pthread_mutex_destroy(&c->mu);
     weir__free(c);
     return e;

@@ -88,6 +88,14 @@ int weir__cl_post(weir__outbox *ob, const weir__cl_msg *m, int cls);
  */
 int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
                   int64_t deadline, char *why, size_t cap);
+/*
+ * A node's private plugin cache when none is given: a fresh directory
+ * /tmp/weir-<role>-XXXXXX in dir[cap] (mode 0700), 0 or a negative errno
+ * with msg; weir__cl_cache_dir_remove removes it and what it holds, on the
+ * blocking pool (file system calls).
+ */
+int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, char *msg, size_t msgcap);
+void weir__cl_cache_dir_remove(const char *dir);
 /* "HOST:PORT" / "[V6]:PORT" into host[cap] and *port (1..65535). 0 or -EINVAL. */
 int weir__cl_split_hostport(const char *s, char *host, size_t cap, int *port);
 

@@ -1072,3 +1072,20 @@ int weir__cl_peek_versions(const uint8_t *payload, size_t len, uint32_t *version
     weir_frame_get_u32(&r, min);
     return 0;
 }
+
+const char *weir__cl_job_state_name(int state)
+{
+    switch (state) {
+    case WEIR__CL_JOB_RUNNING:
+        return "running";
+    case WEIR__CL_JOB_RESTARTING:
+        return "restarting";
+    case WEIR__CL_JOB_SUCCEEDED:
+        return "succeeded";
+    case WEIR__CL_JOB_FAILED:
+        return "failed";
+    case WEIR__CL_JOB_CANCELLED:
+        return "cancelled";
+    }
+    return "?";
+}

@@ -327,6 +327,10 @@ typedef struct weir__cl_msg {
     } u;
 } weir__cl_msg;
 
+/* A JobList state's name ("running", "restarting", "succeeded", "failed",
+ * "cancelled"; "?" for another value). */
+const char *weir__cl_job_state_name(int state);
+
 /* Who sends a kind. */
 enum {
     WEIR__CL_FROM_WORKER = 1,      /* to the coordinator */

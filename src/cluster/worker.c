@@ -961,13 +961,6 @@ static int http_start(worker *wk, char *msg, size_t cap)
     return 0;
 }
 
-static intptr_t rm_tree(void *arg)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", (const char *)arg);
-    return system(cmd);
-}
-
 int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
 {
     char host[WEIR_CLUSTER_HOST_MAX + 1];
@@ -992,12 +985,8 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
     int e = 0;
     const char *dir = o->cache_dir;
     if (!dir) {
-        snprintf(wk->tmpdir, sizeof(wk->tmpdir), "/tmp/weir-worker-XXXXXX");
-        if (!mkdtemp(wk->tmpdir)) {
-            e = -errno;
-            snprintf(msg, cap, "making a plugin cache directory: %s", strerror(errno));
+        if ((e = weir__cl_cache_dir_make("worker", wk->tmpdir, sizeof(wk->tmpdir), msg, cap)) < 0)
             goto out;
-        }
         dir = wk->tmpdir;
     }
     if ((e = weir__plugin_cache_open(dir, &wk->cache, msg, cap)) < 0)
@@ -1059,8 +1048,7 @@ out:
     pthread_mutex_unlock(&wk->mu);
     weir__free(wk->jobs);
     weir__plugin_cache_free(wk->cache);
-    if (wk->tmpdir[0])
-        weir__blocking_run_shielded(rm_tree, wk->tmpdir);
+    weir__cl_cache_dir_remove(wk->tmpdir);
     pthread_mutex_destroy(&wk->mu);
     weir__free(wk);
     return e;

@@ -73,7 +73,8 @@ start_coordinator() {
 # start_worker ID: sets the variable w_ID to its pid
 start_worker() {
     : >"$tmp/$1.out"
-    "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots 4 >"$tmp/$1.out" \
+    "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots 4 \
+        --cache-dir "$tmp/cache-$1" >"$tmp/$1.out" \
         2>>"$tmp/$1.log" &
     eval "w_$1=$!"
     pids="$pids $!"
