@@ -1,0 +1,1115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_coordinator.c - a cluster's coordinator (cluster/node.h) run in
+ * this process, with in-process workers (weir__worker_run) and fake peers
+ * on raw sockets speaking proto.h: first frames that are malformed, too
+ * large, cut short, dripped a byte at a time or empty each cost only their
+ * connection; version refusals name both versions and the side to
+ * upgrade; a worker that never reads is declared lost on its outbox's
+ * verdict; a plugin is uploaded once and shipped once per worker
+ * connection; a job with checkpoints is restarted within its budget and
+ * then fails naming the budget and the cause; a job needing more slots
+ * than the cluster has is refused before anything is deployed; a
+ * registered worker sending a frame that does not decode loses its
+ * session and nothing else.
+ *
+ * Log lines (stderr) are teed into memory so that a case can wait for
+ * what the coordinator says it did; they still reach the real stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+
+#include "base/be.h"
+#include "cluster/client.h"
+#include "cluster/node.h"
+#include "cluster/plugins.h"
+#include "cluster/proto.h"
+#include "test.h"
+#include "test_rt.h"
+#include "weir/io.h"
+#include "weir/net.h"
+#include "weir/rt.h"
+
+#ifndef WEIR_TEST_PLUGIN_DIR
+#error "WEIR_TEST_PLUGIN_DIR must name the directory of the built test plugins"
+#endif
+
+#define PLUGIN(name) WEIR_TEST_PLUGIN_DIR "/" name ".so"
+#define DEADLINE_MS  20000
+#define DEADLINE()   weir_time_after_ms(DEADLINE_MS)
+
+/* ---- stderr, teed into memory ------------------------------------------------------------ */
+
+static struct {
+    int saved, rd;
+    pthread_t th;
+    pthread_mutex_t mu;
+    char *buf;
+    size_t len, cap;
+} g_tee = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *tee_main(void *arg)
+{
+    (void)arg;
+    char b[4096];
+    ssize_t n;
+    while ((n = read(g_tee.rd, b, sizeof(b))) > 0) {
+        ssize_t w = write(g_tee.saved, b, (size_t)n);
+        (void)w;
+        pthread_mutex_lock(&g_tee.mu);
+        if (g_tee.len + (size_t)n + 1 > g_tee.cap) {
+            size_t cap = (g_tee.cap ? g_tee.cap * 2 : 65536) + (size_t)n;
+            char *v = realloc(g_tee.buf, cap);
+            if (v) {
+                g_tee.buf = v;
+                g_tee.cap = cap;
+            }
+        }
+        if (g_tee.len + (size_t)n + 1 <= g_tee.cap) {
+            memcpy(g_tee.buf + g_tee.len, b, (size_t)n);
+            g_tee.len += (size_t)n;
+            g_tee.buf[g_tee.len] = 0;
+        }
+        pthread_mutex_unlock(&g_tee.mu);
+    }
+    return NULL;
+}
+
+/* A failed check aborts: what it printed must still get out. */
+static void tee_on_abort(int sig)
+{
+    (void)sig;
+    dup2(g_tee.saved, 2);
+    fcntl(g_tee.rd, F_SETFL, O_NONBLOCK);
+    char b[4096];
+    ssize_t n;
+    while ((n = read(g_tee.rd, b, sizeof(b))) > 0)
+        if (write(g_tee.saved, b, (size_t)n) < 0)
+            break;
+    usleep(100000); /* and what the tee thread holds */
+    _exit(134);     /* as an abort would, without waiting on the other threads */
+}
+
+/* Every test begins with this: info lines on, stderr teed. */
+static void tee_begin(void)
+{
+    setenv("WEIR_LOG", "info", 0); /* read once, at the first line */
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    fflush(stderr);
+    g_tee.saved = dup(2);
+    CHECK_GE(g_tee.saved, 0);
+    CHECK_EQ(dup2(p[1], 2), 2);
+    close(p[1]);
+    g_tee.rd = p[0];
+    g_tee.len = 0;
+    if (g_tee.buf)
+        g_tee.buf[0] = 0;
+    CHECK_EQ(pthread_create(&g_tee.th, NULL, tee_main, NULL), 0);
+    signal(SIGABRT, tee_on_abort);
+}
+
+static void tee_end(void)
+{
+    signal(SIGABRT, SIG_DFL);
+    fflush(stderr);
+    dup2(g_tee.saved, 2); /* the pipe's last writer closes: the reader ends */
+    close(g_tee.saved);
+    pthread_join(g_tee.th, NULL);
+    close(g_tee.rd);
+    free(g_tee.buf);
+    g_tee.buf = NULL;
+    g_tee.len = g_tee.cap = 0;
+}
+
+/* How many times needle occurs in what was logged. */
+static int log_count(const char *needle)
+{
+    int n = 0;
+    pthread_mutex_lock(&g_tee.mu);
+    for (const char *p = g_tee.buf; p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    pthread_mutex_unlock(&g_tee.mu);
+    return n;
+}
+
+/* Poll (fiber) until needle was logged at least n times. */
+static void wait_log(const char *needle, int n)
+{
+    int64_t deadline = DEADLINE();
+    while (log_count(needle) < n) {
+        if (weir_time_now() >= deadline)
+            TEST__FAIL("\"%s\" logged %d times, not %d", needle, log_count(needle), n);
+        weir_time_sleep(10 * WEIR_MSEC);
+    }
+}
+
+/* ---- an in-process coordinator ------------------------------------------------------------ */
+
+typedef struct cnode {
+    weir__coord_opts o;
+    int stop[2];
+    weir_task *t;
+    _Atomic int port;
+    int rc;
+    char msg[512];
+    char addr[64];
+} cnode;
+
+static void on_listen(void *arg, const char *host, int port)
+{
+    (void)host;
+    atomic_store(&((cnode *)arg)->port, port);
+}
+
+static intptr_t coord_main(void *arg)
+{
+    cnode *n = arg;
+    n->rc = weir__coord_run(&n->o, n->msg, sizeof(n->msg));
+    return 0;
+}
+
+/* Start a coordinator with n->o as the caller set it (zero: the defaults)
+ * on loopback, and wait until it listens. */
+static void coord_start(cnode *n)
+{
+    CHECK_EQ(pipe2(n->stop, O_NONBLOCK | O_CLOEXEC), 0);
+    n->o.bind_host = "127.0.0.1";
+    n->o.stop_fd = n->stop[0];
+    n->o.on_listen = on_listen;
+    n->o.arg = n;
+    atomic_store(&n->port, 0);
+    n->rc = 1;
+    n->t = test_spawn(coord_main, n);
+    int64_t deadline = DEADLINE();
+    while (!atomic_load(&n->port)) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+    snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%d", atomic_load(&n->port));
+}
+
+/* Stop it: it must end on its own, with 0. */
+static void coord_stop(cnode *n)
+{
+    CHECK_EQ(write(n->stop[1], "x", 1), 1);
+    CHECK_EQ(weir_task_join(n->t, NULL, DEADLINE()), 0);
+    if (n->rc != 0)
+        TEST__FAIL("the coordinator ended with %d: %s", n->rc, n->msg);
+    close(n->stop[0]);
+    close(n->stop[1]);
+}
+
+/* ---- in-process workers ------------------------------------------------------------------- */
+
+typedef struct wnode {
+    weir__worker_opts o;
+    char id[32];
+    int stop[2];
+    weir_task *t;
+    _Atomic int registered;
+    int rc;
+    char msg[512];
+} wnode;
+
+static void on_registered(void *arg, const char *coordinator)
+{
+    (void)coordinator;
+    atomic_fetch_add(&((wnode *)arg)->registered, 1);
+}
+
+static intptr_t worker_main(void *arg)
+{
+    wnode *w = arg;
+    w->rc = weir__worker_run(&w->o, w->msg, sizeof(w->msg));
+    return 0;
+}
+
+static void worker_start(wnode *w, const char *id, const cnode *c, uint32_t slots)
+{
+    memset(w, 0, sizeof(*w));
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    CHECK_EQ(pipe2(w->stop, O_NONBLOCK | O_CLOEXEC), 0);
+    w->o = (weir__worker_opts){.id = w->id,
+                               .coordinator = c->addr,
+                               .slots = slots,
+                               .data_host = "127.0.0.1",
+                               .stop_fd = w->stop[0],
+                               .on_registered = on_registered,
+                               .arg = w};
+    w->rc = 1;
+    w->t = test_spawn(worker_main, w);
+    int64_t deadline = DEADLINE();
+    while (!atomic_load(&w->registered)) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+}
+
+static void worker_stop(wnode *w)
+{
+    CHECK_EQ(write(w->stop[1], "x", 1), 1);
+    CHECK_EQ(weir_task_join(w->t, NULL, DEADLINE()), 0);
+    if (w->rc != 0)
+        TEST__FAIL("worker %s ended with %d: %s", w->id, w->rc, w->msg);
+    close(w->stop[0]);
+    close(w->stop[1]);
+}
+
+/* ---- raw peers ---------------------------------------------------------------------------- */
+
+/* A connection to the coordinator; rcvbuf > 0: with that receive buffer,
+ * set before connecting so that the window it advertises stays small. */
+static int raw_connect(const cnode *c, int rcvbuf)
+{
+    if (rcvbuf <= 0) {
+        int fd = weir_net_connect("127.0.0.1", atomic_load(&c->port), DEADLINE());
+        CHECK_GE(fd, 0);
+        return fd;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_GE(fd, 0);
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0); /* loopback: at once */
+    CHECK_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+    return fd;
+}
+
+/* All of p[0..len) by deadline: 0, or the error that stopped it. */
+static ssize_t send_all(int fd, const void *p, size_t len, int64_t deadline)
+{
+    size_t at = 0;
+    while (at < len) {
+        ssize_t n = weir_io_send(fd, (const uint8_t *)p + at, len - at, MSG_NOSIGNAL, deadline);
+        if (n < 0)
+            return n;
+        at += (size_t)n;
+    }
+    return 0;
+}
+
+static void raw_send(int fd, const void *p, size_t len)
+{
+    CHECK_EQ(send_all(fd, p, len, DEADLINE()), 0);
+}
+
+/* m's whole frame into a malloc'd buffer. */
+static uint8_t *encode(const weir__cl_msg *m, size_t *len)
+{
+    weir_frame_builder fb;
+    char why[256];
+    int e = weir__cl_encode(m, &fb, why, sizeof(why));
+    if (e)
+        TEST__FAIL("encode: %d %s", e, why);
+    const uint8_t *p;
+    CHECK_EQ(weir_frame_builder_finish(&fb, &p, len), 0);
+    uint8_t *copy = malloc(*len);
+    CHECK(copy != NULL);
+    memcpy(copy, p, *len);
+    weir_frame_builder_close(&fb);
+    return copy;
+}
+
+static void raw_send_msg(int fd, const weir__cl_msg *m)
+{
+    size_t len;
+    uint8_t *p = encode(m, &len);
+    raw_send(fd, p, len);
+    free(p);
+}
+
+/* The next message, of kind want (weir__cl_msg_free it). */
+static void raw_recv_msg(int fd, weir_frame_parser *fp, int want, weir__cl_msg *m)
+{
+    char why[256];
+    int e = weir__cl_recv(fd, fp, m, NULL, DEADLINE(), why, sizeof(why));
+    if (e != 1)
+        TEST__FAIL("recv: %d %s", e, why);
+    CHECK_EQ(m->kind, want);
+}
+
+/* The coordinator closes the connection (reading and discarding what it
+ * sent): EOF or a reset, within the deadline. */
+static void raw_expect_closed(int fd)
+{
+    char b[4096];
+    int64_t deadline = DEADLINE();
+    for (;;) {
+        ssize_t n = weir_io_recv(fd, b, sizeof(b), 0, deadline);
+        if (n == 0 || n == -ECONNRESET)
+            return;
+        if (n < 0)
+            TEST__FAIL("waiting for the coordinator to close: %zd (%s)", n, weir_strerror((int)n));
+    }
+}
+
+static weir__cl_msg register_msg(const char *id, uint32_t version, uint32_t min, uint32_t slots)
+{
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_REGISTER};
+    m.u.reg = (weir__cl_register){version, min, (char *)id, "127.0.0.1", slots, 0};
+    return m;
+}
+
+/* A fake worker's connection, registered and accepted. */
+static int fake_worker(const cnode *c, const char *id, int rcvbuf, weir_frame_parser *fp)
+{
+    int fd = raw_connect(c, rcvbuf);
+    weir__cl_msg m = register_msg(id, WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 4);
+    raw_send_msg(fd, &m);
+    CHECK_EQ(weir_frame_parser_init(fp, NULL), 0);
+    weir__cl_msg a;
+    raw_recv_msg(fd, fp, WEIR_CLUSTER_REGISTER_ACK, &a);
+    if (a.u.reg_ack.status != WEIR__CL_ACCEPTED)
+        TEST__FAIL("register refused: %s", a.u.reg_ack.message);
+    weir__cl_msg_free(&a);
+    return fd;
+}
+
+/* ---- clients ------------------------------------------------------------------------------- */
+
+static weir__client *client_open(const cnode *c)
+{
+    weir__client *cl = NULL;
+    char msg[1024];
+    int e = weir__client_open(c->addr, "test_coordinator", DEADLINE(), &cl, msg, sizeof(msg));
+    if (e)
+        TEST__FAIL("client open: %d %s", e, msg);
+    return cl;
+}
+
+/* ListJobs answers; the number of jobs. */
+static uint32_t client_njobs(weir__client *cl)
+{
+    weir__cl_job_list l;
+    char msg[1024];
+    int e = weir__client_list(cl, &l, DEADLINE(), msg, sizeof(msg));
+    if (e)
+        TEST__FAIL("list: %d %s", e, msg);
+    uint32_t n = l.jobs.n;
+    weir__client_list_free(&l);
+    return n;
+}
+
+static uint64_t submit_ok(weir__client *cl, const weir__client_submit_opts *o)
+{
+    uint64_t job = 0;
+    char msg[2048];
+    int e = weir__client_submit(cl, o, DEADLINE(), &job, msg, sizeof(msg));
+    if (e)
+        TEST__FAIL("submit: %d %s", e, msg);
+    CHECK_GE(job, 1);
+    return job;
+}
+
+/* Wait for job's end; its error, and its message copied into msg. */
+static int32_t wait_job(weir__client *cl, uint64_t job, int64_t deadline, char *out, size_t cap,
+                        uint32_t *restarts)
+{
+    weir__cl_job_completed d;
+    char msg[2048];
+    int e = weir__client_wait(cl, job, &d, deadline, msg, sizeof(msg));
+    if (e)
+        TEST__FAIL("wait: %d %s", e, msg);
+    CHECK_EQ(d.job, job);
+    int32_t err = d.err;
+    if (out)
+        snprintf(out, cap, "%s", d.message);
+    if (restarts)
+        *restarts = d.restarts;
+    weir__client_completed_free(&d);
+    return err;
+}
+
+static weir__client_submit_opts count_job(uint32_t par, char **argv, int argc)
+{
+    return (weir__client_submit_opts){.plugin = PLUGIN("job_count"),
+                                      .parallelism = par,
+                                      .argc = argc,
+                                      .argv = argv,
+                                      .max_restarts = -1};
+}
+
+/* ---- 1. first frames ------------------------------------------------------------------------ */
+
+typedef struct drip {
+    const cnode *c;
+    int64_t t0, dropped_at; /* ns */
+} drip;
+
+/* A HelloClient sent a byte per 100 ms, until the coordinator drops it
+ * (a send fails) or 30 s pass. */
+static intptr_t drip_main(void *arg)
+{
+    drip *d = arg;
+    char name[WEIR_CLUSTER_NAME_MAX + 1];
+    memset(name, 'd', WEIR_CLUSTER_NAME_MAX);
+    name[WEIR_CLUSTER_NAME_MAX] = 0;
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_HELLO_CLIENT};
+    m.u.hello =
+        (weir__cl_hello_client){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, name};
+    size_t len;
+    uint8_t *p = encode(&m, &len); /* 270 bytes: 27 s of dripping */
+    int fd = raw_connect(d->c, 0);
+    d->t0 = weir_time_now();
+    for (size_t i = 0; i < len; i++) {
+        ssize_t n = weir_io_send(fd, p + i, 1, MSG_NOSIGNAL, DEADLINE());
+        if (n != 1) {
+            d->dropped_at = weir_time_now();
+            break;
+        }
+        weir_time_sleep(100 * WEIR_MSEC);
+    }
+    free(p);
+    weir_io_close(fd);
+    return 0;
+}
+
+static intptr_t first_frames_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.heartbeat_timeout_ms = 500, .max_restarts = -1}};
+    coord_start(&c);
+    weir__client *before = client_open(&c); /* a client connected all along */
+    CHECK_EQ(client_njobs(before), 0);
+
+    drip d = {.c = &c};
+    weir_task *dt = test_spawn(drip_main, &d);
+
+    /* A kind that is neither Register nor HelloClient (nor anything). */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[] = {0, 0, 0, 9, 0xEE, 0, 0, 0, 1, 0, 0, 0, 1};
+        raw_send(fd, f, sizeof(f));
+        raw_expect_closed(fd);
+        weir_io_close(fd);
+        wait_log("its first frame is neither a Register nor a HelloClient", 1);
+    }
+    /* A known kind of another direction (a client's ListJobs). */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[] = {0, 0, 0, 1, WEIR_CLUSTER_LIST_JOBS};
+        raw_send(fd, f, sizeof(f));
+        raw_expect_closed(fd);
+        weir_io_close(fd);
+        wait_log("its first frame is", 2);
+    }
+    /* A Register whose versions are fine and whose body is not: the
+     * worker id's length runs past the frame. */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[4 + 1 + 4 + 4 + 4 + 3];
+        weir__put_be32(f, sizeof(f) - 4);
+        f[4] = WEIR_CLUSTER_REGISTER;
+        weir__put_be32(f + 5, WEIR_CLUSTER_PROTO_VERSION);
+        weir__put_be32(f + 9, WEIR_CLUSTER_PROTO_MIN_COMPAT);
+        weir__put_be32(f + 13, 200); /* 200 bytes of id, 3 there */
+        memcpy(f + 17, "abc", 3);
+        raw_send(fd, f, sizeof(f));
+        raw_expect_closed(fd);
+        weir_io_close(fd);
+        wait_log("malformed first frame", 1);
+    }
+    /* A handshake cut short before its versions. */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[] = {0, 0, 0, 3, WEIR_CLUSTER_HELLO_CLIENT, 0, 0};
+        raw_send(fd, f, sizeof(f));
+        raw_expect_closed(fd);
+        weir_io_close(fd);
+        wait_log("its first frame is cut short", 1);
+    }
+    /* A header declaring more than the first-frame cap. */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[4 + 16] = {0};
+        weir__put_be32(f, WEIR_CLUSTER_FIRST_FRAME_MAX + 1);
+        f[4] = WEIR_CLUSTER_REGISTER;
+        raw_send(fd, f, sizeof(f));
+        raw_expect_closed(fd);
+        weir_io_close(fd);
+        wait_log("over the 64 KiB first-frame cap", 1);
+    }
+    /* A zero-length frame. */
+    int dropped = log_count("connection dropped before its first frame");
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[] = {0, 0, 0, 0};
+        raw_send(fd, f, sizeof(f));
+        raw_expect_closed(fd);
+        weir_io_close(fd);
+        wait_log("connection dropped before its first frame", ++dropped);
+    }
+    /* A frame cut short, then the connection closed. */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[] = {0, 0, 0, 100, WEIR_CLUSTER_HELLO_CLIENT, 0, 0, 0, 1};
+        raw_send(fd, f, sizeof(f));
+        weir_io_close(fd);
+        wait_log("connection dropped before its first frame", ++dropped);
+    }
+    /* A connection that sends nothing and closes. */
+    {
+        int fd = raw_connect(&c, 0);
+        weir_io_close(fd);
+    }
+
+    /* The drip: dropped within heartbeat_timeout_ms + 5 s of connecting
+     * (a second of slack for the send that notices). */
+    CHECK_EQ(weir_task_join(dt, NULL, weir_time_after_ms(30000)), 0);
+    CHECK_NE(d.dropped_at, 0);
+    int64_t ms = (d.dropped_at - d.t0) / WEIR_MSEC;
+    printf("drip dropped after %lld ms\n", (long long)ms);
+    CHECK_LE(ms, 500 + 5000 + 1000);
+    CHECK_GE(ms, 500 + 5000 - 1000); /* by the deadline, not by something else */
+    wait_log("connection dropped before its first frame", dropped + 1);
+
+    /* Only those connections paid: the old client still lists, a new one
+     * connects and lists. */
+    CHECK_EQ(client_njobs(before), 0);
+    weir__client *after = client_open(&c);
+    CHECK_EQ(client_njobs(after), 0);
+    weir__client_close(after);
+    weir__client_close(before);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(first_frames_cost_only_their_connection)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, first_frames_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- 2. version refusals -------------------------------------------------------------------- */
+
+static intptr_t versions_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    weir_frame_parser fp;
+    /* A worker that talks to version 2 at the oldest. */
+    {
+        int fd = raw_connect(&c, 0);
+        weir__cl_msg m = register_msg("future", 3, 2, 4);
+        raw_send_msg(fd, &m);
+        CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+        weir__cl_msg a;
+        raw_recv_msg(fd, &fp, WEIR_CLUSTER_REGISTER_ACK, &a);
+        CHECK_EQ(a.u.reg_ack.status, WEIR__CL_REFUSED);
+        CHECK_EQ(a.u.reg_ack.version, WEIR_CLUSTER_PROTO_VERSION);
+        CHECK_EQ(a.u.reg_ack.min_compat, WEIR_CLUSTER_PROTO_MIN_COMPAT);
+        CHECK_HAS(a.u.reg_ack.message, "protocol mismatch");
+        CHECK_HAS(a.u.reg_ack.message, "this coordinator speaks version 1");
+        CHECK_HAS(a.u.reg_ack.message, "the worker speaks 3 and talks to 2 at the oldest");
+        CHECK_HAS(a.u.reg_ack.message, "upgrade this coordinator");
+        weir__cl_msg_free(&a);
+        raw_expect_closed(fd);
+        weir_frame_parser_close(&fp);
+        weir_io_close(fd);
+    }
+    /* A client the same. */
+    {
+        int fd = raw_connect(&c, 0);
+        weir__cl_msg m = {.kind = WEIR_CLUSTER_HELLO_CLIENT};
+        m.u.hello = (weir__cl_hello_client){2, 2, "future client"};
+        raw_send_msg(fd, &m);
+        CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+        weir__cl_msg a;
+        raw_recv_msg(fd, &fp, WEIR_CLUSTER_HELLO_CLIENT_ACK, &a);
+        CHECK_EQ(a.u.hello_ack.status, WEIR__CL_REFUSED);
+        CHECK_HAS(a.u.hello_ack.message, "this coordinator speaks version 1");
+        CHECK_HAS(a.u.hello_ack.message, "the client speaks 2 and talks to 2 at the oldest");
+        CHECK_HAS(a.u.hello_ack.message, "upgrade this coordinator");
+        weir__cl_msg_free(&a);
+        raw_expect_closed(fd);
+        weir_frame_parser_close(&fp);
+        weir_io_close(fd);
+    }
+    /* A malformed range (version 0) is refused too, and says so. */
+    {
+        int fd = raw_connect(&c, 0);
+        uint8_t f[4 + 1 + 4 + 4 + 4];
+        weir__put_be32(f, sizeof(f) - 4);
+        f[4] = WEIR_CLUSTER_HELLO_CLIENT;
+        weir__put_be32(f + 5, 0);
+        weir__put_be32(f + 9, 0);
+        weir__put_be32(f + 13, 0);
+        raw_send(fd, f, sizeof(f));
+        CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+        weir__cl_msg a;
+        raw_recv_msg(fd, &fp, WEIR_CLUSTER_HELLO_CLIENT_ACK, &a);
+        CHECK_EQ(a.u.hello_ack.status, WEIR__CL_REFUSED);
+        CHECK_HAS(a.u.hello_ack.message, "the client declares protocol version 0");
+        weir__cl_msg_free(&a);
+        raw_expect_closed(fd);
+        weir_frame_parser_close(&fp);
+        weir_io_close(fd);
+    }
+    /* A newer client whose range includes ours is accepted. */
+    {
+        int fd = raw_connect(&c, 0);
+        weir__cl_msg m = {.kind = WEIR_CLUSTER_HELLO_CLIENT};
+        m.u.hello = (weir__cl_hello_client){7, 1, "newer client"};
+        raw_send_msg(fd, &m);
+        CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+        weir__cl_msg a;
+        raw_recv_msg(fd, &fp, WEIR_CLUSTER_HELLO_CLIENT_ACK, &a);
+        CHECK_EQ(a.u.hello_ack.status, WEIR__CL_ACCEPTED);
+        weir__cl_msg_free(&a);
+        weir__cl_msg l = {.kind = WEIR_CLUSTER_LIST_JOBS};
+        raw_send_msg(fd, &l);
+        raw_recv_msg(fd, &fp, WEIR_CLUSTER_JOB_LIST, &a);
+        CHECK_EQ(a.u.job_list.jobs.n, 0);
+        weir__cl_msg_free(&a);
+        weir_frame_parser_close(&fp);
+        weir_io_close(fd);
+    }
+    /* The client API reports the refusal the same way. */
+    {
+        weir__client *cl = client_open(&c);
+        weir__client_close(cl);
+    }
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(version_refusals_name_both_versions_and_the_side_to_upgrade)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, versions_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- 3. the outbox's verdicts ------------------------------------------------------------ */
+
+/* job_count.so with `mb` MiB of zeros after its last byte: still the
+ * same loadable job, a plugin too large for any socket's buffers. */
+static void big_plugin(char *path, size_t cap, int mb)
+{
+    snprintf(path, cap, "/tmp/weir-test-big-XXXXXX.so");
+    int out = mkstemps(path, 3);
+    CHECK_GE(out, 0);
+    FILE *in = fopen(PLUGIN("job_count"), "rb");
+    CHECK(in != NULL);
+    char b[65536];
+    size_t n;
+    while ((n = fread(b, 1, sizeof(b), in)) > 0)
+        CHECK_EQ(write(out, b, n), (ssize_t)n);
+    fclose(in);
+    memset(b, 0, sizeof(b));
+    for (int i = 0; i < mb * 16; i++)
+        CHECK_EQ(write(out, b, sizeof(b)), (ssize_t)sizeof(b));
+    close(out);
+}
+
+typedef struct beat {
+    int fd;
+    _Atomic int stop;
+    uint64_t sent;
+} beat;
+
+/* A Heartbeat every 100 ms until told or the connection breaks. */
+static intptr_t beat_main(void *arg)
+{
+    beat *b = arg;
+    while (!atomic_load(&b->stop)) {
+        weir__cl_msg hb = {.kind = WEIR_CLUSTER_HEARTBEAT, .u.heartbeat = {b->sent + 1}};
+        size_t len;
+        uint8_t *f = encode(&hb, &len);
+        ssize_t e = send_all(b->fd, f, len, DEADLINE());
+        free(f);
+        if (e < 0)
+            break;
+        b->sent++;
+        weir_time_sleep(100 * WEIR_MSEC);
+    }
+    return 0;
+}
+
+/* The coordinator deploys a job to a worker that heartbeats but never
+ * reads: its Deploy (16 MiB of plugin) cannot be written, and after
+ * stall_ms without progress the worker is lost, on that verdict. */
+static intptr_t stall_main(void *arg)
+{
+    (void)arg;
+    /* The heartbeat timeout far away: only the outbox can condemn it. */
+    cnode c = {.o = {.heartbeat_timeout_ms = 60000, .stall_ms = 300, .max_restarts = -1}};
+    coord_start(&c);
+    weir_frame_parser fp;
+    int fd = fake_worker(&c, "stuck", 1, &fp); /* the smallest receive buffer */
+    wait_log("worker stuck registered", 1);
+    beat b = {.fd = fd};
+    weir_task *bt = test_spawn(beat_main, &b);
+    char path[64];
+    big_plugin(path, sizeof(path), 16);
+    weir__client *cl = client_open(&c);
+    weir__client_submit_opts o = count_job(1, NULL, 0);
+    o.plugin = path;
+    uint64_t job = submit_ok(cl, &o);
+    int64_t t0 = weir_time_now();
+    wait_log("worker lost: stuck", 1);
+    printf("stuck lost %lld ms after the submit, %llu heartbeats sent\n",
+           (long long)((weir_time_now() - t0) / WEIR_MSEC), (unsigned long long)b.sent);
+    wait_log("worker lost: stuck (no outbound progress for", 1); /* the cause: the stall */
+    char msg[WEIR_CLUSTER_MESSAGE_MAX];
+    int32_t err = wait_job(cl, job, DEADLINE(), msg, sizeof(msg), NULL);
+    printf("job ended: %d %s\n", err, msg);
+    CHECK_NE(err, 0);
+    CHECK_HAS(msg, "worker stuck lost (no outbound progress for");
+    CHECK_HAS(msg, "the job takes no checkpoints");
+    CHECK_GE(b.sent, 1); /* it did heartbeat meanwhile */
+    /* Not drained to its end: the coordinator's send buffer (MiBs of the
+     * Deploy) trickles through the tiny window at the persist timer's
+     * pace. The loss shows in the log, the job and the refusal below. */
+    atomic_store(&b.stop, 1);
+    CHECK_EQ(weir_task_join(bt, NULL, DEADLINE()), 0);
+    weir_frame_parser_close(&fp);
+    weir_io_close(fd);
+    /* The coordinator holds it lost: a job has nowhere to go. */
+    CHECK_EQ(weir__client_submit(cl, &o, DEADLINE(), &job, msg, sizeof(msg)), -EACCES);
+    CHECK_HAS(msg, "no worker is registered");
+    weir__client_close(cl);
+    unlink(path);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_worker_that_never_reads_its_deploy_is_lost_on_the_stall_verdict)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, stall_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- 4. a plugin ships once ------------------------------------------------------------- */
+
+static intptr_t ships_once_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    wnode a, b;
+    worker_start(&a, "a", &c, 1); /* one slot each: a job of 2 subtasks */
+    worker_start(&b, "b", &c, 1); /* lands on both */
+    weir__client *cl = client_open(&c);
+    weir__plugin_stats s0, s1, s2;
+    weir__plugin_stats_read(&s0);
+    char *args[] = {"1000"};
+    weir__client_submit_opts o = count_job(1, args, 1);
+    uint64_t j1 = submit_ok(cl, &o);
+    char msg[2048];
+    int32_t err = wait_job(cl, j1, DEADLINE(), msg, sizeof(msg), NULL);
+    if (err)
+        TEST__FAIL("job 1 failed: %d %s", err, msg);
+    weir__plugin_stats_read(&s1);
+    CHECK_EQ(s1.cache_hits, s0.cache_hits);       /* uploaded, not found */
+    CHECK_GT(s1.bytes_shipped, s0.bytes_shipped); /* shipped to a and b */
+    uint64_t shipped = s1.bytes_shipped - s0.bytes_shipped;
+    uint64_t job2 = submit_ok(cl, &o);
+    err = wait_job(cl, job2, DEADLINE(), msg, sizeof(msg), NULL);
+    if (err)
+        TEST__FAIL("job 2 failed: %d %s", err, msg);
+    weir__plugin_stats_read(&s2);
+    CHECK_EQ(s2.cache_hits, s1.cache_hits + 1);       /* no upload asked */
+    CHECK_EQ(s2.bytes_shipped, s1.bytes_shipped);     /* nothing shipped again */
+    CHECK_GE(s2.ships_deduped, s1.ships_deduped + 2); /* a reference to each worker */
+    printf("shipped %llu bytes, then %llu references\n", (unsigned long long)shipped,
+           (unsigned long long)(s2.ships_deduped - s1.ships_deduped));
+    /* The first job took both workers. */
+    wait_log("subtasks on 2 workers", 2);
+    CHECK_EQ(log_count("subtasks on 2 workers"), 2);
+    weir__client_close(cl);
+    worker_stop(&a);
+    worker_stop(&b);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_plugin_is_uploaded_once_and_shipped_once_per_worker)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, ships_once_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- 6. no capacity --------------------------------------------------------------------- */
+
+static intptr_t capacity_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    wnode a;
+    worker_start(&a, "a", &c, 2);
+    weir__client *cl = client_open(&c);
+    weir__plugin_stats s0, s1;
+    weir__plugin_stats_read(&s0);
+    int deploying = log_count("deploying");
+    weir__client_submit_opts o = count_job(8, NULL, 0);
+    uint64_t job = 0;
+    char msg[2048];
+    CHECK_EQ(weir__client_submit(cl, &o, DEADLINE(), &job, msg, sizeof(msg)), -EACCES);
+    printf("refused: %s\n", msg);
+    CHECK_HAS(msg, "the job needs 16 slots, the cluster has 2 free");
+    CHECK_HAS(msg, "worker a: 2");
+    CHECK_EQ(job, 0);
+    /* Nothing deployed, nothing published; the worker still takes a job
+     * that fits. */
+    weir__plugin_stats_read(&s1);
+    CHECK_EQ(s1.bytes_shipped, s0.bytes_shipped);
+    CHECK_EQ(s1.ships_deduped, s0.ships_deduped);
+    CHECK_EQ(log_count("deploying"), deploying);
+    CHECK_EQ(client_njobs(cl), 0);
+    o.parallelism = 1;
+    job = submit_ok(cl, &o);
+    int32_t err = wait_job(cl, job, DEADLINE(), msg, sizeof(msg), NULL);
+    if (err)
+        TEST__FAIL("the job that fits failed: %d %s", err, msg);
+    weir__client_close(cl);
+    worker_stop(&a);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_job_needing_more_slots_than_free_is_refused_naming_both)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, capacity_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- 7. a registered worker's frame that does not decode ------------------------------------ */
+
+static intptr_t bad_frame_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    wnode good;
+    worker_start(&good, "good", &c, 4);
+    weir_frame_parser fp;
+    int fd = fake_worker(&c, "bad", 0, &fp);
+    wait_log("worker bad registered", 1);
+    /* A Heartbeat first: the session works. */
+    weir__cl_msg hb = {.kind = WEIR_CLUSTER_HEARTBEAT, .u.heartbeat = {7}};
+    raw_send_msg(fd, &hb);
+    weir__cl_msg a;
+    raw_recv_msg(fd, &fp, WEIR_CLUSTER_HEARTBEAT_ACK, &a);
+    CHECK_EQ(a.u.heartbeat_ack.seq, 7);
+    weir__cl_msg_free(&a);
+    /* Then a frame of an unknown kind. */
+    uint8_t f[] = {0, 0, 0, 5, 0xEE, 1, 2, 3, 4};
+    raw_send(fd, f, sizeof(f));
+    raw_expect_closed(fd);
+    wait_log("worker lost: bad (malformed frame", 1);
+    weir_frame_parser_close(&fp);
+    weir_io_close(fd);
+    /* A second one, whose Heartbeat is cut short. */
+    fd = fake_worker(&c, "bad2", 0, &fp);
+    uint8_t g[] = {0, 0, 0, 3, WEIR_CLUSTER_HEARTBEAT, 0, 0};
+    raw_send(fd, g, sizeof(g));
+    raw_expect_closed(fd);
+    wait_log("worker lost: bad2 (malformed frame", 1);
+    weir_frame_parser_close(&fp);
+    weir_io_close(fd);
+    /* Nothing else paid: good is still registered and runs a job. */
+    weir__client *cl = client_open(&c);
+    char *args[] = {"1000"};
+    weir__client_submit_opts o = count_job(2, args, 1);
+    uint64_t job = submit_ok(cl, &o);
+    char msg[2048];
+    int32_t err = wait_job(cl, job, DEADLINE(), msg, sizeof(msg), NULL);
+    if (err)
+        TEST__FAIL("the job failed: %d %s", err, msg);
+    CHECK_EQ(log_count("worker lost: good"), 0);
+    wait_log("subtasks on 1 workers", 1);
+    weir__client_close(cl);
+    worker_stop(&good);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_registered_workers_undecodable_frame_costs_its_session_only)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, bad_frame_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- known failures, last so that the cases above run first ----------------------------- */
+
+/* A worker that floods Heartbeats and never reads: the HeartbeatAcks fill
+ * its outbox past the control bound. It must be lost on the overflow
+ * verdict, and the cause must say so (not a closed connection). */
+static intptr_t overflow_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.heartbeat_timeout_ms = 60000, .stall_ms = 60000, .max_restarts = -1}};
+    coord_start(&c);
+    weir_frame_parser fp;
+    int fd = fake_worker(&c, "flood", 1, &fp);
+    wait_log("worker flood registered", 1);
+    enum { BATCH = 512 };
+    size_t one;
+    weir__cl_msg hb = {.kind = WEIR_CLUSTER_HEARTBEAT};
+    uint8_t *f = encode(&hb, &one);
+    uint8_t *batch = malloc(one * BATCH);
+    CHECK(batch != NULL);
+    uint64_t seq = 1;
+    int64_t t0 = weir_time_now(), deadline = DEADLINE();
+    int gone = 0;
+    while (!gone && weir_time_now() < deadline) {
+        for (int i = 0; i < BATCH; i++) {
+            hb.u.heartbeat.seq = seq++;
+            free(f);
+            f = encode(&hb, &one);
+            memcpy(batch + (size_t)i * one, f, one);
+        }
+        /* Whole batches (frames must not be cut) until the session ends. */
+        size_t at = 0;
+        while (!gone && at < one * BATCH && weir_time_now() < deadline) {
+            ssize_t n = weir_io_send(fd, batch + at, one * BATCH - at, MSG_NOSIGNAL,
+                                     weir_time_after_ms(200));
+            if (n >= 0)
+                at += (size_t)n;
+            else if (n != -ETIMEDOUT)
+                gone = 1; /* the coordinator shut the session down */
+            if (log_count("worker lost: flood") > 0)
+                gone = 1;
+        }
+    }
+    free(f);
+    free(batch);
+    printf("flood: %llu heartbeats in %lld ms\n", (unsigned long long)seq - 1,
+           (long long)((weir_time_now() - t0) / WEIR_MSEC));
+    CHECK(gone);
+    wait_log("worker lost: flood", 1);
+    weir_frame_parser_close(&fp);
+    weir_io_close(fd);
+    /* Lines reach the tee a moment after they are written. */
+    int64_t until = weir_time_after_ms(500);
+    while (log_count("worker lost: flood (overflow: ") == 0 && weir_time_now() < until)
+        weir_time_sleep(10 * WEIR_MSEC);
+    CHECK_EQ(log_count("worker lost: flood (overflow: "), 1);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_worker_flooding_heartbeats_is_lost_on_the_overflow_verdict)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, overflow_main, NULL), 0);
+    tee_end();
+}
+
+/* ---- 5. the restart budget ---------------------------------------------------------------- */
+
+/* The latest COMPLETED-<id> in dir, 0 for none. */
+static uint64_t latest_completed(const char *dir)
+{
+    uint64_t best = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "COMPLETED-", 10) == 0) {
+            uint64_t id = strtoull(e->d_name + 10, NULL, 10);
+            best = id > best ? id : best;
+        }
+    closedir(d);
+    return best;
+}
+
+static intptr_t budget_main(void *arg)
+{
+    (void)arg;
+    char tmp[] = "/tmp/weir-test-coord-XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    char ckpt[128], out[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", tmp);
+    snprintf(out, sizeof(out), "%s/out", tmp);
+    cnode c = {.o = {.max_restarts = 10}}; /* the job's own budget must win */
+    coord_start(&c);
+    wnode w1, w2;
+    worker_start(&w1, "w1", &c, 4);
+    weir__client *cl = client_open(&c);
+    char *args[] = {out, "1000000000"}; /* runs until stopped */
+    weir__client_submit_opts o = {.plugin = PLUGIN("job_eo"),
+                                  .parallelism = 1,
+                                  .checkpoint_dir = ckpt,
+                                  .checkpoint_interval_ms = 50,
+                                  .argc = 2,
+                                  .argv = args,
+                                  .max_restarts = 1};
+    uint64_t job = submit_ok(cl, &o);
+    int64_t first = weir_time_after_ms(30000);
+    while (latest_completed(ckpt) == 0) {
+        CHECK_LT(weir_time_now(), first);
+        weir_time_sleep(20 * WEIR_MSEC);
+    }
+    worker_stop(&w1); /* the first loss: restarted */
+    wait_log("restarting (1)", 1);
+    uint64_t done = latest_completed(ckpt);
+    worker_start(&w2, "w2", &c, 4);
+    /* The restart runs on w2: a checkpoint above the last one completes
+     * (and the job has not ended on the first loss alone). */
+    int64_t deadline = weir_time_after_ms(30000);
+    while (latest_completed(ckpt) <= done) {
+        if (log_count("job 1 failed") > 0)
+            TEST__FAIL("one worker stopping spent the whole restart budget (the restart was "
+                       "placed on the worker that was going away)");
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(20 * WEIR_MSEC);
+    }
+    worker_stop(&w2); /* the second: the budget is spent */
+    char msg[WEIR_CLUSTER_MESSAGE_MAX];
+    uint32_t restarts = 0;
+    int32_t err = wait_job(cl, job, DEADLINE(), msg, sizeof(msg), &restarts);
+    printf("job ended: %d %s\n", err, msg);
+    CHECK_NE(err, 0);
+    CHECK_NE(err, -ECANCELED);
+    CHECK_EQ(restarts, 1);
+    CHECK_HAS(msg, "the restart budget (1 in a burst) is spent");
+    CHECK_HAS(msg, "worker w2"); /* the cause: the second loss */
+    CHECK_EQ(log_count("restarting (2)"), 0);
+    /* ListJobs says the same. */
+    weir__cl_job_list l;
+    char lm[1024];
+    CHECK_EQ(weir__client_list(cl, &l, DEADLINE(), lm, sizeof(lm)), 0);
+    CHECK_EQ(l.jobs.n, 1);
+    CHECK_EQ(l.jobs.v[0].state, WEIR__CL_JOB_FAILED);
+    CHECK_HAS(l.jobs.v[0].message, "restart budget");
+    weir__client_list_free(&l);
+    weir__client_close(cl);
+    coord_stop(&c);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+    CHECK_EQ(system(cmd), 0);
+    return 0;
+}
+
+TEST(a_job_past_its_restart_budget_fails_naming_it_and_the_cause)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, budget_main, NULL), 0);
+    tee_end();
+}
+
+TEST_MAIN()
