@@ -45,6 +45,7 @@ struct wsess {
     uint64_t serial; /* unique in the node: what events name it by */
     int64_t lost_at; /* mu: when it was declared lost */
     int silent;      /* mu: lost for silence (heartbeat, stall): it may still run */
+    int leaving;     /* mu: it cancelled subtasks on its own (it is stopping): place nothing */
     int refs;        /* mu: its reader's, and one per attempt placing on it */
     char cause[WEIR__OUTBOX_VERDICT_MAX + 64];
     weir__plugin_shipped shipped; /* mu */

@@ -214,7 +214,7 @@ static int attempt_prepare(cjob *J, attempt *a)
     size_t n = 0;
     for (size_t i = 0; !e && i < c->nws; i++) {
         wsess *w = c->ws[i];
-        if (w->lost)
+        if (w->lost || w->leaving)
             continue;
         live[n] = w;
         pw[n++] = (weir__place_worker){w->id, w->slots > w->used ? w->slots - w->used : 0};
@@ -407,6 +407,9 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
         if (x->err == 0 || *outcome != A_OK)
             break;
         if (x->err == -ECANCELED && !x->fatal) { /* its worker cancelled it: it is going away */
+            pthread_mutex_lock(&J->c->mu);
+            w->leaving = 1; /* a restart places nothing there */
+            pthread_mutex_unlock(&J->c->mu);
             *outcome = A_LOST;
             snprintf(cause, cap, "worker %s cancelled its subtasks", w->id);
         } else {

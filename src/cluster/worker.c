@@ -518,6 +518,16 @@ static void reap_locked(worker *wk)
 
 static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
 {
+    if (atomic_load(&wk->stopping)) { /* nothing new starts on a worker that stops */
+        wjob tmp = {.wk = wk,
+                    .job = d->job,
+                    .attempt = d->attempt,
+                    .subs = d->subtasks.v,
+                    .nsubs = d->subtasks.n,
+                    .ob = ob};
+        report_finished(&tmp, -ECANCELED, 0, "the worker is stopping", 0, 0);
+        return;
+    }
     wjob *J = weir__calloc(1, sizeof(*J));
     int e = J ? 0 : -ENOMEM;
     if (J) {
@@ -591,7 +601,8 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
     if (e) {
         weir__log(WEIR__LOG_ERROR, LOG, "job %" PRIu64 ": could not take its Deploy: %s", d->job,
                   weir_strerror(e));
-        wjob tmp = {.job = d->job,
+        wjob tmp = {.wk = wk,
+                    .job = d->job,
                     .attempt = d->attempt,
                     .subs = d->subtasks.v,
                     .nsubs = d->subtasks.n,
