@@ -18,8 +18,9 @@
 # time is when the poll first saw a line: up to ~10 ms plus one poll's cost
 # late).
 
+# shellcheck disable=SC2034,SC2154  # cl_name is set by the script; it uses examples
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 BUILD=${BUILD:-build/bench}
 weir=$BUILD/weir
 examples=$BUILD/examples
