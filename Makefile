@@ -15,6 +15,9 @@
 #   make test-fuzz  build the libFuzzer targets (build/fuzz) and run each for
 #                FUZZ_SECONDS (default 20) from its seed corpus in fuzz/corpus/
 #   make bench   build Release and run every benchmark with its peers
+#   make soak    build Release and run bench/soak: KILLS (default 100) SIGKILLs
+#                of random workers under a long exactly-once job on a local
+#                cluster, then check nothing was lost or duplicated (minutes)
 #   make build   just the normal build (build/release)
 #   make install build, then install headers, libweir, the weir command, the
 #                CMake package and weir.pc under PREFIX (default /usr/local)
@@ -24,7 +27,7 @@ FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 CTEST = ctest --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz check-deps check-layers bench clean format
+.PHONY: all deps build install run test test-release test-asan test-tsan test-ucontext test-aarch64 test-fuzz check-deps check-layers bench soak clean format
 
 all: build
 
@@ -107,6 +110,9 @@ test: check-layers test-release test-asan test-tsan test-ucontext test-aarch64 t
 
 bench: deps
 	bench/run
+
+soak: deps
+	bench/soak
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
