@@ -10,11 +10,16 @@
 #include <string.h>
 
 #include <ftw.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "cluster/node.h"
 #include "rt/rt_int.h"
+#include "weir/io.h"
 #include "weir/net.h"
+#include "weir/rt.h"
 
 int weir__cl_send(int fd, const weir__cl_msg *m, int64_t deadline)
 {
@@ -77,6 +82,28 @@ int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *fra
         weir_frame_free(&f);
     }
     return 1;
+}
+
+int weir__cl_wait_stop(int fd, const char *who)
+{
+    for (int warned = 0;;) {
+        struct signalfd_siginfo si;
+        ssize_t n = weir_io_read(fd, &si, sizeof(si), WEIR_FOREVER);
+        if (n == -ECANCELED)
+            return -ECANCELED;
+        if (n == (ssize_t)sizeof(si)) {
+            weir__log(WEIR__LOG_INFO, who, "%s from pid %u: stopping", strsignal((int)si.ssi_signo),
+                      si.ssi_pid);
+            return 0;
+        }
+        if (n >= 0) /* a pipe (an embedding program's, a test's): a byte or its end */
+            return 0;
+        if (!warned++)
+            weir__log(WEIR__LOG_WARN, who, "reading the stop descriptor: %s (retrying)",
+                      strerror((int)-n));
+        if (weir_time_sleep(10 * WEIR_MSEC) < 0)
+            return -ECANCELED;
+    }
 }
 
 int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, char *msg, size_t msgcap)

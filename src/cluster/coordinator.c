@@ -1079,9 +1079,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         if (o->on_listen)
             o->on_listen(o->arg, c->host, weir_net_local_port(c->lfd));
         /* Until the stop descriptor is readable. */
-        uint8_t buf[128];
         if (o->stop_fd >= 0)
-            weir_io_read(o->stop_fd, buf, sizeof(buf), WEIR_FOREVER);
+            weir__cl_wait_stop(o->stop_fd, LOG);
         else
             weir_time_sleep_until(WEIR_FOREVER);
         weir__log(WEIR__LOG_INFO, LOG, "shutting down");

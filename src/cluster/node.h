@@ -89,6 +89,14 @@ int weir__cl_post(weir__outbox *ob, const weir__cl_msg *m, int cls);
 int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
                   int64_t deadline, char *why, size_t cap);
 /*
+ * Wait until the stop descriptor says stop: a signalfd's signal (logged
+ * with its number and sender), or a byte or EOF on a pipe. A failed or
+ * short read (EAGAIN, EINTR) is not a stop: it is retried. 0 stop,
+ * -ECANCELED when the waiting task was cancelled.
+ */
+int weir__cl_wait_stop(int fd, const char *who);
+
+/*
  * A node's private plugin cache when none is given: a fresh directory
  * /tmp/weir-<role>-XXXXXX in dir[cap] (mode 0700), 0 or a negative errno
  * with msg; weir__cl_cache_dir_remove removes it and what it holds, on the

@@ -865,8 +865,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
 static intptr_t stop_main(void *arg)
 {
     worker *wk = arg;
-    uint8_t buf[128];
-    if (weir_io_read(wk->o.stop_fd, buf, sizeof(buf), WEIR_FOREVER) < 0)
+    if (weir__cl_wait_stop(wk->o.stop_fd, LOG) < 0)
         return 0;
     atomic_store(&wk->stopping, 1);
     weir__log(WEIR__LOG_INFO, LOG, "%s stopping", wk->o.id);
