@@ -320,12 +320,11 @@ static void w_ended(void *arg, subtask *st, int err)
         return;
     uint64_t rin = st->ops[0]->kind == OP_SOURCE ? st->ctx[0].out : 0;
     uint64_t rout = st->ops[st->nops - 1]->kind == OP_SINK ? st->ctx[st->nops - 1].in : 0;
-    const char *msg = err < 0 ? weir_job_error(st->r->j) : "";
-    post_finished(J, i, err < 0 ? err : 0, 0,
-                  msg && *msg ? msg
-                  : err < 0   ? weir_strerror(err)
-                              : "",
-                  rin, rout);
+    /* Another subtask may be setting the job's error: read under its lock. */
+    char msg[WEIR_CLUSTER_MESSAGE_MAX] = "";
+    if (err < 0 && (weir__job_error_copy(st->r->j, msg, sizeof(msg)) == 0 || !msg[0]))
+        snprintf(msg, sizeof(msg), "%s", weir_strerror(err));
+    post_finished(J, i, err < 0 ? err : 0, 0, err < 0 ? msg : "", rin, rout);
 }
 
 static void wjob_free(wjob *J)

@@ -40,10 +40,21 @@ trap cleanup EXIT INT TERM
 
 fail() {
     echo "cluster.sh: FAIL: $*" >&2
+    # What the coordinator is doing, for a hang: its jobs and its threads.
+    if [ -n "${http:-}" ]; then
+        echo "--- /api/v1/jobs" >&2
+        curl -s -m 5 "http://$http/api/v1/jobs" >&2 || true
+        echo >&2
+    fi
+    if [ -n "${cpid:-}" ] && command -v gdb >/dev/null 2>&1; then
+        echo "--- the coordinator's threads" >&2
+        timeout 60 gdb -p "$cpid" -batch -ex "thread apply all bt" 2>&1 | grep -E "^#|^Thread" |
+            head -n 200 >&2 || true
+    fi
     for f in "$tmp"/*.log; do
         [ -f "$f" ] || continue
         echo "--- $f" >&2
-        tail -n 30 "$f" >&2
+        tail -n 60 "$f" >&2
     done
     exit 1
 }
