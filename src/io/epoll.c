@@ -401,8 +401,12 @@ static void ep_submit(void *state, weir__io_req *req)
     /* Only a socket takes these: no file (see ep_file_fd). */
     if (req->kind >= WEIR__IO_RECV && req->kind <= WEIR__IO_CONNECT)
         st->ftype = FT_OTHER;
-    /* A connect usually starts a socket's life: check it afresh. */
-    if (!st->nb_done || req->kind == WEIR__IO_CONNECT) {
+    /* A connect usually starts a socket's life: check it afresh. So is an
+     * accept: a listener's number may be one this loop saw as another
+     * descriptor (closed on another loop, whose close reset only that
+     * loop's state), and an accept4 on a blocking listener would hold the
+     * loop's thread until a connection came. */
+    if (!st->nb_done || req->kind == WEIR__IO_CONNECT || req->kind == WEIR__IO_ACCEPT) {
         if ((err = ensure_nonblock(fd)) < 0) {
             s->ctx.done(s->ctx.ud, req, err);
             return;

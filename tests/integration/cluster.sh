@@ -72,6 +72,7 @@ wait_for() {
 }
 
 start_coordinator() {
+    rm -f "$tmp/coord.out" # a new coordinator's line, not the last one's
     WEIR_LOG=info "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 --http-port 0 \
         >"$tmp/coord.out" 2>"$tmp/coord.log" &
     cpid=$!
@@ -83,7 +84,7 @@ start_coordinator() {
 
 # start_worker ID: sets the variable w_ID to its pid
 start_worker() {
-    : >"$tmp/$1.out"
+    rm -f "$tmp/$1.out"
     "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots 4 \
         --cache-dir "$tmp/cache-$1" >"$tmp/$1.out" \
         2>>"$tmp/$1.log" &
