@@ -104,6 +104,11 @@ static weir__ckpt_link *make_clink(void *arg, run *r)
 /* ---- a job's attempts ------------------------------------------------------------------------ */
 enum { A_OK = 0, A_FAILED, A_CANCELLED, A_LOST };
 
+/* How long a subtask's failure waits for a loss that would explain it: a
+ * worker that stops cancels its subtasks, reports them and closes its
+ * session within about a second (its outbox's flush). */
+#define LOSS_GRACE_MS 2000
+
 typedef struct attempt {
     weir_job *j;
     weir__plan *plan;
@@ -420,9 +425,11 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
         }
         break;
     case EV_LOST:
-        /* A worker whose subtasks of this attempt had all ended takes
-         * nothing with it. */
-        if (!w || fold_lost(a, J, w) == 0)
+        /* A worker whose subtasks had all ended takes nothing with it -
+         * unless the attempt is failing: a subtask's failure then may be
+         * that worker's going (it cancelled its subtasks, then broke their
+         * channels), and the loss makes it a restart. */
+        if (!w || (fold_lost(a, J, w) == 0 && *outcome == A_OK))
             break;
         if (w->silent) {
             int64_t f = w->lost_at + (WEIR_CLUSTER_WORKER_SILENCE_MS + 500) * WEIR_MSEC;
@@ -628,7 +635,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
      * the dead worker's connection is seen closed. The loss gets a moment
      * to show up; if it does, the attempt was lost, not failed. */
     if (outcome == A_FAILED && a->err && !a->saw_loss && !a->fatal)
-        wait_until(J, a, r, saw_loss, weir_time_after_ms(1000), &outcome, cause, cap);
+        wait_until(J, a, r, saw_loss, weir_time_after_ms(LOSS_GRACE_MS), &outcome, cause, cap);
     if (outcome == A_FAILED && a->saw_loss && a->err && !a->fatal) {
         outcome = A_LOST;
         weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 ": %s, after: %s", J->id, cause, a->why);
