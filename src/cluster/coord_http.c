@@ -46,12 +46,9 @@ static int h_health(weir_http_req *req, weir_http_res *res, void *arg)
 {
     (void)req;
     coord *c = arg;
+    int workers, jobs;
     pthread_mutex_lock(&c->mu);
-    int workers = 0, jobs = 0;
-    for (size_t i = 0; i < c->nws; i++)
-        workers += !c->ws[i]->lost;
-    for (size_t i = 0; i < c->njobs; i++)
-        jobs += !c->jobs[i]->ended;
+    weir__coord_count_locked(c, &workers, &jobs);
     int stopping = c->stopping;
     pthread_mutex_unlock(&c->mu);
     return send_json(res, stopping ? 503 : 200,
@@ -184,12 +181,9 @@ static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
 {
     (void)req;
     coord *c = arg;
+    int workers, jobs;
     pthread_mutex_lock(&c->mu);
-    int workers = 0, jobs = 0;
-    for (size_t i = 0; i < c->nws; i++)
-        workers += !c->ws[i]->lost;
-    for (size_t i = 0; i < c->njobs; i++)
-        jobs += !c->jobs[i]->ended;
+    weir__coord_count_locked(c, &workers, &jobs);
     weir__plugin_stats now;
     weir__plugin_stats_read(&now);
     weir_counter_add(c->m.bytes_shipped, now.bytes_shipped - c->m.seen.bytes_shipped);

@@ -179,6 +179,10 @@ static inline void weir__coord_aw_set_locked(cjob *J, wsess **v, uint32_t n)
     J->naw = n;
 }
 
+/* coordinator.c: how many worker sessions are alive and how many jobs
+ * have not ended (mu held). */
+void weir__coord_count_locked(const coord *c, int *workers, int *jobs);
+
 /* coordinator.c: a worker lost for a cause of the metrics' label
  * (heartbeat, stall, overflow, closed, malformed, replaced) with the
  * cause's text (mu held). */

@@ -994,14 +994,22 @@ static int metrics_init(coord *c)
     return e;
 }
 
+void weir__coord_count_locked(const coord *c, int *workers, int *jobs)
+{
+    *workers = *jobs = 0;
+    for (size_t i = 0; i < c->nws; i++)
+        *workers += !c->ws[i]->lost;
+    for (size_t i = 0; i < c->njobs; i++)
+        *jobs += !c->jobs[i]->ended;
+}
+
 static int jobs_running(coord *c)
 {
+    int workers, jobs;
     pthread_mutex_lock(&c->mu);
-    int n = 0;
-    for (size_t i = 0; i < c->njobs; i++)
-        n += !c->jobs[i]->ended;
+    weir__coord_count_locked(c, &workers, &jobs);
     pthread_mutex_unlock(&c->mu);
-    return n;
+    return jobs;
 }
 
 static int frames_pending(coord *c)

@@ -515,16 +515,23 @@ static void reap_locked(worker *wk)
     wk->njobs = k;
 }
 
+/* A Deploy not taken: each of its subtasks reported ended with err. */
+static void refuse_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d, int err,
+                          const char *why)
+{
+    wjob tmp = {.wk = wk,
+                .job = d->job,
+                .attempt = d->attempt,
+                .subs = d->subtasks.v,
+                .nsubs = d->subtasks.n,
+                .ob = ob};
+    report_finished(&tmp, err, 0, why, 0, 0);
+}
+
 static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
 {
     if (atomic_load(&wk->stopping)) { /* nothing new starts on a worker that stops */
-        wjob tmp = {.wk = wk,
-                    .job = d->job,
-                    .attempt = d->attempt,
-                    .subs = d->subtasks.v,
-                    .nsubs = d->subtasks.n,
-                    .ob = ob};
-        report_finished(&tmp, -ECANCELED, 0, "the worker is stopping", 0, 0);
+        refuse_deploy(wk, ob, d, -ECANCELED, "the worker is stopping");
         return;
     }
     wjob *J = weir__calloc(1, sizeof(*J));
@@ -600,13 +607,7 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
     if (e) {
         weir__log(WEIR__LOG_ERROR, LOG, "job %" PRIu64 ": could not take its Deploy: %s", d->job,
                   weir_strerror(e));
-        wjob tmp = {.wk = wk,
-                    .job = d->job,
-                    .attempt = d->attempt,
-                    .subs = d->subtasks.v,
-                    .nsubs = d->subtasks.n,
-                    .ob = ob};
-        report_finished(&tmp, e, 0, "the worker is out of memory", 0, 0);
+        refuse_deploy(wk, ob, d, e, "the worker is out of memory");
         if (J)
             wjob_free(J);
     }
