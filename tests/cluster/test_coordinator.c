@@ -963,7 +963,13 @@ static intptr_t overflow_main(void *arg)
     cnode c = {.o = {.heartbeat_timeout_ms = 60000, .stall_ms = 60000, .max_restarts = -1}};
     coord_start(&c);
     weir_frame_parser fp;
-    int fd = fake_worker(&c, "flood", 1, &fp);
+    /* A fixed receive buffer, so that the coordinator's writes block soon
+     * (autotuned, it would grow to MiBs). Not the smallest one: a buffer
+     * that holds no more than a segment or two makes the kernel prune and
+     * drop this end's segments, the flood backs off to retransmits seconds
+     * apart, and the coordinator gets almost nothing to read - the worker
+     * would be lost on its heartbeat timeout, not on the overflow. */
+    int fd = fake_worker(&c, "flood", 64 << 10, &fp);
     wait_log("worker flood registered", 1);
     enum { BATCH = 512 };
     size_t one;
