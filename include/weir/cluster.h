@@ -115,6 +115,9 @@ enum weir_cluster_kind {
 #define WEIR_CLUSTER_NAME_MAX 255u
 /* An error or refusal text. */
 #define WEIR_CLUSTER_MESSAGE_MAX 4096u
+/* An idle timeout (ms) a SubmitJob or Deploy may carry: what `weir run`
+ * takes, so that a deadline made of it cannot overflow. */
+#define WEIR_CLUSTER_IDLE_TIMEOUT_MAX_MS ((uint64_t)INT64_MAX / 1000000u)
 /* A path (the checkpoint directory). */
 #define WEIR_CLUSTER_PATH_MAX 4096u
 /* A job argument, and how many a job takes. */

@@ -253,6 +253,29 @@ static int handshake(weir__client *c, const char *name, int64_t deadline, char *
     return 0;
 }
 
+/* A client not yet connected, named peer in messages; NULL (msg set) when
+ * out of memory. */
+static weir__client *client_new(const char *peer, char *msg, size_t cap)
+{
+    weir__client *c = weir__calloc(1, sizeof(*c));
+    if (!c) {
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
+    c->fd = -1;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    /* The first frame is the ack, which a coordinator keeps small. */
+    weir_frame_limits lim = {.max_frame = WEIR_CLUSTER_FRAME_MAX,
+                             .max_first = WEIR_CLUSTER_FIRST_FRAME_MAX};
+    int e = weir_frame_parser_init(&c->parser, &lim);
+    if (e < 0) {
+        weir__free(c);
+        snprintf(msg, cap, "frame parser: %s", weir_net_strerror(e));
+        return NULL;
+    }
+    return c;
+}
+
 int weir__client_open(const char *hostport, const char *name, int64_t deadline, weir__client **out,
                       char *msg, size_t cap)
 {
@@ -264,21 +287,9 @@ int weir__client_open(const char *hostport, const char *name, int64_t deadline, 
     int e = weir__client_parse_hostport(hostport, host, sizeof(host), &port, msg, cap);
     if (e < 0)
         return e;
-    weir__client *c = weir__calloc(1, sizeof(*c));
-    if (!c) {
-        snprintf(msg, cap, "out of memory");
+    weir__client *c = client_new(hostport, msg, cap);
+    if (!c)
         return -ENOMEM;
-    }
-    c->fd = -1;
-    snprintf(c->peer, sizeof(c->peer), "%s", hostport);
-    /* The first frame is the ack, which a coordinator keeps small. */
-    weir_frame_limits lim = {.max_frame = WEIR_CLUSTER_FRAME_MAX,
-                             .max_first = WEIR_CLUSTER_FIRST_FRAME_MAX};
-    if ((e = weir_frame_parser_init(&c->parser, &lim)) < 0) {
-        weir__free(c);
-        snprintf(msg, cap, "frame parser: %s", weir_net_strerror(e));
-        return e;
-    }
     int fd = weir_net_connect(host, port, deadline);
     if (fd < 0) {
         say(c, fd, 1, msg, cap, "cannot connect: %s", weir_net_strerror(fd));
@@ -288,6 +299,27 @@ int weir__client_open(const char *hostport, const char *name, int64_t deadline, 
     c->fd = fd;
     weir_net_set_nodelay(fd, 1);
     if ((e = handshake(c, name, deadline, msg, cap)) < 0) {
+        weir__client_close(c);
+        return e;
+    }
+    *out = c;
+    return 0;
+}
+
+int weir__client_open_fd(int fd, const char *peer, const char *name, int64_t deadline,
+                         weir__client **out, char *msg, size_t cap)
+{
+    *out = NULL;
+    if (cap)
+        msg[0] = '\0';
+    weir__client *c = client_new(peer, msg, cap);
+    if (!c) {
+        weir_io_close(fd);
+        return -ENOMEM;
+    }
+    c->fd = fd;
+    int e = handshake(c, name, deadline, msg, cap);
+    if (e < 0) {
         weir__client_close(c);
         return e;
     }
@@ -437,6 +469,8 @@ int weir__client_job_prepare(const weir__client_submit_opts *o, weir__client_job
     j->submit.parallelism = o->parallelism;
     j->submit.checkpoint_interval_ms = o->checkpoint_interval_ms;
     j->submit.max_restarts = o->max_restarts;
+    j->submit.restore = o->restore ? 1 : 0;
+    j->submit.idle_timeout_ms = o->idle_timeout_ms;
     j->submit.checkpoint_dir = p.dir ? p.dir : weir__strdup("");
     j->submit.plugins.v = weir__calloc(1, sizeof(weir__cl_plugin_ref));
     j->bytes = weir__calloc(1, sizeof(weir__cl_bytes));

@@ -78,6 +78,12 @@ int weir__client_parse_hostport(const char *hostport, char *host, size_t hcap, i
  */
 int weir__client_open(const char *hostport, const char *name, int64_t deadline, weir__client **out,
                       char *msg, size_t cap);
+/* The same over fd, a socket already connected to a coordinator (one end
+ * of a socketpair whose other end the coordinator admitted: `weir run`'s
+ * embedded cluster), named peer in messages. The client owns fd from the
+ * call on, failed or not. */
+int weir__client_open_fd(int fd, const char *peer, const char *name, int64_t deadline,
+                         weir__client **out, char *msg, size_t cap);
 /* Close the connection and free c. NULL is a no-op. */
 void weir__client_close(weir__client *c);
 /* The coordinator's address as given to weir__client_open. */
@@ -91,6 +97,8 @@ typedef struct weir__client_submit_opts {
     int argc; /* the job's arguments, argv[0] NOT the plugin */
     char **argv;
     int32_t max_restarts; /* -1: the coordinator's policy; 0: fail fast */
+    int restore;          /* the first attempt restores the latest completed checkpoint */
+    uint64_t idle_timeout_ms;
 } weir__client_submit_opts;
 
 /* A SubmitJob ready to send, with the bytes of the plugins it names

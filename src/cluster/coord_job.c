@@ -295,6 +295,7 @@ static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t firs
         d->checkpoint_interval_ms = J->interval_ms;
         d->restore_id = restore_id;
         d->first_id = first_id;
+        d->idle_timeout_ms = J->idle_ms;
         d->plugins.v = pl;
         d->plugins.n = J->nplugins;
         /* Under mu only the shipped set's say; the frame (megabytes, with
@@ -577,6 +578,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                        .credits = 4,
                        .checkpoint_dir = J->checkpoint_dir,
                        .checkpoint_interval_ms = (int64_t)J->interval_ms,
+                       .idle_timeout_ms = (int64_t)J->idle_ms,
                        .restore = restore};
     weir__deploy d = {.link = make_clink, .id_floor = *max_id, .arg = J};
     run *r = NULL;
@@ -680,8 +682,10 @@ intptr_t weir__coord_job_main(void *arg)
     int budget = !checkpoints ? 0 : J->max_restarts >= 0 ? J->max_restarts : c->o.max_restarts;
     uint64_t rin = 0, rout = 0;
     for (;;) {
-        outcome =
-            run_attempt(J, J->attempt > 0 && checkpoints, &max_id, &a, &t, cause, sizeof(cause));
+        /* A restart restores the latest completed checkpoint; the first
+         * attempt does when the submitter asked (weir run --restore). */
+        int restore = J->attempt > 0 ? checkpoints : J->restore && J->checkpoint_dir;
+        outcome = run_attempt(J, restore, &max_id, &a, &t, cause, sizeof(cause));
         rin = a.rin;
         rout = a.rout;
         if (outcome != A_LOST) {

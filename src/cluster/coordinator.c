@@ -632,6 +632,8 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     J->par = s->parallelism;
     J->interval_ms = s->checkpoint_interval_ms;
     J->max_restarts = s->max_restarts;
+    J->restore = s->restore;
+    J->idle_ms = s->idle_timeout_ms;
     J->nplugins = s->plugins.n;
     J->plugins = weir__calloc(s->plugins.n, sizeof(*J->plugins));
     J->argc = (int)s->args.n + 1;
@@ -945,6 +947,33 @@ static intptr_t accept_main(void *arg)
     }
 }
 
+int weir__coord_admit(weir__coord *c, int fd)
+{
+    admit_arg *aa = weir__malloc(sizeof(*aa));
+    if (aa)
+        *aa = (admit_arg){c, fd};
+    if (!aa ||
+        !weir_scope_spawn(c->scope, admit_main, aa,
+                          &(weir_spawn_opts){.name = "cluster connection", .stack_size = FIBER})) {
+        weir__free(aa);
+        weir_io_close(fd);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, const weir_job *j),
+                         void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    cjob *J = job_find_locked(c, job);
+    int e = J && J->cur ? 0 : -ENOENT;
+    if (!e)
+        fn(arg, J->cur);
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
 /* ---- the node ---------------------------------------------------------------------------- */
 static int metrics_init(coord *c)
 {
@@ -1033,6 +1062,7 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         return -ENOMEM;
     }
     c->o = *o;
+    c->lfd = -1;
     c->hb_ms =
         o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
     c->wd_ms = o->watchdog_ms > 0 ? o->watchdog_ms : WEIR_CLUSTER_WATCHDOG_MS;
@@ -1060,7 +1090,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
              o->advertise_host ? o->advertise_host
              : o->bind_host    ? o->bind_host
                                : "127.0.0.1");
-    if ((c->lfd = weir_net_listen(o->bind_host ? o->bind_host : "0.0.0.0", o->port, NULL)) < 0) {
+    if (o->port >= 0 &&
+        (c->lfd = weir_net_listen(o->bind_host ? o->bind_host : "0.0.0.0", o->port, NULL)) < 0) {
         e = c->lfd;
         snprintf(msg, cap, "listening on %s:%d: %s", o->bind_host ? o->bind_host : "0.0.0.0",
                  o->port, weir_net_strerror(e));
@@ -1071,8 +1102,9 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         snprintf(msg, cap, "out of memory");
         goto out;
     }
-    if (!weir_scope_spawn(c->scope, accept_main, c,
-                          &(weir_spawn_opts){.name = "cluster accept", .stack_size = FIBER}) ||
+    if ((c->lfd >= 0 &&
+         !weir_scope_spawn(c->scope, accept_main, c,
+                           &(weir_spawn_opts){.name = "cluster accept", .stack_size = FIBER})) ||
         !weir_scope_spawn(c->scope, watchdog_main, c,
                           &(weir_spawn_opts){.name = "cluster watchdog", .stack_size = FIBER})) {
         e = -ENOMEM;
@@ -1084,8 +1116,10 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
             weir_scope_join(c->scope, NULL);
             goto out;
         }
-        if (o->on_listen)
+        if (o->on_listen && c->lfd >= 0)
             o->on_listen(o->arg, c->host, weir_net_local_port(c->lfd));
+        if (o->on_ready)
+            o->on_ready(o->arg, c);
         /* Until the stop descriptor is readable. */
         if (o->stop_fd >= 0)
             weir__cl_wait_stop(o->stop_fd, LOG);
@@ -1106,12 +1140,14 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         while ((jobs_running(c) || frames_pending(c)) && weir_time_now() < deadline)
             weir_time_sleep(10 * WEIR_MSEC);
         weir__coord_http_stop(c);
+        if (o->on_ready)
+            o->on_ready(o->arg, NULL); /* weir__coord_admit no more */
         weir_scope_cancel(c->scope);
     }
     weir_scope_join(c->scope, NULL);
 out:
     weir_scope_free(c->scope);
-    if (c->lfd > 0)
+    if (c->lfd >= 0)
         weir_io_close(c->lfd);
     for (size_t i = 0; i < c->nws; i++)
         session_free(c->ws[i]);

@@ -24,11 +24,14 @@
 
 #include "cluster/outbox.h"
 #include "cluster/proto.h"
+#include "weir/stream.h"
 
 /* ---- the coordinator ------------------------------------------------------------------ */
+typedef struct coord weir__coord; /* a running coordinator (coord_int.h) */
+
 typedef struct weir__coord_opts {
     const char *bind_host;      /* NULL: 0.0.0.0 */
-    int port;                   /* 0: a free one */
+    int port;                   /* 0: a free one; -1: no listener (weir__coord_admit only) */
     const char *advertise_host; /* what clients are told; NULL: bind host */
     const char *cache_dir;      /* plugin cache; NULL: a private temporary directory */
     int64_t heartbeat_timeout_ms, watchdog_ms, stall_ms; /* 0: the defaults */
@@ -45,6 +48,10 @@ typedef struct weir__coord_opts {
      * (when http). */
     void (*on_listen)(void *arg, const char *host, int port);
     void (*on_http)(void *arg, const char *host, int port);
+    /* Once running, the coordinator (for weir__coord_admit and
+     * weir__coord_job_view); NULL once it shuts down, before its fibers
+     * are cancelled: from then on neither may be called. */
+    void (*on_ready)(void *arg, weir__coord *c);
     void *arg;
 } weir__coord_opts;
 
@@ -52,19 +59,42 @@ typedef struct weir__coord_opts {
  * msg (it could not start: the port is taken...). Must run in a task. */
 int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap);
 
+/* Take fd, a connected socket, as if the listener had accepted it (its
+ * first frame decides: a worker's Register or a client's HelloClient).
+ * The coordinator owns fd from the call on. 0 or -ENOMEM (fd closed). */
+int weir__coord_admit(weir__coord *c, int fd);
+
+/* Call fn with the weir_job of job's running attempt (the coordinator's
+ * side of it: its checkpoint counters), under the coordinator's lock: fn
+ * must only read it, and briefly. 0, or -ENOENT when the job is unknown or
+ * between attempts. */
+int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, const weir_job *j),
+                         void *arg);
+
 /* ---- the worker ----------------------------------------------------------------------- */
+typedef struct worker weir__worker; /* a running worker (worker.c) */
+
 typedef struct weir__worker_opts {
     const char *id;          /* 1..255 bytes */
-    const char *coordinator; /* HOST:PORT */
-    uint32_t slots;          /* 0: WEIR__WORKER_SLOTS */
-    const char *data_host;   /* where its subtasks listen; NULL: what the coordinator sees */
-    const char *cache_dir;   /* NULL: a private temporary directory */
-    int http;                /* serve /api/v1/health, /api/v1/worker, /metrics */
-    uint16_t http_port;      /* with http: its port (0: a free one), advertised */
+    const char *coordinator; /* HOST:PORT; with fd, only a name for it */
+    /* With fd_given: fd is a socket already connected to the coordinator
+     * (a socketpair's end it admitted), the worker's one session: no
+     * reconnecting, no silence verdict (both ends share this process), and
+     * the worker ends when the session does. The worker owns fd. Else the
+     * worker connects to coordinator. */
+    int fd_given, fd;
+    uint32_t slots;        /* 0: WEIR__WORKER_SLOTS */
+    const char *data_host; /* where its subtasks listen; NULL: what the coordinator sees */
+    const char *cache_dir; /* NULL: a private temporary directory */
+    int http;              /* serve /api/v1/health, /api/v1/worker, /metrics */
+    uint16_t http_port;    /* with http: its port (0: a free one), advertised */
     int stop_fd;
     /* Registered (the CLI prints it); the HTTP port (when http). */
     void (*on_registered)(void *arg, const char *coordinator);
     void (*on_http)(void *arg, const char *host, int port);
+    /* Once running, the worker (for weir__worker_job_view); NULL before it
+     * is freed. */
+    void (*on_ready)(void *arg, weir__worker *wk);
     void *arg;
 } weir__worker_opts;
 
@@ -72,6 +102,12 @@ typedef struct weir__worker_opts {
 #define WEIR__WORKER_SLOTS 16u
 
 int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap);
+
+/* Call fn with the weir_job of job's share running here (its operators'
+ * counters), under the worker's lock: fn must only read it, and briefly.
+ * 0, or -ENOENT when no share of job runs here now. */
+int weir__worker_job_view(weir__worker *wk, uint64_t job, void (*fn)(void *arg, const weir_job *j),
+                          void *arg);
 
 /* ---- frames (conn.c) ------------------------------------------------------------------ */
 /* Encode m and write it whole to fd by deadline. 0 or a negative errno. */

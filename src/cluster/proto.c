@@ -267,6 +267,7 @@ static const field deploy_f[] = {
     U64(weir__cl_deploy, restore_id, 0, 0),
     U64(weir__cl_deploy, first_id, F_NONZERO, ID_MAX),
     ARRAY(weir__cl_deploy, plugins, F_NONZERO, WEIR_CLUSTER_PLUGINS_MAX, deploy_plugin_s),
+    FLD(weir__cl_deploy, idle_timeout_ms, T_U64, F_OPT, WEIR_CLUSTER_IDLE_TIMEOUT_MAX_MS, 0, NULL),
 };
 static const field peer_update_f[] = {
     U64(weir__cl_peer_update, job, F_NONZERO, 0),
@@ -306,6 +307,9 @@ static const field submit_f[] = {
     ARRAY(weir__cl_submit_job, args, 0, WEIR_CLUSTER_ARGS_MAX, arg_s),
     ARRAY(weir__cl_submit_job, plugins, F_NONZERO, WEIR_CLUSTER_PLUGINS_MAX, plugin_ref_s),
     FLD(weir__cl_submit_job, max_restarts, T_U32, F_OPT | F_SIGNED, 0, (uint32_t)-1, NULL),
+    FLD(weir__cl_submit_job, restore, T_U8, F_OPT, 1, 0, NULL),
+    FLD(weir__cl_submit_job, idle_timeout_ms, T_U64, F_OPT, WEIR_CLUSTER_IDLE_TIMEOUT_MAX_MS, 0,
+        NULL),
 };
 static const field upload_f[] = {
     HASH(weir__cl_plugin_upload, sha256),

@@ -204,6 +204,8 @@ typedef struct weir__cl_deploy {
     uint64_t restore_id; /* 0: start fresh */
     uint64_t first_id;   /* the first checkpoint id this run numbers (>= 1) */
     WEIR__CL_ARRAY(weir__cl_deploy_plugin) plugins; /* [0] is the job's (>= 1) */
+    /* tail (default 0) */
+    uint64_t idle_timeout_ms; /* weir_run_opts.idle_timeout_ms (0: never) */
 } weir__cl_deploy;
 
 typedef struct weir__cl_peer_update {
@@ -242,6 +244,9 @@ typedef struct weir__cl_submit_job {
     WEIR__CL_ARRAY(weir__cl_plugin_ref) plugins; /* [0] is the job's (>= 1) */
     /* tail (default -1) */
     int32_t max_restarts; /* -1: the coordinator's policy; 0: fail fast */
+    /* tail (default 0) */
+    uint8_t restore;          /* 1: the first attempt restores the latest completed checkpoint */
+    uint64_t idle_timeout_ms; /* weir_run_opts.idle_timeout_ms (0: never) */
 } weir__cl_submit_job;
 
 typedef struct weir__cl_plugin_upload {

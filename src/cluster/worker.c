@@ -86,14 +86,15 @@ typedef struct wjob {
     int argc;
     char **argv;
     char *checkpoint_dir;
-    uint64_t interval_ms, restore_id;
+    uint64_t interval_ms, restore_id, idle_ms;
     weir__cl_deploy_plugin *plugins; /* bytes: copies, freed once cached */
     uint32_t nplugins;
     weir_chan *go; /* the PeerUpdate: an int (1) once peers are set */
     wpeer *peers;  /* sorted by channel */
     uint32_t npeers;
     /* worker mu */
-    run *r; /* while its subtasks exist: checkpoint deliveries */
+    run *r;            /* while its subtasks exist: checkpoint deliveries */
+    const weir_job *j; /* while it is defined: weir__worker_job_view */
     const weir__plan *plan;
     uint64_t pending_trigger; /* a trigger that came before r */
     weir_task *task;
@@ -376,6 +377,9 @@ static intptr_t wjob_main(void *arg)
     b.path = NULL;
     if ((e = weir_plugin_define(b.plugin, J->argc, J->argv, &j, msg, sizeof(msg))) < 0)
         goto report;
+    pthread_mutex_lock(&wk->mu);
+    J->j = j;
+    pthread_mutex_unlock(&wk->mu);
     if ((e = weir__plan_decode(J->plan_bytes, J->plan_len, &p, msg, sizeof(msg))) < 0)
         goto report;
     J->plan = p;
@@ -464,6 +468,7 @@ static intptr_t wjob_main(void *arg)
                        .credits = 4,
                        .checkpoint_dir = J->checkpoint_dir,
                        .checkpoint_interval_ms = (int64_t)J->interval_ms,
+                       .idle_timeout_ms = (int64_t)J->idle_ms,
                        .restore = J->restore_id != 0};
     e = weir__job_run_plan(j, p, &o, &d);
     if (e < 0 && weir_job_error(j)[0])
@@ -481,6 +486,7 @@ report:
     J->ended = 1;
     J->r = NULL;
     J->plan = NULL;
+    J->j = NULL;
     pthread_mutex_unlock(&wk->mu);
     weir__tcp_free(net);
     weir__plan_free(p);
@@ -552,6 +558,7 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
         J->checkpoint_dir = d->checkpoint_dir[0] ? weir__strdup(d->checkpoint_dir) : NULL;
         J->interval_ms = d->checkpoint_interval_ms;
         J->restore_id = d->restore_id;
+        J->idle_ms = d->idle_timeout_ms;
         J->nplugins = d->plugins.n;
         J->plugins = weir__calloc(d->plugins.n ? d->plugins.n : 1, sizeof(*J->plugins));
         J->go = weir_chan_new(sizeof(int), 1);
@@ -680,12 +687,17 @@ static intptr_t heartbeat_main(void *arg)
  * again), 0: could not register (retry later), < 0: give up. */
 static int session(worker *wk, const char *host, int port, char *msg, size_t cap)
 {
-    int fd = weir_net_connect(host, port, weir_time_after_ms(10000));
-    if (fd < 0) {
-        snprintf(msg, cap, "connecting to %s: %s", wk->o.coordinator, weir_net_strerror(fd));
-        return 0;
+    int fd;
+    if (wk->o.fd_given) {
+        fd = wk->o.fd;
+    } else {
+        fd = weir_net_connect(host, port, weir_time_after_ms(10000));
+        if (fd < 0) {
+            snprintf(msg, cap, "connecting to %s: %s", wk->o.coordinator, weir_net_strerror(fd));
+            return 0;
+        }
+        weir_net_set_nodelay(fd, 1);
     }
-    weir_net_set_nodelay(fd, 1);
     weir__cl_msg m = {.kind = WEIR_CLUSTER_REGISTER};
     m.u.reg = (weir__cl_register){WEIR_CLUSTER_PROTO_VERSION,
                                   WEIR_CLUSTER_PROTO_MIN_COMPAT,
@@ -770,8 +782,8 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                 last = weir_time_now();
                 continue;
             }
-            if (weir_time_now() < silence)
-                continue;
+            if (weir_time_now() < silence || wk->o.fd_given)
+                continue; /* (a coordinator in this process is not partitioned off) */
             snprintf(why, sizeof(why), "no frame from the coordinator for %d ms",
                      WORKER_SILENCE_MS);
         }
@@ -873,6 +885,18 @@ static intptr_t stop_main(void *arg)
      * cancelled shares (their reports go out) and ends. */
     cancel_all(wk, 0);
     return 0;
+}
+
+int weir__worker_job_view(weir__worker *wk, uint64_t job, void (*fn)(void *arg, const weir_job *j),
+                          void *arg)
+{
+    pthread_mutex_lock(&wk->mu);
+    wjob *J = find_locked(wk, job, 1);
+    int e = J && J->j ? 0 : -ENOENT;
+    if (!e)
+        fn(arg, J->j);
+    pthread_mutex_unlock(&wk->mu);
+    return e;
 }
 
 /* ---- HTTP ---------------------------------------------------------------------------------- */
@@ -979,7 +1003,10 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         snprintf(msg, cap, "the worker id must be 1 to %u bytes", WEIR_CLUSTER_REGISTER_STR_MAX);
         return -EINVAL;
     }
-    if (weir__cl_split_hostport(o->coordinator, host, sizeof(host), &port) < 0) {
+    if (o->fd_given) {
+        snprintf(host, sizeof(host), "-");
+        port = 0;
+    } else if (weir__cl_split_hostport(o->coordinator, host, sizeof(host), &port) < 0) {
         snprintf(msg, cap, "the coordinator \"%s\" is not HOST:PORT",
                  o->coordinator ? o->coordinator : "");
         return -EINVAL;
@@ -1014,9 +1041,18 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
             : NULL;
     int64_t backoff = 100;
     char last[512] = "";
+    if (o->on_ready)
+        o->on_ready(o->arg, wk);
     while (!atomic_load(&wk->stopping)) {
         char why[512] = "";
         int rc = session(wk, host, port, why, sizeof(why));
+        if (o->fd_given) { /* its one session */
+            if (rc <= 0 && !atomic_load(&wk->stopping)) {
+                snprintf(msg, cap, "%s", why);
+                e = rc < 0 ? rc : -ECONNRESET;
+            }
+            break;
+        }
         if (rc < 0) {
             snprintf(msg, cap, "%s", why);
             e = rc;
@@ -1046,6 +1082,8 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         weir_task_join(st, NULL, WEIR_FOREVER);
     }
     weir_scope_join(wk->jobs_scope, NULL);
+    if (o->on_ready)
+        o->on_ready(o->arg, NULL);
 out:
     if (wk->http) {
         weir_http_server_stop(wk->http, weir_time_after_ms(1000));

@@ -719,11 +719,13 @@ void weir__ckpt_teardown(run *r)
     }
     /* Checkpoints this run started but never completed (a source ended,
      * the job failed or was cancelled while one was under way) leave no
-     * directory behind: restores only ever use completed ones. Not when
-     * the run spans processes: another process's subtasks may still be
-     * writing into one (their share of the job ends after this one's); the
-     * next run's prepare removes them instead. */
-    if (r->o.checkpoint_dir && r->o.checkpoint_interval_ms > 0 && !r->worker && !r->spans)
+     * directory behind: restores only ever use completed ones. When the
+     * run spans processes, only once every subtask of the plan reported
+     * its end (a subtask ends after its checkpoint writes): a lost
+     * process's subtasks may still be writing into one; the next run's
+     * prepare removes those instead. */
+    if (r->o.checkpoint_dir && r->o.checkpoint_interval_ms > 0 && !r->worker &&
+        (!r->spans || r->all_ended))
         drop_unfinished(r, atomic_load(&r->completed));
     weir__storage_close(r->store);
     r->store = NULL;

@@ -91,9 +91,23 @@ static void stop_tasks(run *r, const weir__deploy *d)
 
 /* The end of a run that was deployed: the tasks of its channels and link
  * end, then everything is freed (prepared: the checkpoint side too). */
+/* Whether every subtask of the run's plan has ended (weir__job_coord_finished
+ * marks those of other processes). */
+static int all_ended(run *r)
+{
+    if (!r->chains) /* the build failed early */
+        return 0;
+    for (int c = 0; c < r->nchains; c++)
+        for (int s = 0; s < r->chains[c].par; s++)
+            if (!r->chains[c].subs || !atomic_load(&r->chains[c].subs[s].finished))
+                return 0;
+    return 1;
+}
+
 static void end_run(run *r, const weir__deploy *d, int prepared)
 {
     stop_tasks(r, d);
+    r->all_ended = all_ended(r); /* before the subtasks are freed */
     pthread_mutex_lock(&r->j->lock);
     r->j->running = 0;
     pthread_mutex_unlock(&r->j->lock);

@@ -313,8 +313,9 @@ struct run {
     int nchannels, chcap;
     /* checkpoints */
     struct weir__ckpt_link *link; /* checkpoint messages (ckpt_link.h) */
-    int worker; /* another process coordinates checkpoints and holds the directories */
-    int spans;  /* its subtasks are not all in this process (a deploy's link) */
+    int worker;    /* another process coordinates checkpoints and holds the directories */
+    int spans;     /* its subtasks are not all in this process (a deploy's link) */
+    int all_ended; /* at its end: every subtask of the plan had ended (end_run) */
     struct weir__manifest *restore_m; /* the restored checkpoint's manifest */
     _Atomic uint64_t completed;       /* the latest completed (or restored) checkpoint */
     uint64_t restored;

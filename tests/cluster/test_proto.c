@@ -59,12 +59,14 @@ static const int all_kinds[] = {
 static int tails(int kind)
 {
     switch (kind) {
+    case WEIR_CLUSTER_SUBMIT_JOB: /* max_restarts, restore, idle_timeout_ms */
+        return 3;
     case WEIR_CLUSTER_REGISTER:         /* slots, http_port */
     case WEIR_CLUSTER_SUBTASK_FINISHED: /* records_in, records_out */
         return 2;
     case WEIR_CLUSTER_REGISTER_ACK:   /* heartbeat_ms */
-    case WEIR_CLUSTER_SUBMIT_JOB:     /* max_restarts */
     case WEIR_CLUSTER_SUBMIT_JOB_ACK: /* abi */
+    case WEIR_CLUSTER_DEPLOY:         /* idle_timeout_ms */
         return 1;
     default:
         return 0;
@@ -141,7 +143,8 @@ static void sample(int kind, weir__cl_msg *m)
                                         1000,
                                         41,
                                         50,
-                                        {dps, 2}};
+                                        {dps, 2},
+                                        30000};
         break;
     case WEIR_CLUSTER_PEER_UPDATE:
         m->u.peer_update = (weir__cl_peer_update){9, 2, {peers, 2}};
@@ -166,7 +169,8 @@ static void sample(int kind, weir__cl_msg *m)
             refs[i].size = 4096u + (uint64_t)i;
             refs[i].abi = (weir__cl_abi){1, S("abcdef0123"), S("linux-x86_64"), S("gcc/none")};
         }
-        m->u.submit = (weir__cl_submit_job){4, S("/data/ck"), 500, {args3, 3}, {refs, 2}, 3};
+        m->u.submit =
+            (weir__cl_submit_job){4, S("/data/ck"), 500, {args3, 3}, {refs, 2}, 3, 1, 5000};
         break;
     case WEIR_CLUSTER_PLUGIN_UPLOAD:
         fill_sha(m->u.upload.sha256, 5);
@@ -782,9 +786,10 @@ TEST(values_out_of_range)
     sample(WEIR_CLUSTER_DEPLOY, &m);
     uint8_t *f;
     size_t len = encode(&m, &f);
-    /* the second plugin ends with its presence byte 0: make it 2 */
-    CHECK_EQ(f[len - 1], 0);
-    f[len - 1] = 2;
+    /* the second plugin ends with its presence byte 0 (the idle timeout's
+     * 8 bytes follow): make it 2 */
+    CHECK_EQ(f[len - 9], 0);
+    f[len - 9] = 2;
     weir__cl_msg d;
     CHECK_EQ(weir__cl_decode(f + 4, len - 4, &d, why, sizeof(why)), -EBADMSG);
     CHECK_HAS(why, "Deploy: plugins[1].bytes: presence byte 2 is not 0 or 1");

@@ -1178,13 +1178,19 @@ TEST(cli_second_run_on_held_dirs_exits_2_and_a_killed_holder_does_not_block)
     cli_result *r =
         cli("run", PLUGIN("job_eo"), "--parallelism", "2", "--no-progress", "--checkpoint-dir",
             ckpt, "--checkpoint-interval-ms", "15", "--restore", "--", out, n, NULL);
-    CHECK_EQ(r->code, 2);
+    if (r->code != 2) {
+        kill(holder, SIGKILL); /* stopped, it would hold the test's pipes */
+        TEST__FAIL("exit %d, not 2: %s", r->code, r->err);
+    }
     CHECK_HAS(r->err, "not started");
     CHECK_HAS(r->err, ckpt);
     CHECK_HAS(r->err, pid);
     r = cli("run", PLUGIN("job_eo"), "--parallelism", "2", "--no-progress", "--checkpoint-dir",
             ckpt2, "--checkpoint-interval-ms", "15", "--", out, n, NULL);
-    CHECK_EQ(r->code, 2);
+    if (r->code != 2) {
+        kill(holder, SIGKILL);
+        TEST__FAIL("exit %d, not 2: %s", r->code, r->err);
+    }
     CHECK_HAS(r->err, "output directory of file sink \"out\"");
     CHECK_HAS(r->err, out);
     CHECK_HAS(r->err, pid);
