@@ -146,11 +146,12 @@ static void cancel_job(weir__local *l, uint64_t job)
         return;
     }
     weir__cl_cancel_job_ack a;
-    if (weir__client_cancel(c, job, &a, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), msg,
-                            sizeof(msg)) < 0)
-        fprintf(stderr, "\nweir run: cannot cancel the job: %s\n", msg);
-    else
+    int e = weir__client_cancel(c, job, &a, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), msg,
+                                sizeof(msg));
+    if (e == 0)
         weir__client_cancel_free(&a);
+    else if (e != -ECANCELED) /* (the job ended meanwhile: the watcher is done) */
+        fprintf(stderr, "\nweir run: cannot cancel the job: %s\n", msg);
     weir__client_close(c);
 }
 

@@ -753,9 +753,9 @@ intptr_t weir__coord_job_main(void *arg)
                                  .ckpt_restored = t.restored,
                                  .restarts = (uint32_t)restarts};
     if (outcome != A_OK)
-        weir__log(outcome == A_CANCELLED ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG,
-                  "job %" PRIu64 " %s: %s", J->id, outcome == A_CANCELLED ? "cancelled" : "failed",
-                  a.why);
+        weir__log(outcome == A_CANCELLED || c->o.client_reports ? WEIR__LOG_INFO : WEIR__LOG_WARN,
+                  LOG, "job %" PRIu64 " %s: %s", J->id,
+                  outcome == A_CANCELLED ? "cancelled" : "failed", a.why);
     attempt_free(J, &a);
     pthread_mutex_lock(&c->mu);
     J->state = outcome == A_OK          ? WEIR__CL_JOB_SUCCEEDED

@@ -520,14 +520,11 @@ static int client_reply(client *cl, weir__cl_msg *m)
     return e;
 }
 
-static int submit_refuse(client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int submit_refuse(client *cl, const char *fmt, ...)
+/* A SubmitJobAck refusing the job (locked: the caller holds cl->wl). */
+static int refuse_v(client *cl, int locked, const char *fmt, va_list ap)
 {
     char msg[WEIR_CLUSTER_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     weir__log(WEIR__LOG_INFO, LOG, "submit refused: %s", msg);
     const weir_abi_id *self = weir_abi_self();
     weir__cl_msg m = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK};
@@ -535,8 +532,31 @@ static int submit_refuse(client *cl, const char *fmt, ...)
     m.u.submit_ack.message = msg;
     m.u.submit_ack.abi = (weir__cl_abi){(uint32_t)self->version, (char *)self->fingerprint,
                                         (char *)self->target, (char *)self->toolchain};
-    client_reply(cl, &m);
+    if (locked)
+        weir__cl_send(cl->fd, &m, weir_time_after_ms(10000));
+    else
+        client_reply(cl, &m);
     return -EINVAL;
+}
+
+static int submit_refuse(client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int submit_refuse(client *cl, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int e = refuse_v(cl, 0, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+static int refuse_locked(client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse_locked(client *cl, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int e = refuse_v(cl, 1, fmt, ap);
+    va_end(ap);
+    return e;
 }
 
 void weir__coord_job_free(cjob *J)
@@ -679,11 +699,21 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
         weir__coord_job_free(J);
         return submit_refuse(cl, "%s", why) * 0;
     }
+    /* The client's write lock is held from before the job is published
+     * until its SubmitJobAck is written: the job's fiber, which may end at
+     * once (its directories are another run's), writes its JobCompleted
+     * under the same lock, so the client always reads the ack first. */
+    if (weir_mutex_lock(cl->wl, weir_time_after_ms(10000)) < 0) {
+        weir__coord_job_free(J);
+        return -ETIMEDOUT;
+    }
     pthread_mutex_lock(&c->mu);
     if (c->stopping) {
         pthread_mutex_unlock(&c->mu);
         weir__coord_job_free(J);
-        return submit_refuse(cl, "the coordinator is shutting down") * 0;
+        refuse_locked(cl, "the coordinator is shutting down");
+        weir_mutex_unlock(cl->wl);
+        return 0;
     }
     if (c->njobs == c->jobcap) {
         /* Forget the oldest ended job, or grow. */
@@ -708,7 +738,9 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     if (c->njobs == c->jobcap) {
         pthread_mutex_unlock(&c->mu);
         weir__coord_job_free(J);
-        return submit_refuse(cl, "the coordinator is out of memory") * 0;
+        refuse_locked(cl, "the coordinator is out of memory");
+        weir_mutex_unlock(cl->wl);
+        return 0;
     }
     J->id = ++c->next_job;
     J->state = WEIR__CL_JOB_RUNNING;
@@ -731,14 +763,18 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     /* J is the job fiber's now (it may end, and be forgotten, at once). */
     uint64_t id = J->id;
     pthread_mutex_unlock(&c->mu);
-    if (!t)
-        return submit_refuse(cl, "could not start the job") * 0;
+    if (!t) {
+        refuse_locked(cl, "could not start the job");
+        weir_mutex_unlock(cl->wl);
+        return 0;
+    }
     weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " submitted", id);
     weir__cl_msg m = {.kind = WEIR_CLUSTER_SUBMIT_JOB_ACK};
     m.u.submit_ack.status = WEIR__CL_SUBMIT_ACCEPTED;
     m.u.submit_ack.job = id;
     m.u.submit_ack.message = "";
-    client_reply(cl, &m);
+    weir__cl_send(cl->fd, &m, weir_time_after_ms(10000));
+    weir_mutex_unlock(cl->wl);
     return 0;
 }
 

@@ -148,6 +148,7 @@ int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap)
                                .stall_ms = QUIET_MS,
                                .max_restarts = -1,
                                .default_parallelism = 1,
+                               .client_reports = 1,
                                .stop_fd = l->stop[0],
                                .on_ready = on_coord,
                                .arg = l};

@@ -39,6 +39,9 @@ typedef struct weir__coord_opts {
     int64_t restart_window_ms; /* restarts forgiven after this clean (0: 10 min) */
     int max_restarts;          /* with checkpoints (-1: 10); without: always 0 */
     uint32_t default_parallelism;
+    /* A job's failure is its submitter's to report (weir run prints it):
+     * logged at info, not warn. */
+    int client_reports;
     int stop_fd; /* readable: shut down (-1: never) */
     /* The HTTP API and /metrics (docs/cluster.md, "HTTP"), on the bind
      * host (127.0.0.1 when none is given) and http_port (0: a free one). */

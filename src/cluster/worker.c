@@ -480,7 +480,8 @@ report:
     if (e < 0 && !msg[0])
         snprintf(msg, sizeof(msg), "%s", weir_strerror(e));
     if (e < 0 && e != -ECANCELED)
-        weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 " attempt %u: %s", J->job, J->attempt, msg);
+        weir__log(wk->o.fd_given ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG,
+                  "job %" PRIu64 " attempt %u: %s", J->job, J->attempt, msg);
     report_finished(J, e < 0 ? e : 0, fatal, e < 0 ? msg : "", rin, rout);
     pthread_mutex_lock(&wk->mu);
     J->ended = 1;

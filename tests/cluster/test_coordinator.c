@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -845,6 +846,51 @@ TEST(a_plugin_is_uploaded_once_and_shipped_once_per_worker)
 {
     tee_begin();
     CHECK_EQ(test_run_on_rt(2, ships_once_main, NULL), 0);
+    tee_end();
+}
+
+/* A job that fails at once - its checkpoint directory is held by another
+ * run - still has its SubmitJobAck read before its JobCompleted (the
+ * coordinator writes both under the client's write lock), and the
+ * failure says -EBUSY with the holder. Several times: the job's fiber
+ * and the ack race without that lock. */
+static intptr_t held_dir_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    wnode a;
+    worker_start(&a, "a", &c, 4);
+    char dir[] = "/tmp/weir-held-XXXXXX", lock[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(lock, sizeof(lock), "%s/.lock", dir);
+    int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    CHECK_GE(lfd, 0);
+    CHECK_EQ(flock(lfd, LOCK_EX | LOCK_NB), 0); /* another run's, as far as weir can tell */
+    weir__client *cl = client_open(&c);
+    char *args[] = {"1000"};
+    weir__client_submit_opts o = count_job(1, args, 1);
+    o.checkpoint_dir = dir;
+    o.checkpoint_interval_ms = 100;
+    for (int i = 0; i < 5; i++) {
+        uint64_t job = submit_ok(cl, &o);
+        char msg[2048];
+        CHECK_EQ(wait_job(cl, job, DEADLINE(), msg, sizeof(msg), NULL), -EBUSY);
+        CHECK_HAS(msg, "is in use by");
+    }
+    weir__client_close(cl);
+    close(lfd);
+    unlink(lock);
+    rmdir(dir);
+    worker_stop(&a);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_job_failing_at_once_is_acknowledged_before_it_is_reported_ended)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, held_dir_main, NULL), 0);
     tee_end();
 }
 
