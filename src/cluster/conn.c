@@ -9,9 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -20,6 +25,10 @@
 #include "weir/io.h"
 #include "weir/net.h"
 #include "weir/rt.h"
+
+/* Where nodes make their private plugin caches, and each one's lock. */
+#define CACHE_PARENT "/tmp"
+#define CACHE_LOCK   ".lock"
 
 int weir__cl_send(int fd, const weir__cl_msg *m, int64_t deadline)
 {
@@ -106,20 +115,6 @@ int weir__cl_wait_stop(int fd, const char *who)
     }
 }
 
-int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, char *msg, size_t msgcap)
-{
-    int n = snprintf(dir, cap, "/tmp/weir-%s-XXXXXX", role);
-    if (n < 0 || (size_t)n >= cap)
-        return -ENAMETOOLONG;
-    if (!mkdtemp(dir)) {
-        int e = -errno;
-        snprintf(msg, msgcap, "making a plugin cache directory: %s", strerror(errno));
-        dir[0] = 0;
-        return e;
-    }
-    return 0;
-}
-
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st, (void)ftw;
@@ -131,10 +126,116 @@ static intptr_t rm_tree(void *arg)
     return nftw(arg, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-void weir__cl_cache_dir_remove(const char *dir)
+/* Remove every CACHE_PARENT/weir-<role>-* directory of ours whose lock
+ * nobody holds: the cache of a node that died without removing it. A
+ * directory without a lock file, or another user's, is left alone. */
+static void sweep(const char *role)
+{
+    DIR *d = opendir(CACHE_PARENT);
+    if (!d)
+        return;
+    char prefix[64];
+    int np = snprintf(prefix, sizeof(prefix), "weir-%s-", role);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, prefix, (size_t)np) != 0)
+            continue;
+        char path[PATH_MAX], lock[PATH_MAX];
+        struct stat st;
+        if (snprintf(path, sizeof(path), "%s/%s", CACHE_PARENT, de->d_name) >= (int)sizeof(path) ||
+            snprintf(lock, sizeof(lock), "%s/" CACHE_LOCK, path) >= (int)sizeof(lock) ||
+            lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            weir__log(WEIR__LOG_INFO, "cluster", "removing %s: its node is gone", path);
+            rm_tree(path);
+        }
+        close(fd);
+    }
+    closedir(d);
+}
+
+typedef struct mkdir_arg {
+    const char *role;
+    char *dir;
+    size_t cap;
+    int fd;
+    char *msg;
+    size_t msgcap;
+} mkdir_arg;
+
+/* The directory is made under a name the sweep does not look at
+ * (.weir-ROLE-XXXXXX), its lock taken, and only then renamed into view:
+ * a sweep never finds a live node's cache unlocked. */
+static intptr_t make_dir(void *arg)
+{
+    mkdir_arg *a = arg;
+    sweep(a->role);
+    for (int tries = 0; tries < 16; tries++) {
+        char tmp[256], lock[PATH_MAX];
+        snprintf(tmp, sizeof(tmp), "%s/.weir-%s-XXXXXX", CACHE_PARENT, a->role);
+        if (!mkdtemp(tmp)) {
+            int e = -errno;
+            snprintf(a->msg, a->msgcap, "making a plugin cache directory: %s", strerror(errno));
+            return e;
+        }
+        snprintf(lock, sizeof(lock), "%s/" CACHE_LOCK, tmp);
+        int fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            int e = -errno;
+            snprintf(a->msg, a->msgcap, "locking the plugin cache %s: %s", tmp, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            rm_tree(tmp);
+            return e;
+        }
+        /* The final name: the leading dot dropped. */
+        int n = snprintf(a->dir, a->cap, "%s/%s", CACHE_PARENT, tmp + strlen(CACHE_PARENT) + 2);
+        if (n < 0 || (size_t)n >= a->cap) {
+            close(fd);
+            rm_tree(tmp);
+            snprintf(a->msg, a->msgcap, "the plugin cache's name is too long");
+            return -ENAMETOOLONG;
+        }
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, a->dir, RENAME_NOREPLACE) == 0) {
+            a->fd = fd;
+            return 0;
+        }
+        int e = errno;
+        close(fd);
+        rm_tree(tmp);
+        if (e != EEXIST) {
+            snprintf(a->msg, a->msgcap, "naming the plugin cache %s: %s", a->dir, strerror(e));
+            return -e;
+        }
+    }
+    snprintf(a->msg, a->msgcap, "making a plugin cache directory: no free name");
+    return -EEXIST;
+}
+
+int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, int *lock_fd, char *msg,
+                            size_t msgcap)
+{
+    *lock_fd = -1;
+    mkdir_arg a = {role, dir, cap, -1, msg, msgcap};
+    int e = (int)weir__blocking_run_shielded(make_dir, &a);
+    if (e < 0) {
+        dir[0] = 0;
+        return e;
+    }
+    *lock_fd = a.fd;
+    return 0;
+}
+
+void weir__cl_cache_dir_remove(const char *dir, int lock_fd)
 {
     if (dir && dir[0])
         weir__blocking_run_shielded(rm_tree, (void *)dir);
+    if (lock_fd >= 0)
+        close(lock_fd); /* last: until now a sweep leaves it alone */
 }
 
 int weir__cl_split_hostport(const char *s, char *host, size_t cap, int *port)

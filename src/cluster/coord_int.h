@@ -127,6 +127,7 @@ struct coord {
     weir__plugin_cache *cache;
     char host[WEIR_CLUSTER_HOST_MAX + 1];
     char tmpdir[64]; /* the private cache directory, removed at the end */
+    int tmplock;     /* its lock (-1: none) */
     int64_t hb_ms, wd_ms, stall_ms, drain_ms, window_ms;
     /* counters */
     weir_http_server *http; /* NULL: none */

@@ -1098,7 +1098,7 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         return -ENOMEM;
     }
     c->o = *o;
-    c->lfd = -1;
+    c->lfd = c->tmplock = -1;
     c->hb_ms =
         o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
     c->wd_ms = o->watchdog_ms > 0 ? o->watchdog_ms : WEIR_CLUSTER_WATCHDOG_MS;
@@ -1111,8 +1111,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     int e = 0;
     const char *dir = o->cache_dir;
     if (!dir) {
-        if ((e = weir__cl_cache_dir_make("coordinator", c->tmpdir, sizeof(c->tmpdir), msg, cap)) <
-            0)
+        if ((e = weir__cl_cache_dir_make("coordinator", c->tmpdir, sizeof(c->tmpdir), &c->tmplock,
+                                         msg, cap)) < 0)
             goto out;
         dir = c->tmpdir;
     }
@@ -1193,7 +1193,7 @@ out:
     weir__free(c->jobs);
     weir__plugin_cache_free(c->cache);
     weir_metrics_free(c->metrics);
-    weir__cl_cache_dir_remove(c->tmpdir);
+    weir__cl_cache_dir_remove(c->tmpdir, c->tmplock);
     pthread_mutex_destroy(&c->mu);
     weir__free(c);
     return e;

@@ -137,12 +137,16 @@ int weir__cl_wait_stop(int fd, const char *who);
 
 /*
  * A node's private plugin cache when none is given: a fresh directory
- * /tmp/weir-<role>-XXXXXX in dir[cap] (mode 0700), 0 or a negative errno
- * with msg; weir__cl_cache_dir_remove removes it and what it holds, on the
- * blocking pool (file system calls).
+ * /tmp/weir-<role>-XXXXXX in dir[cap] (mode 0700), locked for the node's
+ * life (flock on its .lock, held through *lock_fd), 0 or a negative errno
+ * with msg. First it removes the caches of its role nobody holds locked -
+ * those of nodes that died by SIGKILL - so that they do not pile up.
+ * weir__cl_cache_dir_remove removes it and what it holds, then drops the
+ * lock. Both on the blocking pool (file system calls).
  */
-int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, char *msg, size_t msgcap);
-void weir__cl_cache_dir_remove(const char *dir);
+int weir__cl_cache_dir_make(const char *role, char *dir, size_t cap, int *lock_fd, char *msg,
+                            size_t msgcap);
+void weir__cl_cache_dir_remove(const char *dir, int lock_fd);
 /* "HOST:PORT" / "[V6]:PORT" into host[cap] and *port (1..65535). 0 or -EINVAL. */
 int weir__cl_split_hostport(const char *s, char *host, size_t cap, int *port);
 

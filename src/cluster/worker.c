@@ -109,6 +109,7 @@ struct worker {
     size_t njobs, cap;
     weir__plugin_cache *cache;
     char tmpdir[64];
+    int tmplock; /* its lock (-1: none) */
     _Atomic int stopping;
     _Atomic int fd; /* the session's socket, -1 between sessions */
     weir_scope *jobs_scope;
@@ -1018,12 +1019,14 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         return -ENOMEM;
     }
     wk->o = *o;
+    wk->tmplock = -1;
     atomic_store(&wk->fd, -1);
     pthread_mutex_init(&wk->mu, NULL);
     int e = 0;
     const char *dir = o->cache_dir;
     if (!dir) {
-        if ((e = weir__cl_cache_dir_make("worker", wk->tmpdir, sizeof(wk->tmpdir), msg, cap)) < 0)
+        if ((e = weir__cl_cache_dir_make("worker", wk->tmpdir, sizeof(wk->tmpdir), &wk->tmplock,
+                                         msg, cap)) < 0)
             goto out;
         dir = wk->tmpdir;
     }
@@ -1097,7 +1100,7 @@ out:
     pthread_mutex_unlock(&wk->mu);
     weir__free(wk->jobs);
     weir__plugin_cache_free(wk->cache);
-    weir__cl_cache_dir_remove(wk->tmpdir);
+    weir__cl_cache_dir_remove(wk->tmpdir, wk->tmplock);
     pthread_mutex_destroy(&wk->mu);
     weir__free(wk);
     return e;

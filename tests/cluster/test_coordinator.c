@@ -894,6 +894,88 @@ TEST(a_job_failing_at_once_is_acknowledged_before_it_is_reported_ended)
     tee_end();
 }
 
+/* ---- private plugin caches ------------------------------------------------------------- */
+
+/* DIR/name made, holding .lock (when lock) and a file; the lock's fd. */
+static int cache_like(const char *dir, int lock, int hold)
+{
+    CHECK_EQ(mkdir(dir, 0700), 0);
+    char p[256];
+    snprintf(p, sizeof(p), "%s/some.so", dir);
+    int f = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    CHECK_GE(f, 0);
+    close(f);
+    if (!lock)
+        return -1;
+    snprintf(p, sizeof(p), "%s/.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    CHECK_GE(fd, 0);
+    if (hold)
+        CHECK_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+    return fd;
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+/* A node's private cache is locked while it runs and removed at its end; a
+ * starting node removes the caches of its role nobody holds (a node that
+ * died by SIGKILL left them) and leaves held ones and unlocked ones alone. */
+static intptr_t sweep_main(void *arg)
+{
+    (void)arg;
+    char dead[64], held[64], bare[64];
+    snprintf(dead, sizeof(dead), "/tmp/weir-coordinator-dead%d", (int)getpid());
+    snprintf(held, sizeof(held), "/tmp/weir-coordinator-held%d", (int)getpid());
+    snprintf(bare, sizeof(bare), "/tmp/weir-coordinator-bare%d", (int)getpid());
+    int dfd = cache_like(dead, 1, 0);
+    close(dfd); /* its node is gone */
+    int hfd = cache_like(held, 1, 1);
+    cache_like(bare, 0, 0);
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    struct stat st;
+    CHECK_EQ(stat(dead, &st), -1);
+    CHECK_EQ(stat(held, &st), 0);
+    CHECK_EQ(stat(bare, &st), 0);
+    /* Its own cache, locked: a second node's sweep leaves it. */
+    cnode c2 = {.o = {.max_restarts = -1}};
+    coord_start(&c2);
+    /* Caches whose lock is held now: at least the two nodes' own. */
+    DIR *d = opendir("/tmp");
+    CHECK(d != NULL);
+    int live = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char p[300];
+        if (strncmp(de->d_name, "weir-coordinator-", 17) != 0 || strstr(de->d_name, "held"))
+            continue;
+        snprintf(p, sizeof(p), "/tmp/%s/.lock", de->d_name);
+        int fd = open(p, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        live += flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+        close(fd);
+    }
+    closedir(d);
+    CHECK_GE(live, 2); /* (other tests' live nodes may add to it) */
+    coord_stop(&c2);
+    coord_stop(&c);
+    close(hfd);
+    rm_rf(held);
+    rm_rf(bare);
+    return 0;
+}
+
+TEST(a_starting_node_removes_the_plugin_caches_of_dead_nodes_only)
+{
+    CHECK_EQ(test_run_on_rt(2, sweep_main, NULL), 0);
+}
+
 /* ---- 6. no capacity --------------------------------------------------------------------- */
 
 static intptr_t capacity_main(void *arg)
