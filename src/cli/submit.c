@@ -54,6 +54,10 @@ static void usage_submit(FILE *f)
             "                              default: the coordinator's)\n"
             "  --checkpoint-dir DIR        where checkpoints go, on the workers (made absolute)\n"
             "  --checkpoint-interval-ms M  take a checkpoint every M ms (needs --checkpoint-dir)\n"
+            "  --restore                   start from the latest completed checkpoint in DIR\n"
+            "                              (none yet: from the start)\n"
+            "  --idle-timeout-ms M         an input silent this long leaves the watermark\n"
+            "                              (0: never)\n"
             "  --max-restarts N            restarts before the job fails (0: fail at once;\n"
             "                              default: the coordinator's policy)\n"
             "  --detach                    print the job's id and do not wait\n"
@@ -99,12 +103,14 @@ static void usage_cancel(FILE *f)
             coordinator_help);
 }
 
-enum { F_COORD, F_PAR, F_DIR, F_INTERVAL, F_RESTARTS, F_DETACH, F_HELP };
+enum { F_COORD, F_PAR, F_DIR, F_INTERVAL, F_RESTORE, F_IDLE, F_RESTARTS, F_DETACH, F_HELP };
 static const weir__cli_flag submit_flags[] = {
     {"--coordinator", F_COORD, 1},
     {"--parallelism", F_PAR, 1},
     {"--checkpoint-dir", F_DIR, 1},
     {"--checkpoint-interval-ms", F_INTERVAL, 1},
+    {"--restore", F_RESTORE, 0},
+    {"--idle-timeout-ms", F_IDLE, 1},
     {"--max-restarts", F_RESTARTS, 1},
     {"--detach", F_DETACH, 0},
     {"--help", F_HELP, 0},
@@ -277,6 +283,14 @@ int weir__cli_submit(int argc, char **argv)
                 return CLI_USAGE;
             g.so.checkpoint_interval_ms = (uint64_t)v;
             break;
+        case F_RESTORE:
+            g.so.restore = 1;
+            break;
+        case F_IDLE:
+            if (weir__cli_parse_num(cmd, f->name, val, 0, INT64_MAX / 1000000, &v))
+                return CLI_USAGE;
+            g.so.idle_timeout_ms = (uint64_t)v;
+            break;
         case F_RESTARTS:
             if (weir__cli_parse_num(cmd, f->name, val, 0, INT32_MAX, &v))
                 return CLI_USAGE;
@@ -298,6 +312,10 @@ int weir__cli_submit(int argc, char **argv)
                        "--checkpoint-interval-ms %" PRIu64 " without --checkpoint-dir: "
                        "checkpoints need a directory",
                        g.so.checkpoint_interval_ms);
+        return CLI_USAGE;
+    }
+    if (g.so.restore && !g.so.checkpoint_dir) {
+        weir__cli_errf(cmd, "--restore without --checkpoint-dir: nothing to restore from");
         return CLI_USAGE;
     }
     int rc = pick_coordinator(cmd, coord);

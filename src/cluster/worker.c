@@ -391,14 +391,23 @@ static intptr_t wjob_main(void *arg)
                      J->subs[i].chain, J->subs[i].sub);
             goto report;
         }
-    int lfd = weir_net_listen(NULL, 0, NULL);
-    if (lfd < 0) {
+    /* One listening socket for the share's inbound channels from other
+     * workers - none when every producer is here (a job all on one worker,
+     * as under weir run: no port opened). */
+    int remote_in = 0;
+    for (uint32_t c = 0; c < p->nchannels && !remote_in; c++) {
+        const weir__plan_channel *pc = &p->channels[c];
+        remote_in = w_place(J, pc->to_chain, pc->to_sub) == 0 &&
+                    w_place(J, pc->from_chain, pc->from_sub) != 0;
+    }
+    int lfd = remote_in ? weir_net_listen(NULL, 0, NULL) : -1;
+    if (remote_in && lfd < 0) {
         e = lfd;
         snprintf(msg, sizeof(msg), "worker %s: listening for channels: %s", wk->o.id,
                  weir_net_strerror(e));
         goto report;
     }
-    int port = weir_net_local_port(lfd);
+    int port = lfd >= 0 ? weir_net_local_port(lfd) : 0;
     const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
     int ports[2] = {port, port};
     net = weir__tcp_new(
@@ -418,7 +427,8 @@ static intptr_t wjob_main(void *arg)
                           .peer_arg = J});
     if (!net) {
         e = -errno;
-        weir_io_close(lfd);
+        if (lfd >= 0)
+            weir_io_close(lfd);
         snprintf(msg, sizeof(msg), "out of memory");
         goto report;
     }

@@ -600,6 +600,13 @@ TEST(cli_cluster_usage)
             "10", NULL);
     CHECK_EQ(r->code, 2);
     CHECK_HAS(r->err, "without --checkpoint-dir");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--restore", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--restore without --checkpoint-dir");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--idle-timeout-ms=soon",
+            NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--idle-timeout-ms: \"soon\" is not a number");
     r = cli("submit", PLUGIN("job_count"), "--coordinator", NULL);
     CHECK_EQ(r->code, 2);
     CHECK_HAS(r->err, "--coordinator needs a value");
@@ -1143,6 +1150,78 @@ TEST(cli_sigterm_while_checkpointing)
 static int has_completed(const char *dir)
 {
     return latest_completed(dir) > 0;
+}
+
+/* ---- weir run opens no port ---------------------------------------------------------------- */
+/* The socket inodes of /proc/net/FILE (tcp, tcp6) into v[*n]. */
+static void net_inodes(const char *file, unsigned long *v, size_t *n, size_t cap)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/net/%s", file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return; /* (no IPv6) */
+    while (fgets(line, sizeof(line), f) && *n < cap) {
+        unsigned long inode;
+        /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+        if (sscanf(line, " %*s %*s %*s %*s %*s %*s %*s %*s %*s %lu", &inode) == 1 && inode)
+            v[(*n)++] = inode;
+    }
+    fclose(f);
+}
+
+/* weir run runs its job on a cluster in its process with no TCP socket at
+ * all - no listener, no connection: while the job runs (it has completed a
+ * checkpoint), none of the process's sockets is a TCP one. */
+TEST(cli_run_opens_no_tcp_socket)
+{
+    char base[] = "/tmp/weir-noport-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char ckpt[128], out[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt", base);
+    snprintf(out, sizeof(out), "%s/out", base);
+    pid_t pid = spawn_eo(ckpt, out, "100000000", 0);
+    int st;
+    for (int i = 0; i < 6000 && !has_completed(ckpt); i++) { /* up to 30 s */
+        CHECK_EQ(waitpid(pid, &st, WNOHANG), 0);
+        usleep(5000);
+    }
+    CHECK(has_completed(ckpt));
+    static unsigned long tcp[65536];
+    size_t ntcp = 0;
+    net_inodes("tcp", tcp, &ntcp, 65536);
+    net_inodes("tcp6", tcp, &ntcp, 65536);
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%ld/fd", (long)pid);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    struct dirent *de;
+    int sockets = 0;
+    while ((de = readdir(d)) != NULL) {
+        char link[400], target[128];
+        snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
+        ssize_t k = readlink(link, target, sizeof(target) - 1);
+        if (k <= 0)
+            continue;
+        target[k] = 0;
+        unsigned long inode;
+        if (sscanf(target, "socket:[%lu]", &inode) != 1)
+            continue;
+        sockets++;
+        for (size_t i = 0; i < ntcp; i++)
+            if (tcp[i] == inode) {
+                kill(pid, SIGKILL);
+                TEST__FAIL("descriptor %s of weir run is a TCP socket", de->d_name);
+            }
+    }
+    closedir(d);
+    CHECK_GT(sockets, 0); /* its socketpairs: the scan saw them */
+    CHECK_EQ(kill(pid, SIGTERM), 0);
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+    CHECK_EQ(system(cmd), 0);
 }
 
 /* A run holding its directories (stopped, so it stays mid-job with output
