@@ -186,6 +186,19 @@ static intptr_t watch_main(void *arg)
     return 0;
 }
 
+/* While the nodes stop: any signal ends the process at once. */
+static intptr_t exit_main(void *arg)
+{
+    int fd = *(const int *)arg;
+    struct signalfd_siginfo si;
+    if (weir_io_read(fd, &si, sizeof(si), WEIR_FOREVER) == (ssize_t)sizeof(si)) {
+        fprintf(stderr, "\nweir run: %s while stopping: exiting now\n",
+                strsignal((int)si.ssi_signo));
+        _exit(128 + (int)si.ssi_signo);
+    }
+    return 0;
+}
+
 /* ---- the run ------------------------------------------------------------------------------- */
 /* Submit the job to the local cluster and wait for its end: 0 with *d
  * (weir__client_completed_free it), or a negative errno with msg (the
@@ -253,8 +266,18 @@ int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
             weir_task_cancel(watch);
             weir_task_join(watch, NULL, WEIR_FOREVER);
         }
+        /* Stopping waits for every subtask to end: one stuck in an
+         * operator must not make the process deaf to a signal. */
+        weir_task *deaf = NULL;
+        if (o->signal_fd >= 0)
+            deaf = weir_task_spawn(exit_main, (void *)&o->signal_fd,
+                                   &(weir_spawn_opts){.name = "signals", .stack_size = 64 << 10});
         char why[512];
         weir__local_stop(l, why, sizeof(why));
+        if (deaf) {
+            weir_task_cancel(deaf);
+            weir_task_join(deaf, NULL, WEIR_FOREVER);
+        }
         if (e < 0 && why[0] && !msg[0])
             snprintf(msg, sizeof(msg), "%s", why);
     }

@@ -992,10 +992,19 @@ int weir__coord_admit(weir__coord *c, int fd)
         !weir_scope_spawn(c->scope, admit_main, aa,
                           &(weir_spawn_opts){.name = "cluster connection", .stack_size = FIBER})) {
         weir__free(aa);
-        weir_io_close(fd);
+        close(fd); /* a socket: at once (callers may hold a lock; no wait here) */
         return -ENOMEM;
     }
     return 0;
+}
+
+int weir__coord_workers(weir__coord *c)
+{
+    int workers, jobs;
+    pthread_mutex_lock(&c->mu);
+    weir__coord_count_locked(c, &workers, &jobs);
+    pthread_mutex_unlock(&c->mu);
+    return workers;
 }
 
 int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, const weir_job *j),

@@ -64,8 +64,12 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap);
 
 /* Take fd, a connected socket, as if the listener had accepted it (its
  * first frame decides: a worker's Register or a client's HelloClient).
- * The coordinator owns fd from the call on. 0 or -ENOMEM (fd closed). */
+ * The coordinator owns fd from the call on. 0 or -ENOMEM (fd closed, with
+ * close(2): the call never waits). */
 int weir__coord_admit(weir__coord *c, int fd);
+
+/* Workers registered and not lost now (their sessions are placed on). */
+int weir__coord_workers(weir__coord *c);
 
 /* Call fn with the weir_job of job's running attempt (the coordinator's
  * side of it: its checkpoint counters), under the coordinator's lock: fn
