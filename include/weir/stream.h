@@ -134,6 +134,12 @@ uint64_t weir_ctx_restored(const weir_ctx *ctx);
 const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx);
 /* The latest checkpoint that completed in this run or was restored (0: none). */
 uint64_t weir_ctx_completed(const weir_ctx *ctx);
+/* 1 when the run ends through a final checkpoint (it takes checkpoints):
+ * after finish(), pre_commit() and commit() run once more, for the job's
+ * final checkpoint, so a two-phase sink commits its tail through them; 0
+ * without checkpoints, where a two-phase sink commits the rest in
+ * finish(). See weir_op_def.pre_commit. */
+int weir_ctx_final_checkpoint(const weir_ctx *ctx);
 
 /* Keyed operators: the current record's (or firing timer's, or
  * weir_keys_iterate's) key - NULL outside one, e.g. in on_watermark or
@@ -399,7 +405,15 @@ typedef struct weir_op_def {
      * not yet visible. commit() runs once that checkpoint completed (every
      * subtask acknowledged it and its COMPLETED marker is written). On a
      * restore, open() finds pending work with weir_ctx_restored(): commit
-     * what belongs to checkpoints up to it, drop the rest. */
+     * what belongs to checkpoints up to it, drop the rest.
+     * A bounded job with checkpoints ends through one job-wide final
+     * checkpoint: once a subtask's input ended and finish() ran, its
+     * pre_commit(id) runs for the final id, and its commit(id) once every
+     * subtask of the job got there and the checkpoint completed; then the
+     * subtask ends (weir_ctx_final_checkpoint() says whether this follows).
+     * A job restored from its final checkpoint had ended: its operators
+     * are opened (open() commits what is pending up to it), nothing else
+     * runs, and the job completes. */
     int (*pre_commit)(weir_ctx *ctx, void *state, uint64_t id);
     int (*commit)(weir_ctx *ctx, void *state, uint64_t id);
     /*

@@ -43,7 +43,7 @@
 typedef struct clink {
     weir__ckpt_link l;
     cjob *J;
-    uint64_t last[WEIR__CK_ABORT + 1]; /* the id last broadcast per kind */
+    uint64_t last[WEIR__CK_LAST + 1]; /* the id last broadcast per kind */
 } clink;
 
 static int cl_ack(weir__ckpt_link *l, const weir__ckpt_msg *m)
@@ -62,14 +62,16 @@ static int cl_recv(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline)
 static int cl_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
 {
     clink *k = (clink *)l;
-    if (m->kind < WEIR__CK_TRIGGER || m->kind > WEIR__CK_ABORT || k->last[m->kind] == m->id)
+    if (m->kind < WEIR__CK_TRIGGER || m->kind > WEIR__CK_LAST ||
+        weir__ckpt_to_coordinator(m->kind) || k->last[m->kind] == m->id)
         return 0;
     k->last[m->kind] = m->id;
     cjob *J = k->J;
     weir__cl_msg f = {0};
-    if (m->kind == WEIR__CK_TRIGGER || m->kind == WEIR__CK_COMPLETE) {
-        f.kind = m->kind == WEIR__CK_TRIGGER ? WEIR_CLUSTER_TRIGGER_CHECKPOINT
-                                             : WEIR_CLUSTER_COMMIT_CHECKPOINT;
+    if (m->kind != WEIR__CK_ABORT) {
+        f.kind = m->kind == WEIR__CK_TRIGGER    ? WEIR_CLUSTER_TRIGGER_CHECKPOINT
+                 : m->kind == WEIR__CK_COMPLETE ? WEIR_CLUSTER_COMMIT_CHECKPOINT
+                                                : WEIR_CLUSTER_FINAL_CHECKPOINT_ASSIGNED;
         f.u.checkpoint = (weir__cl_checkpoint){J->id, m->id};
     } else {
         f.kind = WEIR_CLUSTER_ABORT_CHECKPOINT;

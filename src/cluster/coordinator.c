@@ -268,7 +268,18 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
             weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": checkpoint acks queue full", J->id);
         break;
     }
-    default: /* RequestFinalCheckpoint: bounded jobs end through their finish hooks */
+    case WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT: {
+        const weir__cl_request_final *k = &m->u.request_final;
+        const weir__plan *p = J->plan;
+        if (!p || !J->place || k->chain >= p->nchains || k->sub >= p->chains[k->chain].par ||
+            J->aw[J->place[J->base[k->chain] + k->sub]] != w)
+            break;
+        weir__ckpt_msg a = {.kind = WEIR__CK_FINAL_REQ, .chain = k->chain, .sub = k->sub};
+        if (weir_chan_try_send(J->acks, &a) < 0)
+            weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": checkpoint acks queue full", J->id);
+        break;
+    }
+    default:
         break;
     }
     pthread_mutex_unlock(&c->mu);

@@ -97,6 +97,7 @@ typedef struct wjob {
     const weir_job *j; /* while it is defined: weir__worker_job_view */
     const weir__plan *plan;
     uint64_t pending_trigger; /* a trigger that came before r */
+    uint64_t pending_final;   /* the final checkpoint's id, if it came before r */
     weir_task *task;
     int ended;
     weir__deploy td; /* the TCP net's deploy, wrapped */
@@ -130,6 +131,11 @@ typedef struct wlink {
 static int wl_ack(weir__ckpt_link *l, const weir__ckpt_msg *m)
 {
     wjob *J = ((wlink *)l)->J;
+    if (m->kind == WEIR__CK_FINAL_REQ) {
+        weir__cl_msg f = {.kind = WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT};
+        f.u.request_final = (weir__cl_request_final){J->job, m->chain, m->sub};
+        return weir__cl_post(J->ob, &f, WEIR__OUTBOX_CONTROL);
+    }
     weir__cl_msg f = {.kind = WEIR_CLUSTER_SUBTASK_CHECKPOINTED};
     f.u.checkpointed = (weir__cl_subtask_checkpointed){
         J->job, m->id, m->chain, m->sub, m->err, m->bytes, (char *)m->state, (char *)m->position};
@@ -169,6 +175,8 @@ static void deliver_locked(wjob *J, int kind, uint64_t id)
     if (!J->r) {
         if (kind == WEIR__CK_TRIGGER)
             J->pending_trigger = id;
+        if (kind == WEIR__CK_FINAL)
+            J->pending_final = id;
         return;
     }
     for (uint32_t i = 0; i < J->nsubs; i++) {
@@ -223,6 +231,9 @@ static weir__ckpt_link *w_link(void *arg, run *r)
     if (J->pending_trigger)
         deliver_locked(J, WEIR__CK_TRIGGER, J->pending_trigger);
     J->pending_trigger = 0;
+    if (J->pending_final)
+        deliver_locked(J, WEIR__CK_FINAL, J->pending_final);
+    J->pending_final = 0;
     pthread_mutex_unlock(&J->wk->mu);
     return &l->l;
 }
@@ -843,7 +854,10 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                 on_checkpoint(wk, WEIR__CK_ABORT, f.u.abort_checkpoint.job,
                               f.u.abort_checkpoint.id);
                 break;
-            default: /* HeartbeatAck, FinalCheckpointAssigned */
+            case WEIR_CLUSTER_FINAL_CHECKPOINT_ASSIGNED:
+                on_checkpoint(wk, WEIR__CK_FINAL, f.u.checkpoint.job, f.u.checkpoint.id);
+                break;
+            default: /* HeartbeatAck */
                 break;
             }
         }

@@ -355,11 +355,21 @@ static const weir__manifest_sub *entry_of(const weir__manifest *m, const char *o
     return NULL;
 }
 
+int weir__ckpt_restored_final(const run *r)
+{
+    return r->restored && r->restore_m && r->restore_m->final;
+}
+
 int weir__ckpt_restore_subtask(subtask *st)
 {
     run *r = st->r;
     if (!r->restored)
         return 0;
+    if (weir__ckpt_restored_final(r)) { /* nothing runs again: no state, no position */
+        st->committed = r->restored;
+        st->last_barrier = r->restored;
+        return 0;
+    }
     const char *root = r->o.checkpoint_dir;
     const weir__manifest *m = r->restore_m;
     sop *head = st->ops[0];
@@ -418,13 +428,13 @@ int weir__ckpt_restore_subtask(subtask *st)
 
 /* ---- the barrier in a subtask --------------------------------------------------------------- */
 /* The subtask's (chain, index) in the plan. */
-static void ack(subtask *st, weir__ckpt_msg *a, int err)
+static int ack(subtask *st, weir__ckpt_msg *a, int err)
 {
     a->kind = WEIR__CK_ACK;
     a->chain = (uint32_t)st->ops[0]->chain;
     a->sub = (uint32_t)st->index;
     a->err = err;
-    st->r->link->ops->ack(st->r->link, a);
+    return st->r->link->ops->ack(st->r->link, a);
 }
 
 /* ---- acks that wait for their puts -----------------------------------------------------------
@@ -574,18 +584,28 @@ static int persist_later(subtask *st, pending_ack *p)
     return ack_ready(st, &p->mail);
 }
 
-int weir__ckpt_end_persists(subtask *st, int ok)
+/* The persister ends: what it was given below id `newest` is dropped
+ * unwritten, the rest is written, and it is joined. */
+static void stop_persister(subtask *st, uint64_t newest)
 {
     if (!st->persist_q)
-        return 0;
-    if (!ok) /* a failed or cancelled subtask: what is queued is not written */
-        atomic_store(&st->persist_newest, UINT64_MAX);
+        return;
+    if (newest > atomic_load(&st->persist_newest))
+        atomic_store(&st->persist_newest, newest);
     weir_chan_close(st->persist_q);
     weir_scope_join(st->persist_sc, NULL);
     weir_scope_free(st->persist_sc);
     weir_chan_unref(st->persist_q);
     st->persist_sc = NULL;
     st->persist_q = NULL;
+}
+
+int weir__ckpt_end_persists(subtask *st, int ok)
+{
+    if (!st->persist_q)
+        return 0;
+    /* A failed or cancelled subtask: what is queued is not written. */
+    stop_persister(st, ok ? 0 : UINT64_MAX);
     if (!ok || !st->inq)
         return 0;
     /* Acks still in the mailbox go out; nothing else there is for a
@@ -674,6 +694,55 @@ int weir__ckpt_barrier(subtask *st, uint64_t id)
     return e;
 }
 
+/* ---- the final checkpoint ------------------------------------------------------------------- */
+int weir__ckpt_has_final(const run *r)
+{
+    return r->link && r->o.checkpoint_interval_ms > 0;
+}
+
+int weir__ckpt_request_final(subtask *st)
+{
+    if (st->final_id)
+        return 0;
+    weir__ckpt_msg m = {.kind = WEIR__CK_FINAL_REQ,
+                        .chain = (uint32_t)st->ops[0]->chain,
+                        .sub = (uint32_t)st->index};
+    return st->r->link->ops->ack(st->r->link, &m);
+}
+
+int weir__ckpt_final_barrier(subtask *st, uint64_t id)
+{
+    /* Everything the subtask will ever emit went out with its end of
+     * input (finish_chain), so nothing is forwarded, and no state or
+     * position is saved: a restore from a final checkpoint runs nothing. */
+    st->last_barrier = id;
+    /* The checkpoints before it were abandoned or are done: snapshots still
+     * queued are dropped (a put under way finishes), so nothing writes
+     * into the directory of a checkpoint the final one's completion
+     * removes. */
+    stop_persister(st, id);
+    weir__ckpt_msg a = {.id = id};
+    int e = 0;
+    for (int i = 0; !e && i < st->nops; i++) {
+        weir_ctx *c = &st->ctx[i];
+        if (c->op->def.pre_commit && (e = c->op->def.pre_commit(c, c->state, id)) < 0)
+            weir__stream_fail(st->r->j, e,
+                              "operator \"%s\" (subtask %d): pre-commit of the final "
+                              "checkpoint %" PRIu64 " failed: %s",
+                              c->op->name, st->index, id, weir_strerror(e));
+    }
+    /* A regular checkpoint whose ACK is lost times out; the final one has
+     * no timeout, so the subtask fails instead of waiting for it. */
+    int se = ack(st, &a, e);
+    if (!e && se < 0) {
+        e = se;
+        weir__stream_fail(st->r->j, e,
+                          "\"%s\" subtask %d: acknowledging the final checkpoint %" PRIu64 ": %s",
+                          st->ops[0]->name, st->index, id, weir_strerror(e));
+    }
+    return e;
+}
+
 void weir__ckpt_on_complete(subtask *st, uint64_t c)
 {
     /* What weir_ctx_completed() reports: the latest this process heard of. */
@@ -742,6 +811,11 @@ uint64_t weir_ctx_restored(const weir_ctx *ctx)
 uint64_t weir_ctx_completed(const weir_ctx *ctx)
 {
     return atomic_load(&ctx->st->r->completed);
+}
+
+int weir_ctx_final_checkpoint(const weir_ctx *ctx)
+{
+    return weir__ckpt_has_final(ctx->st->r);
 }
 
 const char *weir_ctx_checkpoint_dir(const weir_ctx *ctx)

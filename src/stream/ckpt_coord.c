@@ -17,13 +17,15 @@
  * `retain` latest. A failed ACK, or ACKs still missing at
  * checkpoint_timeout_ms, abandons the checkpoint: ABORT goes to every
  * subtask and the next one starts at the next interval (ACKs of an
- * abandoned checkpoint that come late are ignored). Once any subtask has
- * ended (a bounded source ran out), no new checkpoint starts: the rest of
- * a bounded job is made durable by its end (finish hooks).
+ * abandoned checkpoint that come late are ignored). A bounded job ends
+ * through one final checkpoint (ckpt_link.h, and the coordinator's loop
+ * below): what its two-phase sinks received after the last regular
+ * checkpoint is committed through it, before the job completes.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -62,6 +64,7 @@ int weir__ckpt_deliver(subtask *st, const weir__ckpt_msg *m)
 {
     int kind = m->kind == WEIR__CK_TRIGGER    ? IT_TRIGGER
                : m->kind == WEIR__CK_COMPLETE ? IT_NOTIFY
+               : m->kind == WEIR__CK_FINAL    ? IT_FINAL
                                               : IT_ABORT;
     return weir__subtask_post(st, (item){kind, 0, {NULL}, (int64_t)m->id});
 }
@@ -106,46 +109,74 @@ static int any_finished(run *r)
     return 0;
 }
 
-/* Remove checkpoints older than the `retain` latest, and their markers. */
+static int by_id_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int has_id(const uint64_t *v, size_t n, uint64_t id)
+{
+    return bsearch(&id, v, n, sizeof(*v), by_id_desc) != NULL;
+}
+
+/* Keep the `retain` latest completed checkpoints (latest is one): remove
+ * older ones with their markers, and the directories of abandoned
+ * checkpoints below latest. */
 static void prune(run *r, uint64_t latest)
 {
-    int retain = r->o.retain > 0 ? r->o.retain : 1;
-    if (latest <= (uint64_t)retain)
-        return;
-    uint64_t keep_from = latest - (uint64_t)retain + 1;
+    size_t retain = r->o.retain > 0 ? (size_t)r->o.retain : 1;
     weir__names ns;
     if (weir__storage_list(r->store, "", &ns) < 0)
         return;
-    for (size_t i = 0; i < ns.n; i++) {
+    uint64_t *done = weir__calloc(ns.n ? ns.n : 1, sizeof(*done));
+    size_t nd = 0;
+    for (size_t i = 0; done && i < ns.n; i++) {
         uint64_t id = weir__ckpt_id_in(ns.v[i], "COMPLETED-", "");
-        if (!id)
-            id = weir__ckpt_id_in(ns.v[i], "chk-", "/");
-        if (id && id < keep_from)
-            weir__storage_delete(r->store, ns.v[i]);
+        if (id && id <= latest)
+            done[nd++] = id;
     }
+    if (done) {
+        qsort(done, nd, sizeof(*done), by_id_desc);
+        uint64_t keep_from = nd > retain ? done[retain - 1] : 0;
+        for (size_t i = 0; i < ns.n; i++) {
+            uint64_t id = weir__ckpt_id_in(ns.v[i], "COMPLETED-", "");
+            if (id ? id < keep_from
+                   : (id = weir__ckpt_id_in(ns.v[i], "chk-", "/")) &&
+                         (id < keep_from || (id < latest && !has_id(done, nd, id))))
+                weir__storage_delete(r->store, ns.v[i]);
+        }
+    }
+    weir__free(done);
     weir__names_free(&ns);
 }
 
-/* kind to every subtask of the plan (sources only: TRIGGER). */
-static void send_all(run *r, int kind, uint64_t id)
+/* kind to every subtask of the plan (sources only: TRIGGER). 0, or the
+ * first failure to send (the others are still sent). */
+static int send_all(run *r, int kind, uint64_t id)
 {
     const weir__plan *p = r->plan;
+    int first = 0;
     for (uint32_t ci = 0; ci < p->nchains; ci++) {
         if (kind == WEIR__CK_TRIGGER && p->ops[p->chains[ci].ops[0]].kind != OP_SOURCE)
             continue;
         for (uint32_t s = 0; s < p->chains[ci].par; s++) {
             weir__ckpt_msg m = {.kind = kind, .id = id, .chain = ci, .sub = s};
-            r->link->ops->send(r->link, &m);
+            int e = r->link->ops->send(r->link, &m);
+            if (e < 0 && !first)
+                first = e;
         }
     }
+    return first;
 }
 
 /* The manifest of checkpoint id from the ACKs (acks[base of chain + sub]). */
-static int write_manifest(run *r, uint64_t id, const weir__ckpt_msg *acks)
+static int write_manifest(run *r, uint64_t id, int final, const weir__ckpt_msg *acks)
 {
     const weir__plan *p = r->plan;
     weir_job *j = r->j;
-    weir__manifest m = {.id = id, .job = j->name, .nops = p->nops, .nsubs = p->nsubtasks};
+    weir__manifest m = {
+        .id = id, .final = final, .job = j->name, .nops = p->nops, .nsubs = p->nsubtasks};
     m.ops = weir__calloc(p->nops, sizeof(*m.ops));
     m.subs = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, sizeof(*m.subs));
     int e = m.ops && m.subs ? 0 : -ENOMEM;
@@ -177,90 +208,169 @@ static int write_manifest(run *r, uint64_t id, const weir__ckpt_msg *acks)
     return e;
 }
 
-/* Collect the ACKs of checkpoint id into acks. 1: all in without error;
- * 0: abandoned (an error, or the timeout); < 0: the run is over. */
-static int collect(run *r, uint64_t id, weir__ckpt_msg *acks, uint8_t *seen)
+/* The plan order of subtask (chain, sub), or -1 if the plan has none. */
+static int64_t order_of(const weir__plan *p, uint32_t chain, uint32_t sub)
 {
-    const weir__plan *p = r->plan;
-    int64_t deadline =
-        weir_time_after_ms(r->o.checkpoint_timeout_ms > 0 ? r->o.checkpoint_timeout_ms : 600000);
-    memset(seen, 0, p->nsubtasks);
-    uint32_t got = 0;
-    while (got < p->nsubtasks) {
-        weir__ckpt_msg a;
-        int e = r->link->ops->recv_ack(r->link, &a, deadline);
-        if (e == -ETIMEDOUT)
-            return 0;
-        if (e < 0)
-            return e;
-        if (a.kind != WEIR__CK_ACK || a.id != id || a.chain >= p->nchains ||
-            a.sub >= p->chains[a.chain].par)
-            continue; /* a late ack of an abandoned checkpoint */
-        uint32_t k = a.sub;
-        for (uint32_t ci = 0; ci < a.chain; ci++)
-            k += p->chains[ci].par;
-        if (seen[k])
-            continue;
-        if (a.err)
-            return 0; /* the job is failing; the checkpoint is abandoned */
-        seen[k] = 1;
-        acks[k] = a;
-        got++;
-    }
-    return 1;
+    if (chain >= p->nchains || sub >= p->chains[chain].par)
+        return -1;
+    uint32_t k = sub;
+    for (uint32_t ci = 0; ci < chain; ci++)
+        k += p->chains[ci].par;
+    return k;
 }
 
+/* Checkpoint id was acknowledged by every subtask: its manifest, then
+ * COMPLETED-<id>, then COMPLETE to every subtask. 0, or the error that
+ * failed the job. */
+static int complete(run *r, uint64_t id, int final, const weir__ckpt_msg *acks, int64_t t0)
+{
+    weir_job *j = r->j;
+    int e = write_manifest(r, id, final, acks);
+    if (e < 0) {
+        weir__stream_fail(j, e, "writing %s/chk-%" PRIu64 "/MANIFEST.json: %s", r->o.checkpoint_dir,
+                          id, weir_strerror(e));
+        return e;
+    }
+    char name[64], text[600];
+    snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
+    int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n%s", id, j->name,
+                     final ? "final\n" : "");
+    if ((e = weir__storage_put(r->store, name, text, (size_t)n)) < 0) {
+        weir__stream_fail(j, e, "writing %s/%s: %s", r->o.checkpoint_dir, name, weir_strerror(e));
+        return e;
+    }
+    atomic_store(&r->completed, id); /* what teardown keeps */
+    pthread_mutex_lock(&j->lock);
+    j->ckpt.completed++;
+    j->ckpt.latest = id;
+    j->ckpt.last_duration_ns = weir_time_now() - t0;
+    pthread_mutex_unlock(&j->lock);
+    /* A subtask not told that the final checkpoint completed would wait
+     * for it forever: that failure fails the job (the others were told). */
+    if ((e = send_all(r, WEIR__CK_COMPLETE, id)) < 0 && final)
+        weir__stream_fail(
+            j, e, "telling the subtasks that the final checkpoint %" PRIu64 " completed: %s", id,
+            weir_strerror(e));
+    prune(r, id);
+    return final ? e : 0;
+}
+
+static void abandon(run *r, uint64_t id)
+{
+    send_all(r, WEIR__CK_ABORT, id);
+    pthread_mutex_lock(&r->j->lock);
+    r->j->ckpt.aborted++;
+    pthread_mutex_unlock(&r->j->lock);
+}
+
+/*
+ * The coordinator's loop. It waits for the next message with a deadline:
+ * the next trigger while no checkpoint is under way, the checkpoint's
+ * timeout while one is. One checkpoint at a time; ids only grow.
+ *
+ * The final checkpoint. The first FINAL_REQ (a subtask reached the end of
+ * its input) abandons the checkpoint under way, if any, takes the next id
+ * as the job's final checkpoint and sends FINAL to every subtask; no
+ * regular checkpoint starts after it. Each subtask acknowledges it when
+ * its own input has ended, so it has no timeout: in a job whose other
+ * sources never end it completes only if they do (until then the ended
+ * subtasks wait; a cancel ends them). Once every subtask acknowledged it,
+ * it completes like any checkpoint and the coordinator's work is done: the
+ * subtasks commit and end.
+ */
 intptr_t weir__ckpt_coordinator(void *arg)
 {
     run *r = arg;
     weir_job *j = r->j;
     uint64_t id = r->id_base;
     const weir__plan *p = r->plan;
-    weir__ckpt_msg *acks = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, sizeof(*acks));
-    uint8_t *seen = weir__calloc(p->nsubtasks ? p->nsubtasks : 1, 1);
+    size_t n = p->nsubtasks ? p->nsubtasks : 1;
+    weir__ckpt_msg *acks = weir__calloc(n, sizeof(*acks));
+    uint8_t *seen = weir__calloc(n, 1);
     int e = acks && seen ? 0 : -ENOMEM;
     if (e)
         weir__stream_fail(j, e, "checkpoint coordinator: out of memory");
+    int64_t timeout_ms = r->o.checkpoint_timeout_ms > 0 ? r->o.checkpoint_timeout_ms : 600000;
+    int64_t next = weir_time_after_ms(r->o.checkpoint_interval_ms), deadline = 0, t0 = 0;
+    uint64_t cur = 0, final = 0; /* the checkpoint under way; the final one, once asked for */
+    int final_told = 0;          /* every subtask was told that the final one completed */
+    int over = 0;                /* the run is over: nobody waits for anything */
+    uint32_t got = 0;
     while (!e) {
-        if (weir_time_sleep(r->o.checkpoint_interval_ms * WEIR_MSEC) < 0)
+        weir__ckpt_msg a;
+        int rc = r->link->ops->recv_ack(r->link, &a, final ? WEIR_FOREVER : cur ? deadline : next);
+        if (rc == -ETIMEDOUT && cur) { /* not acknowledged in time */
+            abandon(r, cur);
+            cur = 0;
+            next = weir_time_after_ms(r->o.checkpoint_interval_ms);
+            continue;
+        }
+        if (rc == -ETIMEDOUT) { /* the interval passed */
+            next = weir_time_after_ms(r->o.checkpoint_interval_ms);
+            if (any_finished(r))
+                continue; /* a subtask ended without a final checkpoint: the job is ending */
+            cur = ++id;
+            atomic_store(&r->last_id, id);
+            t0 = weir_time_now();
+            deadline = weir_time_after_ms(timeout_ms);
+            got = 0;
+            memset(seen, 0, n);
+            send_all(r, WEIR__CK_TRIGGER, cur);
+            continue;
+        }
+        if (rc < 0) {
+            over = 1;
             break; /* the run is over */
-        if (any_finished(r))
+        }
+        if (a.kind == WEIR__CK_FINAL_REQ) {
+            if (final)
+                continue; /* FINAL went to every subtask already */
+            if (cur)
+                abandon(r, cur);
+            cur = 0;
+            final = ++id;
+            atomic_store(&r->last_id, id);
+            t0 = weir_time_now();
+            got = 0;
+            memset(seen, 0, n);
+            if ((e = send_all(r, WEIR__CK_FINAL, final)) < 0) {
+                weir__stream_fail(j, e, "sending the final checkpoint's id: %s", weir_strerror(e));
+                break; /* (ABORT below) */
+            }
             continue;
-        id++;
-        atomic_store(&r->last_id, id);
-        int64_t t0 = weir_time_now();
-        send_all(r, WEIR__CK_TRIGGER, id);
-        int c = collect(r, id, acks, seen);
-        if (c < 0)
-            break;
-        if (c == 0) {
-            send_all(r, WEIR__CK_ABORT, id);
-            pthread_mutex_lock(&j->lock);
-            j->ckpt.aborted++;
-            pthread_mutex_unlock(&j->lock);
+        }
+        uint64_t want = final ? final : cur;
+        int64_t k = order_of(p, a.chain, a.sub);
+        if (a.kind != WEIR__CK_ACK || !want || a.id != want || k < 0 || seen[k])
+            continue; /* a late ack of an abandoned checkpoint */
+        if (a.err) {  /* the job is failing (the subtask said why): abandoned */
+            abandon(r, want);
+            if (final)
+                break;
+            cur = 0;
+            next = weir_time_after_ms(r->o.checkpoint_interval_ms);
             continue;
         }
-        if ((e = write_manifest(r, id, acks)) < 0) {
-            weir__stream_fail(j, e, "writing %s/chk-%" PRIu64 "/MANIFEST.json: %s",
-                              r->o.checkpoint_dir, id, weir_strerror(e));
+        seen[k] = 1;
+        acks[k] = a;
+        if (++got < p->nsubtasks)
+            continue;
+        if ((e = complete(r, want, final != 0, acks, t0)) < 0 || final) {
+            final_told = final && !e;
             break;
         }
-        char name[64], text[600];
-        snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
-        int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n", id, j->name);
-        if ((e = weir__storage_put(r->store, name, text, (size_t)n)) < 0) {
-            weir__stream_fail(j, e, "writing %s/%s: %s", r->o.checkpoint_dir, name,
-                              weir_strerror(e));
-            break;
-        }
-        atomic_store(&r->completed, id); /* what teardown keeps */
-        pthread_mutex_lock(&j->lock);
-        j->ckpt.completed++;
-        j->ckpt.latest = id;
-        j->ckpt.last_duration_ns = weir_time_now() - t0;
-        pthread_mutex_unlock(&j->lock);
-        send_all(r, WEIR__CK_COMPLETE, id);
-        prune(r, id);
+        cur = 0;
+        next = weir_time_after_ms(r->o.checkpoint_interval_ms);
+    }
+    /* A coordinator that gives up while the run goes on (its manifest could
+     * not be written, a subtask could not be told, no memory to start)
+     * must not leave the subtasks waiting for a final checkpoint: ABORT of
+     * it - or, before there is one, of WEIR__CK_NO_FINAL - fails them at
+     * their end (a final that did complete is a restore point all the
+     * same). */
+    if (!over && !final_told) {
+        atomic_store(&r->no_final, 1);
+        send_all(r, WEIR__CK_ABORT, final ? final : WEIR__CK_NO_FINAL);
     }
     weir__free(acks);
     weir__free(seen);

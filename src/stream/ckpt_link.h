@@ -14,6 +14,19 @@
  *             and COMPLETED-<id> are durable): two-phase sinks commit
  *   ABORT     coordinator -> every subtask: id will never complete:
  *             two-phase sinks drop what they pre-committed for it
+ *   FINAL_REQ subtask -> coordinator: it reached the end of its input;
+ *             the job needs its final checkpoint (id 0: the subtask does
+ *             not know it yet)
+ *   FINAL     coordinator -> every subtask: id is the job's final
+ *             checkpoint; a subtask takes it once at the end of its input
+ *             (its ACK as for any checkpoint), and ends once it completed
+ *
+ * A bounded job with checkpoints ends through one job-wide final
+ * checkpoint: the first FINAL_REQ abandons a checkpoint in progress, no
+ * regular one starts after it, and the final completes (manifest, marker,
+ * COMPLETE) once every subtask of the plan acknowledged it, so what
+ * two-phase sinks received after the last regular checkpoint is committed
+ * through a checkpoint too, before the job completes.
  *
  * A link carries them. In one process (weir__ckpt_link_local) an ACK is
  * an item of the coordinator's queue and the others are items of the
@@ -30,7 +43,25 @@
 
 #define WEIR__CKPT_HANDLE_MAX 256 /* a handle's bytes with its NUL */
 
-enum { WEIR__CK_TRIGGER = 1, WEIR__CK_ACK, WEIR__CK_COMPLETE, WEIR__CK_ABORT };
+enum {
+    WEIR__CK_TRIGGER = 1,
+    WEIR__CK_ACK,
+    WEIR__CK_COMPLETE,
+    WEIR__CK_ABORT,
+    WEIR__CK_FINAL_REQ,
+    WEIR__CK_FINAL,
+    WEIR__CK_LAST = WEIR__CK_FINAL
+};
+
+/* ABORT of this id: the coordinator stopped before a final checkpoint was
+ * assigned, and none will come (subtasks at their end fail). */
+#define WEIR__CK_NO_FINAL ((uint64_t)INT64_MAX)
+
+/* Kinds a subtask sends (the coordinator receives: ACK, FINAL_REQ). */
+static inline int weir__ckpt_to_coordinator(int kind)
+{
+    return kind == WEIR__CK_ACK || kind == WEIR__CK_FINAL_REQ;
+}
 
 typedef struct weir__ckpt_msg {
     int kind;
@@ -46,11 +77,11 @@ typedef struct weir__ckpt_link weir__ckpt_link;
 struct run;
 
 typedef struct weir__ckpt_link_ops {
-    /* An ACK, from a subtask's thread. 0 or a negative errno. */
+    /* An ACK or FINAL_REQ, from a subtask's thread. 0 or a negative errno. */
     int (*ack)(weir__ckpt_link *l, const weir__ckpt_msg *m);
-    /* The coordinator's next ACK, waiting up to deadline. */
+    /* The coordinator's next ACK or FINAL_REQ, waiting up to deadline. */
     int (*recv_ack)(weir__ckpt_link *l, weir__ckpt_msg *m, int64_t deadline);
-    /* TRIGGER, COMPLETE or ABORT for subtask (m->chain, m->sub). */
+    /* TRIGGER, COMPLETE, ABORT or FINAL for subtask (m->chain, m->sub). */
     int (*send)(weir__ckpt_link *l, const weir__ckpt_msg *m);
     /* The run's subtasks have ended: the link's own tasks end (before
      * anything of the run is freed). NULL: it has none. */
@@ -64,7 +95,7 @@ struct weir__ckpt_link {
 
 /* For links (ckpt_coord.c): the subtask of this process a message names
  * (NULL: not one of the plan's, or it runs elsewhere), and the delivery
- * of TRIGGER / COMPLETE / ABORT to it as an item of its mailbox. */
+ * of TRIGGER / COMPLETE / ABORT / FINAL to it as an item of its mailbox. */
 struct subtask;
 struct subtask *weir__ckpt_local_subtask(struct run *r, const weir__ckpt_msg *m);
 int weir__ckpt_deliver(struct subtask *st, const weir__ckpt_msg *m);

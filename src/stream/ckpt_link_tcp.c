@@ -5,18 +5,18 @@
  * parent made before forking its workers.
  *
  * The coordinator's process keeps a socket to every worker process. Its
- * link delivers TRIGGER / COMPLETE / ABORT for a subtask of its own
+ * link delivers TRIGGER / COMPLETE / ABORT / FINAL for a subtask of its own
  * process to that subtask's mailbox, and writes the others' to the
- * socket of the process the subtask runs in; ACKs of its own subtasks go
- * straight to the coordinator's queue, and a reader fiber per worker
- * socket decodes the workers' ACKs into the same queue. A worker's link
+ * socket of the process the subtask runs in; ACKs (and FINAL_REQs) of its own
+ * subtasks go straight to the coordinator's queue, and a reader fiber per
+ * worker socket decodes the workers' ones into the same queue. A worker's link
  * writes its subtasks' ACKs to its one socket (a mutex keeps frames
  * whole: several subtasks ack at once) and a reader fiber delivers what
  * the coordinator sends to the subtask it names.
  *
  * Frames (weir/net.h conventions), kind WEIR__CKPT_FRAME:
  *
- *   u8 message (TRIGGER..ABORT)  u64 id  u32 chain  u32 subtask
+ *   u8 message (TRIGGER..FINAL)  u64 id  u32 chain  u32 subtask
  *   u32 err (as int32)  u64 bytes  str state  str position
  *
  * Every field is checked on receipt: a message naming a subtask that does
@@ -106,9 +106,9 @@ int weir__ckpt_msg_decode(const uint8_t *p, size_t len, weir__ckpt_msg *m, char 
     const char *bad = NULL;
     if (weir_frame_reader_error(&r) || !weir_frame_at_end(&r) || kind != WEIR__CKPT_FRAME)
         bad = "a malformed checkpoint message";
-    else if (msg < WEIR__CK_TRIGGER || msg > WEIR__CK_ABORT)
+    else if (msg < WEIR__CK_TRIGGER || msg > WEIR__CK_LAST)
         bad = "an unknown checkpoint message";
-    else if (m->id == 0 || m->id > INT64_MAX)
+    else if ((m->id == 0 && msg != WEIR__CK_FINAL_REQ) || m->id > INT64_MAX)
         bad = "a checkpoint id of 0 or past 2^63";
     else if ((m->state[0] && weir__storage_check_name(m->state, 0) < 0) ||
              (m->position[0] && weir__storage_check_name(m->position, 0) < 0))
@@ -138,6 +138,18 @@ static intptr_t reader(void *arg)
     for (;;) {
         weir_frame f = {0};
         ssize_t n = weir_frame_read(fd, &p, &f, WEIR_FOREVER);
+        if (n <= 0 && n != -ECANCELED && !t->coordinator && weir__ckpt_has_final(t->r)) {
+            /* The coordinator's process closed its end, or it broke:
+             * nothing more comes (a subtask waiting for the final
+             * checkpoint would wait forever). What it sent before is in
+             * the mailboxes ahead of this: a subtask told that the final
+             * one completed ends well. */
+            for (int ci = 0; ci < t->r->nchains; ci++)
+                for (int s = 0; s < t->r->chains[ci].par; s++)
+                    if (t->r->chains[ci].subs[s].here)
+                        weir__subtask_post(&t->r->chains[ci].subs[s],
+                                           (item){IT_FAIL, 0, {NULL}, n < 0 ? (int)n : -EPIPE});
+        }
         if (n <= 0)
             break; /* the end of the stream, the end of the run, or broken */
         weir__ckpt_msg m;
@@ -146,16 +158,17 @@ static intptr_t reader(void *arg)
         weir_frame_free(&f);
         subtask *st = e ? NULL : weir__ckpt_local_subtask(t->r, &m);
         if (!e && t->coordinator) {
-            /* From a worker: only ACKs, of its own subtasks (of the plan:
-             * place() is never asked about numbers the plan does not have). */
+            /* From a worker: only ACKs and FINAL_REQs, of its own subtasks
+             * (of the plan: place() is never asked about numbers the plan
+             * does not have). */
             const weir__plan *pl = t->r->plan;
-            if (m.kind != WEIR__CK_ACK || m.chain >= pl->nchains ||
+            if (!weir__ckpt_to_coordinator(m.kind) || m.chain >= pl->nchains ||
                 m.sub >= pl->chains[m.chain].par || t->place(t->place_arg, m.chain, m.sub) != proc)
                 e = -EBADMSG, snprintf(why, sizeof(why), "an ACK for a subtask it does not run");
             else
                 e = weir_chan_send(t->acks, &m, WEIR_FOREVER);
         } else if (!e) {
-            if (m.kind == WEIR__CK_ACK || !st)
+            if (weir__ckpt_to_coordinator(m.kind) || !st)
                 e = -EBADMSG,
                 snprintf(why, sizeof(why), "a message for no subtask of this process");
             else

@@ -15,14 +15,18 @@
  * restored run deletes (the source replays those records from the
  * checkpointed position), while pending files of checkpoints up to the
  * restored one are committed (their checkpoint completed, but the crash may
- * have come before the commit). At the end of input the rest is committed
- * directly: the job succeeded. The committed files, read in order of
+ * have come before the commit). At the end of input the rest goes through
+ * the job's final checkpoint (pre-committed under its id, committed once it
+ * completed); without checkpoints it is committed directly: the job
+ * succeeded. The committed files, read in order of
  * (subtask, id), are the output. A subtask keeps its index across a restore
  * (the sink's parallelism must not change; a restore refuses a change).
- * Files committed at the end of input by one subtask while the job as a
- * whole then failed are removed by the restored run (their records come
- * again from the rewound sources); a fresh run (no restore) starts the
- * directory's part files over.
+ * Committed files of ids after the restored checkpoint (a run without
+ * checkpoints that committed its tail itself into this directory, or an
+ * older weir's subtask that did so while the job then failed) are removed
+ * by the restored run (their records come again from the rewound
+ * sources); a fresh run (no restore) starts the directory's part files
+ * over.
  *
  * open() deletes and commits files without asking whether another run is
  * using them: that is safe because the run holds the directory from its
@@ -158,12 +162,12 @@ static int seal(fsink *f, const char *kind, uint64_t id)
     return sync_dir(f);
 }
 
-/* Delete this subtask's committed files of checkpoints after `after`: a
- * subtask that reached its end of input commits the rest of its output
- * (fs_finish) before the job as a whole succeeded; if the job then failed
- * and restarts from checkpoint `after`, those records come again. Files
- * committed through a checkpoint are never after the restored one (it is
- * the latest completed). */
+/* Delete this subtask's committed files of ids after `after`: files a
+ * subtask committed at its end of input without a checkpoint (fs_finish
+ * of a run without checkpoints, or of an older weir) whose records a run
+ * restored from checkpoint `after` writes again. Files committed through a
+ * checkpoint are never after the restored one (it is the latest
+ * completed). */
 static int drop_finals_after(fsink *f, uint64_t after)
 {
     DIR *d = opendir(f->dir);
@@ -334,10 +338,14 @@ static int fs_commit(weir_ctx *ctx, void *state, uint64_t id)
     return fs_call(&c);
 }
 
-/* End of input: the job succeeded; everything becomes visible. */
+/* End of input. With checkpoints the rest goes through the job's final
+ * checkpoint (its pre_commit and commit); without, the job succeeded and
+ * everything becomes visible now. */
 static int fs_finish(weir_ctx *ctx, void *state)
 {
     fsink *f = state;
+    if (weir_ctx_final_checkpoint(ctx))
+        return 0;
     uint64_t c = weir_ctx_completed(ctx);
     if (c >= f->next_id)
         f->next_id = c + 1;

@@ -52,6 +52,8 @@ char *weir__manifest_encode(const weir__manifest *m, size_t *len)
     bad |= json_object_set_new(root, "weir_manifest", json_integer(WEIR__MANIFEST_VERSION));
     bad |= json_object_set_new(root, "checkpoint", json_integer((json_int_t)m->id));
     bad |= json_object_set_new(root, "job", json_string(m->job ? m->job : ""));
+    if (m->final)
+        bad |= json_object_set_new(root, "final", json_true());
     for (uint32_t i = 0; !bad && i < m->nops; i++)
         bad |= json_array_append_new(ops, json_pack("{s:s, s:i, s:b}", "name", m->ops[i].name,
                                                     "parallelism", (int)m->ops[i].par, "fixed",
@@ -126,6 +128,10 @@ static int decode(json_t *root, weir__manifest *m, char *why, size_t cap)
     if (id < 1)
         return refuse(why, cap, "checkpoint id %lld", (long long)id);
     m->id = (uint64_t)id;
+    json_t *final = json_object_get(root, "final"); /* absent: a regular checkpoint */
+    if (final && !json_is_boolean(final))
+        return refuse(why, cap, "\"final\" is not true or false");
+    m->final = final && json_is_true(final);
     if (!(m->job = weir__strdup(job)))
         return -ENOMEM;
     size_t nops = json_array_size(ops), nsubs = json_array_size(subs);

@@ -11,6 +11,11 @@
  * manifest names: a worker given a manifest by the coordinator needs no
  * listing of the checkpoint's directory.
  *
+ * A job's final checkpoint (ckpt_link.h) says "final": true and names no
+ * state or position: it was taken once every subtask had reached the end
+ * of its input, and a restore from it only lets two-phase sinks commit
+ * what it covered (nothing runs again).
+ *
  *   {"weir_manifest": 1, "checkpoint": 7, "job": "q5",
  *    "operators": [{"name": "src", "parallelism": 2, "fixed": true}, ...],
  *    "subtasks": [{"operator": "count", "subtask": 0, "key_groups": [0, 64],
@@ -46,6 +51,7 @@ typedef struct weir__manifest_sub {
 
 typedef struct weir__manifest {
     uint64_t id;
+    int final; /* the job's final checkpoint: "final": true (absent: false) */
     char *job;
     uint32_t nops, nsubs;
     weir__manifest_op *ops;

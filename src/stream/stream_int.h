@@ -151,7 +151,8 @@ void weir__batch_free(batch *b);
  * active again -, each with the input it came on) and what others post to
  * it (weir__subtask_post): IT_TIMER (a processing-time timer is due), IT_NOTIFY
  * (checkpoint wm completed: run the commit hooks), IT_TRIGGER (sources:
- * start checkpoint wm), IT_ABORT (checkpoint wm will never complete), IT_CALL (a completion - a
+ * start checkpoint wm), IT_ABORT (checkpoint wm will never complete), IT_FINAL (wm is the job's
+ * final checkpoint: take it at the end of input), IT_CALL (a completion - a
  * state read, a persist, a control message - to run on the subtask's thread), IT_FAIL (end with
  * error wm: a channel broke; the job's error says why). */
 enum {
@@ -164,6 +165,7 @@ enum {
     IT_TIMER,
     IT_TRIGGER,
     IT_ABORT,
+    IT_FINAL,
     IT_CALL,
     IT_FAIL
 };
@@ -266,7 +268,7 @@ struct subtask {
     sop **ops;
     int nops;
     weir_ctx *ctx;
-    weir_chan *inq; /* NULL for sources */
+    weir_chan *inq; /* the mailbox (sources have one too) */
     in_state *ins;
     int nins;
     output *outs;
@@ -287,6 +289,9 @@ struct subtask {
     int arrived;           /* inputs aligned on the current barrier */
     itemq replay;          /* stashed items to process before the queue */
     uint64_t committed;    /* the last checkpoint its commit hooks saw */
+    uint64_t final_id;     /* the job's final checkpoint, once told (IT_FINAL) */
+    int at_end;            /* its input ended: it waits for the final checkpoint */
+    int final_aborted;     /* ABORT of the final checkpoint (or of WEIR__CK_NO_FINAL) came */
     int64_t max_seen;      /* largest record timestamp seen (watermark lag) */
     uint64_t bp_pushed;
     weir_chan *persist_q;            /* checkpoint puts for the persister (checkpoint.c) */
@@ -323,6 +328,7 @@ struct run {
     uint64_t id_base;         /* checkpoints of this run are numbered after it */
     uint64_t id_floor;        /* the deploy's floor for id_base (deploy.h) */
     _Atomic uint64_t last_id; /* the last checkpoint id the coordinator triggered */
+    _Atomic int no_final;     /* the coordinator gave up: no final checkpoint will complete */
     void (*ended)(void *arg, subtask *st, int err); /* the deploy's (deploy.h) */
     void *ended_arg;
     weir__dirlocks locks;        /* the checkpoint and sink directories, held while it runs */
@@ -343,6 +349,18 @@ uint64_t weir__ckpt_stale_dropped(void);
  * abandoned (abort hooks). */
 void weir__ckpt_on_complete(subtask *st, uint64_t id);
 void weir__ckpt_on_abort(subtask *st, uint64_t id);
+/* Whether the run ends through a final checkpoint (it takes checkpoints):
+ * a subtask at the end of its input then takes part in it (task.c). */
+int weir__ckpt_has_final(const run *r);
+/* The subtask reached the end of its input: it asks for the final
+ * checkpoint's id (FINAL_REQ) unless it was told already. */
+int weir__ckpt_request_final(subtask *st);
+/* Its part of final checkpoint id: pre_commit(id) of its operators and
+ * the ACK (no state, no position: nothing runs after it). */
+int weir__ckpt_final_barrier(subtask *st, uint64_t id);
+/* The restored checkpoint is a final one: the job had ended; its subtasks
+ * only open (two-phase sinks commit what it covered) and end. */
+int weir__ckpt_restored_final(const run *r);
 /* The id in "<prefix><digits><suffix>", 0 if name is not one. */
 uint64_t weir__ckpt_id_in(const char *name, const char *prefix, const char *suffix);
 /* Operators whose checkpointed data is per subtask index (they keep their

@@ -36,7 +36,9 @@
  * inputs that have not ended and are not idle. An advance calls
  * on_watermark() down the chain, then goes out on every channel. At the
  * end of all inputs the watermark becomes WEIR_WATERMARK_MAX, finish()
- * runs down the chain, and end-of-input goes out.
+ * runs down the chain, and end-of-input goes out; with checkpoints the
+ * subtask then takes part in the job's final checkpoint before it ends
+ * (end_with_final).
  *
  * Idleness. A source whose next() calls emitted nothing for its idle
  * timeout (weir_source_def.idle_timeout_ms, else the run's) sends IDLE 1 on
@@ -321,15 +323,25 @@ static int handle_posted(subtask *st, const item *it)
         weir__ckpt_on_complete(st, (uint64_t)it->wm);
         return 0;
     case IT_ABORT:
-        weir__ckpt_on_abort(st, (uint64_t)it->wm);
+        if ((uint64_t)it->wm == WEIR__CK_NO_FINAL ||
+            (st->final_id && (uint64_t)it->wm == st->final_id))
+            st->final_aborted = 1; /* failed at its end (end_with_final) */
+        if ((uint64_t)it->wm != WEIR__CK_NO_FINAL)
+            weir__ckpt_on_abort(st, (uint64_t)it->wm);
         return 0;
-    case IT_TRIGGER: /* a source: checkpoint wm starts here */
-        if (st->source && (uint64_t)it->wm > st->last_barrier)
+    case IT_TRIGGER: /* a source: checkpoint wm starts here (not after its end) */
+        if (st->source && !st->at_end && (uint64_t)it->wm > st->last_barrier)
             return weir__ckpt_barrier(st, (uint64_t)it->wm);
+        return 0;
+    case IT_FINAL: /* taken at the end of input (end_with_final) */
+        if ((uint64_t)it->wm > st->final_id)
+            st->final_id = (uint64_t)it->wm;
         return 0;
     case IT_CALL:
         return it->mail->fn(st, it->mail);
     case IT_TIMER: {
+        if (st->at_end) /* timers are over with the input (a late post) */
+            return 0;
         int e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now());
         if (e < 0)
             return weir__op_error(&st->ctx[0], e, "on_timer");
@@ -625,6 +637,64 @@ static int run_operator(subtask *st)
     return finish_chain(st);
 }
 
+/* With checkpoints, a subtask whose input ended takes part in the job's
+ * final checkpoint and ends once it completed (its commit hooks ran), so
+ * what its two-phase sinks hold since the last checkpoint is committed
+ * through a checkpoint before the job completes (ckpt_link.h). It asks for
+ * the final's id unless it was told already. Its mailbox still brings
+ * completions of earlier checkpoints, its persister's failures and the
+ * final's id; its inputs have all ended, and its timers and a source's
+ * triggers are over. The final is abandoned only when the job fails. */
+static int end_with_final(subtask *st)
+{
+    st->at_end = 1;
+    weir__timers_disarm(st);
+    int e = weir__ckpt_request_final(st), taken = 0;
+    if (e < 0)
+        weir__stream_fail(st->r->j, e, "\"%s\" subtask %d: asking for the final checkpoint: %s",
+                          st->ops[0]->name, st->index, weir_strerror(e));
+    while (!e) {
+        if (st->final_id && !taken) {
+            taken = 1;
+            if ((e = weir__ckpt_final_barrier(st, st->final_id)) < 0)
+                break;
+        }
+        if (taken && st->committed >= st->final_id)
+            return 0;
+        if (st->final_aborted || atomic_load(&st->r->no_final)) {
+            e = -EIO;
+            if (st->final_id)
+                weir__stream_fail(st->r->j, e,
+                                  "\"%s\" subtask %d: the final checkpoint %llu was abandoned",
+                                  st->ops[0]->name, st->index, (unsigned long long)st->final_id);
+            else
+                weir__stream_fail(st->r->j, e,
+                                  "\"%s\" subtask %d: the checkpoint coordinator stopped before "
+                                  "the final checkpoint",
+                                  st->ops[0]->name, st->index);
+            break;
+        }
+        item it;
+        if ((e = weir_chan_recv(st->inq, &it, WEIR_FOREVER)) < 0)
+            break;
+        if (it.kind < IT_NOTIFY) { /* nothing comes on an input after its end */
+            if (it.kind == IT_BATCH)
+                weir__batch_free(it.b);
+            continue;
+        }
+        if (it.kind == IT_FAIL) { /* the link to the coordinator broke, say */
+            e = it.wm < 0 ? (int)it.wm : -EPROTO;
+            weir__stream_fail(st->r->j, e,
+                              "\"%s\" subtask %d: waiting for the final checkpoint: %s",
+                              st->ops[0]->name, st->index, weir_strerror(e));
+            break;
+        }
+        if ((e = handle_posted(st, &it)) < 0)
+            break;
+    }
+    return e;
+}
+
 intptr_t weir__subtask_main(void *arg)
 {
     subtask *st = arg;
@@ -653,8 +723,14 @@ intptr_t weir__subtask_main(void *arg)
         st->ctx[i].seq = (st->r->restored + 1) << 40;
     if (!e && st->backend) /* restored processing-time timers */
         e = weir__timers_arm(st);
-    if (!e)
+    /* Restored from the job's final checkpoint: the job had ended, and
+     * opening its operators was all there was left (two-phase sinks
+     * commit what the checkpoint covered). */
+    int ended_before = weir__ckpt_restored_final(st->r);
+    if (!e && !ended_before)
         e = st->source ? run_source(st) : run_operator(st);
+    if (!e && !ended_before && weir__ckpt_has_final(st->r))
+        e = end_with_final(st);
     weir__timers_disarm(st); /* on this thread, before the run can end */
     int pe = weir__ckpt_end_persists(st, !e);
     if (!e)

@@ -135,6 +135,14 @@ for c in $cases; do
         wait $sub || fail "basic: weir submit failed"
         grep -q "finished in" "$tmp/basic.submit.log" || fail "basic: no summary line"
         check_output "$tmp/basic" basic
+        # The job ended through one final checkpoint across the workers: the
+        # latest, marked final, and the tail was committed through it (the
+        # newest part files carry its id).
+        fin=$(latest_completed "$tmp/basic-ckpt")
+        grep -q '"final": true' "$tmp/basic-ckpt/chk-$fin/MANIFEST.json" ||
+            fail "basic: checkpoint $fin is not marked final"
+        last=$(ls "$tmp/basic" | sed -n 's/^part-[0-9]*-\([0-9]*\)$/\1/p' | sort -n | tail -n 1)
+        [ "$last" = "$fin" ] || fail "basic: the newest part is of checkpoint '$last', not the final $fin"
         # The HTTP API tells the same story.
         id=$(sed -n 's/.*job \([0-9]*\) submitted.*/\1/p' "$tmp/basic.submit.log")
         curl -sf "http://$http/api/v1/jobs/$id" | grep -q '"state":"succeeded"' ||

@@ -19,6 +19,7 @@
 #include "base/alloc.h"
 #include "stream/count_ops.h"
 #include "stream/manifest.h"
+#include "stream/ckpt_files.h"
 #include "test.h"
 #include "test_rt.h"
 #include "weir/state.h"
@@ -114,10 +115,11 @@ static int sink_abort(weir_ctx *ctx, void *state, uint64_t id)
 
 typedef struct cfg {
     const char *dir;
-    int restore, par;
+    int restore, par, retain;
     int64_t interval_ms, timeout_ms;
     char error[256];
     weir_ckpt_stats stats;
+    uint64_t src_out; /* records the source emitted */
 } cfg;
 
 /* src -> to_one -> key_by -> count -> to_line -> sink */
@@ -140,9 +142,13 @@ static intptr_t run_job(void *arg)
                                              .checkpoint_dir = c->dir,
                                              .checkpoint_interval_ms = c->interval_ms,
                                              .checkpoint_timeout_ms = c->timeout_ms,
-                                             .restore = c->restore});
+                                             .restore = c->restore,
+                                             .retain = c->retain});
     snprintf(c->error, sizeof(c->error), "%s", weir_job_error(j));
     weir_job_ckpt_stats(j, &c->stats);
+    weir_op_stats os;
+    CHECK_EQ(weir_job_op_stats(j, "src", &os), 0);
+    c->src_out = os.records_out;
     weir_job_free(j);
     return e;
 }
@@ -169,6 +175,32 @@ static void spit(const char *path, const void *p, size_t n)
     fclose(f);
 }
 
+static void read_manifest_of(const char *dir, uint64_t id, weir__manifest *m)
+{
+    char path[256], why[256] = "";
+    snprintf(path, sizeof(path), "%s/chk-%llu/MANIFEST.json", dir, (unsigned long long)id);
+    size_t len;
+    uint8_t *text = slurp(path, &len);
+    CHECK(text != NULL);
+    if (weir__manifest_decode(text, len, m, why, sizeof(why)) != 0)
+        fprintf(stderr, "%s: %s\n", path, why);
+    free(text);
+    CHECK_EQ(m->id, id);
+}
+
+/* The largest id of a COMPLETED marker in dir below `below`, or 0. */
+static uint64_t completed_below(const char *dir, uint64_t below)
+{
+    uint64_t best = 0;
+    for (uint64_t id = 1; id < below; id++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/COMPLETED-%llu", dir, (unsigned long long)id);
+        if (access(path, F_OK) == 0)
+            best = id;
+    }
+    return best;
+}
+
 TEST(a_completed_checkpoint_has_a_manifest_a_restore_reads)
 {
     char dir[] = "/tmp/weir-msgs-XXXXXX";
@@ -177,19 +209,26 @@ TEST(a_completed_checkpoint_has_a_manifest_a_restore_reads)
     atomic_store(&stop, 0);
     atomic_store(&slow_id, UINT64_MAX); /* no slow pre-commit */
     atomic_store(&aborted, 1);          /* the first commit ends the job */
-    cfg c = {.dir = dir, .par = 2, .interval_ms = 50};
+    atomic_store(&committed, 0);
+    cfg c = {.dir = dir, .par = 2, .interval_ms = 50, .retain = 2};
     CHECK_EQ(test_run_on_rt(2, run_job, &c), 0);
-    CHECK_GE(c.stats.completed, 1u);
-    uint64_t id = c.stats.latest;
-    char path[256];
-    snprintf(path, sizeof(path), "%s/chk-%llu/MANIFEST.json", dir, (unsigned long long)id);
-    size_t len;
-    uint8_t *text = slurp(path, &len);
-    CHECK(text != NULL);
+    CHECK_GE(c.stats.completed, 2u); /* one at least, and the final one */
+    /* The job ended through its final checkpoint: the latest, marked
+     * final, with no state or position; the sink's commit() saw it. */
+    uint64_t fin = c.stats.latest;
+    CHECK_EQ(atomic_load(&committed), fin);
     weir__manifest m;
-    char why[256];
-    CHECK_EQ(weir__manifest_decode(text, len, &m, why, sizeof(why)), 0);
-    CHECK_EQ(m.id, id);
+    read_manifest_of(dir, fin, &m);
+    CHECK(m.final);
+    CHECK_EQ(m.nsubs, 4u);
+    for (uint32_t i = 0; i < m.nsubs; i++)
+        CHECK(m.subs[i].state == NULL && m.subs[i].position == NULL);
+    weir__manifest_clear(&m);
+    /* The regular one before it (retain 2 kept it). */
+    uint64_t id = completed_below(dir, fin);
+    CHECK_GT(id, 0u);
+    read_manifest_of(dir, id, &m);
+    CHECK(!m.final);
     CHECK_STR(m.job, "msgs");
     CHECK_EQ(m.nops, 5u);
     CHECK_EQ(m.nsubs, 4u); /* [src to_one] x2, [count to_line sink] x2 */
@@ -217,11 +256,28 @@ TEST(a_completed_checkpoint_has_a_manifest_a_restore_reads)
     }
     CHECK_EQ(groups, (uint32_t)WEIR_KEY_GROUPS);
     weir__manifest_clear(&m);
-    /* A restore reads it (a bounded run from the positions). */
+    /* A restore from the final checkpoint runs nothing: the job had ended. */
     atomic_store(&limit, 5000);
     cfg r = {.dir = dir, .par = 2, .restore = 1};
     CHECK_EQ(test_run_on_rt(2, run_job, &r), 0);
-    CHECK_EQ(r.stats.restored, id);
+    CHECK_EQ(r.stats.restored, fin);
+    CHECK_EQ(r.src_out, 0u);
+    /* Without it, the regular one is the restore point, and a restore
+     * reads its manifest (a bounded run from the positions). */
+    char path[256], cmd[300];
+    test_drop_checkpoint(dir, fin);
+    cfg r2 = {.dir = dir, .par = 2, .restore = 1, .interval_ms = 1000000, .retain = 2};
+    CHECK_EQ(test_run_on_rt(2, run_job, &r2), 0);
+    CHECK_EQ(r2.stats.restored, id);
+    CHECK_GT(r2.src_out, 0u);
+    /* That run ended through a final checkpoint of its own, after the
+     * restored one; remove it too, to damage the regular one's manifest. */
+    CHECK_GT(r2.stats.latest, id);
+    test_drop_checkpoint(dir, r2.stats.latest);
+    snprintf(path, sizeof(path), "%s/chk-%llu/MANIFEST.json", dir, (unsigned long long)id);
+    size_t len;
+    uint8_t *text = slurp(path, &len);
+    CHECK(text != NULL);
     /* Cut short, the manifest refuses the restore, saying so. */
     spit(path, text, len / 2);
     cfg bad = {.dir = dir, .par = 2, .restore = 1};
@@ -232,7 +288,6 @@ TEST(a_completed_checkpoint_has_a_manifest_a_restore_reads)
     CHECK(test_run_on_rt(2, run_job, &bad) < 0);
     CHECK_HAS(bad.error, "has none");
     free(text);
-    char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK_EQ(system(cmd), 0);
 }
@@ -283,6 +338,10 @@ TEST(the_manifest_decoder_refuses_what_does_not_hold_together)
     CHECK_EQ(weir__manifest_decode(ok, strlen(ok), &m, why, sizeof(why)), 0);
     CHECK_EQ(m.subs[0].kg_first, 64u);
     weir__manifest_clear(&m);
+    refused("{\"weir_manifest\":1,\"checkpoint\":3,\"job\":\"j\",\"final\":1,"
+            "\"operators\":[{\"name\":\"a\",\"parallelism\":2,\"fixed\":false}],"
+            "\"subtasks\":[]}",
+            "\"final\" is not true or false");
     refused("{", "line 1");
     refused("[]", "not a weir manifest");
     refused("{\"weir_manifest\":2,\"checkpoint\":3,\"job\":\"j\",\"operators\":[],\"subtasks\":[]}",

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "stream/ckpt_files.h"
 #include "test.h"
 #include "test_rt.h"
 #include "weir/rt.h"
@@ -175,11 +176,13 @@ static intptr_t order_swap_main(void *arg)
     CHECK_EQ(weir_stream_sink(s, "state", &(weir_op_def){.process = write_ab}, NULL), 0);
     CHECK_EQ(run_job(j, &(weir_run_opts){.parallelism = oc->par1,
                                          .checkpoint_dir = base,
-                                         .checkpoint_interval_ms = 5}),
+                                         .checkpoint_interval_ms = 5,
+                                         .retain = 2}),
              0);
     weir_ckpt_stats st;
     weir_job_ckpt_stats(j, &st);
-    CHECK_GE(st.completed, 1);
+    CHECK_GE(st.completed, 2); /* one holding all, and the final one */
+    test_drop_checkpoint(base, st.latest);
     weir_job_free(j);
 
     /* Run 2: restored at par2, b touched first for every key. */
@@ -536,8 +539,12 @@ static intptr_t keys_restore_main(void *arg)
     CHECK_EQ(weir_stream_sink(s, "count", &count_quiet_def, NULL), 0);
     CHECK_EQ(run_job(j, &(weir_run_opts){.parallelism = 2,
                                          .checkpoint_dir = base,
-                                         .checkpoint_interval_ms = 5}),
+                                         .checkpoint_interval_ms = 5,
+                                         .retain = 2}),
              0);
+    weir_ckpt_stats st;
+    weir_job_ckpt_stats(j, &st);
+    test_drop_checkpoint(base, st.latest); /* the final one */
     weir_job_free(j);
 
     /* Keys [N/2, N + N/2) once more. */
