@@ -108,7 +108,8 @@ typedef struct weir_rec {
 /* ---- emitting and context --------------------------------------------------------------- */
 
 /* Emit a record downstream (copied). 0, -E2BIG past WEIR_MAX_RECORD,
- * -ECANCELED when the job is being torn down, -ENOMEM. */
+ * -ECANCELED when the job is being torn down, -ENOMEM, -EPIPE after the
+ * subtask's end of input (the final checkpoint's pre_commit). */
 int weir_emit(weir_ctx *ctx, const void *data, size_t len, int64_t ts);
 /* The subtask's index (0..parallelism-1) and the operator's parallelism. */
 int weir_ctx_subtask(const weir_ctx *ctx);
@@ -411,6 +412,8 @@ typedef struct weir_op_def {
      * pre_commit(id) runs for the final id, and its commit(id) once every
      * subtask of the job got there and the checkpoint completed; then the
      * subtask ends (weir_ctx_final_checkpoint() says whether this follows).
+     * The end of input has gone out by then: weir_emit() from that
+     * pre_commit() returns -EPIPE (flush in finish()).
      * A job restored from its final checkpoint had ended: its operators
      * are opened (open() commits what is pending up to it), nothing else
      * runs, and the job completes. */

@@ -200,6 +200,8 @@ int weir_emit(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
     if (!data && len)
         return -EINVAL;
     subtask *st = ctx->st;
+    if (st->at_end) /* the final checkpoint's pre_commit: its end of input went out */
+        return -EPIPE;
     ctx->out++;
     if (st->source && ctx == st->ctx && ts > st->max_ts)
         st->max_ts = ts;
@@ -219,6 +221,8 @@ int weir_emit_side(weir_ctx *ctx, const void *data, size_t len, int64_t ts)
         return -E2BIG;
     if (!data && len)
         return -EINVAL;
+    if (ctx->st->at_end)
+        return -EPIPE;
     return route(ctx->st, ctx->op, 1, data, len, ts);
 }
 

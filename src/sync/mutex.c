@@ -40,11 +40,11 @@
  * is held.
  *
  * Starvation mode. Entered when the oldest waiter has waited longer than
- * MUTEX_STARVE_NS: by unlock() when it pops such a waiter, or by a woken
+ * weir__mutex_starve_ns: by unlock() when it pops such a waiter, or by a woken
  * fiber that lost the race and queues again. In it, unlock() hands the lock
  * to the oldest waiter without clearing LOCKED, newcomers (and trylock) do
  * not barge and do not spin, they queue at the back. It ends at a hand-off
- * whose waiter was the last one or waited less than MUTEX_STARVE_NS, or
+ * whose waiter was the last one or waited less than weir__mutex_starve_ns, or
  * when cancellations empty the queue.
  *
  * trylock: in normal mode it may take a released lock even with waiters
@@ -75,8 +75,10 @@
 enum { M_LOCKED = 1u, M_QUEUED = 2u, M_STARVING = 4u, M_WOKEN = 8u };
 
 /* A waiter that waited this long switches the mutex to starvation mode
- * (Go's starvationThresholdNs). */
-#define MUTEX_STARVE_NS (1 * WEIR_MSEC)
+ * (Go's starvationThresholdNs). A variable only so that a test of normal
+ * mode can raise it: on a loaded machine a waiter may otherwise wait 1 ms
+ * between two steps of the test. */
+int64_t weir__mutex_starve_ns = 1 * WEIR_MSEC;
 
 /* Spin iterations (each a CPU pause) before queueing; about 1-2 us. */
 #define MUTEX_SPIN 100
@@ -219,7 +221,7 @@ static int take_now(weir_mutex *m)
  * so a waiter queued meanwhile has an enqueue time after `now`. */
 static inline int waited_long(const weir_sync_op *op, int64_t now)
 {
-    return (intptr_t)((uintptr_t)now - op->arg) >= (intptr_t)MUTEX_STARVE_NS;
+    return (intptr_t)((uintptr_t)now - op->arg) >= (intptr_t)weir__mutex_starve_ns;
 }
 
 /* The woken waiter leaves without the lock and without queueing again

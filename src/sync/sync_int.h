@@ -215,4 +215,8 @@ static inline void weir__sync_ready(weir_sync_op *op, int64_t result)
  * code that must end holding the mutex (weir_notify_wait_unlock). */
 int weir__mutex_lock_shielded(weir_mutex *m);
 
+/* How long a mutex waiter waits before the mutex enters starvation mode
+ * (1 ms). Tests of normal mode raise it before starting the runtime. */
+extern int64_t weir__mutex_starve_ns;
+
 #endif

@@ -111,6 +111,8 @@ static int sink_pre_commit(weir_ctx *ctx, void *state, uint64_t id)
     s->precommitted[s->nids++] = s->pending;
     s->pending = 0;
     if (s->finish_seq) {
+        /* The end of input went out: nothing more may be emitted. */
+        CHECK_EQ(weir_emit(ctx, "x", 1, 0), -EPIPE);
         s->pre_after_finish++;
         s->final_pre_commit = id;
         if (i == 0)
