@@ -11,7 +11,8 @@
  * then fails naming the budget and the cause; a job needing more slots
  * than the cluster has is refused before anything is deployed; a
  * registered worker sending a frame that does not decode loses its
- * session and nothing else.
+ * session and nothing else; a worker is counted (placed on) from the
+ * moment it reads its RegisterAck.
  *
  * Log lines (stderr) are teed into memory so that a case can wait for
  * what the coordinator says it did; they still reach the real stderr.
@@ -168,6 +169,9 @@ typedef struct cnode {
     char msg[512];
     char addr[64];
 } cnode;
+
+/* The coordinator a case's on_ready saw (one case at a time). */
+static weir__coord *_Atomic ready_coord;
 
 static void on_listen(void *arg, const char *host, int port)
 {
@@ -1078,6 +1082,57 @@ TEST(a_registered_workers_undecodable_frame_costs_its_session_only)
     tee_begin();
     CHECK_EQ(test_run_on_rt(2, bad_frame_main, NULL), 0);
     tee_end();
+}
+
+/* ---- 8. a worker's RegisterAck comes with its session published ------------------------ */
+
+static void on_coord_ready(void *arg, weir__coord *co)
+{
+    (void)arg;
+    atomic_store(&ready_coord, co);
+}
+
+/* The moment a worker reads its RegisterAck, the coordinator counts it
+ * (and places on it): a client submitting then finds it. Many workers in
+ * turn, so that a RegisterAck written ahead of the session's publication
+ * is caught. The RegisterAck is also the first frame each reads. */
+static intptr_t ack_published_main(void *arg)
+{
+    (void)arg;
+    enum { ROUNDS = 30, N = 100 }; /* N at a time: within any descriptor limit */
+    cnode c = {.o = {.max_restarts = -1, .on_ready = on_coord_ready}};
+    atomic_store(&ready_coord, NULL);
+    coord_start(&c);
+    weir__coord *co;
+    while (!(co = atomic_load(&ready_coord)))
+        weir_time_sleep(WEIR_MSEC);
+    static int fds[N];
+    static weir_frame_parser fps[N];
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < N; i++) {
+            char id[32];
+            snprintf(id, sizeof(id), "acked%d.%d", r, i);
+            fds[i] = fake_worker(&c, id, 0, &fps[i]);
+            CHECK_EQ(weir__coord_workers(co), i + 1);
+        }
+        for (int i = 0; i < N; i++) {
+            weir_frame_parser_close(&fps[i]);
+            weir_io_close(fds[i]);
+        }
+        int64_t deadline = DEADLINE();
+        while (weir__coord_workers(co) > 0) {
+            CHECK_LT(weir_time_now(), deadline);
+            weir_time_sleep(WEIR_MSEC);
+        }
+    }
+    coord_stop(&c);
+    atomic_store(&ready_coord, NULL);
+    return 0;
+}
+
+TEST(a_worker_is_placed_on_from_the_moment_it_reads_its_register_ack)
+{
+    CHECK_EQ(test_run_on_rt(2, ack_published_main, NULL), 0);
 }
 
 /* ---- the slow ones, last ---------------------------------------------------------------- */
