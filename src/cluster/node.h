@@ -87,8 +87,11 @@ typedef struct weir__worker_opts {
     /* With fd_given: fd is a socket already connected to the coordinator
      * (a socketpair's end it admitted), the worker's one session: no
      * reconnecting, no silence verdict (both ends share this process), and
-     * the worker ends when the session does. The worker owns fd. Else the
-     * worker connects to coordinator. */
+     * the worker ends when the session does. weir__worker_run owns fd from
+     * the call on and has closed it when it returns, whatever it returns
+     * (a bad id, no memory, a stop before the session began included):
+     * the caller must not close it. Else the worker connects to
+     * coordinator. */
     int fd_given, fd;
     uint32_t slots;        /* 0: WEIR__WORKER_SLOTS */
     const char *data_host; /* where its subtasks listen; NULL: what the coordinator sees */

@@ -12,7 +12,8 @@
  * than the cluster has is refused before anything is deployed; a
  * registered worker sending a frame that does not decode loses its
  * session and nothing else; a worker is counted (placed on) from the
- * moment it reads its RegisterAck.
+ * moment it reads its RegisterAck; a worker given an fd closes it on
+ * every failure.
  *
  * Log lines (stderr) are teed into memory so that a case can wait for
  * what the coordinator says it did; they still reach the real stderr.
@@ -33,6 +34,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 
+#include "base/alloc.h"
 #include "base/be.h"
 #include "cluster/client.h"
 #include "cluster/node.h"
@@ -1133,6 +1135,62 @@ static intptr_t ack_published_main(void *arg)
 TEST(a_worker_is_placed_on_from_the_moment_it_reads_its_register_ack)
 {
     CHECK_EQ(test_run_on_rt(2, ack_published_main, NULL), 0);
+}
+
+/* ---- 9. a worker owns the fd it is given ------------------------------------------------ */
+
+/* One run of a worker on sv[0] of a socketpair whose other end has shut
+ * its writing side (the worker's registration finds the connection
+ * closed): whatever the run returns, sv[0] is closed when it does - the
+ * other end reads EOF at once. fail >= 0: the fail-th allocation of the
+ * run and all after fail. The allocations attempted while counting. */
+static long given_fd_run(const char *id, long fail, int *rc)
+{
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    weir__worker_opts o = {
+        .id = id, .coordinator = "test", .fd_given = 1, .fd = sv[0], .stop_fd = -1};
+    char msg[512];
+    weir__alloc_fail_after(fail);
+    *rc = weir__worker_run(&o, msg, sizeof(msg));
+    long n = weir__alloc_fail_after(-1);
+    char b[4096];
+    ssize_t got;
+    while ((got = weir_io_recv(sv[1], b, sizeof(b), 0, weir_time_after_ms(5000))) > 0)
+        ; /* its Register, when it got that far */
+    if (got != 0)
+        TEST__FAIL("worker %s (allocation %ld failing, rc %d: %s) kept its fd: %zd", id, fail, *rc,
+                   msg, got);
+    close(sv[1]);
+    return n;
+}
+
+static intptr_t given_fd_main(void *arg)
+{
+    (void)arg;
+    int rc;
+    given_fd_run("", -1, &rc); /* refused before anything */
+    CHECK_EQ(rc, -EINVAL);
+    given_fd_run("w", 0, &rc); /* its first allocation fails */
+    CHECK_EQ(rc, -ENOMEM);
+    /* Every allocation up to its session, failing in turn. */
+    long n = 0;
+    for (long i = 0; i <= n + 1; i++) {
+        long tried = given_fd_run("w", i, &rc);
+        CHECK_NE(rc, 0); /* the session ended at once */
+        if (tried <= i)  /* the countdown never fired: done */
+            break;
+        n = i + 1;
+    }
+    printf("a given fd closed through %ld allocation failures\n", n);
+    CHECK_GT(n, 1);
+    return 0;
+}
+
+TEST(a_worker_given_an_fd_closes_it_on_every_failure)
+{
+    CHECK_EQ(test_run_on_rt(1, given_fd_main, NULL), 0);
 }
 
 /* ---- the slow ones, last ---------------------------------------------------------------- */
