@@ -519,6 +519,8 @@ static intptr_t watchdog_main(void *arg)
 }
 
 /* ---- clients ------------------------------------------------------------------------------- */
+#define CLIENT_WRITE_MS 10000 /* a client that takes none of a frame for this long is dropped */
+
 void weir__coord_client_unref(client *cl)
 {
     if (atomic_fetch_sub(&cl->refs, 1) == 1) {
@@ -528,14 +530,46 @@ void weir__coord_client_unref(client *cl)
     }
 }
 
-static int client_reply(client *cl, weir__cl_msg *m)
+/* Write m to the client (cl->wl held). A write the client does not take
+ * within CLIENT_WRITE_MS, or that the socket refuses, may have left part
+ * of a frame behind: the connection is shut down, so that the client
+ * sees it end - an error - rather than a corrupt stream or a reply that
+ * never comes, and nothing more is written to it. */
+static int client_write_locked(client *cl, const weir__cl_msg *m)
 {
-    int e = weir_mutex_lock(cl->wl, weir_time_after_ms(10000));
-    if (e)
+    if (atomic_load(&cl->closed))
+        return -EPIPE;
+    int e = weir__cl_send(cl->fd, m, weir_time_after_ms(CLIENT_WRITE_MS));
+    if (e) {
+        weir__log(WEIR__LOG_INFO, LOG, "client dropped: writing a %s failed: %s",
+                  weir__cl_kind_name(m->kind), weir_strerror(e));
+        atomic_store(&cl->closed, 1);
+        shutdown(cl->fd, SHUT_RDWR); /* its reader meets the end and lets go */
+    }
+    return e;
+}
+
+/* Write m under cl->wl. The lock is waited for without a limit: every
+ * holder only writes one frame, bounded by CLIENT_WRITE_MS, so a frame is
+ * never dropped for want of the lock (a JobCompleted lost so left its
+ * client waiting forever). A wait that is cancelled (the coordinator
+ * stops) shuts the connection down, for the same reason. */
+int weir__coord_client_send(client *cl, const weir__cl_msg *m)
+{
+    int e = weir_mutex_lock(cl->wl, WEIR_FOREVER);
+    if (e) {
+        atomic_store(&cl->closed, 1);
+        shutdown(cl->fd, SHUT_RDWR);
         return e;
-    e = weir__cl_send(cl->fd, m, weir_time_after_ms(10000));
+    }
+    e = client_write_locked(cl, m);
     weir_mutex_unlock(cl->wl);
     return e;
+}
+
+static int client_reply(client *cl, weir__cl_msg *m)
+{
+    return weir__coord_client_send(cl, m);
 }
 
 /* A SubmitJobAck refusing the job (locked: the caller holds cl->wl). */
@@ -551,7 +585,7 @@ static int refuse_v(client *cl, int locked, const char *fmt, va_list ap)
     m.u.submit_ack.abi = (weir__cl_abi){(uint32_t)self->version, (char *)self->fingerprint,
                                         (char *)self->target, (char *)self->toolchain};
     if (locked)
-        weir__cl_send(cl->fd, &m, weir_time_after_ms(10000));
+        client_write_locked(cl, &m);
     else
         client_reply(cl, &m);
     return -EINVAL;
@@ -721,9 +755,9 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
      * until its SubmitJobAck is written: the job's fiber, which may end at
      * once (its directories are another run's), writes its JobCompleted
      * under the same lock, so the client always reads the ack first. */
-    if (weir_mutex_lock(cl->wl, weir_time_after_ms(10000)) < 0) {
+    if (weir_mutex_lock(cl->wl, WEIR_FOREVER) < 0) { /* cancelled: the coordinator stops */
         weir__coord_job_free(J);
-        return -ETIMEDOUT;
+        return -ECANCELED;
     }
     pthread_mutex_lock(&c->mu);
     if (c->stopping) {
@@ -791,7 +825,7 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     m.u.submit_ack.status = WEIR__CL_SUBMIT_ACCEPTED;
     m.u.submit_ack.job = id;
     m.u.submit_ack.message = "";
-    weir__cl_send(cl->fd, &m, weir_time_after_ms(10000));
+    client_write_locked(cl, &m);
     weir_mutex_unlock(cl->wl);
     return 0;
 }

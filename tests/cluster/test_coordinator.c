@@ -13,7 +13,8 @@
  * registered worker sending a frame that does not decode loses its
  * session and nothing else; a worker is counted (placed on) from the
  * moment it reads its RegisterAck; a worker given an fd closes it on
- * every failure.
+ * every failure; a job's end reaches a client that stopped reading for
+ * longer than a JobCompleted used to wait.
  *
  * Log lines (stderr) are teed into memory so that a case can wait for
  * what the coordinator says it did; they still reach the real stderr.
@@ -1360,6 +1361,92 @@ TEST(a_job_past_its_restart_budget_fails_naming_it_and_the_cause)
     tee_begin();
     CHECK_EQ(test_run_on_rt(2, budget_main, NULL), 0);
     tee_end();
+}
+
+/* A client that stops reading holds up its connection's writer: a job of
+ * its that ends meanwhile must still reach it once it reads again, even
+ * after more than the 5 s a JobCompleted used to wait for the client's
+ * write lock before it was dropped (and its client waited forever). The
+ * client floods ListJobs without reading until the coordinator stops
+ * taking them (its reply is stuck), a second client cancels the job, and
+ * 7 s later - within the coordinator's 10 s write deadline - the first
+ * reads everything: the JobCompleted is among it. */
+static intptr_t completed_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    wnode w;
+    worker_start(&w, "a", &c, 4);
+    int fd = raw_connect(&c, 4096);
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    weir__client *a = NULL;
+    char msg[2048];
+    if (weir__client_open_fd(fd, c.addr, "slow reader", DEADLINE(), &a, msg, sizeof(msg)))
+        TEST__FAIL("client open: %s", msg);
+    char *args[] = {"1000000000000"}; /* runs until cancelled */
+    weir__client_submit_opts o = count_job(1, args, 1);
+    uint64_t job = submit_ok(a, &o);
+    /* ListJobs until none is taken for 500 ms: a reply is stuck. */
+    size_t len;
+    uint8_t *list = encode(&(weir__cl_msg){.kind = WEIR_CLUSTER_LIST_JOBS}, &len);
+    int64_t quiet_since = 0;
+    for (size_t sent = 0;;) {
+        ssize_t n = send(fd, list + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            sent = (sent + (size_t)n) % len;
+            quiet_since = 0;
+            continue;
+        }
+        CHECK(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+        if (!quiet_since)
+            quiet_since = weir_time_now();
+        else if (weir_time_now() - quiet_since > 500 * WEIR_MSEC)
+            break;
+        weir_time_sleep(20 * WEIR_MSEC);
+    }
+    free(list);
+    int64_t stuck = weir_time_now();
+    weir__client *b = client_open(&c);
+    weir__cl_cancel_job_ack ca;
+    CHECK_EQ(weir__client_cancel(b, job, &ca, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(ca.status, WEIR__CL_CANCEL_OK);
+    weir__client_cancel_free(&ca);
+    weir_time_sleep_until(stuck + 7000 * WEIR_MSEC);
+    /* (Any frame cut short would fail this read.) */
+    weir_frame_parser fp;
+    CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+    int64_t deadline = DEADLINE();
+    size_t lists = 0;
+    for (;;) {
+        weir__cl_msg m;
+        char why[256];
+        int e = weir__cl_recv(fd, &fp, &m, NULL, deadline, why, sizeof(why));
+        if (e != 1)
+            TEST__FAIL("no JobCompleted after %zu JobLists: %d %s", lists, e, why);
+        if (m.kind == WEIR_CLUSTER_JOB_COMPLETED) {
+            CHECK_EQ(m.u.completed.job, job);
+            CHECK_EQ(m.u.completed.err, -ECANCELED);
+            weir__cl_msg_free(&m);
+            break;
+        }
+        CHECK_EQ(m.kind, WEIR_CLUSTER_JOB_LIST);
+        lists++;
+        weir__cl_msg_free(&m);
+    }
+    printf("the JobCompleted came after %zu JobLists\n", lists);
+    weir_frame_parser_close(&fp);
+    weir__client_close(a);
+    weir__client_close(b);
+    worker_stop(&w);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_job_end_reaches_a_client_that_stopped_reading_for_a_while)
+{
+    CHECK_EQ(test_run_on_rt(2, completed_main, NULL), 0);
 }
 
 TEST_MAIN()
