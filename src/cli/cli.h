@@ -74,6 +74,20 @@ int weir__cli_flag_next(const char *cmd, const weir__cli_flag *flags, size_t n, 
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);
 
+/*
+ * A job's end as `weir run` and `weir submit` print it, on stderr: the
+ * label (printf's label_fmt and what follows), then " finished in SECSs:
+ * N records from S source(s), M into K sink(s), watermark W" (as
+ * weir__cli_fmt_wm prints it), then ", checkpoints C (latest L, restored
+ * R)" when checkpoints, ", restarts N" when d has any, and a newline. The
+ * caller chooses the label, the clock behind secs, the watermark shown
+ * and whether checkpoints are.
+ */
+struct weir__cl_job_completed;
+void weir__cli_summary(const struct weir__cl_job_completed *d, double secs, int64_t watermark,
+                       int checkpoints, const char *label_fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 /* ---- cluster client commands (submit.c) ---------------------------------------------------
  * argc/argv: the arguments after the command's name. Exit codes as above. */
 int weir__cli_submit(int argc, char **argv);
