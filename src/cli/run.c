@@ -234,9 +234,8 @@ static int submit_and_wait(weir__local *l, const cli_opts *o, progress *pr, watc
     return e;
 }
 
-int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
+int weir__cli_run(weir_plugin *p, const cli_opts *o)
 {
-    (void)j; /* defined here to check it; the cluster defines its own */
     const weir_job_entry *entry = weir_plugin_entry(p);
     int show = o->progress < 0 ? isatty(2) : o->progress;
     progress pr = {.t0 = weir_time_now()};
