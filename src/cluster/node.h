@@ -147,7 +147,9 @@ int weir__cl_wait_stop(int fd, const char *who);
  * /tmp/weir-<role>-XXXXXX in dir[cap] (mode 0700), locked for the node's
  * life (flock on its .lock, held through *lock_fd), 0 or a negative errno
  * with msg. First it removes the caches of its role nobody holds locked -
- * those of nodes that died by SIGKILL - so that they do not pile up.
+ * those of nodes that died by SIGKILL - so that they do not pile up (the
+ * lock it took checked to be the directory's current .lock; a directory
+ * with no .lock, as an older weir made them, is left alone: conn.c).
  * weir__cl_cache_dir_remove removes it and what it holds, then drops the
  * lock. Both on the blocking pool (file system calls).
  */
