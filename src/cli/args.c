@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * args.c - what every weir command parses and prints with (cli/cli.h):
- * error lines, numbers, flags and watermarks, so run, lint, submit, jobs
- * and cancel take the same spellings and say the same things.
+ * error lines, numbers, flags, watermarks and a job's summary line, so
+ * run, lint, submit, jobs and cancel take the same spellings and say the
+ * same things.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cluster/proto.h"
 
 void weir__cli_errf(const char *cmd, const char *fmt, ...)
 {
@@ -85,4 +87,26 @@ void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm)
         snprintf(buf, len, "end");
     else
         snprintf(buf, len, "%" PRId64, wm);
+}
+
+void weir__cli_summary(const weir__cl_job_completed *d, double secs, int64_t watermark,
+                       int checkpoints, const char *label_fmt, ...)
+{
+    char wm[32];
+    weir__cli_fmt_wm(wm, sizeof(wm), watermark);
+    va_list ap;
+    va_start(ap, label_fmt);
+    vfprintf(stderr, label_fmt, ap);
+    va_end(ap);
+    fprintf(stderr,
+            " finished in %.2fs: %" PRIu64 " records from %u source%s, %" PRIu64
+            " into %u sink%s, watermark %s",
+            secs, d->records_in, d->sources, d->sources == 1 ? "" : "s", d->records_out, d->sinks,
+            d->sinks == 1 ? "" : "s", wm);
+    if (checkpoints)
+        fprintf(stderr, ", checkpoints %" PRIu64 " (latest %" PRIu64 ", restored %" PRIu64 ")",
+                d->ckpt_completed, d->ckpt_latest, d->ckpt_restored);
+    if (d->restarts)
+        fprintf(stderr, ", restarts %u", d->restarts);
+    fputc('\n', stderr);
 }

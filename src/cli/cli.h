@@ -3,12 +3,13 @@
  * cli.h - the weir command's pieces shared between its files.
  *
  * weir.c parses the command line (one parser for `run` and `lint`, so a
- * clean lint means run accepts the same flags) and checks the
- * configuration; run.c runs a defined job. The run path takes the job and
- * the options only, so a coordinator and workers can later be put under it
- * in one process without changing what users see. submit.c is the cluster's
- * client commands (submit, jobs, cancel); args.c the helpers every command
- * parses and prints with, so they all take flags and numbers alike.
+ * clean lint means run accepts the same flags), checks the configuration
+ * and that the job defines; run.c runs it on a cluster inside the process
+ * (cluster/local.h: a coordinator and one worker, joined by socketpairs),
+ * submitted as its plugin the way `weir submit` submits it. submit.c is
+ * the cluster's client commands (submit, jobs, cancel); args.c the helpers
+ * every command parses and prints with, so they all take flags and
+ * numbers alike.
  */
 #ifndef WEIR_CLI_H
 #define WEIR_CLI_H
@@ -34,15 +35,18 @@ typedef struct cli_opts {
 } cli_opts;
 
 /*
- * Run j (defined from plugin p) with o on the calling fiber's runtime.
- * Prints a live progress line on stderr when o->progress says so and a
- * summary at the end (unless o->quiet). CLI_OK, CLI_FAILED with the job's
- * error printed, CLI_USAGE when the job was not started because another run
- * holds its checkpoint or output directory (-EBUSY; the message names the
- * directory and the holder's pid), or 128 + the signal's number when a
- * signal read from o->signal_fd cancelled the job.
+ * Run the job of plugin p with o (its arguments in o->job_argv): start a
+ * coordinator and one worker in this process (cluster/local.h), submit
+ * the job to them through a client and wait for its end; they stop before
+ * it returns. Must run in a task. Prints a live progress line on stderr
+ * when o->progress says so and a summary at the end (unless o->quiet).
+ * CLI_OK, CLI_FAILED with the job's error printed, CLI_USAGE when the job
+ * was not started because another run holds its checkpoint or output
+ * directory (-EBUSY; the message names the directory and the holder's
+ * pid), or 128 + the signal's number when a signal read from
+ * o->signal_fd cancelled the job.
  */
-int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o);
+int weir__cli_run(weir_plugin *p, const cli_opts *o);
 
 /* ---- shared helpers (args.c) ------------------------------------------------------------ */
 
@@ -73,6 +77,20 @@ int weir__cli_flag_next(const char *cmd, const weir__cli_flag *flags, size_t n, 
 
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);
+
+/*
+ * A job's end as `weir run` and `weir submit` print it, on stderr: the
+ * label (printf's label_fmt and what follows), then " finished in SECSs:
+ * N records from S source(s), M into K sink(s), watermark W" (as
+ * weir__cli_fmt_wm prints it), then ", checkpoints C (latest L, restored
+ * R)" when checkpoints, ", restarts N" when d has any, and a newline. The
+ * caller chooses the label, the clock behind secs, the watermark shown
+ * and whether checkpoints are.
+ */
+struct weir__cl_job_completed;
+void weir__cli_summary(const struct weir__cl_job_completed *d, double secs, int64_t watermark,
+                       int checkpoints, const char *label_fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* ---- cluster client commands (submit.c) ---------------------------------------------------
  * argc/argv: the arguments after the command's name. Exit codes as above. */

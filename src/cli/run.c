@@ -234,9 +234,8 @@ static int submit_and_wait(weir__local *l, const cli_opts *o, progress *pr, watc
     return e;
 }
 
-int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
+int weir__cli_run(weir_plugin *p, const cli_opts *o)
 {
-    (void)j; /* defined here to check it; the cluster defines its own */
     const weir_job_entry *entry = weir_plugin_entry(p);
     int show = o->progress < 0 ? isatty(2) : o->progress;
     progress pr = {.t0 = weir_time_now()};
@@ -305,19 +304,9 @@ int weir__cli_run(weir_plugin *p, weir_job *j, const cli_opts *o)
                 d.message && *d.message ? d.message : weir_strerror(d.err));
         rc = CLI_FAILED;
     } else if (!o->quiet) {
-        char wm[32];
-        weir__cli_fmt_wm(wm, sizeof(wm), d.sinks ? d.watermark : WEIR_WATERMARK_MIN);
-        fprintf(stderr,
-                "weir run: job %s %s finished in %.2fs: %" PRIu64
-                " records from %u source%s, %" PRIu64 " into %u sink%s, watermark %s",
-                entry->name, entry->version ? entry->version : "", secs, d.records_in, d.sources,
-                d.sources == 1 ? "" : "s", d.records_out, d.sinks, d.sinks == 1 ? "" : "s", wm);
-        if (o->run.checkpoint_dir)
-            fprintf(stderr, ", checkpoints %" PRIu64 " (latest %" PRIu64 ", restored %" PRIu64 ")",
-                    d.ckpt_completed, d.ckpt_latest, d.ckpt_restored);
-        if (d.restarts)
-            fprintf(stderr, ", restarts %u", d.restarts);
-        fputc('\n', stderr);
+        weir__cli_summary(&d, secs, d.sinks ? d.watermark : WEIR_WATERMARK_MIN,
+                          o->run.checkpoint_dir != NULL, "weir run: job %s %s", entry->name,
+                          entry->version ? entry->version : "");
     }
     weir__client_completed_free(&d);
     return rc;

@@ -171,19 +171,9 @@ static int open_client(weir__client **c, char *msg, size_t cap)
 
 static void print_summary(uint64_t id, const weir__cl_job_completed *d)
 {
-    char wm[32];
-    weir__cli_fmt_wm(wm, sizeof(wm), d->watermark);
-    fprintf(stderr,
-            "weir submit: job %" PRIu64 " finished in %.2fs: %" PRIu64
-            " records from %u source%s, %" PRIu64 " into %u sink%s, watermark %s",
-            id, (double)d->elapsed_ms / 1e3, d->records_in, d->sources, d->sources == 1 ? "" : "s",
-            d->records_out, d->sinks, d->sinks == 1 ? "" : "s", wm);
-    if (g.so.checkpoint_dir || d->ckpt_completed || d->ckpt_restored)
-        fprintf(stderr, ", checkpoints %" PRIu64 " (latest %" PRIu64 ", restored %" PRIu64 ")",
-                d->ckpt_completed, d->ckpt_latest, d->ckpt_restored);
-    if (d->restarts)
-        fprintf(stderr, ", restarts %u", d->restarts);
-    fputc('\n', stderr);
+    weir__cli_summary(d, (double)d->elapsed_ms / 1e3, d->watermark,
+                      g.so.checkpoint_dir || d->ckpt_completed || d->ckpt_restored,
+                      "weir submit: job %" PRIu64, id);
 }
 
 static int submit_main(int argc, char **argv)

@@ -309,15 +309,16 @@ static int run_main(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
+    /* Defined here only as a check, so that a job that cannot define
+     * fails before a cluster is started; the run defines its own. */
     char msg[1024];
     weir_job *j = NULL;
     if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &j, msg, sizeof(msg)) != 0) {
         weir__cli_errf(g.cmd, "%s", msg);
         return CLI_FAILED;
     }
-    int rc = weir__cli_run(g.p, j, &g.o);
     weir_job_free(j);
-    return rc;
+    return weir__cli_run(g.p, &g.o);
 }
 
 /* lint: the job's graph. It is defined twice and the two compared: every

@@ -127,8 +127,21 @@ static intptr_t rm_tree(void *arg)
 }
 
 /* Remove every CACHE_PARENT/weir-<role>-* directory of ours whose lock
- * nobody holds: the cache of a node that died without removing it. A
- * directory without a lock file, or another user's, is left alone. */
+ * nobody holds: the cache of a node that died without removing it.
+ *
+ * The lock taken must be the one the directory holds now. Between this
+ * sweep's open and its flock another sweep may lock the same file, remove
+ * the directory (its .lock unlinked), and a new node may make a cache under
+ * the same name; the flock would then succeed on the old, unlinked file
+ * and remove the new node's cache. So once locked, the file's inode is
+ * compared with a fresh lstat of the path, and a mismatch (or no file)
+ * skips the directory.
+ *
+ * A directory without a lock file is left alone, whatever its age: a
+ * node makes its lock before its cache comes into view (make_dir), so such
+ * a directory is from an older weir that took no lock, or not weir's, and
+ * nothing tells whether its node still runs (a cache's time stamps only
+ * move when a plugin is added). Another user's is left alone too. */
 static void sweep(const char *role)
 {
     DIR *d = opendir(CACHE_PARENT);
@@ -149,7 +162,9 @@ static void sweep(const char *role)
         int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
             continue;
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        struct stat held, now;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &held) == 0 && lstat(lock, &now) == 0 &&
+            held.st_dev == now.st_dev && held.st_ino == now.st_ino) {
             weir__log(WEIR__LOG_INFO, "cluster", "removing %s: its node is gone", path);
             rm_tree(path);
         }

@@ -197,9 +197,13 @@ void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *c
 int weir__coord_http_start(coord *c, char *msg, size_t cap);
 void weir__coord_http_stop(coord *c);
 
-/* coordinator.c: a client's reference dropped (the last closes it); a
- * job record freed. */
+/* coordinator.c: a client's reference dropped (the last closes it); m
+ * written to a client under its write lock, waited for without a limit
+ * (0, or the error, after which the connection is shut down: the client
+ * sees it end instead of waiting for a frame that never comes); a job
+ * record freed. */
 void weir__coord_client_unref(client *cl);
+int weir__coord_client_send(client *cl, const weir__cl_msg *m);
 void weir__coord_job_free(cjob *J);
 
 /* coord_job.c: the job's fiber (its attempts, then its end reported to

@@ -663,10 +663,7 @@ static void send_completed(client *cl, const weir__cl_job_completed *jc)
         return;
     weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_COMPLETED};
     m.u.completed = *jc;
-    if (weir_mutex_lock(cl->wl, weir_time_after_ms(5000)) == 0) {
-        weir__cl_send(cl->fd, &m, weir_time_after_ms(5000));
-        weir_mutex_unlock(cl->wl);
-    }
+    weir__coord_client_send(cl, &m); /* never dropped while the client reads */
 }
 
 intptr_t weir__coord_job_main(void *arg)

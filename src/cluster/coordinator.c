@@ -22,10 +22,10 @@
  *   job         one per job: runs its attempts (below; coord_job.c);
  *   stop        waits for the stop descriptor and shuts the node down.
  *
- * Everything a coordinator sends a worker after its RegisterAck goes
- * through the worker session's outbox (outbox.h): posting never waits on
- * the worker. Shared state (the sessions, the jobs) is under one mutex
- * held only for memory work, never across a wait.
+ * Everything a coordinator sends a registered worker, its RegisterAck
+ * first, goes through the worker session's outbox (outbox.h): posting
+ * never waits on the worker. Shared state (the sessions, the jobs) is
+ * under one mutex held only for memory work, never across a wait.
  *
  * A job's attempt: define the job from its plugin, plan it, place every
  * subtask (placement.h) and reserve the slots; begin the checkpoint side
@@ -335,8 +335,15 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
     }
 }
 
-/* Register: the version was checked. Refusals and the RegisterAck are
- * written directly, each write bounded (the peer may not read). */
+/* Register: the version was checked. A refusal is written directly, the
+ * write bounded (the peer may not read). The RegisterAck goes through the
+ * session's outbox, posted under mu in the same critical section that
+ * publishes the session: nothing can post to the outbox before it (every
+ * poster finds the session in c->ws, under mu), so it is the first frame
+ * the worker reads, and by the time the worker reads it the session is
+ * published - a client that submits the moment its worker registered finds
+ * that worker. A worker that does not read it is judged as any session is
+ * (the outbox's stall verdict, the heartbeat timeout). */
 static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
 {
     weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK};
@@ -344,7 +351,10 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
         (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
                                 WEIR__CL_ACCEPTED, "", WEIR_CLUSTER_HEARTBEAT_MS};
     wsess *w = weir__calloc(1, sizeof(*w));
-    if (!w) {
+    weir__outbox_limits lim = weir__outbox_limits_default();
+    lim.stall_ms = c->stall_ms;
+    if (!w || !(w->ob = weir__outbox_new(fd, &lim))) {
+        weir__free(w);
         ack.u.reg_ack.status = WEIR__CL_RETRY;
         ack.u.reg_ack.message = "the coordinator is out of memory";
         weir__cl_send(fd, &ack, weir_time_after_ms(250));
@@ -375,54 +385,51 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
     }
     weir__plugin_shipped_init(&w->shipped, 0);
     atomic_store(&w->last_seen, weir_time_now());
-    weir__outbox_limits lim = weir__outbox_limits_default();
-    lim.stall_ms = c->stall_ms;
-    /* The RegisterAck first, then the session's writer starts. */
-    int e = weir__cl_send(fd, &ack, weir_time_after_ms(250));
-    if (e == 0 && !(w->ob = weir__outbox_new(fd, &lim)))
-        e = -ENOMEM;
-    if (e) {
-        weir__log(WEIR__LOG_WARN, LOG, "worker %s: registration failed: %s", w->id,
-                  weir_strerror(e));
-        weir__outbox_free(w->ob);
-        weir__free(w);
-        return 0;
-    }
     pthread_mutex_lock(&c->mu);
-    int added = 0;
-    if (!c->stopping && (c->nws < c->wscap || 1)) {
-        if (c->nws == c->wscap) {
-            size_t cap = c->wscap ? c->wscap * 2 : 16;
-            wsess **v = weir__realloc(c->ws, cap * sizeof(*v));
-            if (v) {
-                c->ws = v;
-                c->wscap = cap;
+    const char *refusal = c->stopping ? "the coordinator is stopping" : NULL;
+    if (!refusal && c->nws == c->wscap) {
+        size_t cap = c->wscap ? c->wscap * 2 : 16;
+        wsess **v = weir__realloc(c->ws, cap * sizeof(*v));
+        if (v) {
+            c->ws = v;
+            c->wscap = cap;
+        } else {
+            refusal = "the coordinator is out of memory";
+        }
+    }
+    /* The ack is queued before anything else can be: see above. A post
+     * refused (no memory) leaves nothing published. */
+    int e = refusal ? 0 : weir__cl_post(w->ob, &ack, WEIR__OUTBOX_CONTROL);
+    if (!refusal && e == 0) {
+        /* A worker registering again under its id replaces its old
+         * session. */
+        for (size_t i = 0; i < c->nws; i++)
+            if (!c->ws[i]->lost && strcmp(c->ws[i]->id, w->id) == 0)
+                weir__coord_lose_locked(c, c->ws[i], "replaced", "replaced by a new registration");
+        w->serial = ++c->next_serial;
+        w->refs = 1; /* the reader's */
+        c->ws[c->nws++] = w;
+        for (size_t i = 0; i < c->njobs; i++)
+            if (!c->jobs[i]->ended) {
+                /* Only to wake a restart waiting for room: one queued
+                 * is as good as many. */
+                ev x = {.kind = EV_REGISTERED, .ws = w->serial};
+                if (weir_chan_len(c->jobs[i]->events) < 16)
+                    post_ev_locked(c->jobs[i], &x);
             }
-        }
-        if (c->nws < c->wscap) {
-            /* A worker registering again under its id replaces its old
-             * session. */
-            for (size_t i = 0; i < c->nws; i++)
-                if (!c->ws[i]->lost && strcmp(c->ws[i]->id, w->id) == 0)
-                    weir__coord_lose_locked(c, c->ws[i], "replaced",
-                                            "replaced by a new registration");
-            w->serial = ++c->next_serial;
-            w->refs = 1; /* the reader's */
-            c->ws[c->nws++] = w;
-            added = 1;
-            for (size_t i = 0; i < c->njobs; i++)
-                if (!c->jobs[i]->ended) {
-                    /* Only to wake a restart waiting for room: one queued
-                     * is as good as many. */
-                    ev x = {.kind = EV_REGISTERED, .ws = w->serial};
-                    if (weir_chan_len(c->jobs[i]->events) < 16)
-                        post_ev_locked(c->jobs[i], &x);
-                }
-        }
     }
     pthread_mutex_unlock(&c->mu);
-    if (!added) {
-        weir__outbox_free(w->ob);
+    if (refusal || e) {
+        if (refusal) { /* the outbox's writer is idle: nothing was posted */
+            ack.u.reg_ack.status = WEIR__CL_RETRY;
+            ack.u.reg_ack.message = (char *)refusal;
+            weir__cl_send(fd, &ack, weir_time_after_ms(250));
+        } else {
+            weir__log(WEIR__LOG_WARN, LOG, "worker %s: registration failed: %s", w->id,
+                      weir_strerror(e));
+        }
+        weir__outbox_free(w->ob); /* shuts the socket down */
+        weir__plugin_shipped_clear(&w->shipped);
         weir__free(w);
         return 0;
     }
@@ -512,6 +519,8 @@ static intptr_t watchdog_main(void *arg)
 }
 
 /* ---- clients ------------------------------------------------------------------------------- */
+#define CLIENT_WRITE_MS 10000 /* a client that takes none of a frame for this long is dropped */
+
 void weir__coord_client_unref(client *cl)
 {
     if (atomic_fetch_sub(&cl->refs, 1) == 1) {
@@ -521,14 +530,46 @@ void weir__coord_client_unref(client *cl)
     }
 }
 
-static int client_reply(client *cl, weir__cl_msg *m)
+/* Write m to the client (cl->wl held). A write the client does not take
+ * within CLIENT_WRITE_MS, or that the socket refuses, may have left part
+ * of a frame behind: the connection is shut down, so that the client
+ * sees it end - an error - rather than a corrupt stream or a reply that
+ * never comes, and nothing more is written to it. */
+static int client_write_locked(client *cl, const weir__cl_msg *m)
 {
-    int e = weir_mutex_lock(cl->wl, weir_time_after_ms(10000));
-    if (e)
+    if (atomic_load(&cl->closed))
+        return -EPIPE;
+    int e = weir__cl_send(cl->fd, m, weir_time_after_ms(CLIENT_WRITE_MS));
+    if (e) {
+        weir__log(WEIR__LOG_INFO, LOG, "client dropped: writing a %s failed: %s",
+                  weir__cl_kind_name(m->kind), weir_strerror(e));
+        atomic_store(&cl->closed, 1);
+        shutdown(cl->fd, SHUT_RDWR); /* its reader meets the end and lets go */
+    }
+    return e;
+}
+
+/* Write m under cl->wl. The lock is waited for without a limit: every
+ * holder only writes one frame, bounded by CLIENT_WRITE_MS, so a frame is
+ * never dropped for want of the lock (a JobCompleted lost so left its
+ * client waiting forever). A wait that is cancelled (the coordinator
+ * stops) shuts the connection down, for the same reason. */
+int weir__coord_client_send(client *cl, const weir__cl_msg *m)
+{
+    int e = weir_mutex_lock(cl->wl, WEIR_FOREVER);
+    if (e) {
+        atomic_store(&cl->closed, 1);
+        shutdown(cl->fd, SHUT_RDWR);
         return e;
-    e = weir__cl_send(cl->fd, m, weir_time_after_ms(10000));
+    }
+    e = client_write_locked(cl, m);
     weir_mutex_unlock(cl->wl);
     return e;
+}
+
+static int client_reply(client *cl, weir__cl_msg *m)
+{
+    return weir__coord_client_send(cl, m);
 }
 
 /* A SubmitJobAck refusing the job (locked: the caller holds cl->wl). */
@@ -544,7 +585,7 @@ static int refuse_v(client *cl, int locked, const char *fmt, va_list ap)
     m.u.submit_ack.abi = (weir__cl_abi){(uint32_t)self->version, (char *)self->fingerprint,
                                         (char *)self->target, (char *)self->toolchain};
     if (locked)
-        weir__cl_send(cl->fd, &m, weir_time_after_ms(10000));
+        client_write_locked(cl, &m);
     else
         client_reply(cl, &m);
     return -EINVAL;
@@ -714,9 +755,9 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
      * until its SubmitJobAck is written: the job's fiber, which may end at
      * once (its directories are another run's), writes its JobCompleted
      * under the same lock, so the client always reads the ack first. */
-    if (weir_mutex_lock(cl->wl, weir_time_after_ms(10000)) < 0) {
+    if (weir_mutex_lock(cl->wl, WEIR_FOREVER) < 0) { /* cancelled: the coordinator stops */
         weir__coord_job_free(J);
-        return -ETIMEDOUT;
+        return -ECANCELED;
     }
     pthread_mutex_lock(&c->mu);
     if (c->stopping) {
@@ -784,7 +825,7 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     m.u.submit_ack.status = WEIR__CL_SUBMIT_ACCEPTED;
     m.u.submit_ack.job = id;
     m.u.submit_ack.message = "";
-    weir__cl_send(cl->fd, &m, weir_time_after_ms(10000));
+    client_write_locked(cl, &m);
     weir_mutex_unlock(cl->wl);
     return 0;
 }

@@ -190,22 +190,8 @@ int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap)
                               : "?");
         goto fail;
     }
-    /* The worker has its RegisterAck; the coordinator places on it once
-     * it has published the session, a moment later. */
-    int64_t deadline = weir_time_after_ms(10000);
-    for (;;) {
-        pthread_mutex_lock(&l->mu);
-        int n = l->coord ? weir__coord_workers(l->coord) : -1;
-        pthread_mutex_unlock(&l->mu);
-        if (n > 0)
-            break;
-        if (n < 0 || weir_time_now() >= deadline) {
-            e = -ETIMEDOUT;
-            snprintf(msg, cap, "the coordinator did not take its worker within 10 s");
-            goto fail;
-        }
-        weir_time_sleep(WEIR_MSEC);
-    }
+    /* The worker has its RegisterAck, which the coordinator posts only
+     * with the session published: it places on the worker from now on. */
     *out = l;
     return 0;
 fail:

@@ -87,8 +87,11 @@ typedef struct weir__worker_opts {
     /* With fd_given: fd is a socket already connected to the coordinator
      * (a socketpair's end it admitted), the worker's one session: no
      * reconnecting, no silence verdict (both ends share this process), and
-     * the worker ends when the session does. The worker owns fd. Else the
-     * worker connects to coordinator. */
+     * the worker ends when the session does. weir__worker_run owns fd from
+     * the call on and has closed it when it returns, whatever it returns
+     * (a bad id, no memory, a stop before the session began included):
+     * the caller must not close it. Else the worker connects to
+     * coordinator. */
     int fd_given, fd;
     uint32_t slots;        /* 0: WEIR__WORKER_SLOTS */
     const char *data_host; /* where its subtasks listen; NULL: what the coordinator sees */
@@ -144,7 +147,9 @@ int weir__cl_wait_stop(int fd, const char *who);
  * /tmp/weir-<role>-XXXXXX in dir[cap] (mode 0700), locked for the node's
  * life (flock on its .lock, held through *lock_fd), 0 or a negative errno
  * with msg. First it removes the caches of its role nobody holds locked -
- * those of nodes that died by SIGKILL - so that they do not pile up.
+ * those of nodes that died by SIGKILL - so that they do not pile up (the
+ * lock it took checked to be the directory's current .lock; a directory
+ * with no .lock, as an older weir made them, is left alone: conn.c).
  * weir__cl_cache_dir_remove removes it and what it holds, then drops the
  * lock. Both on the blocking pool (file system calls).
  */

@@ -1021,13 +1021,21 @@ static int http_start(worker *wk, char *msg, size_t cap)
     return 0;
 }
 
+/* A given fd not handed to a session yet, closed (the worker owns it). */
+static int given_fd_close(const weir__worker_opts *o, int e)
+{
+    if (o->fd_given)
+        weir_io_close(o->fd);
+    return e;
+}
+
 int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
 {
     char host[WEIR_CLUSTER_HOST_MAX + 1];
     int port;
     if (!o->id || !*o->id || strlen(o->id) > WEIR_CLUSTER_REGISTER_STR_MAX) {
         snprintf(msg, cap, "the worker id must be 1 to %u bytes", WEIR_CLUSTER_REGISTER_STR_MAX);
-        return -EINVAL;
+        return given_fd_close(o, -EINVAL);
     }
     if (o->fd_given) {
         snprintf(host, sizeof(host), "-");
@@ -1040,8 +1048,9 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
     worker *wk = weir__calloc(1, sizeof(*wk));
     if (!wk) {
         snprintf(msg, cap, "out of memory");
-        return -ENOMEM;
+        return given_fd_close(o, -ENOMEM);
     }
+    int fd_left = o->fd_given; /* the given fd, until its session takes it */
     wk->o = *o;
     wk->tmplock = -1;
     atomic_store(&wk->fd, -1);
@@ -1073,6 +1082,7 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         o->on_ready(o->arg, wk);
     while (!atomic_load(&wk->stopping)) {
         char why[512] = "";
+        fd_left = 0; /* the session closes it, whatever happens */
         int rc = session(wk, host, port, why, sizeof(why));
         if (o->fd_given) { /* its one session */
             if (rc <= 0 && !atomic_load(&wk->stopping)) {
@@ -1127,5 +1137,5 @@ out:
     weir__cl_cache_dir_remove(wk->tmpdir, wk->tmplock);
     pthread_mutex_destroy(&wk->mu);
     weir__free(wk);
-    return e;
+    return fd_left ? given_fd_close(o, e) : e;
 }

@@ -11,7 +11,10 @@
  * then fails naming the budget and the cause; a job needing more slots
  * than the cluster has is refused before anything is deployed; a
  * registered worker sending a frame that does not decode loses its
- * session and nothing else.
+ * session and nothing else; a worker is counted (placed on) from the
+ * moment it reads its RegisterAck; a worker given an fd closes it on
+ * every failure; a job's end reaches a client that stopped reading for
+ * longer than a JobCompleted used to wait.
  *
  * Log lines (stderr) are teed into memory so that a case can wait for
  * what the coordinator says it did; they still reach the real stderr.
@@ -32,6 +35,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 
+#include "base/alloc.h"
 #include "base/be.h"
 #include "cluster/client.h"
 #include "cluster/node.h"
@@ -168,6 +172,9 @@ typedef struct cnode {
     char msg[512];
     char addr[64];
 } cnode;
+
+/* The coordinator a case's on_ready saw (one case at a time). */
+static weir__coord *_Atomic ready_coord;
 
 static void on_listen(void *arg, const char *host, int port)
 {
@@ -1080,6 +1087,113 @@ TEST(a_registered_workers_undecodable_frame_costs_its_session_only)
     tee_end();
 }
 
+/* ---- 8. a worker's RegisterAck comes with its session published ------------------------ */
+
+static void on_coord_ready(void *arg, weir__coord *co)
+{
+    (void)arg;
+    atomic_store(&ready_coord, co);
+}
+
+/* The moment a worker reads its RegisterAck, the coordinator counts it
+ * (and places on it): a client submitting then finds it. Many workers in
+ * turn, so that a RegisterAck written ahead of the session's publication
+ * is caught. The RegisterAck is also the first frame each reads. */
+static intptr_t ack_published_main(void *arg)
+{
+    (void)arg;
+    enum { ROUNDS = 30, N = 100 }; /* N at a time: within any descriptor limit */
+    cnode c = {.o = {.max_restarts = -1, .on_ready = on_coord_ready}};
+    atomic_store(&ready_coord, NULL);
+    coord_start(&c);
+    weir__coord *co;
+    while (!(co = atomic_load(&ready_coord)))
+        weir_time_sleep(WEIR_MSEC);
+    static int fds[N];
+    static weir_frame_parser fps[N];
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < N; i++) {
+            char id[32];
+            snprintf(id, sizeof(id), "acked%d.%d", r, i);
+            fds[i] = fake_worker(&c, id, 0, &fps[i]);
+            CHECK_EQ(weir__coord_workers(co), i + 1);
+        }
+        for (int i = 0; i < N; i++) {
+            weir_frame_parser_close(&fps[i]);
+            weir_io_close(fds[i]);
+        }
+        int64_t deadline = DEADLINE();
+        while (weir__coord_workers(co) > 0) {
+            CHECK_LT(weir_time_now(), deadline);
+            weir_time_sleep(WEIR_MSEC);
+        }
+    }
+    coord_stop(&c);
+    atomic_store(&ready_coord, NULL);
+    return 0;
+}
+
+TEST(a_worker_is_placed_on_from_the_moment_it_reads_its_register_ack)
+{
+    CHECK_EQ(test_run_on_rt(2, ack_published_main, NULL), 0);
+}
+
+/* ---- 9. a worker owns the fd it is given ------------------------------------------------ */
+
+/* One run of a worker on sv[0] of a socketpair whose other end has shut
+ * its writing side (the worker's registration finds the connection
+ * closed): whatever the run returns, sv[0] is closed when it does - the
+ * other end reads EOF at once. fail >= 0: the fail-th allocation of the
+ * run and all after fail. The allocations attempted while counting. */
+static long given_fd_run(const char *id, long fail, int *rc)
+{
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);
+    weir__worker_opts o = {
+        .id = id, .coordinator = "test", .fd_given = 1, .fd = sv[0], .stop_fd = -1};
+    char msg[512];
+    weir__alloc_fail_after(fail);
+    *rc = weir__worker_run(&o, msg, sizeof(msg));
+    long n = weir__alloc_fail_after(-1);
+    char b[4096];
+    ssize_t got;
+    while ((got = weir_io_recv(sv[1], b, sizeof(b), 0, weir_time_after_ms(5000))) > 0)
+        ; /* its Register, when it got that far */
+    if (got != 0)
+        TEST__FAIL("worker %s (allocation %ld failing, rc %d: %s) kept its fd: %zd", id, fail, *rc,
+                   msg, got);
+    close(sv[1]);
+    return n;
+}
+
+static intptr_t given_fd_main(void *arg)
+{
+    (void)arg;
+    int rc;
+    given_fd_run("", -1, &rc); /* refused before anything */
+    CHECK_EQ(rc, -EINVAL);
+    given_fd_run("w", 0, &rc); /* its first allocation fails */
+    CHECK_EQ(rc, -ENOMEM);
+    /* Every allocation up to its session, failing in turn. */
+    long n = 0;
+    for (long i = 0; i <= n + 1; i++) {
+        long tried = given_fd_run("w", i, &rc);
+        CHECK_NE(rc, 0); /* the session ended at once */
+        if (tried <= i)  /* the countdown never fired: done */
+            break;
+        n = i + 1;
+    }
+    printf("a given fd closed through %ld allocation failures\n", n);
+    CHECK_GT(n, 1);
+    return 0;
+}
+
+TEST(a_worker_given_an_fd_closes_it_on_every_failure)
+{
+    CHECK_EQ(test_run_on_rt(1, given_fd_main, NULL), 0);
+}
+
 /* ---- the slow ones, last ---------------------------------------------------------------- */
 
 /* A worker that floods Heartbeats and never reads: the HeartbeatAcks fill
@@ -1247,6 +1361,92 @@ TEST(a_job_past_its_restart_budget_fails_naming_it_and_the_cause)
     tee_begin();
     CHECK_EQ(test_run_on_rt(2, budget_main, NULL), 0);
     tee_end();
+}
+
+/* A client that stops reading holds up its connection's writer: a job of
+ * its that ends meanwhile must still reach it once it reads again, even
+ * after more than the 5 s a JobCompleted used to wait for the client's
+ * write lock before it was dropped (and its client waited forever). The
+ * client floods ListJobs without reading until the coordinator stops
+ * taking them (its reply is stuck), a second client cancels the job, and
+ * 7 s later - within the coordinator's 10 s write deadline - the first
+ * reads everything: the JobCompleted is among it. */
+static intptr_t completed_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1}};
+    coord_start(&c);
+    wnode w;
+    worker_start(&w, "a", &c, 4);
+    int fd = raw_connect(&c, 4096);
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    weir__client *a = NULL;
+    char msg[2048];
+    if (weir__client_open_fd(fd, c.addr, "slow reader", DEADLINE(), &a, msg, sizeof(msg)))
+        TEST__FAIL("client open: %s", msg);
+    char *args[] = {"1000000000000"}; /* runs until cancelled */
+    weir__client_submit_opts o = count_job(1, args, 1);
+    uint64_t job = submit_ok(a, &o);
+    /* ListJobs until none is taken for 500 ms: a reply is stuck. */
+    size_t len;
+    uint8_t *list = encode(&(weir__cl_msg){.kind = WEIR_CLUSTER_LIST_JOBS}, &len);
+    int64_t quiet_since = 0;
+    for (size_t sent = 0;;) {
+        ssize_t n = send(fd, list + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            sent = (sent + (size_t)n) % len;
+            quiet_since = 0;
+            continue;
+        }
+        CHECK(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+        if (!quiet_since)
+            quiet_since = weir_time_now();
+        else if (weir_time_now() - quiet_since > 500 * WEIR_MSEC)
+            break;
+        weir_time_sleep(20 * WEIR_MSEC);
+    }
+    free(list);
+    int64_t stuck = weir_time_now();
+    weir__client *b = client_open(&c);
+    weir__cl_cancel_job_ack ca;
+    CHECK_EQ(weir__client_cancel(b, job, &ca, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(ca.status, WEIR__CL_CANCEL_OK);
+    weir__client_cancel_free(&ca);
+    weir_time_sleep_until(stuck + 7000 * WEIR_MSEC);
+    /* (Any frame cut short would fail this read.) */
+    weir_frame_parser fp;
+    CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+    int64_t deadline = DEADLINE();
+    size_t lists = 0;
+    for (;;) {
+        weir__cl_msg m;
+        char why[256];
+        int e = weir__cl_recv(fd, &fp, &m, NULL, deadline, why, sizeof(why));
+        if (e != 1)
+            TEST__FAIL("no JobCompleted after %zu JobLists: %d %s", lists, e, why);
+        if (m.kind == WEIR_CLUSTER_JOB_COMPLETED) {
+            CHECK_EQ(m.u.completed.job, job);
+            CHECK_EQ(m.u.completed.err, -ECANCELED);
+            weir__cl_msg_free(&m);
+            break;
+        }
+        CHECK_EQ(m.kind, WEIR_CLUSTER_JOB_LIST);
+        lists++;
+        weir__cl_msg_free(&m);
+    }
+    printf("the JobCompleted came after %zu JobLists\n", lists);
+    weir_frame_parser_close(&fp);
+    weir__client_close(a);
+    weir__client_close(b);
+    worker_stop(&w);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_job_end_reaches_a_client_that_stopped_reading_for_a_while)
+{
+    CHECK_EQ(test_run_on_rt(2, completed_main, NULL), 0);
 }
 
 TEST_MAIN()

@@ -327,6 +327,33 @@ static void slurp(const char *path, char *buf, size_t len)
     unlink(path);
 }
 
+/* Spawn the weir command with argv (argv[0] is WEIR_TEST_CLI, NULL
+ * ends it), its stdout into the file out and its stderr into the file err,
+ * each created or truncated; out NULL: /dev/null, err NULL: the test's. */
+static pid_t spawn_weir(char *const argv[], const char *out, const char *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    if (err)
+        posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+/* Wait for pid to end; its wait status, and the file err (what it wrote
+ * to its stderr) read into msg[cap] and removed. */
+static int wait_weir(pid_t pid, const char *err, char *msg, size_t cap)
+{
+    int st;
+    CHECK_EQ(waitpid(pid, &st, 0), pid);
+    slurp(err, msg, cap);
+    return st;
+}
+
 /* When set: cli() sends cli_signal to weir once the job says it started
  * ("lingering" on stderr, from job_count's linger source). */
 static int cli_signal;
@@ -349,15 +376,9 @@ static cli_result *cli(const char *arg0, ...)
     int fo = mkstemp(out), fe = mkstemp(err);
     CHECK_GE(fo, 0);
     CHECK_GE(fe, 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fo, 1);
-    posix_spawn_file_actions_adddup2(&fa, fe, 2);
-    pid_t pid;
-    CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
     close(fo);
     close(fe);
+    pid_t pid = spawn_weir(argv, out, err);
     if (cli_signal) {
         for (int i = 0; i < 1000; i++) { /* up to 10 s (sanitizer builds start slowly) */
             char buf[4096] = "";
@@ -372,10 +393,8 @@ static cli_result *cli(const char *arg0, ...)
         }
         CHECK_EQ(kill(pid, cli_signal), 0);
     }
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    int status = wait_weir(pid, err, res.err, sizeof(res.err));
     slurp(out, res.out, sizeof(res.out));
-    slurp(err, res.err, sizeof(res.err));
     if (!WIFEXITED(status))
         TEST__FAIL("weir %s died (status %d): %s", arg0, status, res.err);
     res.code = WEXITSTATUS(status);
@@ -969,8 +988,12 @@ static char **committed_lines(const char *dir, size_t *n)
     return v;
 }
 
-/* Start weir run job_eo with checkpoints (stderr: the test's). */
-static pid_t spawn_eo(const char *ckpt, const char *out, const char *n, int restore)
+/* Start weir run job_eo --parallelism 2 --no-progress [--checkpoint-dir
+ * ckpt --checkpoint-interval-ms interval (ckpt not NULL)] [--restore] --
+ * out n, its stdout /dev/null and its stderr into the file err (NULL: the
+ * test's). */
+static pid_t spawn_eo(const char *ckpt, const char *interval, const char *out, const char *n,
+                      int restore, const char *err)
 {
     char *argv[16];
     int a = 0;
@@ -980,30 +1003,26 @@ static pid_t spawn_eo(const char *ckpt, const char *out, const char *n, int rest
     argv[a++] = "--parallelism";
     argv[a++] = "2";
     argv[a++] = "--no-progress";
-    argv[a++] = "--checkpoint-dir";
-    argv[a++] = (char *)ckpt;
-    argv[a++] = "--checkpoint-interval-ms";
-    argv[a++] = "15";
+    if (ckpt) {
+        argv[a++] = "--checkpoint-dir";
+        argv[a++] = (char *)ckpt;
+        argv[a++] = "--checkpoint-interval-ms";
+        argv[a++] = (char *)interval;
+    }
     if (restore)
         argv[a++] = "--restore";
     argv[a++] = "--";
     argv[a++] = (char *)out;
     argv[a++] = (char *)n;
     argv[a] = NULL;
-    pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    return pid;
+    return spawn_weir(argv, NULL, err);
 }
 
 /* weir run job_eo with checkpoints, SIGKILLed after `kill_ms` (0: run to
  * the end); returns the exit status. */
 static int run_eo(const char *ckpt, const char *out, const char *n, int restore, int kill_ms)
 {
-    pid_t pid = spawn_eo(ckpt, out, n, restore);
+    pid_t pid = spawn_eo(ckpt, "15", out, n, restore, NULL);
     if (kill_ms) {
         usleep((useconds_t)kill_ms * 1000);
         kill(pid, SIGKILL);
@@ -1085,29 +1104,8 @@ TEST(cli_sigterm_while_checkpointing)
     snprintf(out, sizeof(out), "%s/out", base);
     snprintf(err, sizeof(err), "%s/stderr", base);
     for (int round = 0; round < 8; round++) {
-        char *argv[] = {(char *)WEIR_TEST_CLI,
-                        "run",
-                        (char *)PLUGIN("job_eo"),
-                        "--parallelism",
-                        "2",
-                        "--no-progress",
-                        "--checkpoint-dir",
-                        ckpt,
-                        "--checkpoint-interval-ms",
-                        "1",
-                        "--restore",
-                        "--",
-                        out,
-                        "100000000",
-                        NULL};
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         unsigned long long before = latest_completed(ckpt);
-        pid_t pid;
-        CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
-        posix_spawn_file_actions_destroy(&fa);
+        pid_t pid = spawn_eo(ckpt, "1", out, "100000000", 1, err);
         /* This run's own first checkpoint: the job runs (and the signals
          * are read by weir run, not fatal). Up to 30 s: sanitizer builds
          * start slowly. */
@@ -1116,13 +1114,8 @@ TEST(cli_sigterm_while_checkpointing)
         CHECK_GT(latest_completed(ckpt), before);
         usleep((useconds_t)(rand_r(&seed) % 40000));
         CHECK_EQ(kill(pid, SIGTERM), 0);
-        int st;
-        CHECK_EQ(waitpid(pid, &st, 0), pid);
         static char msg[16384];
-        FILE *f = fopen(err, "r");
-        CHECK(f != NULL);
-        msg[fread(msg, 1, sizeof(msg) - 1, f)] = '\0';
-        fclose(f);
+        int st = wait_weir(pid, err, msg, sizeof(msg));
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 128 + SIGTERM)
             TEST__FAIL("round %d: status %d: %s", round, st, msg);
         CHECK_HAS(msg, "weir run: job eo interrupted by SIGTERM after ");
@@ -1164,32 +1157,11 @@ TEST(cli_sigterm_while_starting)
     snprintf(err, sizeof(err), "%s/stderr", base);
     int cancelled = 0;
     for (int round = 0; round < 12; round++) {
-        char *argv[] = {(char *)WEIR_TEST_CLI,
-                        "run",
-                        (char *)PLUGIN("job_eo"),
-                        "--parallelism",
-                        "2",
-                        "--no-progress",
-                        "--",
-                        out,
-                        "100000000",
-                        NULL};
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        pid_t pid;
-        CHECK_EQ(posix_spawn(&pid, WEIR_TEST_CLI, &fa, NULL, argv, environ), 0);
-        posix_spawn_file_actions_destroy(&fa);
+        pid_t pid = spawn_eo(NULL, NULL, out, "100000000", 0, err);
         usleep((useconds_t)(rand_r(&seed) % 60000));
         CHECK_EQ(kill(pid, SIGTERM), 0);
-        int st;
-        CHECK_EQ(waitpid(pid, &st, 0), pid);
         static char msg[16384];
-        FILE *f = fopen(err, "r");
-        CHECK(f != NULL);
-        msg[fread(msg, 1, sizeof(msg) - 1, f)] = '\0';
-        fclose(f);
+        int st = wait_weir(pid, err, msg, sizeof(msg));
         if (WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM)
             continue; /* before weir blocked it */
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 128 + SIGTERM)
@@ -1246,7 +1218,7 @@ TEST(cli_run_opens_no_tcp_socket)
     char ckpt[128], out[128];
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt", base);
     snprintf(out, sizeof(out), "%s/out", base);
-    pid_t pid = spawn_eo(ckpt, out, "100000000", 0);
+    pid_t pid = spawn_eo(ckpt, "15", out, "100000000", 0, NULL);
     int st;
     for (int i = 0; i < 6000 && !has_completed(ckpt); i++) { /* up to 30 s */
         CHECK_EQ(waitpid(pid, &st, WNOHANG), 0);
@@ -1307,7 +1279,7 @@ TEST(cli_second_run_on_held_dirs_exits_2_and_a_killed_holder_does_not_block)
     const long long total = 200000; /* 1000 calls of >= 1 ms per source subtask */
     char n[32];
     snprintf(n, sizeof(n), "%lld", total);
-    pid_t holder = spawn_eo(ckpt, out, n, 0);
+    pid_t holder = spawn_eo(ckpt, "15", out, n, 0, NULL);
     int st;
     for (int i = 0; i < 6000 && !has_completed(ckpt); i++) { /* up to 30 s */
         CHECK_EQ(waitpid(holder, &st, WNOHANG), 0);          /* still running */
