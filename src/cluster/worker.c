@@ -813,8 +813,12 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         if (e <= 0) {
             snprintf(msg, cap, "the session with %s ended: %s", wk->o.coordinator,
                      e == 0 ? "the coordinator closed it" : why);
+            /* A coordinator in this process closes the socketpair only when
+             * it stops (the stop fd may reach it before it reaches us) or
+             * drops us, which it logs itself with the cause. */
             if (!atomic_load(&wk->stopping))
-                weir__log(WEIR__LOG_WARN, LOG, "%s", msg);
+                weir__log(wk->o.fd_given && e == 0 ? WEIR__LOG_INFO : WEIR__LOG_WARN, LOG, "%s",
+                          msg);
             break;
         }
         last = weir_time_now();
