@@ -213,9 +213,11 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
         return;
     }
     /* The job's backlog of this kind of frame is bounded: a worker that
-     * fills it (or sends more than its subtasks could) loses its session. */
-    if (weir_chan_len(m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? J->acks : J->events) >=
-        EV_BACKLOG) {
+     * fills it (or sends more than its subtasks could) loses its session.
+     * SubtaskCheckpointed and RequestFinalCheckpoint both queue on acks. */
+    int to_acks = m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ||
+                  m->kind == WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT;
+    if (weir_chan_len(to_acks ? J->acks : J->events) >= EV_BACKLOG) {
         char cause[160];
         snprintf(cause, sizeof(cause),
                  "its frames for job %" PRIu64 " fill the job's backlog of %u", J->id, EV_BACKLOG);

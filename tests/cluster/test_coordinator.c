@@ -1194,6 +1194,71 @@ TEST(a_worker_given_an_fd_closes_it_on_every_failure)
     CHECK_EQ(test_run_on_rt(1, given_fd_main, NULL), 0);
 }
 
+/* A worker flooding RequestFinalCheckpoint for a subtask of its share:
+ * those frames go to the job's checkpoint queue (which nobody reads before
+ * the subtasks listened), and must count against the job's backlog like
+ * SubtaskCheckpointed, so the flood costs the worker its session instead
+ * of growing the queue without bound. */
+static intptr_t final_flood_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.heartbeat_timeout_ms = 60000, .stall_ms = 60000, .max_restarts = -1}};
+    coord_start(&c);
+    weir_frame_parser fp;
+    int fd = fake_worker(&c, "finflood", 0, &fp);
+    wait_log("worker finflood registered", 1);
+    weir__client *cl = client_open(&c);
+    weir__client_submit_opts o = count_job(1, NULL, 0);
+    uint64_t job = submit_ok(cl, &o);
+    weir__cl_msg d;
+    weir_frame fr;
+    char why[256];
+    int r = weir__cl_recv(fd, &fp, &d, &fr, DEADLINE(), why, sizeof(why));
+    if (r != 1)
+        TEST__FAIL("recv: %d %s", r, why);
+    CHECK_EQ(d.kind, WEIR_CLUSTER_DEPLOY);
+    CHECK_EQ(d.u.deploy.job, job);
+    CHECK_GE(d.u.deploy.subtasks.n, 1u);
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT};
+    m.u.request_final =
+        (weir__cl_request_final){job, d.u.deploy.subtasks.v[0].chain, d.u.deploy.subtasks.v[0].sub};
+    weir__cl_msg_free(&d);
+    weir_frame_free(&fr);
+    size_t one;
+    uint8_t *f = encode(&m, &one);
+    enum { BATCH = 1000 };
+    uint8_t *batch = malloc(one * BATCH);
+    CHECK(batch != NULL);
+    for (int i = 0; i < BATCH; i++)
+        memcpy(batch + (size_t)i * one, f, one);
+    free(f);
+    /* Three times the backlog, then the verdict within the deadline. */
+    int gone = 0;
+    for (uint32_t sent = 0; !gone && sent < 3 * WEIR_CLUSTER_BACKLOG_FRAMES; sent += BATCH)
+        gone = send_all(fd, batch, one * BATCH, DEADLINE()) < 0;
+    free(batch);
+    int64_t deadline = DEADLINE();
+    while (log_count("worker lost: finflood (its frames for job") == 0 &&
+           weir_time_now() < deadline)
+        weir_time_sleep(10 * WEIR_MSEC);
+    CHECK_EQ(log_count("worker lost: finflood (its frames for job"), 1);
+    CHECK_GE(log_count("fill the job's backlog of"), 1);
+    char msg[WEIR_CLUSTER_MESSAGE_MAX];
+    CHECK_NE(wait_job(cl, job, DEADLINE(), msg, sizeof(msg), NULL), 0);
+    weir_frame_parser_close(&fp);
+    weir_io_close(fd);
+    weir__client_close(cl);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_worker_flooding_final_checkpoint_requests_is_lost_on_the_backlog)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, final_flood_main, NULL), 0);
+    tee_end();
+}
+
 /* ---- the slow ones, last ---------------------------------------------------------------- */
 
 /* A worker that floods Heartbeats and never reads: the HeartbeatAcks fill
