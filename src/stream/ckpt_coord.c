@@ -255,6 +255,15 @@ static int complete(run *r, uint64_t id, int final, const weir__ckpt_msg *acks, 
     return final ? e : 0;
 }
 
+/* The subtasks of this process end with err (their next item). */
+static void fail_here(run *r, int err)
+{
+    for (int ci = 0; ci < r->nchains; ci++)
+        for (int s = 0; s < r->chains[ci].par; s++)
+            if (r->chains[ci].subs[s].here)
+                weir__subtask_post(&r->chains[ci].subs[s], (item){IT_FAIL, 0, {NULL}, err});
+}
+
 static void abandon(run *r, uint64_t id)
 {
     send_all(r, WEIR__CK_ABORT, id);
@@ -338,6 +347,19 @@ intptr_t weir__ckpt_coordinator(void *arg)
                 break; /* (ABORT below) */
             }
             continue;
+        }
+        if (a.kind == WEIR__CK_ABORT) { /* from the link: a process's subtasks are gone */
+            if (weir__ckpt_restored_final(r))
+                continue; /* nothing waits for a final: they ended at once */
+            e = a.err < 0 ? a.err : -EPIPE;
+            weir__stream_fail(j, e,
+                              "the checkpoint link to process %" PRIu32
+                              " ended before the final checkpoint completed: %s",
+                              a.chain, weir_strerror(e));
+            if (cur && !final)
+                abandon(r, cur);
+            fail_here(r, e); /* (ABORT below tells the others) */
+            break;
         }
         uint64_t want = final ? final : cur;
         int64_t k = order_of(p, a.chain, a.sub);

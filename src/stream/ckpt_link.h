@@ -17,6 +17,10 @@
  *   FINAL_REQ subtask -> coordinator: it reached the end of its input;
  *             the job needs its final checkpoint (id 0: the subtask does
  *             not know it yet)
+ *   ABORT     link -> coordinator (never from a subtask): the link to
+ *             the process `chain` ended (err says how) before the final
+ *             checkpoint completed; its subtasks acknowledge nothing more,
+ *             so the final cannot complete and the run fails
  *   FINAL     coordinator -> every subtask: id is the job's final
  *             checkpoint; a subtask takes it once at the end of its input
  *             (its ACK as for any checkpoint), and ends once it completed

@@ -24,7 +24,10 @@
  * a storage name, is a protocol error: it fails the job naming the peer,
  * and the socket is no longer read. An end of the stream is not an error
  * by itself (a worker that finished closes its socket): a peer that died
- * breaks the data channels to it, which fail the job.
+ * breaks the data channels to it, which fail the job. The end of a
+ * worker's socket is told to the checkpoint coordinator all the same: a
+ * run ends through its final checkpoint, which that worker will never
+ * acknowledge now (ckpt_link.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -149,6 +152,14 @@ static intptr_t reader(void *arg)
                     if (t->r->chains[ci].subs[s].here)
                         weir__subtask_post(&t->r->chains[ci].subs[s],
                                            (item){IT_FAIL, 0, {NULL}, n < 0 ? (int)n : -EPIPE});
+        }
+        if (n <= 0 && n != -ECANCELED && t->coordinator) {
+            /* A worker's process closed its end, or it broke: its ACKs
+             * stop. The coordinator decides what that means (ckpt_link.h:
+             * ABORT from a link). */
+            weir__ckpt_msg g = {
+                .kind = WEIR__CK_ABORT, .chain = (uint32_t)proc, .err = n < 0 ? (int)n : -EPIPE};
+            weir_chan_try_send(t->acks, &g);
         }
         if (n <= 0)
             break; /* the end of the stream, the end of the run, or broken */

@@ -878,4 +878,118 @@ TEST(idleness_crosses_processes)
     munmap(ish, sizeof(*ish));
 }
 
+/* ---- a process lost in the final checkpoint ----------------------------------------------------
+ * [src -> sink] at parallelism 2, subtask s in process s: no data channel
+ * between the processes, only the checkpoint link. Process 1 dies in its
+ * sink's pre-commit of the final checkpoint (after its finish()), so its
+ * ACK never comes: process 0, whose subtask took the final and waits for
+ * it to complete, must fail and end, not wait forever. */
+static int fin_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    *state = arg; /* this process's "finish() ran" */
+    return 0;
+}
+
+static int fin_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)state, (void)in;
+    return 0;
+}
+
+static int fin_finish(weir_ctx *ctx, void *state)
+{
+    (void)ctx;
+    *(int *)state = 1;
+    return 0;
+}
+
+static int fin_pre_commit(weir_ctx *ctx, void *state, uint64_t id)
+{
+    (void)id;
+    if (weir_ctx_subtask(ctx) == 1 && *(int *)state)
+        _exit(7); /* a crash in the final checkpoint */
+    return 0;
+}
+
+typedef struct fin_share {
+    int self, lfd, ctl, ports[2];
+    const char *ckpt;
+} fin_share;
+
+static intptr_t run_fin_share(void *arg)
+{
+    fin_share *sh = arg;
+    static int finished;
+    weir_job *j = weir_job_new("tcp-final");
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &gen_def, NULL), 2);
+    CHECK_EQ(weir_stream_sink(s, "sink",
+                              &(weir_op_def){.open = fin_open,
+                                             .process = fin_process,
+                                             .finish = fin_finish,
+                                             .pre_commit = fin_pre_commit},
+                              &finished),
+             0);
+    int ctl[2] = {-1, -1};
+    ctl[1 - sh->self] = sh->ctl;
+    weir__plan *p;
+    weir__tcp_net *n = plan_and_net(j, &p, sh->self, sh->lfd, sh->ports, ctl, 0);
+    CHECK(n != NULL);
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    int e = weir__job_run_plan(j, p,
+                               &(weir_run_opts){.parallelism = 2,
+                                                .checkpoint_dir = sh->ckpt,
+                                                .checkpoint_interval_ms = 30},
+                               &d);
+    if (e)
+        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    weir_job_free(j);
+    return e;
+}
+
+TEST(a_process_lost_in_the_final_checkpoint_fails_the_other_instead_of_hanging)
+{
+    char dir[] = "/tmp/weir-tcp-fin-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    per_sub = 2000;
+    int lfd[2], ports[2], sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_GE(lfd[i] = weir_net_listen("127.0.0.1", 0, NULL), 0);
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        CHECK_GE(pid[i], 0);
+        if (pid[i] == 0) {
+            close(lfd[1 - i]);
+            close(sp[1 - i]);
+            fin_share sh = {i, lfd[i], sp[i], {ports[0], ports[1]}, dir};
+            _exit(test_run_on_rt(2, run_fin_share, &sh) ? 1 : 0);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        close(lfd[i]);
+        close(sp[i]);
+    }
+    int st[2];
+    CHECK(ends_within(pid[1], 60000, &st[1]));
+    CHECK(WIFEXITED(st[1]));
+    CHECK_EQ(WEXITSTATUS(st[1]), 7); /* it died in the final's pre-commit */
+    int ended = ends_within(pid[0], 30000, &st[0]);
+    if (!ended)
+        kill(pid[0], SIGKILL), waitpid(pid[0], &st[0], 0);
+    CHECK(ended);
+    CHECK(WIFEXITED(st[0]));
+    CHECK_EQ(WEXITSTATUS(st[0]), 1); /* failed: the final checkpoint never completed */
+    per_sub = N;
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
 TEST_MAIN()
