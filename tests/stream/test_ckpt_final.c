@@ -27,6 +27,7 @@
 enum { FAST_N = 1000, SLOW_TAIL = 50 };
 
 static _Atomic int fail_slow;        /* subtask 1 fails instead of ending */
+static _Atomic int slow_forever;     /* subtask 1 never ends (until cancelled) */
 static _Atomic uint64_t seq;         /* orders the hooks' events */
 static _Atomic uint64_t fast_final;  /* sink 0's final pre_commit id, once it ran */
 static _Atomic uint64_t slow_finish; /* seq of sink 1's finish() */
@@ -66,7 +67,7 @@ static int src_next(weir_ctx *ctx, void *state)
     if (weir_emit(ctx, n, 8, *n) < 0)
         return -EIO;
     (*n)++;
-    if (!atomic_load(&fast_final) || ++n[1] < SLOW_TAIL)
+    if (!atomic_load(&fast_final) || ++n[1] < SLOW_TAIL || atomic_load(&slow_forever))
         return 0;
     if (atomic_load(&fail_slow))
         return weir_fail(ctx, -EIO, "the slow source failed on purpose");
@@ -173,6 +174,7 @@ static void reset(int fail)
     atomic_store(&fast_final, 0);
     atomic_store(&slow_finish, 0);
     atomic_store(&fail_slow, fail);
+    atomic_store(&slow_forever, 0);
 }
 
 static int exists(const char *dir, const char *fmt, uint64_t id)
@@ -255,6 +257,42 @@ TEST(a_job_failing_after_a_subtask_ended_commits_none_of_its_tail)
     CHECK_LT(sides[0].committed, sides[0].received);
     CHECK(!exists(dir, "COMPLETED-%llu", fin));
     CHECK(!exists(dir, "chk-%llu", fin));
+    CHECK_LT(c.stats.latest, fin);
+    rm_rf(dir);
+}
+
+/* A cancel while one subtask waits in the final checkpoint (the other
+ * never ends): the run ends, cancelled, within the deadline, and nothing
+ * of the final is committed or marked completed. */
+static intptr_t cancel_in_final_main(void *arg)
+{
+    job_cfg *c = arg;
+    weir_task *t =
+        weir_task_spawn(run_main, c, &(weir_spawn_opts){.name = "job", .stack_size = 256 << 10});
+    CHECK(t != NULL);
+    int64_t deadline = weir_time_after_ms(30000);
+    while (!atomic_load(&fast_final) && weir_time_now() < deadline)
+        weir_time_sleep(5 * WEIR_MSEC);
+    CHECK_GT(atomic_load(&fast_final), 0u);
+    weir_task_cancel(t);
+    /* -ECANCELED: it ended, cancelled; -ETIMEDOUT: it hangs. */
+    CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(30000)), -ECANCELED);
+    return 0;
+}
+
+TEST(a_cancel_while_a_subtask_waits_in_the_final_checkpoint_ends_the_run)
+{
+    char dir[] = "/tmp/weir-final-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    reset(0);
+    atomic_store(&slow_forever, 1);
+    job_cfg c = {.ckpt = dir};
+    CHECK_EQ(test_run_on_rt(2, cancel_in_final_main, &c), 0);
+    CHECK_EQ(c.err, -ECANCELED);
+    uint64_t fin = atomic_load(&fast_final);
+    CHECK_EQ(sides[0].pre_after_finish, 1);
+    CHECK_EQ(sides[0].final_commit, 0u);
+    CHECK(!exists(dir, "COMPLETED-%llu", fin));
     CHECK_LT(c.stats.latest, fin);
     rm_rf(dir);
 }
