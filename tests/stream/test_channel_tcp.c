@@ -992,4 +992,44 @@ TEST(a_process_lost_in_the_final_checkpoint_fails_the_other_instead_of_hanging)
     CHECK_EQ(system(cmd), 0);
 }
 
+/* A worker process whose coordinator's process is gone before its run
+ * starts (the control socket's other end closed): its subtask at the end
+ * of its input must fail, not wait for a final checkpoint nobody runs. The
+ * link's reader meets the end at once, while the run is still being set
+ * up. */
+TEST(a_worker_process_without_its_coordinator_fails_instead_of_hanging)
+{
+    char dir[] = "/tmp/weir-tcp-fin-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    per_sub = 2000;
+    int lfd[2], ports[2], sp[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    close(sp[0]); /* process 0 never comes */
+    for (int i = 0; i < 2; i++) {
+        CHECK_GE(lfd[i] = weir_net_listen("127.0.0.1", 0, NULL), 0);
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    pid_t pid = fork();
+    CHECK_GE(pid, 0);
+    if (pid == 0) {
+        close(lfd[0]);
+        fin_share sh = {1, lfd[1], sp[1], {ports[0], ports[1]}, dir};
+        _exit(test_run_on_rt(2, run_fin_share, &sh) ? 1 : 0);
+    }
+    close(lfd[0]);
+    close(lfd[1]);
+    close(sp[1]);
+    int st;
+    int ended = ends_within(pid, 30000, &st);
+    if (!ended)
+        kill(pid, SIGKILL), waitpid(pid, &st, 0);
+    CHECK(ended);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 1);
+    per_sub = N;
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
 TEST_MAIN()
