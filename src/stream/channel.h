@@ -18,8 +18,10 @@
  * A channel may hold what it was given for a moment rather than pass it on
  * at once (push): a socket's channel keeps the frames of one step of its
  * producer - a source's call of next() and the watermark after it, an
- * operator's items until its queue is empty (16 at most) - to write them
- * together, so a batch and the watermark after it cost one write, not two.
+ * operator's items until its queue is empty (16 at most; it lets its
+ * thread's other tasks run once before it counts the queue as empty) - to
+ * write them together, so a batch and the watermark after it cost one
+ * write, not two.
  * The producer pushes every output at the end of each step and before it
  * waits for anything (weir__stream_push_all, task.c): before its input
  * queue, and before a credit of any of its channels (weir__credit_take),

@@ -376,7 +376,16 @@ static int tx_push(weir__channel *c)
         return 0;
     int e = tx_write(tx, tx->buf, tx->len);
     tx->len = tx->wm_at = 0;
+    c->prod->held--;
     return e;
+}
+
+/* The first frame held since the last push: the producer has one more
+ * output to push. */
+static void tx_hold(tx_channel *tx)
+{
+    if (!tx->len)
+        tx->ch.prod->held++;
 }
 
 /* The batch's frame joins those held; the credit it spent comes back once
@@ -396,6 +405,7 @@ static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
         weir_sem_release(tx->credits, 1);
         return e; /* b stays the caller's */
     }
+    tx_hold(tx);
     weir__wire_batch_encode(b, tx->buf + tx->len);
     tx->len += len;
     tx->wm_at = 0;
@@ -419,6 +429,7 @@ static int tx_send_ctl(weir__channel *c, int kind, int64_t v)
     int e = tx_reserve(tx, WEIR__WIRE_CTRL_MAX);
     if (e)
         return e;
+    tx_hold(tx);
     uint8_t *f = tx->buf + tx->len;
     tx->len += kind == IT_WATERMARK ? weir__wire_encode_watermark(f, v)
                : kind == IT_BARRIER

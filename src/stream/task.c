@@ -128,7 +128,7 @@ int weir__stream_flush_all(subtask *st)
 
 int weir__stream_push_all(subtask *st)
 {
-    for (int i = 0; i < st->nouts; i++) {
+    for (int i = 0; st->held && i < st->nouts; i++) {
         output *o = &st->outs[i];
         for (int t = 0; t < o->par; t++) {
             channel *ch = o->targets[t];
@@ -584,7 +584,19 @@ static int run_operator(subtask *st)
         if (e == -EAGAIN)
             e = weir_chan_try_recv(st->inq, &it);
         if (e == -EAGAIN) {
-            if ((e = weir__stream_flush_all(st)) < 0 || (e = weir__stream_push_all(st)) < 0)
+            if ((e = weir__stream_flush_all(st)) < 0)
+                return e;
+            /* Frames held for a socket (channel.h): let the thread's other
+             * tasks run once before they go - input that comes meanwhile is
+             * processed first, and its frames go out with them (a watermark
+             * held replaced by the next). At most 16 items, as above. */
+            if (st->held) {
+                if ((e = weir_task_yield()) < 0)
+                    return e;
+                if ((e = weir_chan_try_recv(st->inq, &it)) == 0)
+                    goto got;
+            }
+            if ((e = weir__stream_push_all(st)) < 0)
                 return e;
             int64_t deadline =
                 idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms) : WEIR_FOREVER;
@@ -597,6 +609,7 @@ static int run_operator(subtask *st)
         }
         if (e)
             return e;
+    got:
         if (it.kind >= IT_NOTIFY) {
             if ((e = handle_posted(st, &it)) < 0)
                 return e;
