@@ -11,6 +11,8 @@
 #   BUILD=DIR         the Release build to use (default build/bench, as bench/run)
 #   BENCH_NO_BUILD=1  use BUILD as it is (bench/run passes it: it just built)
 #   KEEP=1            keep the scratch directory (logs, outputs) for a look
+#   WORKER_THREADS=N  start each worker with --threads N (default: none, so
+#                     the runtime's default, WEIR_THREADS or the online cores)
 #
 # The coordinator runs with WEIR_LOG=info: its stderr (coord.log) carries
 # "worker lost: ID (cause)" and "job J attempt K running: ..." lines, which
@@ -110,9 +112,11 @@ start_coordinator() {
 }
 
 # start_worker ID SLOTS [nowait]: sets w_ID to its pid; waits for it to
-# register unless told not to.
+# register unless told not to. WORKER_THREADS, when set, is its --threads.
 start_worker() {
+    # shellcheck disable=SC2046 # no argument, or --threads N
     "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots "$2" \
+        $([ -z "${WORKER_THREADS:-}" ] || echo --threads "$WORKER_THREADS") \
         >"$tmp/$1.out" 2>>"$tmp/$1.log" &
     eval "w_$1=$!"
     pids="$pids $!"

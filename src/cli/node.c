@@ -27,9 +27,9 @@
 static void usage_node(FILE *f)
 {
     fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
-          "                 [--http-port P] [--cache-dir D]\n"
+          "                 [--http-port P] [--cache-dir D] [--threads N]\n"
           "       weir node --role=worker --id ID --coordinator HOST:PORT [--slots N]\n"
-          "                 [--data-host H] [--http-port P] [--cache-dir D]\n"
+          "                 [--data-host H] [--http-port P] [--cache-dir D] [--threads N]\n"
           "\n"
           "Run a cluster node until SIGTERM or SIGINT.\n"
           "\n"
@@ -49,6 +49,10 @@ static void usage_node(FILE *f)
           "                      (default: the one the coordinator sees)\n"
           "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
           "                      (127.0.0.1; 0: a free one)\n"
+          "both:\n"
+          "  --threads N         scheduler threads of the node's runtime (default\n"
+          "                      WEIR_THREADS, else the online cores); give nodes that\n"
+          "                      share a machine their share of its cores\n"
           "\n"
           "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
           "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
@@ -88,13 +92,37 @@ static void on_http(void *arg, const char *host, int port)
     fflush(stdout);
 }
 
-static int node_main(int argc, char **argv)
+static intptr_t node_main(void *arg)
 {
-    (void)argc, (void)argv;
+    (void)arg;
     node_args *a = &g_node;
     int e = a->worker ? weir__worker_run(&a->wo, a->msg, sizeof(a->msg))
                       : weir__coord_run(&a->co, a->msg, sizeof(a->msg));
     return e < 0 ? CLI_FAILED : CLI_OK;
+}
+
+/* weir_main with a thread count: node_main as the fiber "main" of a
+ * runtime of `threads` scheduler threads (0: WEIR_THREADS, else the online
+ * cores). Every subtask of a worker's share is pinned to one of them
+ * (runner.c), so two workers with the default on one machine run twice as
+ * many busy threads as it has cores: each hand-off between a share's
+ * subtasks then wakes a thread whose core another process holds. */
+static int run_node(int threads)
+{
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = threads});
+    if (!rt) {
+        snprintf(g_node.msg, sizeof(g_node.msg), "cannot create the runtime: %s", strerror(errno));
+        return CLI_FAILED;
+    }
+    weir_task *t = weir_task_spawn(
+        node_main, NULL, &(weir_spawn_opts){.name = "main", .stack_size = 256 << 10, .rt = rt});
+    intptr_t rc = CLI_FAILED;
+    if (t)
+        weir_task_join(t, &rc, WEIR_FOREVER);
+    else
+        snprintf(g_node.msg, sizeof(g_node.msg), "cannot spawn the node: %s", strerror(errno));
+    weir_rt_free(rt);
+    return (int)rc;
 }
 
 static int value(const char *arg, const char *name, int *i, int argc, char **argv, const char **out)
@@ -135,7 +163,8 @@ int weir__cli_node(int argc, char **argv)
     node_args *a = &g_node;
     memset(a, 0, sizeof(*a));
     a->co.max_restarts = -1;
-    const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL, *cache = NULL;
+    const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL, *cache = NULL,
+               *threads = NULL;
     a->wo.coordinator = getenv("WEIR_COORDINATOR");
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
@@ -153,7 +182,8 @@ int weir__cli_node(int argc, char **argv)
             (r = value(argv[i], "--slots", &i, argc, argv, &slots)) ||
             (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host)) ||
             (r = value(argv[i], "--http-port", &i, argc, argv, &http)) ||
-            (r = value(argv[i], "--cache-dir", &i, argc, argv, &cache))) {
+            (r = value(argv[i], "--cache-dir", &i, argc, argv, &cache)) ||
+            (r = value(argv[i], "--threads", &i, argc, argv, &threads))) {
             if (r < 0)
                 return CLI_USAGE;
             (void)v;
@@ -168,6 +198,12 @@ int weir__cli_node(int argc, char **argv)
     }
     a->worker = strcmp(role, "worker") == 0;
     long n;
+    int nthreads = 0; /* the runtime's default */
+    if (threads) {
+        if (number("--threads", threads, 1, 256, &n) < 0)
+            return CLI_USAGE;
+        nthreads = (int)n;
+    }
     a->co.cache_dir = a->wo.cache_dir = cache;
     if (http) {
         if (number("--http-port", http, 0, 65535, &n) < 0)
@@ -228,8 +264,7 @@ int weir__cli_node(int argc, char **argv)
         sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
     a->co.stop_fd = a->wo.stop_fd = sfd;
-    char *args[] = {(char *)"weir", NULL};
-    int rc = weir_main(node_main, 1, args);
+    int rc = run_node(nthreads);
     if (sfd >= 0)
         close(sfd);
     if (rc != CLI_OK)

@@ -15,6 +15,20 @@
  * subtask waits on one queue for all its inputs; once it has processed a
  * batch it returns the credit with credit().
  *
+ * A channel may hold what it was given for a moment rather than pass it on
+ * at once (push): a socket's channel keeps the frames of one step of its
+ * producer - a source's call of next() and the watermark after it, an
+ * operator's items until its queue is empty (16 at most; it lets its
+ * thread's other tasks run once before it counts the queue as empty) - to
+ * write them together, so a batch and the watermark after it cost one
+ * write, not two.
+ * The producer pushes every output at the end of each step and before it
+ * waits for anything (weir__stream_push_all, task.c): before its input
+ * queue, and before a credit of any of its channels (weir__credit_take),
+ * so no consumer waits on frames its producer holds while the producer
+ * waits on it. A barrier, an idle flag and the end of input are written
+ * at once, with whatever is held before them.
+ *
  * Implementations: channel_local.c hands the batch over by pointer into
  * the consumer's queue, no copy, and keeps the credits in a semaphore
  * both sides share. A channel that crosses processes implements the same
@@ -46,21 +60,34 @@ typedef struct weir__channel_ops {
     /* The consumer processed one batch of this channel. */
     void (*credit)(weir__channel *ch);
     void (*free)(weir__channel *ch);
+    /* Pass on what send_batch / send_ctl held back; NULL: they hold
+     * nothing. 0 or a negative errno (the job failed already). */
+    int (*push)(weir__channel *ch);
 } weir__channel_ops;
 
 struct weir__channel {
     const weir__channel_ops *ops;
-    uint32_t id;        /* the plan's channel number */
-    int input;          /* the consumer's input index */
-    struct batch *open; /* the producer's batch being filled (task.c) */
+    uint32_t id;          /* the plan's channel number */
+    int input;            /* the consumer's input index */
+    struct batch *open;   /* the producer's batch being filled (task.c) */
+    struct subtask *prod; /* the producer, when it runs here (deploy.c) */
 };
 
+/* Push every output channel of st (task.c). */
+int weir__stream_push_all(struct subtask *st);
+
 /* Take one of a channel's credits, waiting for it if none is free (the
- * wait is added to *waited_ns: the producer's backpressure). */
-static inline int weir__credit_take(weir_sem *credits, uint64_t *waited_ns)
+ * wait is added to *waited_ns: the producer's backpressure). Before it
+ * waits, the producer pushes its outputs (see push above). */
+static inline int weir__credit_take(weir__channel *ch, weir_sem *credits, uint64_t *waited_ns)
 {
     if (weir_sem_try_acquire(credits, 1) == 0)
         return 0;
+    if (ch->prod) {
+        int pe = weir__stream_push_all(ch->prod);
+        if (pe)
+            return pe;
+    }
     int64_t t0 = weir_time_now();
     int e = weir_sem_acquire(credits, 1, WEIR_FOREVER);
     *waited_ns += (uint64_t)(weir_time_now() - t0);

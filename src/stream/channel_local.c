@@ -19,7 +19,7 @@ typedef struct local_channel {
 static int local_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
 {
     local_channel *lc = (local_channel *)c;
-    int e = weir__credit_take(lc->credits, waited_ns);
+    int e = weir__credit_take(c, lc->credits, waited_ns);
     if (e)
         return e;
     item it = {IT_BATCH, c->input, {b}, 0};
@@ -49,8 +49,8 @@ static void local_free(weir__channel *c)
     weir__free(lc);
 }
 
-static const weir__channel_ops local_ops = {"local", local_send_batch, local_send_ctl, local_credit,
-                                            local_free};
+static const weir__channel_ops local_ops = {"local",      local_send_batch, local_send_ctl,
+                                            local_credit, local_free,       NULL};
 
 weir__channel *weir__channel_local_new(subtask *to, int credits)
 {

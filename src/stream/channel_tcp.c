@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "base/log.h"
 #include "stream/ckpt_link.h"
 #include "stream/wire.h"
+#include "weir/io.h"
 #include "weir/net.h"
 
 #define FIBER_STACK (64u << 10)
@@ -149,8 +151,9 @@ struct tx_channel {
     int fd; /* -1 until the first send connects */
     int broken;
     weir_sem *credits;
-    uint8_t *buf; /* a batch's frame */
-    size_t cap;
+    uint8_t *buf;    /* frames held until the producer's next push (tx_push) */
+    size_t len, cap; /* buf[0, len) held */
+    size_t wm_at;    /* len when the last frame held is a WATERMARK's, else 0 */
 };
 
 /* The receiving end: consumer here, producer elsewhere. */
@@ -299,13 +302,38 @@ static int tx_connect(tx_channel *tx)
     return 0;
 }
 
+/* Every byte of p[0, len) - whole frames, one or several - as
+ * weir_frame_write sends one: straight from the fiber while the socket
+ * has room, waiting on the loop when it is full. */
+static int send_frames(int fd, const uint8_t *p, size_t len)
+{
+    if (weir_task_cancelled())
+        return -ECANCELED;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return -errno;
+            int r = weir_io_poll(fd, POLLOUT, WEIR_FOREVER);
+            if (r < 0)
+                return r;
+            continue;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 static int tx_write(tx_channel *tx, const uint8_t *p, size_t len)
 {
     if (tx->broken)
         return -EPIPE;
     int e = tx->fd < 0 ? tx_connect(tx) : 0;
     if (!e)
-        e = weir_frame_write(tx->fd, p, len, WEIR_FOREVER);
+        e = send_frames(tx->fd, p, len);
     if (e) {
         tx->broken = 1; /* part of a frame may be out: nothing more can follow */
         if (e != -ECANCELED) {
@@ -320,43 +348,99 @@ static int tx_write(tx_channel *tx, const uint8_t *p, size_t len)
     return 0;
 }
 
-static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
+/* Frames held past this many bytes are written without waiting for the
+ * push: a step that emits many batches sends them as it goes. */
+#define TX_HOLD_MAX (64u << 10)
+
+/* Room for `more` bytes after the held ones. */
+static int tx_reserve(tx_channel *tx, size_t more)
 {
-    tx_channel *tx = (tx_channel *)c;
-    int e = weir__credit_take(tx->credits, waited_ns);
-    if (e)
-        return e;
-    size_t len = weir__wire_batch_size(b);
-    if (len > tx->cap) {
-        uint8_t *nb = weir__realloc(tx->buf, len);
-        if (!nb) {
-            weir_sem_release(tx->credits, 1);
-            return -ENOMEM;
-        }
-        tx->buf = nb;
-        tx->cap = len;
-    }
-    weir__wire_batch_encode(b, tx->buf);
-    e = tx_write(tx, tx->buf, len);
-    if (e) {
-        weir_sem_release(tx->credits, 1);
-        return e;
-    }
-    atomic_fetch_add_explicit(&tx->net->records, b->n, memory_order_relaxed);
-    weir__batch_free(b); /* it went out as bytes */
+    if (tx->len + more <= tx->cap)
+        return 0;
+    size_t cap = tx->cap ? tx->cap : 1024;
+    while (cap < tx->len + more)
+        cap *= 2;
+    uint8_t *nb = weir__realloc(tx->buf, cap);
+    if (!nb)
+        return -ENOMEM;
+    tx->buf = nb;
+    tx->cap = cap;
     return 0;
 }
 
+/* Write every held frame, in one write. */
+static int tx_push(weir__channel *c)
+{
+    tx_channel *tx = (tx_channel *)c;
+    if (!tx->len)
+        return 0;
+    int e = tx_write(tx, tx->buf, tx->len);
+    tx->len = tx->wm_at = 0;
+    c->prod->held--;
+    return e;
+}
+
+/* The first frame held since the last push: the producer has one more
+ * output to push. */
+static void tx_hold(tx_channel *tx)
+{
+    if (!tx->len)
+        tx->ch.prod->held++;
+}
+
+/* The batch's frame joins those held; the credit it spent comes back once
+ * the consumer has processed it, which it cannot do before the push: the
+ * producer pushes before it waits for a credit (weir__credit_take). */
+static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
+{
+    tx_channel *tx = (tx_channel *)c;
+    if (tx->broken)
+        return -EPIPE;
+    int e = weir__credit_take(c, tx->credits, waited_ns);
+    if (e)
+        return e;
+    size_t len = weir__wire_batch_size(b);
+    if ((tx->len && tx->len + len > TX_HOLD_MAX && (e = tx_push(c)) < 0) ||
+        (e = tx_reserve(tx, len)) < 0) {
+        weir_sem_release(tx->credits, 1);
+        return e; /* b stays the caller's */
+    }
+    tx_hold(tx);
+    weir__wire_batch_encode(b, tx->buf + tx->len);
+    tx->len += len;
+    tx->wm_at = 0;
+    atomic_fetch_add_explicit(&tx->net->records, b->n, memory_order_relaxed);
+    weir__batch_free(b); /* it is bytes now */
+    return 0;
+}
+
+/* A watermark waits for the push with the frames before it, and replaces a
+ * watermark held right before it (the later one says all the earlier one
+ * does: watermarks only rise). The other control frames go out at once. */
 static int tx_send_ctl(weir__channel *c, int kind, int64_t v)
 {
     tx_channel *tx = (tx_channel *)c;
-    uint8_t f[WEIR__WIRE_CTRL_MAX];
-    size_t len = kind == IT_WATERMARK ? weir__wire_encode_watermark(f, v)
-                 : kind == IT_BARRIER
-                     ? weir__wire_encode_barrier(f, (uint64_t)v, WEIR__WIRE_BARRIER_ALIGNED)
-                 : kind == IT_IDLE ? weir__wire_encode_idle(f, v != 0)
-                                   : weir__wire_encode_end(f);
-    return tx_write(tx, f, len);
+    if (tx->broken)
+        return -EPIPE;
+    if (kind == IT_WATERMARK && tx->wm_at) {
+        weir__wire_encode_watermark(tx->buf + tx->wm_at - WEIR__WIRE_WATERMARK_SIZE, v);
+        return 0;
+    }
+    int e = tx_reserve(tx, WEIR__WIRE_CTRL_MAX);
+    if (e)
+        return e;
+    tx_hold(tx);
+    uint8_t *f = tx->buf + tx->len;
+    tx->len += kind == IT_WATERMARK ? weir__wire_encode_watermark(f, v)
+               : kind == IT_BARRIER
+                   ? weir__wire_encode_barrier(f, (uint64_t)v, WEIR__WIRE_BARRIER_ALIGNED)
+               : kind == IT_IDLE ? weir__wire_encode_idle(f, v != 0)
+                                 : weir__wire_encode_end(f);
+    if (kind == IT_WATERMARK) {
+        tx->wm_at = tx->len;
+        return 0;
+    }
+    return tx_push(c);
 }
 
 static void tx_credit(weir__channel *c)
@@ -375,8 +459,8 @@ static void tx_free(weir__channel *c)
     weir__free(tx);
 }
 
-static const weir__channel_ops tx_ops = {"tcp-send", tx_send_batch, tx_send_ctl, tx_credit,
-                                         tx_free};
+static const weir__channel_ops tx_ops = {"tcp-send", tx_send_batch, tx_send_ctl,
+                                         tx_credit,  tx_free,       tx_push};
 
 /* ---- the receiving end ---------------------------------------------------------------------- */
 typedef struct rx_start {
@@ -607,8 +691,8 @@ static void rx_free(weir__channel *c)
     weir__free(rx);
 }
 
-static const weir__channel_ops rx_ops = {"tcp-receive", rx_send_batch, rx_send_ctl, rx_credit,
-                                         rx_free};
+static const weir__channel_ops rx_ops = {"tcp-receive", rx_send_batch, rx_send_ctl,
+                                         rx_credit,     rx_free,       NULL};
 
 /* ---- the factory and the net ---------------------------------------------------------------- */
 static weir__channel *factory(void *arg, run *r, const weir__plan_channel *pc, subtask *prod,

@@ -15,7 +15,13 @@
  *     deadline, as the other process may still be starting), announces
  *     the channel with HELLO, then writes BATCH and control frames. A
  *     batch is sent only with a credit in hand: credits come back in
- *     CREDIT frames, read by a fiber of the channel's own;
+ *     CREDIT frames, read by a fiber of the channel's own. The frames of
+ *     one step of the producer wait for its push (channel.h) and go out in
+ *     one write - a source's batch and the watermark after it, say, which
+ *     would otherwise be two writes and two wake-ups of the reader for one
+ *     batch (a watermark replaces one held right before it); a barrier,
+ *     an idle flag or the end of input goes out at once, and so does
+ *     what is held once it passes 64 KiB;
  *   - a receiving end when only the consumer does: the net's accept fiber
  *     takes the connection, checks its HELLO against what the plan says of
  *     that channel, and starts a reader fiber that decodes each frame into

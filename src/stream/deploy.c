@@ -241,6 +241,7 @@ int weir__deploy_build(run *r, const weir__plan *p, const weir__deploy *d)
                     }
                     ch->id = pch->id;
                     ch->input = (int)pch->to_input;
+                    ch->prod = prod;
                     if (cons && (e = add_input(cons, ch, in, k)) < 0)
                         return e;
                     assert(!cons || cons->nins == ch->input + 1);

@@ -283,6 +283,7 @@ struct subtask {
     int out_idle;      /* it sent IT_IDLE 1 on its outputs and has been idle since */
     int64_t last_emit; /* sources: when next() last emitted a record */
     uint64_t bp_ns;
+    int held;                /* outputs holding frames for their next push (channel.h) */
     _Atomic unsigned posted; /* items posted and not yet taken (sources look between next()s) */
     /* checkpoints (checkpoint.c) */
     uint64_t last_barrier; /* the last checkpoint it took part in */

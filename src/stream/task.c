@@ -126,6 +126,20 @@ int weir__stream_flush_all(subtask *st)
     return 0;
 }
 
+int weir__stream_push_all(subtask *st)
+{
+    for (int i = 0; st->held && i < st->nouts; i++) {
+        output *o = &st->outs[i];
+        for (int t = 0; t < o->par; t++) {
+            channel *ch = o->targets[t];
+            int e = ch && ch->ops->push ? ch->ops->push(ch) : 0;
+            if (e)
+                return e;
+        }
+    }
+    return 0;
+}
+
 static int append(subtask *st, channel *ch, const void *data, size_t len, int64_t ts, int kg)
 {
     batch *b = ch->open;
@@ -410,6 +424,8 @@ static int run_source(subtask *st)
         metrics_push(st);
         if (!e && src->src.max_out_of_orderness >= 0)
             e = advance(st, source_watermark(st->max_ts, src->src.max_out_of_orderness));
+        if (!e) /* the end of a step: its batches and watermark go out together */
+            e = weir__stream_push_all(st);
         if (e)
             return e;
         if (r == 1)
@@ -560,7 +576,8 @@ static int run_operator(subtask *st)
         int e;
         /* Now and then while input keeps coming without a wait: let the
          * other subtasks of this thread run. */
-        if (++turn % 16 == 0 && (e = weir_task_yield()) < 0)
+        if (++turn % 16 == 0 &&
+            ((e = weir__stream_push_all(st)) < 0 || (e = weir_task_yield()) < 0))
             return e;
         /* Items held back during an alignment go first, then the queue. */
         e = weir__itemq_pop(&st->replay, &it);
@@ -568,6 +585,18 @@ static int run_operator(subtask *st)
             e = weir_chan_try_recv(st->inq, &it);
         if (e == -EAGAIN) {
             if ((e = weir__stream_flush_all(st)) < 0)
+                return e;
+            /* Frames held for a socket (channel.h): let the thread's other
+             * tasks run once before they go - input that comes meanwhile is
+             * processed first, and its frames go out with them (a watermark
+             * held replaced by the next). At most 16 items, as above. */
+            if (st->held) {
+                if ((e = weir_task_yield()) < 0)
+                    return e;
+                if ((e = weir_chan_try_recv(st->inq, &it)) == 0)
+                    goto got;
+            }
+            if ((e = weir__stream_push_all(st)) < 0)
                 return e;
             int64_t deadline =
                 idle_ns ? weir_time_after_ms(st->r->o.idle_timeout_ms) : WEIR_FOREVER;
@@ -580,6 +609,7 @@ static int run_operator(subtask *st)
         }
         if (e)
             return e;
+    got:
         if (it.kind >= IT_NOTIFY) {
             if ((e = handle_posted(st, &it)) < 0)
                 return e;

@@ -82,10 +82,14 @@ start_coordinator() {
     http=$(sed -n 's/.*http on \(.*\)$/\1/p' "$tmp/coord.out")
 }
 
-# start_worker ID: sets the variable w_ID to its pid
+# start_worker ID: sets the variable w_ID to its pid. Worker c runs a
+# runtime of one scheduler thread (--threads 1), a and b the default.
 start_worker() {
     rm -f "$tmp/$1.out"
-    "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots 4 \
+    threads=""
+    [ "$1" != c ] || threads="--threads 1"
+    # shellcheck disable=SC2086 # $threads is empty or two words
+    "$weir" node --role=worker --id "$1" --coordinator "$coord" --slots 4 $threads \
         --cache-dir "$tmp/cache-$1" >"$tmp/$1.out" \
         2>>"$tmp/$1.log" &
     eval "w_$1=$!"
@@ -97,6 +101,15 @@ latest_completed() {
     ls "$1" 2>/dev/null | sed -n 's/^COMPLETED-\([0-9]*\)$/\1/p' | sort -n | tail -n 1
 }
 has_completed() { [ -n "$(latest_completed "$1")" ]; }
+
+# --threads takes 1..256.
+for t in 0 257 x; do
+    if "$weir" node --role=worker --id z --coordinator 127.0.0.1:1 --threads $t 2>"$tmp/usage.err"; then
+        fail "--threads $t was taken"
+    elif [ $? -ne 2 ] || ! grep -q -- "--threads" "$tmp/usage.err"; then
+        fail "--threads $t: not refused as bad usage: $(cat "$tmp/usage.err")"
+    fi
+done
 
 n=600000
 # The reference: an uninterrupted weir run.

@@ -11,6 +11,8 @@
  * put together; and a producer that spent every credit gets every one
  * back (however the consumer groups them). A source in one process that
  * says it is idle leaves the watermark minimum of a sink in the other.
+ * The frames a sending end holds for its producer's next push go out
+ * before that producer waits for a credit of another channel.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1030,6 +1032,144 @@ TEST(a_worker_process_without_its_coordinator_fails_instead_of_hanging)
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK_EQ(system(cmd), 0);
+}
+
+/* ---- frames held for the next write ------------------------------------------------------------
+ */
+/* A sending end holds the frames of its producer's step and writes them
+ * together (channel.h, push): they must be out before the producer waits
+ * for a credit of any of its channels. One source subtask (process 0)
+ * emits, in one call of next(), a full batch and a record more to gate 1
+ * (process 1, over TCP) and then ten batches' worth to gate 0 (process
+ * 0, a local channel of the plan's 4 credits). Gate 0 does not take its
+ * first record before gate 1 has seen one: the source runs out of gate 0's
+ * credits with gate 1's batch still held, and only the push before that
+ * wait lets either gate go on (without it: gate 0 gives up after 10 s). */
+typedef struct hold_shared {
+    _Atomic int seen1;    /* gate 1 took a record */
+    _Atomic int gave_up;  /* gate 0 waited 10 s for it */
+    _Atomic int64_t n[2]; /* records each gate took */
+} hold_shared;
+static hold_shared *hsh;
+static int64_t hold_key[2]; /* a key each gate owns */
+
+static int hold_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = NULL;
+    return 0;
+}
+
+static int hold_next(weir_ctx *ctx, void *state)
+{
+    (void)state;
+    for (int i = 0; i <= WEIR_BATCH_RECORDS; i++)
+        CHECK_EQ(emit_at(ctx, hold_key[1], i), 0);
+    for (int i = 0; i < 10 * WEIR_BATCH_RECORDS; i++) {
+        int e = emit_at(ctx, hold_key[0], i);
+        if (e)
+            return e;
+    }
+    return 1;
+}
+
+static int hold_gate(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state, (void)in;
+    int g = weir_ctx_subtask(ctx);
+    if (g == 1)
+        atomic_store(&hsh->seen1, 1);
+    else if (atomic_load(&hsh->n[0]) == 0) {
+        int64_t give_up = weir_time_after_ms(10000);
+        while (!atomic_load(&hsh->seen1)) {
+            if (weir_time_now() > give_up) {
+                atomic_store(&hsh->gave_up, 1);
+                return -ETIMEDOUT;
+            }
+            if (weir_time_sleep(WEIR_MSEC) < 0)
+                return -ECANCELED;
+        }
+    }
+    atomic_fetch_add(&hsh->n[g], 1);
+    return 0;
+}
+
+static weir_job *hold_job(void)
+{
+    static const weir_source_def src = {.open = hold_open, .next = hold_next};
+    static const weir_op_def gate = {.process = hold_gate};
+    weir_job *j = weir_job_new("tcp-hold");
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &src, NULL), 1);
+    CHECK_EQ(weir_stream_sink(weir_stream_key_by(s, idle_key, NULL), "gate", &gate, NULL), 0);
+    return j;
+}
+
+/* src in process 0, gate s in process s. */
+static int hold_place(void *arg, uint32_t chain, uint32_t sub)
+{
+    const weir__plan *p = arg;
+    return strcmp(p->ops[p->chains[chain].ops[0]].name, "src") == 0 ? 0 : (int)sub;
+}
+
+static intptr_t run_hold_share(void *arg)
+{
+    share *sh = arg;
+    weir_job *j = hold_job();
+    weir__plan *p;
+    weir__tcp_net *n =
+        plan_and_net_placed(j, &p, 2, sh->self, sh->lfd, sh->ports, NULL, 10000, hold_place);
+    CHECK(n != NULL);
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    int e = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
+    if (e)
+        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    weir_job_free(j);
+    return e;
+}
+
+TEST(held_frames_go_out_before_their_producer_waits_for_a_credit)
+{
+    hsh = mmap(NULL, sizeof(*hsh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(hsh != MAP_FAILED);
+    memset(hsh, 0, sizeof(*hsh));
+    for (int64_t k = 1, found = 0; found != 3; k++) {
+        int g = weir_key_group_owner(weir_key_group(weir_key_hash(&k, 8), WEIR_KEY_GROUPS), 2,
+                                     WEIR_KEY_GROUPS);
+        if (!(found & (1 << g))) {
+            hold_key[g] = k;
+            found |= 1 << g;
+        }
+    }
+    int lfd[2], ports[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_GE(lfd[i] = weir_net_listen("127.0.0.1", 0, NULL), 0);
+        ports[i] = weir_net_local_port(lfd[i]);
+    }
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        CHECK_GE(pid[i], 0);
+        if (pid[i] == 0) {
+            close(lfd[1 - i]);
+            share sh = {.self = i, .lfd = lfd[i], .ports = {ports[0], ports[1]}};
+            _exit(test_run_on_rt(2, run_hold_share, &sh) ? 1 : 0);
+        }
+    }
+    close(lfd[0]);
+    close(lfd[1]);
+    for (int i = 0; i < 2; i++) {
+        int status;
+        CHECK_EQ(waitpid(pid[i], &status, 0), pid[i]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_EQ(atomic_load(&hsh->gave_up), 0);
+    CHECK_EQ(atomic_load(&hsh->n[1]), WEIR_BATCH_RECORDS + 1);
+    CHECK_EQ(atomic_load(&hsh->n[0]), 10 * WEIR_BATCH_RECORDS);
+    munmap(hsh, sizeof(*hsh));
 }
 
 TEST_MAIN()
