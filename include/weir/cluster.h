@@ -63,9 +63,12 @@ extern "C" {
 #endif
 
 /* ---- versions ------------------------------------------------------------------------- */
-/* The protocol this weir speaks, and the oldest one it still talks to. */
-#define WEIR_CLUSTER_PROTO_VERSION    1u
-#define WEIR_CLUSTER_PROTO_MIN_COMPAT 1u
+/* The protocol this weir speaks, and the oldest one it still talks to.
+ * 2: a worker takes part in a bounded job's final checkpoint (it answers
+ * FinalCheckpointAssigned); a version 1 worker ignored it and would leave
+ * the job waiting for its acknowledgement, so 1 is no longer spoken. */
+#define WEIR_CLUSTER_PROTO_VERSION    2u
+#define WEIR_CLUSTER_PROTO_MIN_COMPAT 2u
 
 /* ---- message kinds ----------------------------------------------------------------------
  * The first payload byte. Grouped by direction, each group in its own range,

@@ -141,12 +141,14 @@ static intptr_t reader(void *arg)
     for (;;) {
         weir_frame f = {0};
         ssize_t n = weir_frame_read(fd, &p, &f, WEIR_FOREVER);
-        if (n <= 0 && n != -ECANCELED && !t->coordinator && weir__ckpt_has_final(t->r)) {
+        if (n <= 0 && n != -ECANCELED && !t->coordinator && t->r->o.checkpoint_interval_ms > 0) {
             /* The coordinator's process closed its end, or it broke:
              * nothing more comes (a subtask waiting for the final
              * checkpoint would wait forever). What it sent before is in
              * the mailboxes ahead of this: a subtask told that the final
-             * one completed ends well. */
+             * one completed ends well. (Not weir__ckpt_has_final: this
+             * reader may run before the run's link field is assigned; the
+             * link exists by construction, and r->o was set before it.) */
             for (int ci = 0; ci < t->r->nchains; ci++)
                 for (int s = 0; s < t->r->chains[ci].par; s++)
                     if (t->r->chains[ci].subs[s].here)

@@ -383,7 +383,19 @@ static void hello_script(fake *f)
         fake_hello_ack(f, WEIR_CLUSTER_PROTO_VERSION, 1, WEIR__CL_REFUSED, "too many clients");
         break;
     case 3: { /* versions only, the rest cut short */
-        uint8_t b[4 + 9] = {0, 0, 0, 9, WEIR_CLUSTER_HELLO_CLIENT_ACK, 0, 0, 0, 1, 0, 0, 0, 1};
+        uint8_t b[4 + 9] = {0,
+                            0,
+                            0,
+                            9,
+                            WEIR_CLUSTER_HELLO_CLIENT_ACK,
+                            0,
+                            0,
+                            0,
+                            WEIR_CLUSTER_PROTO_VERSION,
+                            0,
+                            0,
+                            0,
+                            WEIR_CLUSTER_PROTO_MIN_COMPAT};
         fake_send_raw(f, b, sizeof(b));
         break;
     }
