@@ -114,11 +114,33 @@ static weir__tcp_net *plan_and_net_placed(weir_job *j, weir__plan **p, int par, 
     return n;
 }
 
-/* At parallelism 2, subtask s of every chain in process s % 2. */
-static weir__tcp_net *plan_and_net(weir_job *j, weir__plan **p, int self, int lfd,
-                                   const int ports[2], const int *ctl, int64_t timeout_ms)
+/* Run this process's share of j (plan_and_net_placed's arguments) with
+ * options o, printing the job's error when it fails; the net's counters
+ * into stats (NULL: not wanted). */
+static int run_placed(weir_job *j, int par, int self, int lfd, const int ports[2], const int *ctl,
+                      int64_t timeout_ms, int (*place)(void *, uint32_t, uint32_t),
+                      const weir_run_opts *o, uint64_t stats[3])
 {
-    return plan_and_net_placed(j, p, 2, self, lfd, ports, ctl, timeout_ms, by_subtask);
+    weir__plan *p;
+    weir__tcp_net *n = plan_and_net_placed(j, &p, par, self, lfd, ports, ctl, timeout_ms, place);
+    CHECK(n != NULL);
+    weir__deploy d;
+    weir__tcp_deploy(n, &d);
+    int e = weir__job_run_plan(j, p, o, &d);
+    if (e)
+        fprintf(stderr, "process %d: %s\n", self, weir_job_error(j));
+    if (stats)
+        weir__tcp_stats(n, &stats[0], &stats[1], &stats[2]);
+    weir__tcp_free(n);
+    weir__plan_free(p);
+    return e;
+}
+
+/* At parallelism 2, subtask s of every chain in process s % 2. */
+static int run_by_subtask(weir_job *j, int self, int lfd, const int ports[2], const int *ctl,
+                          int64_t timeout_ms, const weir_run_opts *o, uint64_t stats[3])
+{
+    return run_placed(j, 2, self, lfd, ports, ctl, timeout_ms, by_subtask, o, stats);
 }
 
 typedef struct share {
@@ -133,23 +155,15 @@ static intptr_t run_share(void *arg)
     share *sh = arg;
     weir_collector *c = weir_collector_new();
     weir_job *j = count_job(c);
-    weir__plan *p;
-    weir__tcp_net *n =
-        plan_and_net(j, &p, sh->self, sh->lfd, sh->ports, NULL, sh->connect_timeout_ms);
-    CHECK(n != NULL);
-    weir__deploy d;
-    weir__tcp_deploy(n, &d);
-    int e = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
-    if (e)
-        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
-    weir__tcp_stats(n, &sh->sent, &sh->received, &sh->records);
-    weir__tcp_free(n);
+    uint64_t stats[3];
+    int e = run_by_subtask(j, sh->self, sh->lfd, sh->ports, NULL, sh->connect_timeout_ms,
+                           &(weir_run_opts){.parallelism = 2}, stats);
+    sh->sent = stats[0], sh->received = stats[1], sh->records = stats[2];
     char *text = collected(c);
     FILE *f = fopen(sh->out, "w");
     fputs(text, f);
     fclose(f);
     free(text);
-    weir__plan_free(p);
     weir_job_free(j);
     weir_collector_free(c);
     return e;
@@ -528,21 +542,12 @@ static intptr_t run_eo_share(void *arg)
     weir_job *j = eo_job(sh->out, NULL);
     int ctl[2] = {-1, -1};
     ctl[1 - sh->self] = sh->ctl;
-    weir__plan *p;
-    weir__tcp_net *n = plan_and_net(j, &p, sh->self, sh->lfd, sh->ports, ctl, 0);
-    CHECK(n != NULL);
-    weir__deploy d;
-    weir__tcp_deploy(n, &d);
-    int e = weir__job_run_plan(j, p,
-                               &(weir_run_opts){.parallelism = 2,
-                                                .checkpoint_dir = sh->ckpt,
-                                                .checkpoint_interval_ms = 30,
-                                                .restore = sh->restore},
-                               &d);
-    if (e)
-        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
-    weir__tcp_free(n);
-    weir__plan_free(p);
+    int e = run_by_subtask(j, sh->self, sh->lfd, sh->ports, ctl, 0,
+                           &(weir_run_opts){.parallelism = 2,
+                                            .checkpoint_dir = sh->ckpt,
+                                            .checkpoint_interval_ms = 30,
+                                            .restore = sh->restore},
+                           NULL);
     weir_job_free(j);
     return e;
 }
@@ -831,17 +836,7 @@ static intptr_t run_idle_share(void *arg)
 {
     share *sh = arg;
     weir_job *j = idle_job();
-    weir__plan *p;
-    weir__tcp_net *n =
-        plan_and_net_placed(j, &p, 1, sh->self, sh->lfd, sh->ports, NULL, 10000, idle_place);
-    CHECK(n != NULL);
-    weir__deploy d;
-    weir__tcp_deploy(n, &d);
-    int e = weir__job_run_plan(j, p, NULL, &d);
-    if (e)
-        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
-    weir__tcp_free(n);
-    weir__plan_free(p);
+    int e = run_placed(j, 1, sh->self, sh->lfd, sh->ports, NULL, 10000, idle_place, NULL, NULL);
     weir_job_free(j);
     return e;
 }
@@ -934,20 +929,11 @@ static intptr_t run_fin_share(void *arg)
              0);
     int ctl[2] = {-1, -1};
     ctl[1 - sh->self] = sh->ctl;
-    weir__plan *p;
-    weir__tcp_net *n = plan_and_net(j, &p, sh->self, sh->lfd, sh->ports, ctl, 0);
-    CHECK(n != NULL);
-    weir__deploy d;
-    weir__tcp_deploy(n, &d);
-    int e = weir__job_run_plan(j, p,
-                               &(weir_run_opts){.parallelism = 2,
-                                                .checkpoint_dir = sh->ckpt,
-                                                .checkpoint_interval_ms = 30},
-                               &d);
-    if (e)
-        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
-    weir__tcp_free(n);
-    weir__plan_free(p);
+    int e = run_by_subtask(j, sh->self, sh->lfd, sh->ports, ctl, 0,
+                           &(weir_run_opts){.parallelism = 2,
+                                            .checkpoint_dir = sh->ckpt,
+                                            .checkpoint_interval_ms = 30},
+                           NULL);
     weir_job_free(j);
     return e;
 }
@@ -1115,17 +1101,8 @@ static intptr_t run_hold_share(void *arg)
 {
     share *sh = arg;
     weir_job *j = hold_job();
-    weir__plan *p;
-    weir__tcp_net *n =
-        plan_and_net_placed(j, &p, 2, sh->self, sh->lfd, sh->ports, NULL, 10000, hold_place);
-    CHECK(n != NULL);
-    weir__deploy d;
-    weir__tcp_deploy(n, &d);
-    int e = weir__job_run_plan(j, p, &(weir_run_opts){.parallelism = 2}, &d);
-    if (e)
-        fprintf(stderr, "process %d: %s\n", sh->self, weir_job_error(j));
-    weir__tcp_free(n);
-    weir__plan_free(p);
+    int e = run_placed(j, 2, sh->self, sh->lfd, sh->ports, NULL, 10000, hold_place,
+                       &(weir_run_opts){.parallelism = 2}, NULL);
     weir_job_free(j);
     return e;
 }
