@@ -979,8 +979,8 @@ static char static_root[64];
 
 static void write_file(const char *dir, const char *name, const char *text)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    char path[512];
+    CHECK_LT(snprintf(path, sizeof(path), "%s/%s", dir, name), (int)sizeof(path));
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
     fputs(text, f);
