@@ -373,7 +373,7 @@ static void hello_script(fake *f)
     switch (hello_case) {
     case 0: /* a newer coordinator that refuses, saying why */
         fake_hello_ack(f, 7, 5, WEIR__CL_REFUSED,
-                       "protocol mismatch: the client speaks version 1, this coordinator speaks 7 "
+                       "protocol mismatch: the client speaks version 2, this coordinator speaks 7 "
                        "and talks to 5 at the oldest: upgrade the client");
         break;
     case 1: /* one that accepts anyway: the client's own check refuses */
