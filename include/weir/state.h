@@ -28,9 +28,14 @@
  * Reads that may complete later. get_async is the seam for backends whose
  * reads go to a remote tier: it either answers at once (returns 0 or
  * -ENOENT, the callback is not called) or returns -EINPROGRESS and calls the
- * callback later, on the subtask's thread. The in-memory backend always
- * answers at once. get_many_async does the same for several keys (one
- * callback per key).
+ * callback later, exactly once, from any thread (the engine brings the
+ * answer back to the subtask's thread), also when the backend is freed
+ * first (then with -ECANCELED, before or after free returns). The key is
+ * the caller's only during the call. The in-memory backend always answers
+ * at once. get_many_async does the same for several keys (one callback per
+ * key). A keyed subtask whose backend has get_async runs its records under
+ * the async execution controller: a record waiting for a read does not
+ * hold up the records of other keys.
  *
  * Views and ownership. A value returned by get (and the key/value given to
  * a scan callback) points into the backend and stays valid until the next
@@ -231,7 +236,7 @@ weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg)
  * [first_kg, end_kg) for a URI of its scheme, or returns NULL with errno
  * set (EINVAL: a URI it does not understand). */
 typedef weir_state_backend *(*weir_state_backend_factory)(void *arg, const char *uri, int ngroups,
-                                                           int first_kg, int end_kg);
+                                                          int first_kg, int end_kg);
 /* Add a scheme (before any job runs). -EINVAL (bad name: 1..31 bytes, no
  * ':'), -EEXIST, -ENOSPC (16 schemes at most). */
 int weir_state_backend_register(const char *scheme, weir_state_backend_factory make, void *arg);

@@ -41,5 +41,6 @@ static int hooks_drain(weir__controller *c, weir_ctx *ctx)
     return e < 0 ? weir__op_error(ctx, e, "drain") : 0;
 }
 
-static const weir__controller_ops hooks_ops = {"hooks", hooks_admit, hooks_drain, NULL};
+static const weir__controller_ops hooks_ops = {
+    .name = "hooks", .admit = hooks_admit, .drain = hooks_drain};
 weir__controller weir__controller_hooks = {&hooks_ops};

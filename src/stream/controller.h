@@ -17,8 +17,10 @@
  * nor drain) calls process() directly: no indirect call per record. The
  * built-in one, weir__controller_hooks, serves operators that bring their
  * own admit() / drain() hooks (weir_op_def). The async execution
- * controller (seed 000: per-key gate, in-flight cap, epochs) plugs in
- * here with its own ops.
+ * controller (seed 000: per-key gate, in-flight cap, epochs; its rules in
+ * async_exec.h, on a subtask in controller_async.c) plugs in here with its
+ * own ops, and takes the watermarks too: it releases each once the
+ * records before it are done.
  */
 #ifndef WEIR_STREAM_CONTROLLER_H
 #define WEIR_STREAM_CONTROLLER_H
@@ -35,7 +37,13 @@ typedef struct weir__controller_ops {
     int (*admit)(weir__controller *c, weir_ctx *ctx, struct weir__rctx *rc, const weir_rec *r);
     /* Run everything held; may wait (it runs in the subtask's fiber). */
     int (*drain)(weir__controller *c, weir_ctx *ctx);
-    void (*free)(weir__controller *c); /* NULL: nothing to free */
+    /* Called before the run's structures go (the mailbox, the backend):
+     * nothing may reach the subtask after it. NULL: nothing to free. */
+    void (*free)(weir__controller *c);
+    /* The input's watermark moved to wm: the controller releases it
+     * (weir__stream_release_wm) once every record before it finished.
+     * NULL: the runner drains, then releases it at once. */
+    int (*watermark)(weir__controller *c, weir_ctx *ctx, int64_t wm);
 } weir__controller_ops;
 
 struct weir__controller {
@@ -49,5 +57,32 @@ int weir__ctl_run(weir_ctx *ctx, struct weir__rctx *rc, const weir_rec *r);
 
 /* The controller of operators with their own admit / drain hooks. */
 extern weir__controller weir__controller_hooks;
+
+/* ---- the async execution controller (controller_async.c) ----
+ * Chosen for a keyed head whose state backend has asynchronous reads. */
+struct subtask;
+weir__controller *weir__controller_async_new(struct subtask *st, size_t max_in_flight);
+
+/* What a record does with a state read's answer: err 0 with the value (a
+ * view valid during the call), -ENOENT, or the read's error. It runs in
+ * the record's context (weir_ctx_key, its state calls and emits as in
+ * process()), on the subtask's thread, and may read again. 0 or a
+ * negative errno, which fails the record as process() would. */
+typedef int (*weir__cont_fn)(weir_ctx *ctx, void *state, const weir_rec *in, int err,
+                             const void *val, size_t vlen, void *arg);
+
+/* Read key (klen bytes, group kg) of ctx's backend for the record in
+ * being processed, then cont. Under the async controller a read the
+ * backend cannot answer at once leaves the record waiting: process()
+ * returns, the subtask takes other records, and cont runs when the answer
+ * is back. Otherwise (an answer at once, no async controller, a timer's
+ * context, an operator past the chain's head) cont runs before this
+ * returns, with a plain read's view. 0 or a negative errno (cont's). */
+int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, size_t klen,
+                  weir__cont_fn cont, void *arg);
+/* keyed.c: weir__ctl_get of the current key's entry of state (namespace
+ * ns), as weir__ns_get reads it. */
+int weir__ns_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, const void *ns,
+                       size_t nslen, weir__cont_fn cont, void *arg);
 
 #endif

@@ -118,6 +118,7 @@ static int build_subtask(run *r, const weir__plan_chain *pc, chain *c, int s)
     st->ops = c->ops;
     st->nops = c->nops;
     st->wm = WEIR_WATERMARK_MIN;
+    st->wm_given = WEIR_WATERMARK_MIN;
     st->max_ts = INT64_MIN;
     st->max_seen = INT64_MIN;
     st->source = c->ops[0]->kind == OP_SOURCE;
@@ -147,6 +148,11 @@ static int build_subtask(run *r, const weir__plan_chain *pc, chain *c, int s)
             return e;
         }
         st->ctx[0].backend = st->backend;
+        /* A backend whose reads may answer later: records wait for them
+         * in the async execution controller, not in the subtask. */
+        if (!st->ctl && st->backend->ops->get_async &&
+            !(st->ctl = weir__controller_async_new(st, 0)))
+            return -ENOMEM;
     }
     return 0;
 }
@@ -260,6 +266,11 @@ void weir__deploy_teardown(run *r)
         chain *c = &r->chains[ci];
         for (int s = 0; c->subs && s < c->par; s++) {
             subtask *st = &c->subs[s];
+            /* First: a controller's late completions must not post to the
+             * mailbox once it goes. */
+            if (st->ctl && st->ctl->ops->free)
+                st->ctl->ops->free(st->ctl);
+            st->ctl = NULL;
             if (st->inq) {
                 item it;
                 while (weir_chan_try_recv(st->inq, &it) == 0)

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 #include "stream/stream_int.h"
 
 _Static_assert(WEIR_STATE_NAME_MAX < 0xFE, "a state's first key byte never is a timer tag");
@@ -79,6 +80,14 @@ int weir__ns_get(weir_ctx *ctx, const char *state, const void *ns, size_t nslen,
     size_t kl;
     int e = weir__state_key(ctx, state, ns, nslen, &kl);
     return e < 0 ? e : weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
+}
+
+int weir__ns_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, const void *ns,
+                       size_t nslen, weir__cont_fn cont, void *arg)
+{
+    size_t kl;
+    int e = weir__state_key(ctx, state, ns, nslen, &kl);
+    return e < 0 ? e : weir__ctl_get(ctx, in, ctx->rc->kg, ctx->keybuf, kl, cont, arg);
 }
 
 int weir__ns_put(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void *val,

@@ -274,6 +274,7 @@ struct subtask {
     output *outs;
     int nouts;
     int64_t wm, max_ts;
+    int64_t wm_given; /* the last watermark handed to a controller that takes them */
     int source;
     weir_state_backend *backend;
     weir__timers timers[2];       /* by domain (timers.c) */
@@ -383,8 +384,12 @@ int weir__subtask_post(subtask *st, item it);
 /* task.c: a subtask's fiber (runner.c spawns one per subtask here) */
 intptr_t weir__subtask_main(void *arg);
 
-/* task.c, for checkpoint.c */
+/* task.c, for checkpoint.c and the controllers */
 int weir__stream_drain(subtask *st);
+/* Every record before watermark wm has finished: wm takes effect (the
+ * timers it passed fire, the chain's on_watermark hooks run) and goes
+ * downstream. */
+int weir__stream_release_wm(subtask *st, int64_t wm);
 int weir__stream_flush_all(subtask *st);
 int weir__stream_broadcast(subtask *st, int kind, int64_t v);
 

@@ -259,18 +259,15 @@ int weir__stream_broadcast(subtask *st, int kind, int64_t wm)
     return 0;
 }
 
-/* The subtask's watermark moves to wm: down the chain, then out. */
-static int advance(subtask *st, int64_t wm)
+/* The subtask's watermark moves to wm: down the chain, then out. Every
+ * record before it has finished (the controller's drain, or its own
+ * release of the watermark). */
+int weir__stream_release_wm(subtask *st, int64_t wm)
 {
-    if (wm <= st->wm)
-        return 0;
-    int e = weir__stream_drain(st);
-    if (e)
-        return e;
     st->wm = wm;
     /* Keyed: the event-time timers the watermark passed fire first (in
      * time order), then the hooks, then the watermark goes downstream. */
-    e = weir__timers_fire(st, WEIR_TIME_EVENT, wm);
+    int e = weir__timers_fire(st, WEIR_TIME_EVENT, wm);
     if (e < 0)
         return weir__op_error(&st->ctx[0], e, "on_timer");
     for (int i = 0; i < st->nops; i++) {
@@ -284,12 +281,31 @@ static int advance(subtask *st, int64_t wm)
     return weir__stream_broadcast(st, IT_WATERMARK, wm);
 }
 
+/* The input's watermark moved to wm. A controller that takes watermarks
+ * (the async one) releases it when the records before it are done; else
+ * the held records run now and it is released at once. */
+static int advance(subtask *st, int64_t wm)
+{
+    if (st->ctl && st->ctl->ops->watermark) {
+        if (wm <= st->wm_given)
+            return 0;
+        st->wm_given = wm;
+        return st->ctl->ops->watermark(st->ctl, &st->ctx[0], wm);
+    }
+    if (wm <= st->wm)
+        return 0;
+    int e = weir__stream_drain(st);
+    return e ? e : weir__stream_release_wm(st, wm);
+}
+
 /* ---- the subtask -------------------------------------------------------------------------- */
 static int finish_chain(subtask *st)
 {
     int e = weir__stream_drain(st);
     if (!e)
         e = advance(st, WEIR_WATERMARK_MAX);
+    if (!e) /* a controller holding the final watermark releases it */
+        e = weir__stream_drain(st);
     for (int i = 0; i < st->nops && !e; i++) {
         weir_ctx *c = &st->ctx[i];
         if (c->op->def.finish && (e = c->op->def.finish(c, c->state)) < 0)
@@ -360,7 +376,12 @@ static int handle_posted(subtask *st, const item *it)
     case IT_TIMER: {
         if (st->at_end) /* timers are over with the input (a late post) */
             return 0;
-        int e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now());
+        /* A timer of a key runs after that key's records before it: the
+         * async controller's records in flight finish first. */
+        int e = st->ctl && st->ctl->ops->watermark ? weir__stream_drain(st) : 0;
+        if (e < 0)
+            return e;
+        e = weir__timers_fire(st, WEIR_TIME_PROCESSING, weir_time_now());
         if (e < 0)
             return weir__op_error(&st->ctx[0], e, "on_timer");
         return weir__timers_arm(st);

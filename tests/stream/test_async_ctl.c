@@ -1,0 +1,623 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_async_ctl.c - the async execution controller on real jobs
+ * (src/stream/controller_async.c): a keyed operator whose state reads go
+ * to a backend that answers later, from a thread of its own, in a random
+ * order.
+ *
+ * The "delay:" backend is the in-memory one plus get_async: each read
+ * takes the value at once (on the subtask's thread) and answers it 0-200
+ * us later from its thread, picking a pending read at random. "never:"
+ * answers nothing until it is freed, and then hands its reads to the test,
+ * which answers them after weir_job_run returned.
+ *
+ * The operator counts each key's records through an asynchronous read
+ * (each record checks that the count it reads is its own sequence number
+ * in its key: per-key order) and each key's 100-wide windows in map
+ * state; event-time timers emit the windows. Checked: every record runs
+ * once, in its key's order, on its subtask's thread; every window fires
+ * with all its records (no watermark overtook a record still waiting);
+ * the output equals the in-memory backend's; checkpoints complete and
+ * their barriers wait for the records in flight; a record failing fails
+ * the job naming the operator; with reads that never answer, the records
+ * in flight stop at the cap, the job cancels, and the late answers are
+ * harmless.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stream/async_exec.h"
+#include "stream/controller.h"
+#include "stream/stream_int.h"
+#include "test.h"
+#include "test_rt.h"
+#include "weir/rt.h"
+#include "weir/state.h"
+#include "weir/stream.h"
+
+/* ---- the delay backend ------------------------------------------------------------------- */
+typedef struct dreq {
+    weir_state_get_cb cb;
+    void *arg;
+    int err;
+    size_t vlen;
+    uint8_t *val;
+} dreq;
+
+typedef struct dback {
+    weir_state_backend base;
+    weir_state_backend *mem;
+    int never;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    dreq **q;
+    size_t n, cap;
+    int stop;
+    pthread_t th;
+    uint64_t rng;
+} dback;
+
+static _Atomic long d_async;   /* reads answered later */
+static _Atomic long d_pending; /* reads not answered yet, every backend */
+static _Atomic long d_max_pending;
+
+/* never: reads handed over at free, answered by the test */
+static pthread_mutex_t late_mu = PTHREAD_MUTEX_INITIALIZER;
+static dreq **late;
+static size_t nlate, late_cap;
+
+static void answer_req(dreq *r, int err)
+{
+    atomic_fetch_sub(&d_pending, 1);
+    r->cb(r->arg, err ? err : r->err, r->err || err ? NULL : r->val, r->vlen);
+    free(r->val);
+    free(r);
+}
+
+static void *d_thread(void *arg)
+{
+    dback *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->stop && d->n == 0)
+            pthread_cond_wait(&d->cv, &d->mu);
+        if (d->stop)
+            break;
+        d->rng = d->rng * 6364136223846793005u + 1442695040888963407u;
+        unsigned us = (unsigned)(d->rng >> 33) % 200;
+        pthread_mutex_unlock(&d->mu);
+        if (us)
+            usleep(us);
+        pthread_mutex_lock(&d->mu);
+        if (d->n == 0)
+            continue;
+        size_t i = (size_t)(d->rng >> 20) % d->n;
+        dreq *r = d->q[i];
+        d->q[i] = d->q[--d->n];
+        pthread_mutex_unlock(&d->mu);
+        answer_req(r, 0);
+        pthread_mutex_lock(&d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static weir_state_backend *mem(weir_state_backend *b)
+{
+    return ((dback *)b)->mem;
+}
+
+static int d_get(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
+                 size_t *vlen)
+{
+    return mem(b)->ops->get(mem(b), kg, key, klen, val, vlen);
+}
+
+static int d_put(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
+                 size_t vlen)
+{
+    return mem(b)->ops->put(mem(b), kg, key, klen, val, vlen);
+}
+
+static int d_del(weir_state_backend *b, int kg, const void *key, size_t klen)
+{
+    return mem(b)->ops->del(mem(b), kg, key, klen);
+}
+
+static int d_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                  weir_state_scan_fn fn, void *arg)
+{
+    return mem(b)->ops->scan(mem(b), kg, prefix, plen, fn, arg);
+}
+
+static int d_get_async(weir_state_backend *b, int kg, const void *key, size_t klen,
+                       weir_state_get_cb cb, void *arg)
+{
+    dback *d = (dback *)b;
+    dreq *r = calloc(1, sizeof(*r));
+    CHECK(r != NULL);
+    const void *v;
+    size_t vl = 0;
+    r->cb = cb;
+    r->arg = arg;
+    r->err = d_get(b, kg, key, klen, &v, &vl);
+    if (!r->err && vl) {
+        CHECK((r->val = malloc(vl)) != NULL);
+        memcpy(r->val, v, vl);
+    }
+    r->vlen = r->err ? 0 : vl;
+    long p = atomic_fetch_add(&d_pending, 1) + 1;
+    for (long m = atomic_load(&d_max_pending); p > m;)
+        if (atomic_compare_exchange_weak(&d_max_pending, &m, p))
+            break;
+    atomic_fetch_add(&d_async, 1);
+    pthread_mutex_lock(&d->mu);
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 64;
+        CHECK((d->q = realloc(d->q, d->cap * sizeof(*d->q))) != NULL);
+    }
+    d->q[d->n++] = r;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return -EINPROGRESS;
+}
+
+static int d_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *extra, size_t n,
+                     weir_state_snapshot **out)
+{
+    return mem(b)->ops->capture(mem(b), id, extra, n, out);
+}
+
+static int d_restore(weir_state_backend *b, const uint8_t *img, size_t len, char *why, size_t cap)
+{
+    return mem(b)->ops->restore(mem(b), img, len, why, cap);
+}
+
+static int d_restore_checked(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
+                             size_t cap)
+{
+    return mem(b)->ops->restore_checked(mem(b), img, len, why, cap);
+}
+
+static size_t d_entries(weir_state_backend *b, int kg)
+{
+    return mem(b)->ops->entries(mem(b), kg);
+}
+
+static int d_scan_from(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                       const void *from, size_t flen, weir_state_scan_fn fn, void *arg)
+{
+    return weir_state_scan_from(mem(b), kg, prefix, plen, from, flen, fn, arg);
+}
+
+static void d_free(weir_state_backend *b)
+{
+    dback *d = (dback *)b;
+    pthread_mutex_lock(&d->mu);
+    d->stop = 1;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->th, NULL);
+    /* Reads still pending are answered: now (-ECANCELED), or by the test
+     * after the run (never:). */
+    for (size_t i = 0; i < d->n; i++) {
+        if (d->never) {
+            pthread_mutex_lock(&late_mu);
+            if (nlate == late_cap) {
+                late_cap = late_cap ? late_cap * 2 : 1024;
+                CHECK((late = realloc(late, late_cap * sizeof(*late))) != NULL);
+            }
+            late[nlate++] = d->q[i];
+            pthread_mutex_unlock(&late_mu);
+        } else {
+            answer_req(d->q[i], -ECANCELED);
+        }
+    }
+    free(d->q);
+    weir_state_backend_free(d->mem);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d);
+}
+
+static const weir_state_backend_ops d_ops = {.name = "delay",
+                                             .get = d_get,
+                                             .put = d_put,
+                                             .del = d_del,
+                                             .scan = d_scan,
+                                             .get_async = d_get_async,
+                                             .capture = d_capture,
+                                             .restore = d_restore,
+                                             .entries = d_entries,
+                                             .free = d_free,
+                                             .scan_from = d_scan_from,
+                                             .restore_checked = d_restore_checked};
+
+static weir_state_backend *d_make(void *arg, const char *uri, int ngroups, int first, int end)
+{
+    (void)arg, (void)uri;
+    dback *d = calloc(1, sizeof(*d));
+    CHECK(d != NULL);
+    CHECK((d->mem = weir_state_memory_new(ngroups, first, end)) != NULL);
+    d->base = (weir_state_backend){&d_ops, ngroups, first, end};
+    d->rng = (uint64_t)first * 7919 + 1;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    CHECK_EQ(pthread_create(&d->th, NULL, d_thread, d), 0);
+    return &d->base;
+}
+
+static void *idle_thread(void *arg)
+{
+    dback *d = arg;
+    pthread_mutex_lock(&d->mu);
+    while (!d->stop)
+        pthread_cond_wait(&d->cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static weir_state_backend *never_make(void *arg, const char *uri, int ngroups, int first, int end)
+{
+    (void)arg, (void)uri;
+    dback *d = calloc(1, sizeof(*d));
+    CHECK(d != NULL);
+    CHECK((d->mem = weir_state_memory_new(ngroups, first, end)) != NULL);
+    d->base = (weir_state_backend){&d_ops, ngroups, first, end};
+    d->never = 1;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    CHECK_EQ(pthread_create(&d->th, NULL, idle_thread, d), 0);
+    return &d->base;
+}
+
+static void register_backends(void)
+{
+    static int done;
+    if (done++)
+        return;
+    CHECK_EQ(weir_state_backend_register("delay", d_make, NULL), 0);
+    CHECK_EQ(weir_state_backend_register("never", never_make, NULL), 0);
+}
+
+/* ---- the job ----------------------------------------------------------------------------- */
+#define KEYS 16
+#define STEP 64 /* records per next(): the records of one epoch */
+#define WIN  100
+
+typedef struct ev {
+    int64_t key, seq, ts;
+} ev;
+
+typedef struct gen {
+    int n;       /* records in all */
+    int forever; /* never end, every key new, no watermarks (the cap test) */
+} gen;
+
+typedef struct gen_state {
+    const gen *g;
+    int i;
+    int64_t seq[KEYS];
+} gen_state;
+
+static int gen_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    gen_state *s = calloc(1, sizeof(*s));
+    s->g = arg;
+    *state = s;
+    return 0;
+}
+
+static int gen_next(weir_ctx *ctx, void *state)
+{
+    gen_state *s = state;
+    for (int k = 0; k < STEP && (s->g->forever || s->i < s->g->n); k++, s->i++) {
+        ev e = {s->i, 0, 0};
+        if (!s->g->forever)
+            e = (ev){(s->i * 7) % KEYS, s->seq[(s->i * 7) % KEYS]++, s->i / 8};
+        int r = weir_emit(ctx, &e, sizeof(e), e.ts);
+        if (r)
+            return r;
+    }
+    return !s->g->forever && s->i >= s->g->n;
+}
+
+static int ev_key(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = &((const ev *)in->data)->key;
+    *len = sizeof(int64_t);
+    return 0;
+}
+
+typedef struct op_state {
+    pthread_t th;
+    int64_t fail_key, fail_seq; /* the record that fails (-1: none) */
+} op_state;
+
+static _Atomic int wrong_thread, wrong_order;
+
+static int count_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    op_state *s = calloc(1, sizeof(*s));
+    s->th = pthread_self();
+    s->fail_key = arg ? ((const int64_t *)arg)[0] : -1;
+    s->fail_seq = arg ? ((const int64_t *)arg)[1] : -1;
+    *state = s;
+    return 0;
+}
+
+static void count_close(void *state)
+{
+    free(state);
+}
+
+static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                   size_t vlen, void *arg)
+{
+    (void)arg;
+    op_state *s = state;
+    const ev *e = in->data;
+    if (!pthread_equal(s->th, pthread_self()))
+        atomic_store(&wrong_thread, 1);
+    if (err && err != -ENOENT)
+        return err;
+    int64_t n = 0;
+    if (!err) {
+        CHECK_EQ(vlen, 8);
+        memcpy(&n, val, 8);
+    }
+    if (n != e->seq) /* the records of a key, in their order */
+        atomic_store(&wrong_order, 1);
+    if (e->key == s->fail_key && e->seq == s->fail_seq)
+        return -EIO;
+    n++;
+    int r = weir__ns_put(ctx, "n", NULL, 0, &n, 8);
+    if (r)
+        return r;
+    /* The record's window, counted in map state (a plain read). */
+    int64_t win = e->ts - e->ts % WIN, c = 0;
+    const void *v;
+    size_t l;
+    if (weir_map_get(ctx, "w", &win, 8, &v, &l) == 0)
+        memcpy(&c, v, 8);
+    c++;
+    if ((r = weir_map_put(ctx, "w", &win, 8, &c, 8)))
+        return r;
+    int64_t out[2] = {e->key, e->seq};
+    if ((r = weir_emit(ctx, out, sizeof(out), e->ts)))
+        return r;
+    return weir_timer_register(ctx, WEIR_TIME_EVENT, win + WIN - 1);
+}
+
+static int count_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir__ns_get_async(ctx, in, "n", NULL, 0, counted, NULL);
+}
+
+static int count_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    (void)state, (void)domain;
+    int64_t win = when - (WIN - 1), c = 0, key;
+    const void *v;
+    size_t l;
+    if (weir_map_get(ctx, "w", &win, 8, &v, &l) == 0)
+        memcpy(&c, v, 8);
+    memcpy(&key, weir_ctx_key(ctx, NULL), 8);
+    int64_t out[3] = {key, win, c};
+    int r = weir_map_delete(ctx, "w", &win, 8);
+    return r ? r : weir_emit(ctx, out, sizeof(out), when);
+}
+
+typedef struct run_args {
+    const char *backend;
+    int n, forever, par;
+    const char *ckpt;
+    int64_t *fail; /* {key, seq} or NULL */
+    weir_collector *out;
+    int result;
+    char error[256];
+    weir_ckpt_stats stats;
+} run_args;
+
+static intptr_t run_job(void *arg)
+{
+    run_args *a = arg;
+    gen g = {a->n, a->forever};
+    weir_job *j = weir_job_new("async");
+    weir_source_def sd = {.open = gen_open,
+                          .next = gen_next,
+                          .close = free,
+                          .max_out_of_orderness = a->forever ? -1 : 0};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "gen", &sd, &g), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_op_def def = {.open = count_open,
+                       .process = count_process,
+                       .on_timer = count_timer,
+                       .close = count_close};
+    s = weir_stream_process(s, "count", &def, a->fail);
+    CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = a->par,
+                                                 .state_backend = a->backend,
+                                                 .checkpoint_dir = a->ckpt,
+                                                 .checkpoint_interval_ms = a->ckpt ? 20 : 0});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_ckpt_stats(j, &a->stats);
+    weir_job_free(j);
+    return 0;
+}
+
+static int cmp_rec(const void *x, const void *y)
+{
+    const weir_rec *a = *(const weir_rec *const *)x, *b = *(const weir_rec *const *)y;
+    if (a->len != b->len)
+        return a->len < b->len ? -1 : 1;
+    return memcmp(a->data, b->data, a->len);
+}
+
+/* The collected records, sorted: a canonical text to compare runs by. */
+static char *canon(weir_collector *c)
+{
+    size_t n = weir_collector_count(c);
+    const weir_rec **v = calloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = weir_collector_get(c, i);
+    qsort(v, n, sizeof(*v), cmp_rec);
+    size_t cap = n * 64 + 1, len = 0;
+    char *s = malloc(cap);
+    s[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        const int64_t *x = v[i]->data;
+        len += (size_t)(v[i]->len == 16
+                            ? snprintf(s + len, cap - len, "r %ld %ld\n", (long)x[0], (long)x[1])
+                            : snprintf(s + len, cap - len, "w %ld %ld %ld\n", (long)x[0],
+                                       (long)x[1], (long)x[2]));
+    }
+    free(v);
+    return s;
+}
+
+/* Every record once, every window whole. */
+static void check_output(weir_collector *c, int n)
+{
+    int64_t per_key[KEYS] = {0}, wins = 0, in_wins = 0;
+    static int64_t want[KEYS][1000];
+    memset(want, 0, sizeof(want));
+    for (int i = 0; i < n; i++)
+        want[(i * 7) % KEYS][(i / 8) / WIN]++;
+    for (size_t i = 0; i < weir_collector_count(c); i++) {
+        const weir_rec *r = weir_collector_get(c, i);
+        const int64_t *x = r->data;
+        if (r->len == 16) {
+            per_key[x[0]]++;
+        } else {
+            CHECK_EQ(r->len, 24);
+            CHECK_EQ(x[2], want[x[0]][x[1] / WIN]); /* the whole window */
+            wins++;
+            in_wins += x[2];
+        }
+    }
+    int64_t total = 0;
+    for (int k = 0; k < KEYS; k++)
+        total += per_key[k];
+    CHECK_EQ(total, n);
+    CHECK_EQ(in_wins, n);
+    CHECK_GT(wins, 0);
+}
+
+static void run_on_rt(run_args *a)
+{
+    CHECK_EQ(test_run_on_rt(2, run_job, a), 0);
+}
+
+TEST(records_wait_for_reads_in_key_order_and_no_watermark_overtakes_them)
+{
+    register_backends();
+    const int n = 20000;
+    atomic_store(&d_async, 0);
+    atomic_store(&d_max_pending, 0);
+    run_args a = {.backend = "delay:", .n = n, .par = 2, .out = weir_collector_new()};
+    run_on_rt(&a);
+    if (a.result)
+        TEST__FAIL("run: %d %s", a.result, a.error);
+    CHECK_EQ(atomic_load(&wrong_order), 0);
+    CHECK_EQ(atomic_load(&wrong_thread), 0);
+    CHECK_EQ(atomic_load(&d_async), n);       /* every read answered later */
+    CHECK_GT(atomic_load(&d_max_pending), 2); /* and several at once */
+    CHECK_EQ(atomic_load(&d_pending), 0);
+    check_output(a.out, n);
+    /* The same job with instant reads gives the same output. */
+    run_args m = {.backend = "memory:", .n = n, .par = 2, .out = weir_collector_new()};
+    run_on_rt(&m);
+    CHECK_EQ(m.result, 0);
+    char *x = canon(a.out), *y = canon(m.out);
+    CHECK_STR(x, y);
+    free(x);
+    free(y);
+    weir_collector_free(a.out);
+    weir_collector_free(m.out);
+}
+
+TEST(checkpoint_barriers_wait_for_the_records_in_flight)
+{
+    register_backends();
+    char dir[] = "/tmp/weir-async-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const int n = 30000;
+    run_args a = {.backend = "delay:", .n = n, .par = 2, .ckpt = dir, .out = weir_collector_new()};
+    run_on_rt(&a);
+    if (a.result)
+        TEST__FAIL("run: %d %s", a.result, a.error);
+    CHECK_GT(a.stats.completed, 1);
+    CHECK_EQ(atomic_load(&wrong_order), 0);
+    check_output(a.out, n);
+    weir_collector_free(a.out);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+TEST(a_failing_record_fails_the_job_naming_its_operator)
+{
+    register_backends();
+    int64_t fail[2] = {3, 50};
+    run_args a = {
+        .backend = "delay:", .n = 20000, .par = 2, .fail = fail, .out = weir_collector_new()};
+    run_on_rt(&a);
+    CHECK_EQ(a.result, -EIO);
+    CHECK_HAS(a.error, "\"count\"");
+    CHECK_EQ(atomic_load(&d_pending), 0); /* the reads in flight were answered at free */
+    weir_collector_free(a.out);
+}
+
+/* ---- reads that never answer: the cap ----------------------------------------------------- */
+static intptr_t cap_main(void *arg)
+{
+    run_args *a = arg;
+    weir_task *t = weir_task_spawn(run_job, a, NULL);
+    CHECK(t != NULL);
+    /* The reads in flight reach the cap, then the subtask stops taking
+     * input (the source is unbounded). */
+    int64_t give_up = weir_time_after_ms(30000);
+    while (atomic_load(&d_pending) < WEIR__AEC_MAX_IN_FLIGHT) {
+        CHECK(weir_time_now() < give_up);
+        weir_time_sleep(WEIR_MSEC);
+    }
+    /* The source runs on; a while later the count has not moved. */
+    for (int i = 0; i < 50; i++)
+        weir_time_sleep(WEIR_MSEC);
+    CHECK_EQ(atomic_load(&d_pending), WEIR__AEC_MAX_IN_FLIGHT);
+    CHECK_EQ(weir_task_cancel(t), 0);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), -ECANCELED); /* it ran to its end */
+    return 0;
+}
+
+TEST(with_reads_that_never_answer_the_records_in_flight_stop_at_the_cap)
+{
+    register_backends();
+    atomic_store(&d_pending, 0);
+    atomic_store(&d_max_pending, 0);
+    run_args a = {.backend = "never:", .forever = 1, .par = 1, .out = weir_collector_new()};
+    CHECK_EQ(test_run_on_rt(2, cap_main, &a), 0);
+    CHECK_EQ(a.result, -ECANCELED);
+    CHECK_EQ(atomic_load(&d_max_pending), WEIR__AEC_MAX_IN_FLIGHT);
+    /* The run is over: its reads answer now, and nothing happens. */
+    CHECK_EQ(nlate, WEIR__AEC_MAX_IN_FLIGHT);
+    for (size_t i = 0; i < nlate; i++)
+        answer_req(late[i], 0);
+    free(late);
+    late = NULL;
+    nlate = late_cap = 0;
+    CHECK_EQ(weir_collector_count(a.out), 0);
+    weir_collector_free(a.out);
+}
+
+TEST_MAIN()
