@@ -152,6 +152,7 @@ static int answer(actl *c, wait *w)
     int pside;
     h->reads--;
     enter(c, h, &prc, &pside);
+    ctx->read_kl = 0; /* the key it read is long gone from keybuf */
     int e = w->cont(ctx, ctx->state, &h->rec, w->err, w->err ? NULL : w->val, w->err ? 0 : w->vlen,
                     w->arg);
     leave(c, prc, pside);
@@ -255,7 +256,11 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
     e = weir_state_get(ctx->backend, kg, key, klen, &v, &vl);
     if (e && e != -ENOENT)
         return e;
-    return cont(ctx, ctx->state, in, e, e ? NULL : v, e ? 0 : vl, arg);
+    size_t prev = ctx->read_kl;
+    ctx->read_kl = key == ctx->keybuf ? klen : 0;
+    int r = cont(ctx, ctx->state, in, e, e ? NULL : v, e ? 0 : vl, arg);
+    ctx->read_kl = prev;
+    return r;
 }
 
 /* ---- the controller's ops ---------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 #include "stream/stream_int.h"
 
 static void build_fail(weir_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -321,13 +322,13 @@ static int filter_process(weir_ctx *ctx, void *state, const weir_rec *in)
     return keep ? weir_emit(ctx, in->data, in->len, in->ts) : 0;
 }
 
-/* Reduce: the key's value is [i64 ts][bytes]. */
-static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
+/* Reduce: the key's value is [i64 ts][bytes]. The read may answer later
+ * (controller.h): the rest runs when it does. */
+static int reduce_read(weir_ctx *ctx, void *state, const weir_rec *in, int e, const void *v,
+                       size_t vlen, void *arg)
 {
+    (void)arg;
     fn_arg *f = state;
-    const void *v;
-    size_t vlen;
-    int e = weir__ns_get(ctx, WEIR__STATE_REDUCE, NULL, 0, &v, &vlen);
     weir_rec out = *in;
     if (e == 0) {
         if (vlen < 8)
@@ -353,6 +354,12 @@ static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
     if (buf != small)
         weir__free(buf);
     return e;
+}
+
+static int reduce_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir__ns_get_async(ctx, in, WEIR__STATE_REDUCE, NULL, 0, reduce_read, NULL);
 }
 
 static weir_stream *fn_op(weir_stream *s, const char *name, fn_arg f,
@@ -410,12 +417,12 @@ typedef struct agg_arg {
     void *arg;
 } agg_arg;
 
-static int agg_process(weir_ctx *ctx, void *state, const weir_rec *in)
+/* The accumulator's read may answer later (controller.h). */
+static int agg_read(weir_ctx *ctx, void *state, const weir_rec *in, int e, const void *v,
+                    size_t vlen, void *arg)
 {
+    (void)arg;
     agg_arg *a = state;
-    const void *v;
-    size_t vlen;
-    int e = weir_value_get(ctx, "agg", &v, &vlen);
     if (e && e != -ENOENT)
         return e;
     weir_rec acc = {v, vlen, in->ts}, out;
@@ -441,6 +448,12 @@ static int agg_process(weir_ctx *ctx, void *state, const weir_rec *in)
     if (copy != small)
         weir__free(copy);
     return e;
+}
+
+static int agg_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir__ns_get_async(ctx, in, "agg", NULL, 0, agg_read, NULL);
 }
 
 weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_agg_def *def,

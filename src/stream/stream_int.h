@@ -116,6 +116,10 @@ struct weir_ctx {
     struct weir_gauge *m_wm, *m_lag;
     uint64_t in_pushed, out_pushed;
     uint64_t seq; /* a per-subtask sequence for buffered entries (joins, lists) */
+    /* A continuation that weir__ctl_get runs at once finds the state key
+     * it read still in keybuf, read_kl bytes, until it composes another;
+     * 0: not (an answer that came later). */
+    size_t read_kl;
 };
 
 /* ---- the running job (runner.c)

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 #include "stream/stream_int.h"
 
 typedef struct win {
@@ -122,20 +123,21 @@ static int drop_window(weir_ctx *ctx, span s)
 
 static int fire_panes(weir_ctx *ctx, const win *w, span s);
 
-/* Fold in into the window's value (absent: in itself) and store it. The
- * window's timers are registered when it is made (or always, `timers`:
- * a merged session is a new window under a value already stored). */
-static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_again, int timers)
+/* Fold in into the window's value v (e 0; e -ENOENT: none, in itself)
+ * and store it. The window's state key is in ctx->keybuf (kl bytes) or,
+ * kl 0, composed here. The window's timers are registered when it is made
+ * (or always, `timers`: a merged session is a new window under a value
+ * already stored). */
+static int fold_read(weir_ctx *ctx, win *w, span s, const weir_rec *in, int e, const void *v,
+                     size_t vlen, size_t kl, int *fired_again, int timers)
 {
-    uint8_t ns[16];
-    ns_of(s, ns);
-    const void *v;
-    size_t vlen, kl;
-    /* The state key once, for the get and the put (fn cannot touch ctx). */
-    int e = weir__state_key(ctx, WEIR__STATE_WINDOWS, ns, 16, &kl);
-    if (e)
-        return e;
-    e = weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, &v, &vlen);
+    if (!kl) {
+        uint8_t ns[16];
+        ns_of(s, ns);
+        int ke = weir__state_key(ctx, WEIR__STATE_WINDOWS, ns, 16, &kl);
+        if (ke)
+            return ke;
+    }
     weir_rec out = *in;
     /* A new window needs its timers. So does any window after a restore:
      * the watermark starts over from the minimum there, and a window that
@@ -177,6 +179,21 @@ static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_ag
     if (w->w.allowed_lateness > 0 && drop != INT64_MAX) /* else: kept to the end of input */
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
     return e;
+}
+
+/* fold_read of a plain read: the state key composed once, for the get and
+ * the put (fn cannot touch ctx). */
+static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_again, int timers)
+{
+    uint8_t ns[16];
+    ns_of(s, ns);
+    const void *v;
+    size_t vlen, kl;
+    int e = weir__state_key(ctx, WEIR__STATE_WINDOWS, ns, 16, &kl);
+    if (e)
+        return e;
+    e = weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, &v, &vlen);
+    return fold_read(ctx, w, s, in, e, v, vlen, kl, fired_again, timers);
 }
 
 static int late_for(const win *w, span s, int64_t wm)
@@ -417,27 +434,52 @@ static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
 }
 
 /* ---- tumbling and hopping ------------------------------------------------------------------ */
+/* The i-th window [start, start + size) holding ts, latest first, in 128
+ * bits: near the ends of the time range a window is cut short at
+ * INT64_MIN or INT64_MAX (its span saturates). 0: there is no i-th. */
+static int fixed_span(const win *w, int64_t ts, int64_t i, span *s)
+{
+    int64_t size = w->w.size, slide = weir__window_step(&w->w);
+    i128 start = (i128)ts - floor_mod(ts, slide) - (i128)i * slide;
+    if (start + size <= ts)
+        return 0;
+    *s = (span){start < INT64_MIN ? INT64_MIN : (int64_t)start,
+                start + size > INT64_MAX ? INT64_MAX : (int64_t)(start + size)};
+    return 1;
+}
+
+/* Window i's value came (controller.h: perhaps later). */
+static int fixed_read(weir_ctx *ctx, void *state, const weir_rec *in, int e, const void *v,
+                      size_t vlen, void *arg)
+{
+    span s;
+    int again = 0;
+    if (!fixed_span(state, in->ts, (int64_t)(intptr_t)arg, &s))
+        return -EPROTO;
+    return fold_read(ctx, state, s, in, e, v, vlen, ctx->read_kl, &again, 0);
+}
+
+/* The record folds into each of its windows not late yet, each through a
+ * read of its own: independent entries, so under the async controller the
+ * reads are in flight together and each window's fold runs as its read
+ * answers. */
 static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
 {
     if (w->panes && in->ts >= PANE_LO && in->ts <= PANE_HI)
         return process_pane(ctx, w, in);
-    int64_t size = w->w.size;
-    int64_t slide = weir__window_step(&w->w);
     int64_t wm = weir_ctx_watermark(ctx);
-    int any = 0, again = 0;
-    /* The windows [start, start + size) holding ts, latest first, in 128
-     * bits: near the ends of the time range a window is cut short at
-     * INT64_MIN or INT64_MAX (its span saturates). */
-    for (i128 start = (i128)in->ts - floor_mod(in->ts, slide); start + size > in->ts;
-         start -= slide) {
-        span s = {start < INT64_MIN ? INT64_MIN : (int64_t)start,
-                  start + size > INT64_MAX ? INT64_MAX : (int64_t)(start + size)};
-        if (!late_for(w, s, wm)) {
-            any = 1;
-            int e = fold(ctx, w, s, in, &again, 0);
-            if (e)
-                return e;
-        }
+    int any = 0;
+    span s;
+    for (int64_t i = 0; fixed_span(w, in->ts, i, &s); i++) {
+        if (late_for(w, s, wm))
+            continue;
+        any = 1;
+        uint8_t ns[16];
+        ns_of(s, ns);
+        int e = weir__ns_get_async(ctx, in, WEIR__STATE_WINDOWS, ns, 16, fixed_read,
+                                   (void *)(intptr_t)i);
+        if (e)
+            return e;
     }
     return any ? 0 : weir_emit_side(ctx, in->data, in->len, in->ts);
 }

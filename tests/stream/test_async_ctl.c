@@ -620,4 +620,153 @@ TEST(with_reads_that_never_answer_the_records_in_flight_stop_at_the_cap)
     weir_collector_free(a.out);
 }
 
+/* ---- the built-in keyed operators on reads that answer later ------------------------------ */
+/* reduce, aggregate, tumbling and hopping windows (lateness, late records
+ * to the side) over out-of-order input: the "delay:" backend gives what
+ * the in-memory one gives. */
+enum { OPS_REDUCE, OPS_AGG, OPS_TUMBLING, OPS_HOPPING };
+
+typedef struct oo_state {
+    int i, n;
+} oo_state;
+
+static int oo_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    oo_state *s = calloc(1, sizeof(*s));
+    s->n = (int)(intptr_t)arg;
+    *state = s;
+    return 0;
+}
+
+/* Times run forward with a jitter of 0-39 against a bound of 10: some
+ * records are late, some beyond their window's lateness. */
+static int oo_next(weir_ctx *ctx, void *state)
+{
+    oo_state *s = state;
+    for (int k = 0; k < STEP && s->i < s->n; k++, s->i++) {
+        uint32_t h = (uint32_t)s->i * 2654435761u;
+        ev e = {(s->i * 5) % KEYS, s->i % 97, s->i / 4 + (int64_t)(h >> 26) % 40};
+        int r = weir_emit(ctx, &e, sizeof(e), e.ts);
+        if (r)
+            return r;
+    }
+    return s->i >= s->n;
+}
+
+static _Thread_local ev sum_out;
+static int sum_ev(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
+{
+    (void)arg;
+    const ev *a = acc->data, *b = in->data;
+    sum_out = (ev){b->key, a->seq + b->seq, b->ts};
+    *out = (weir_rec){&sum_out, sizeof(sum_out), in->ts};
+    return 0;
+}
+
+static _Thread_local int64_t agg_out[2];
+static int agg_add(const weir_rec *acc, const weir_rec *in, weir_rec *out, void *arg)
+{
+    (void)arg;
+    int64_t a[2] = {0, 0};
+    if (acc)
+        memcpy(a, acc->data, sizeof(a));
+    agg_out[0] = a[0] + ((const ev *)in->data)->seq;
+    agg_out[1] = a[1] + 1;
+    *out = (weir_rec){agg_out, sizeof(agg_out), in->ts};
+    return 0;
+}
+
+static intptr_t run_ops_job(void *arg)
+{
+    run_args *a = arg;
+    weir_job *j = weir_job_new("async-ops");
+    weir_source_def sd = {
+        .open = oo_open, .next = oo_next, .close = free, .max_out_of_orderness = 10};
+    weir_stream *s =
+        weir_stream_parallelism(weir_job_source(j, "gen", &sd, (void *)(intptr_t)a->n), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    static const weir_agg_def agg = {.add = agg_add};
+    weir_window tw = {.kind = WEIR_WINDOW_TUMBLING, .size = 50, .allowed_lateness = 5};
+    weir_window hw = {.kind = WEIR_WINDOW_HOPPING, .size = 30, .slide = 20, .allowed_lateness = 10};
+    switch (a->forever) { /* the kind of operator */
+    case OPS_REDUCE:
+        s = weir_stream_reduce(s, "op", sum_ev, NULL);
+        break;
+    case OPS_AGG:
+        s = weir_stream_aggregate(s, "op", &agg, NULL);
+        break;
+    default:
+        s = weir_stream_window(s, "op", a->forever == OPS_TUMBLING ? &tw : &hw, sum_ev, NULL);
+        CHECK_EQ(weir_stream_collect(weir_stream_side(s), "late", a->out), 0);
+    }
+    CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
+    a->result =
+        weir_job_run(j, &(weir_run_opts){.parallelism = a->par, .state_backend = a->backend});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+/* Sorted records as hex lines. */
+static char *canon_bytes(weir_collector *c)
+{
+    size_t n = weir_collector_count(c);
+    const weir_rec **v = calloc(n ? n : 1, sizeof(*v));
+    size_t cap = 1;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = weir_collector_get(c, i);
+        cap += v[i]->len * 2 + 1;
+    }
+    qsort(v, n, sizeof(*v), cmp_rec);
+    char *s = malloc(cap), *p = s;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < v[i]->len; k++)
+            p += sprintf(p, "%02x", ((const uint8_t *)v[i]->data)[k]);
+        *p++ = '\n';
+    }
+    *p = '\0';
+    free(v);
+    return s;
+}
+
+TEST(reduce_aggregate_and_windows_give_the_same_results_on_reads_that_answer_later)
+{
+    register_backends();
+    static const char *names[] = {"reduce", "aggregate", "tumbling", "hopping"};
+    for (int kind = OPS_REDUCE; kind <= OPS_HOPPING; kind++) {
+        long async_before = atomic_load(&d_async);
+        run_args d = {.backend = "delay:",
+                      .n = 12000,
+                      .par = 2,
+                      .forever = kind,
+                      .out = weir_collector_new()};
+        run_args m = {.backend = "memory:",
+                      .n = 12000,
+                      .par = 2,
+                      .forever = kind,
+                      .out = weir_collector_new()};
+        CHECK_EQ(test_run_on_rt(2, run_ops_job, &d), 0);
+        CHECK_EQ(test_run_on_rt(2, run_ops_job, &m), 0);
+        if (d.result || m.result)
+            TEST__FAIL("%s: %d %s / %d %s", names[kind], d.result, d.error, m.result, m.error);
+        CHECK_GT(atomic_load(&d_async) - async_before, 6000); /* the reads went async */
+        CHECK_GT(weir_collector_count(m.out), 100);
+        if (kind >= OPS_TUMBLING) { /* some records were late beyond the lateness */
+            size_t late_n = 0;
+            for (size_t i = 0; i < weir_collector_count(m.out); i++)
+                late_n += weir_collector_get(m.out, i)->len == sizeof(ev);
+            CHECK_GT(late_n, 0);
+        }
+        char *x = canon_bytes(d.out), *y = canon_bytes(m.out);
+        if (strcmp(x, y) != 0)
+            TEST__FAIL("%s: %zu records on delay:, %zu on memory:, not the same", names[kind],
+                       weir_collector_count(d.out), weir_collector_count(m.out));
+        free(x);
+        free(y);
+        weir_collector_free(d.out);
+        weir_collector_free(m.out);
+    }
+}
+
 TEST_MAIN()
