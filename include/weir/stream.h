@@ -182,6 +182,31 @@ int weir_list_iterate(weir_ctx *ctx, const char *state, weir_entry_fn fn, void *
 int weir_list_clear(weir_ctx *ctx, const char *state);
 
 /*
+ * Reads that may answer later. With a state backend whose reads go to a
+ * remote tier (weir_state_backend_ops.get_async), a record need not hold
+ * up its subtask while its state is fetched: process() asks for the value
+ * with a continuation and returns; the subtask goes on with records of
+ * other keys, and fn runs when the value is there - in the record's
+ * context (its key, state calls, timers and emits as in process()), on the
+ * subtask's thread - with err 0 and a view of the value (valid during the
+ * call), -ENOENT, or the read's error. fn may read again; the record is
+ * done when a continuation returns without reading again. in is the
+ * record being processed (fn gets the same record, perhaps a copy). A
+ * later record of the same key runs only after this one is done, and a
+ * watermark takes effect only once every record before it is done (docs/
+ * state.md, "The async execution controller"). On a backend that answers
+ * at once (the in-memory one), and outside process() (timers, finish), fn
+ * runs before the call returns. The call returns 0 or a negative errno (fn's
+ * when it ran, which fails the record as process() failing would).
+ */
+typedef int (*weir_state_cont)(weir_ctx *ctx, void *state, const weir_rec *in, int err,
+                               const void *val, size_t len, void *arg);
+int weir_value_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, weir_state_cont fn,
+                         void *arg);
+int weir_map_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, const void *ukey,
+                       size_t uklen, weir_state_cont fn, void *arg);
+
+/*
  * The keys of a state: fn runs once for every key of this subtask that has
  * an entry of `state` (value, map or list; restored ones too), with that
  * key current, so it may read and write the key's state (clear it, say),

@@ -68,8 +68,7 @@ weir__controller *weir__controller_async_new(struct subtask *st, size_t max_in_f
  * the record's context (weir_ctx_key, its state calls and emits as in
  * process()), on the subtask's thread, and may read again. 0 or a
  * negative errno, which fails the record as process() would. */
-typedef int (*weir__cont_fn)(weir_ctx *ctx, void *state, const weir_rec *in, int err,
-                             const void *val, size_t vlen, void *arg);
+typedef weir_state_cont weir__cont_fn;
 
 /* Read key (klen bytes, group kg) of ctx's backend for the record in
  * being processed, then cont. Under the async controller a read the

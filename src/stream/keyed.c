@@ -151,6 +151,22 @@ int weir_value_get(weir_ctx *ctx, const char *state, const void **val, size_t *l
     return weir__ns_get(ctx, state, NULL, 0, val, len);
 }
 
+int weir_value_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, weir_state_cont fn,
+                         void *arg)
+{
+    if (!ctx || !in || !fn || user_name(ctx, state))
+        return -EINVAL;
+    return weir__ns_get_async(ctx, in, state, NULL, 0, fn, arg);
+}
+
+int weir_map_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, const void *ukey,
+                       size_t uklen, weir_state_cont fn, void *arg)
+{
+    if (!ctx || !in || !fn || (!ukey && uklen) || user_name(ctx, state))
+        return -EINVAL;
+    return weir__ns_get_async(ctx, in, state, ukey, uklen, fn, arg);
+}
+
 int weir_value_put(weir_ctx *ctx, const char *state, const void *val, size_t len)
 {
     if (user_name(ctx, state))
