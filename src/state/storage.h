@@ -45,7 +45,12 @@
  * to the caller (weir__free, weir__names_free).
  *
  * Implementations, chosen by URI scheme (weir__storage_open): "file:///a/b"
- * or a plain path "/a/b", "a/b" is a local directory (storage_dir.c).
+ * or a plain path "/a/b", "a/b" is a local directory (storage_dir.c);
+ * "mem://NAME" the process's memory, the same blobs for every open of NAME
+ * (storage_mem.c: tests, benchmarks); "latency://MS/URI" or
+ * "latency://MIN-MAX/URI" the store URI names, each call MS (or a random
+ * MIN to MAX) milliseconds later (storage_latency.c: a remote store's
+ * round trips, for tests and benchmarks).
  */
 #ifndef WEIR_STATE_STORAGE_H
 #define WEIR_STATE_STORAGE_H
@@ -140,8 +145,11 @@ int weir__storage_get(weir__storage *s, const char *name, size_t max, uint8_t **
 int weir__storage_list(weir__storage *s, const char *prefix, weir__names *names);
 int weir__storage_delete(weir__storage *s, const char *name);
 
-/* The local directory implementation (storage_dir.c). */
+/* The implementations: a local directory (storage_dir.c), memory
+ * (storage_mem.c), latency added to another (storage_latency.c). */
 extern const weir__storage_ops weir__storage_dir_ops;
+extern const weir__storage_ops weir__storage_mem_ops;
+extern const weir__storage_ops weir__storage_latency_ops;
 /* The directory a local store lives in (NULL for other stores): for
  * messages that name files. */
 const char *weir__storage_dir_path(const weir__storage *s);

@@ -185,6 +185,88 @@ TEST(directory_store_inline_and_on_the_pool)
     }
 }
 
+/* The in-memory store answers as the directory store does, and keeps its
+ * blobs for the next open of its name. */
+TEST(memory_store_inline_and_on_the_pool)
+{
+    for (int on_rt = 0; on_rt < 2; on_rt++) {
+        weir__storage *s;
+        CHECK_EQ(weir__storage_open(on_rt ? "mem://calls-rt" : "mem://calls", &s), 0);
+        CHECK(weir__storage_dir_path(s) == NULL);
+        if (on_rt)
+            CHECK_EQ(test_run_on_rt(2, dir_calls, s), 0);
+        else
+            CHECK_EQ(dir_calls(s), 0);
+        weir__storage_close(s);
+    }
+    weir__storage *a, *b, *c;
+    CHECK_EQ(weir__storage_open("mem://kept", &a), 0);
+    CHECK_EQ(weir__storage_put(a, "d/x", "xyz", 3), 0);
+    CHECK_EQ(weir__storage_put(a, "d.y", "", 0), 0);
+    weir__storage_close(a);
+    CHECK_EQ(weir__storage_open("mem://kept", &b), 0);
+    CHECK_EQ(weir__storage_open("mem://other", &c), 0);
+    uint8_t *buf;
+    size_t len;
+    CHECK_EQ(weir__storage_get(b, "d/x", 16, &buf, &len), 0);
+    CHECK_EQ(len, 3);
+    CHECK_EQ(memcmp(buf, "xyz", 3), 0);
+    weir__free(buf);
+    CHECK_EQ(weir__storage_get(c, "d/x", 16, &buf, &len), -ENOENT);
+    weir__names ns;
+    CHECK_EQ(weir__storage_list(b, "", &ns), 0); /* "d.y" < "d/" in byte order */
+    CHECK_EQ(ns.n, 2);
+    CHECK_STR(ns.v[0], "d.y");
+    CHECK_STR(ns.v[1], "d/");
+    weir__names_free(&ns);
+    CHECK_EQ(weir__storage_delete(b, "e/"), -ENOENT);
+    CHECK_EQ(weir__storage_delete(b, "d/"), 0);
+    CHECK_EQ(weir__storage_delete(b, "d.y"), 0);
+    weir__storage_close(b);
+    weir__storage_close(c);
+}
+
+static intptr_t timed_get(void *arg)
+{
+    weir__storage *s = arg;
+    uint8_t *buf;
+    size_t len;
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = weir_time_now();
+        CHECK_EQ(weir__storage_get(s, "x", 16, &buf, &len), 0);
+        /* At least the latency (a lower bound: a loaded machine only adds). */
+        CHECK_GE(weir_time_now() - t0, 2 * WEIR_MSEC);
+        weir__free(buf);
+    }
+    return 0;
+}
+
+/* latency:// answers as its store does, each call at least its latency
+ * later; a malformed latency or store is refused. */
+TEST(latency_store_adds_its_round_trip)
+{
+    weir__storage *s;
+    CHECK_EQ(weir__storage_open("latency://0-0.5/mem://lat-calls", &s), 0);
+    CHECK_EQ(test_run_on_rt(2, dir_calls, s), 0);
+    weir__storage_close(s);
+    CHECK_EQ(weir__storage_open("latency://2/mem://lat-timed", &s), 0);
+    CHECK_EQ(weir__storage_put(s, "x", "1", 1), 0);
+    CHECK_EQ(test_run_on_rt(2, timed_get, s), 0);
+    weir__storage_close(s);
+    static const char *bad[] = {"latency://",
+                                "latency://x/mem://a",
+                                "latency://5",
+                                "latency://5/",
+                                "latency://5-1/mem://a",
+                                "latency://-1/mem://a",
+                                "latency://99999999/mem://a",
+                                "latency://1-/mem://a"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (weir__storage_open(bad[i], &s) != -EINVAL)
+            TEST__FAIL("%s was not refused", bad[i]);
+    CHECK_EQ(weir__storage_open("latency://1/nope://a", &s), -EPROTONOSUPPORT);
+}
+
 /* A store that records where its methods run, and can hold a put until
  * released: to see the calls leave the caller's thread, and a given-up
  * wait outlived by its call. */
