@@ -103,6 +103,14 @@ typedef int (*weir_state_scan_fn)(void *arg, const void *key, size_t klen, const
  * error (val NULL). The view is valid during the call only. */
 typedef void (*weir_state_get_cb)(void *arg, int err, const void *val, size_t vlen);
 
+/* One read of a batch (weir_state_backend_ops.get_batch). */
+typedef struct weir_state_read {
+    int kg;
+    const void *key;
+    size_t klen;
+    void *arg; /* the callback's */
+} weir_state_read;
+
 /* An entry handed to a capture beside the backend's own (see
  * weir_state_capture_with). */
 typedef struct weir_state_entry {
@@ -148,6 +156,17 @@ typedef struct weir_state_backend_ops {
      * calls restore, which checks the image on the owner's thread. */
     int (*restore_checked)(weir_state_backend *b, const uint8_t *img, size_t len, char *why,
                            size_t cap);
+    /* Optional, beside get_async: n reads, of any groups, in one round
+     * trip. The async execution controller gathers the reads its records
+     * issue together (one input batch, one round of answers) and hands
+     * them over at once instead of one get_async each. Each read is
+     * answered through cb(reads[i].arg, ...) exactly once, as get_async
+     * answers later (any thread, at once or later; -ECANCELED when the
+     * backend is freed first). Keys are the caller's during the call
+     * only. 0, or a negative errno: then no read was started and no
+     * callback comes. */
+    int (*get_batch)(weir_state_backend *b, const weir_state_read *reads, size_t n,
+                     weir_state_get_cb cb);
 } weir_state_backend_ops;
 
 /* Every backend starts with this header (its private state follows). */

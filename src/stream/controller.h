@@ -44,6 +44,9 @@ typedef struct weir__controller_ops {
      * (weir__stream_release_wm) once every record before it finished.
      * NULL: the runner drains, then releases it at once. */
     int (*watermark)(weir__controller *c, weir_ctx *ctx, int64_t wm);
+    /* An input batch's records were all admitted: reads the controller
+     * gathered for one round trip go out now. NULL: nothing gathered. */
+    void (*flush)(weir__controller *c);
 } weir__controller_ops;
 
 struct weir__controller {

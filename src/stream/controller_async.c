@@ -61,6 +61,9 @@ typedef struct wait {
     uint8_t *val;
 } wait;
 
+/* Reads gathered for one get_batch at most. */
+#define BATCH_MAX 128
+
 struct actl {
     weir__controller base;
     subtask *st;
@@ -71,6 +74,9 @@ struct actl {
     pthread_mutex_t lock; /* closed and posted */
     int closed, posted;
     _Atomic long refs;
+    /* Reads gathered for the backend's get_batch (NULL: it has none). */
+    weir_state_read *batch;
+    size_t nbatch;
 };
 
 static void unref(actl *c)
@@ -164,6 +170,28 @@ static int answer(actl *c, wait *w)
     return 0;
 }
 
+static void on_answer(void *arg, int err, const void *val, size_t vlen);
+
+/* The reads gathered go to the backend in one get_batch (read
+ * coalescing): each record's key is a distinct one (the key gate), and
+ * whatever issued them has nothing else to do but wait. */
+static void flush_batch(actl *c)
+{
+    size_t n = c->nbatch;
+    if (!n)
+        return;
+    c->nbatch = 0;
+    weir_state_backend *b = c->st->backend;
+    int e = b->ops->get_batch(b, c->batch, n, on_answer);
+    /* The waits are on_answer's now (unless none started): only the keys,
+     * which the backend let go of, are touched. */
+    for (size_t i = 0; i < n; i++) {
+        weir__free((void *)c->batch[i].key);
+        if (e < 0)
+            on_answer(c->batch[i].arg, e, NULL, 0);
+    }
+}
+
 /* Wait for one answer and run it. */
 static int answer_one(actl *c)
 {
@@ -173,6 +201,7 @@ static int answer_one(actl *c)
                           c->st->ops[0]->name, c->st->index);
         return -EDEADLK;
     }
+    flush_batch(c); /* what waits to be asked, before waiting for it */
     wait *w;
     int e = weir_chan_recv(c->inbox, &w, WEIR_FOREVER);
     return e < 0 ? e : answer(c, w);
@@ -189,6 +218,8 @@ static int run_inbox(subtask *st, weir__mail *m)
     wait *w;
     while (!e && weir_chan_try_recv(c->inbox, &w) == 0)
         e = answer(c, w);
+    if (!e)
+        flush_batch(c); /* the reads the answers' records issued next */
     unref(c);
     return e;
 }
@@ -242,6 +273,20 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
         if (!w)
             return -ENOMEM;
         *w = (wait){c, c->cur, cont, arg, 0, 0, NULL};
+        if (c->batch) { /* gathered: asked for with the others */
+            uint8_t *k = weir__malloc(klen ? klen : 1);
+            if (!k) {
+                weir__free(w);
+                return -ENOMEM;
+            }
+            memcpy(k, key, klen);
+            atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+            c->cur->reads++;
+            c->batch[c->nbatch++] = (weir_state_read){kg, k, klen, w};
+            if (c->nbatch == BATCH_MAX)
+                flush_batch(c);
+            return 0;
+        }
         atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
         c->cur->reads++;
         e = weir_state_get_async(ctx->backend, kg, key, klen, on_answer, w);
@@ -295,10 +340,16 @@ static int ctl_admit(weir__controller *base, weir_ctx *ctx, weir__rctx *rc, cons
     }
 }
 
+static void ctl_flush(weir__controller *base)
+{
+    flush_batch((actl *)base);
+}
+
 static int ctl_watermark(weir__controller *base, weir_ctx *ctx, int64_t wm)
 {
     actl *c = (actl *)base;
     int e = weir__aec_watermark(c->aec, wm);
+    flush_batch(c); /* records of the next epoch may have started */
     return e == -ENOMEM ? weir__op_error(ctx, e, "on_watermark") : e;
 }
 
@@ -321,13 +372,24 @@ static void ctl_free(weir__controller *base)
     wait *w;
     while (weir_chan_try_recv(c->inbox, &w) == 0)
         wait_free(w);
+    for (size_t i = 0; i < c->nbatch; i++) { /* never asked for */
+        weir__free((void *)c->batch[i].key);
+        wait_free(c->batch[i].arg);
+    }
+    c->nbatch = 0;
+    weir__free(c->batch);
+    c->batch = NULL;
     weir__aec_free(c->aec);
     c->aec = NULL;
     unref(c);
 }
 
-static const weir__controller_ops async_ops = {"async", ctl_admit, ctl_drain, ctl_free,
-                                               ctl_watermark};
+static const weir__controller_ops async_ops = {.name = "async",
+                                               .admit = ctl_admit,
+                                               .drain = ctl_drain,
+                                               .free = ctl_free,
+                                               .watermark = ctl_watermark,
+                                               .flush = ctl_flush};
 
 weir__controller *weir__controller_async_new(subtask *st, size_t max_in_flight)
 {
@@ -342,10 +404,16 @@ weir__controller *weir__controller_async_new(subtask *st, size_t max_in_flight)
         weir__free(c);
         return NULL;
     }
+    if (st->backend->ops->get_batch && !(c->batch = weir__malloc(BATCH_MAX * sizeof(*c->batch)))) {
+        pthread_mutex_destroy(&c->lock);
+        weir__free(c);
+        return NULL;
+    }
     if (!(c->inbox = weir_chan_new(sizeof(wait *), WEIR_CHAN_UNBOUNDED)) ||
         !(c->aec = weir__aec_new(&hooks, c, max_in_flight))) {
         if (c->inbox)
             weir_chan_unref(c->inbox);
+        weir__free(c->batch);
         pthread_mutex_destroy(&c->lock);
         weir__free(c);
         return NULL;

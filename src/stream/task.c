@@ -538,6 +538,8 @@ static int process_batch(subtask *st, in_state *in, batch *b)
         }
         e = ctl ? ctl->ops->admit(ctl, c, &rc, &r) : weir__ctl_run(c, &rc, &r);
     }
+    if (!e && ctl && ctl->ops->flush)
+        ctl->ops->flush(ctl);
     return e;
 }
 
