@@ -276,12 +276,12 @@ static int ctl_admit(weir__controller *base, weir_ctx *ctx, weir__rctx *rc, cons
     h->a.klen = rc->klen;
     for (;;) {
         int e = weir__aec_submit(c->aec, &h->a);
-        if (e == -ENOMEM) {
+        if (e == WEIR__AEC_NOMEM) {
             weir__free(h);
-            return weir__op_error(ctx, e, "process");
+            return weir__op_error(ctx, -ENOMEM, "process");
         }
-        if (e != -EAGAIN)
-            return e; /* taken */
+        if (e != WEIR__AEC_FULL)
+            return e; /* taken (it may be gone: a record's error is any errno) */
         /* At the cap: wait for a record to finish (backpressure). */
         if ((e = answer_one(c)) < 0) {
             weir__free(h);

@@ -339,6 +339,8 @@ static int ev_key(const weir_rec *in, void *arg, const void **key, size_t *len)
 typedef struct op_state {
     pthread_t th;
     int64_t fail_key, fail_seq; /* the record that fails (-1: none) */
+    int64_t fail_err;           /* with this error (0: -EIO) */
+    int64_t fail_at_once;       /* in process(), before its read (else in the read's answer) */
 } op_state;
 
 static _Atomic int wrong_thread, wrong_order;
@@ -350,6 +352,8 @@ static int count_open(weir_ctx *ctx, void *arg, void **state)
     s->th = pthread_self();
     s->fail_key = arg ? ((const int64_t *)arg)[0] : -1;
     s->fail_seq = arg ? ((const int64_t *)arg)[1] : -1;
+    s->fail_err = arg && ((const int64_t *)arg)[2] ? ((const int64_t *)arg)[2] : -EIO;
+    s->fail_at_once = arg ? ((const int64_t *)arg)[3] : 0;
     *state = s;
     return 0;
 }
@@ -377,7 +381,7 @@ static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, cons
     if (n != e->seq) /* the records of a key, in their order */
         atomic_store(&wrong_order, 1);
     if (e->key == s->fail_key && e->seq == s->fail_seq)
-        return -EIO;
+        return (int)s->fail_err;
     n++;
     int r = weir__ns_put(ctx, "n", NULL, 0, &n, 8);
     if (r)
@@ -399,7 +403,10 @@ static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, cons
 
 static int count_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
-    (void)state;
+    op_state *s = state;
+    const ev *e = in->data;
+    if (s->fail_at_once && e->key == s->fail_key && e->seq == s->fail_seq)
+        return (int)s->fail_err;
     return weir__ns_get_async(ctx, in, "n", NULL, 0, counted, NULL);
 }
 
@@ -568,7 +575,7 @@ TEST(checkpoint_barriers_wait_for_the_records_in_flight)
 TEST(a_failing_record_fails_the_job_naming_its_operator)
 {
     register_backends();
-    int64_t fail[2] = {3, 50};
+    int64_t fail[4] = {3, 50, 0, 0};
     run_args a = {
         .backend = "delay:", .n = 20000, .par = 2, .fail = fail, .out = weir_collector_new()};
     run_on_rt(&a);
@@ -576,6 +583,26 @@ TEST(a_failing_record_fails_the_job_naming_its_operator)
     CHECK_HAS(a.error, "\"count\"");
     CHECK_EQ(atomic_load(&d_pending), 0); /* the reads in flight were answered at free */
     weir_collector_free(a.out);
+}
+
+/* A record that fails at once in process(), with an error that the
+ * controller's own "not taken" answers once shared (-ENOMEM at the
+ * allocation, -EAGAIN at the cap): the record was taken and disposed of,
+ * and must not be freed or submitted again. */
+TEST(a_record_failing_at_once_with_enomem_or_eagain_is_disposed_of_once)
+{
+    register_backends();
+    static const int64_t errs[] = {-ENOMEM, -EAGAIN, -EIO};
+    for (int i = 0; i < 3; i++) {
+        int64_t fail[4] = {5, 0, errs[i], 1}; /* its key's first: it runs in submit */
+        run_args a = {
+            .backend = "delay:", .n = 20000, .par = 1, .fail = fail, .out = weir_collector_new()};
+        run_on_rt(&a);
+        CHECK_EQ(a.result, (int)errs[i]);
+        CHECK_HAS(a.error, "\"count\"");
+        CHECK_EQ(atomic_load(&d_pending), 0);
+        weir_collector_free(a.out);
+    }
 }
 
 /* ---- reads that never answer: the cap ----------------------------------------------------- */
