@@ -605,6 +605,120 @@ TEST(a_record_failing_at_once_with_enomem_or_eagain_is_disposed_of_once)
     }
 }
 
+/* ---- an input going idle with a watermark held ------------------------------------------
+ * Source a feeds the async count and then goes idle (its idle timeout);
+ * source b runs on, its timestamps far later. A sink reading both sees
+ * a's side go idle, so its watermark follows b's. The watermark the count
+ * still held when its input went idle must go out before its IDLE, not
+ * after: a watermark after IDLE makes the input active again, and the
+ * sink's watermark then stands at a's forever. */
+#define B_TS 1000000
+static _Atomic int b_done, a_emitted;
+static _Atomic int64_t sink_last, b_last; /* the sink's last watermark, b's last timestamp */
+
+static int idle_next(weir_ctx *ctx, void *state)
+{
+    gen_state *s = state;
+    if (s->i < s->g->n) {
+        int r = gen_next(ctx, state);
+        return r == 1 ? 0 : r; /* not the end: it goes idle */
+    }
+    atomic_store(&a_emitted, 1);
+    if (atomic_load(&b_done))
+        return 1;
+    weir_time_sleep(WEIR_MSEC); /* idle: nothing emitted */
+    return 0;
+}
+
+/* b runs on until a's records have all been answered (the count released
+ * every watermark it held), then 300 steps more. */
+static int b_next(weir_ctx *ctx, void *state)
+{
+    int *k = state; /* k[0]: steps, k[1]: steps since a's reads were all answered */
+    if (atomic_load(&a_emitted) && atomic_load(&d_pending) == 0)
+        k[1]++;
+    if (k[1] >= 300 || k[0] >= 20000) {
+        atomic_store(&b_done, 1);
+        return 1;
+    }
+    int64_t out[2] = {-1, k[0]}, ts = B_TS + 10 * (int64_t)k[0]++;
+    int r = weir_emit(ctx, out, sizeof(out), ts);
+    if (r)
+        return r;
+    atomic_store(&b_last, ts);
+    weir_time_sleep(WEIR_MSEC);
+    return 0;
+}
+
+static int b_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(2, sizeof(int));
+    return 0;
+}
+
+static int sink_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)state, (void)in;
+    return 0;
+}
+
+static int sink_wm(weir_ctx *ctx, void *state, int64_t wm)
+{
+    (void)ctx, (void)state;
+    if (wm != WEIR_WATERMARK_MAX)
+        atomic_store(&sink_last, wm);
+    return 0;
+}
+
+static intptr_t idle_job(void *arg)
+{
+    run_args *a = arg;
+    gen g = {a->n, 0};
+    weir_job *j = weir_job_new("async-idle");
+    weir_source_def ad = {.open = gen_open,
+                          .next = idle_next,
+                          .close = free,
+                          .max_out_of_orderness = 0,
+                          .idle_timeout_ms = 5};
+    weir_source_def bd = {.open = b_open, .next = b_next, .close = free, .max_out_of_orderness = 0};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "a", &ad, &g), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_op_def def = {.open = count_open,
+                       .process = count_process,
+                       .on_timer = count_timer,
+                       .close = count_close};
+    s = weir_stream_parallelism(weir_stream_process(s, "count", &def, NULL), 1);
+    weir_stream *b = weir_stream_parallelism(weir_job_source(j, "b", &bd, NULL), 1);
+    weir_stream *both[2] = {weir_stream_rebalance(s), weir_stream_rebalance(b)};
+    weir_op_def sd = {.process = sink_process, .on_watermark = sink_wm};
+    CHECK_EQ(weir_stream_sink(weir_stream_union(both, 2), "sink", &sd, NULL), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 1, .state_backend = a->backend});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(an_input_going_idle_sends_its_held_watermark_before_its_idle)
+{
+    register_backends();
+    static const char *const backends[] = {"memory:", "delay:"}; /* the first: the reference */
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&b_done, 0);
+        atomic_store(&a_emitted, 0);
+        atomic_store(&sink_last, 0);
+        run_args a = {.backend = backends[i], .n = 8000};
+        CHECK_EQ(test_run_on_rt(2, idle_job, &a), 0);
+        if (a.result)
+            TEST__FAIL("run on %s: %d %s", backends[i], a.result, a.error);
+        /* The sink's watermark followed b's to its end (100 steps' slack). */
+        int64_t lag = atomic_load(&b_last) - atomic_load(&sink_last);
+        if (lag > 1000)
+            TEST__FAIL("on %s: the sink's watermark stood %ld below b's", backends[i], (long)lag);
+        CHECK_EQ(atomic_load(&d_pending), 0);
+    }
+}
+
 /* ---- reads that never answer: the cap ----------------------------------------------------- */
 static intptr_t cap_main(void *arg)
 {
