@@ -401,11 +401,29 @@ static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, cons
     return weir_timer_register(ctx, WEIR_TIME_EVENT, win + WIN - 1);
 }
 
+/* The failing record's reads, when it makes two (fail_at_once 2): the
+ * first answer fails it; the other must never run (its record is gone). */
+static _Atomic int two_reads_answered;
+static int fail_cont(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                     size_t vlen, void *arg)
+{
+    (void)ctx, (void)err, (void)val, (void)vlen, (void)arg;
+    op_state *s = state;
+    const ev *e = in->data; /* the record's copy: freed once it failed */
+    CHECK(e->key == s->fail_key && e->seq == s->fail_seq);
+    atomic_fetch_add(&two_reads_answered, 1);
+    return (int)s->fail_err;
+}
+
 static int count_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
     op_state *s = state;
     const ev *e = in->data;
-    if (s->fail_at_once && e->key == s->fail_key && e->seq == s->fail_seq)
+    if (s->fail_at_once == 2 && e->key == s->fail_key && e->seq == s->fail_seq) {
+        int r = weir__ns_get_async(ctx, in, "n", NULL, 0, fail_cont, NULL);
+        return r ? r : weir__ns_get_async(ctx, in, "x", NULL, 0, fail_cont, NULL);
+    }
+    if (s->fail_at_once == 1 && e->key == s->fail_key && e->seq == s->fail_seq)
         return (int)s->fail_err;
     return weir__ns_get_async(ctx, in, "n", NULL, 0, counted, NULL);
 }
@@ -603,6 +621,24 @@ TEST(a_record_failing_at_once_with_enomem_or_eagain_is_disposed_of_once)
         CHECK_EQ(atomic_load(&d_pending), 0);
         weir_collector_free(a.out);
     }
+}
+
+/* A record with two reads in flight fails at the first answer: the
+ * second answer, which comes later, must not run (the record was disposed
+ * of; under ASan a use after free otherwise). */
+TEST(a_record_failing_with_a_read_still_in_flight_never_sees_its_answer)
+{
+    register_backends();
+    int64_t fail[4] = {2, 30, -EIO, 2};
+    atomic_store(&two_reads_answered, 0);
+    run_args a = {
+        .backend = "delay:", .n = 20000, .par = 1, .fail = fail, .out = weir_collector_new()};
+    run_on_rt(&a);
+    CHECK_EQ(a.result, -EIO);
+    CHECK_HAS(a.error, "\"count\"");
+    CHECK_EQ(atomic_load(&two_reads_answered), 1);
+    CHECK_EQ(atomic_load(&d_pending), 0);
+    weir_collector_free(a.out);
 }
 
 /* ---- an input going idle with a watermark held ------------------------------------------
