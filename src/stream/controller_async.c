@@ -236,7 +236,10 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
     const void *v = NULL;
     size_t vl = 0;
     int e;
-    if (c && c->cur && ctx == &st->ctx[0]) {
+    /* Only in the record's own context: a record it runs inside itself
+     * (weir_ctx_process) has another key and bytes, which the answer's
+     * continuation would not get back - it reads at once. */
+    if (c && c->cur && ctx == &st->ctx[0] && ctx->rc == &c->cur->rc) {
         wait *w = weir__calloc(1, sizeof(*w));
         if (!w)
             return -ENOMEM;

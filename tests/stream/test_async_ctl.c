@@ -641,6 +641,85 @@ TEST(a_record_failing_with_a_read_still_in_flight_never_sees_its_answer)
     weir_collector_free(a.out);
 }
 
+/* ---- weir_ctx_process inside a record --------------------------------------------------
+ * A record of key 0 runs another record, of key 99, through
+ * weir_ctx_process from its process(). That record's read must answer in
+ * that record's context (its key, its bytes), not in the outer one's. */
+static _Atomic int nested_ran, nested_wrong;
+
+static int nested_cont(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                       size_t vlen, void *arg)
+{
+    (void)state, (void)err, (void)val, (void)vlen, (void)arg;
+    const ev *e = in->data;
+    int64_t key;
+    memcpy(&key, weir_ctx_key(ctx, NULL), 8);
+    if (e->key != 99 || key != 99)
+        atomic_store(&nested_wrong, 1);
+    atomic_fetch_add(&nested_ran, 1);
+    return 0;
+}
+
+static int outer_cont(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                      size_t vlen, void *arg)
+{
+    (void)state, (void)err, (void)val, (void)vlen, (void)arg;
+    const ev *e = in->data;
+    int64_t key;
+    memcpy(&key, weir_ctx_key(ctx, NULL), 8);
+    if (e->key != key)
+        atomic_store(&nested_wrong, 1);
+    return 0;
+}
+
+static int nested_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    const ev *e = in->data;
+    if (e->key == 99)
+        return weir__ns_get_async(ctx, in, "n", NULL, 0, nested_cont, NULL);
+    if (e->key == 0) {
+        ev x = {99, e->seq, e->ts};
+        int64_t k = 99;
+        weir_rec r = {&x, sizeof(x), e->ts};
+        int rc = weir_ctx_process(ctx, &k, sizeof(k), &r);
+        if (rc < 0)
+            return rc;
+    }
+    return weir__ns_get_async(ctx, in, "n", NULL, 0, outer_cont, NULL);
+}
+
+static intptr_t nested_job(void *arg)
+{
+    run_args *a = arg;
+    gen g = {a->n, 0};
+    weir_job *j = weir_job_new("async-nested");
+    weir_source_def sd = {
+        .open = gen_open, .next = gen_next, .close = free, .max_out_of_orderness = 0};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "gen", &sd, &g), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_op_def def = {.process = nested_process};
+    CHECK_EQ(weir_stream_sink(s, "nested", &def, NULL), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 1, .state_backend = a->backend});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(a_record_run_with_weir_ctx_process_inside_another_reads_in_its_own_context)
+{
+    register_backends();
+    atomic_store(&nested_ran, 0);
+    atomic_store(&nested_wrong, 0);
+    run_args a = {.backend = "delay:", .n = 2000};
+    CHECK_EQ(test_run_on_rt(2, nested_job, &a), 0);
+    if (a.result)
+        TEST__FAIL("run: %d %s", a.result, a.error);
+    CHECK_EQ(atomic_load(&nested_ran), 2000 / KEYS + (2000 % KEYS > 0)); /* key 0's records */
+    CHECK_EQ(atomic_load(&nested_wrong), 0);
+    CHECK_EQ(atomic_load(&d_pending), 0);
+}
+
 /* ---- an input going idle with a watermark held ------------------------------------------
  * Source a feeds the async count and then goes idle (its idle timeout);
  * source b runs on, its timestamps far later. A sink reading both sees
