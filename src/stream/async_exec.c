@@ -246,9 +246,9 @@ int weir__aec_submit(weir__aec *c, weir__aec_rec *r)
         return c->err;
     }
     if (c->in_flight >= c->cap)
-        return -EAGAIN;
+        return WEIR__AEC_FULL;
     if (reserve(c, c->in_flight + 1) < 0)
-        return -ENOMEM;
+        return WEIR__AEC_NOMEM;
     r->hash = weir_key_hash(r->key, r->klen);
     r->epoch = c->act + c->nwm;
     c->in_flight++;

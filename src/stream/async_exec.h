@@ -79,10 +79,18 @@ typedef struct weir__aec weir__aec;
  * NULL when memory runs out. */
 weir__aec *weir__aec_new(const weir__aec_hooks *h, void *arg, size_t max_in_flight);
 
-/* Hand r over. -EAGAIN at the cap, -ENOMEM when memory for it runs out:
- * r is not taken and nothing changed. Otherwise r is taken: 0, or the
- * controller's error (r is disposed unrun if the controller had failed
- * before). */
+/* weir__aec_submit's answers when it did not take r (positive: a
+ * record's error, which it may also return, is any negative errno, -EAGAIN
+ * and -ENOMEM included). */
+enum {
+    WEIR__AEC_FULL = 1, /* at the cap */
+    WEIR__AEC_NOMEM     /* no memory for it */
+};
+
+/* Hand r over. WEIR__AEC_FULL at the cap, WEIR__AEC_NOMEM when memory for
+ * it runs out: r is not taken and nothing changed. Otherwise r is taken:
+ * 0, or the controller's error (r may have run and been disposed already;
+ * it is disposed unrun if the controller had failed before). */
 int weir__aec_submit(weir__aec *c, weir__aec_rec *r);
 
 /* The input's watermark moved to wm (greater than the last one): 0, the

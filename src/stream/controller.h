@@ -78,8 +78,9 @@ typedef weir_state_cont weir__cont_fn;
  * backend cannot answer at once leaves the record waiting: process()
  * returns, the subtask takes other records, and cont runs when the answer
  * is back. Otherwise (an answer at once, no async controller, a timer's
- * context, an operator past the chain's head) cont runs before this
- * returns, with a plain read's view. 0 or a negative errno (cont's). */
+ * context, an operator past the chain's head, a record run through
+ * weir_ctx_process inside another) cont runs before this returns, with a
+ * plain read's view. 0 or a negative errno (cont's). */
 int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, size_t klen,
                   weir__cont_fn cont, void *arg);
 /* keyed.c: weir__ctl_get of the current key's entry of state (namespace

@@ -268,7 +268,10 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
     const void *v = NULL;
     size_t vl = 0;
     int e;
-    if (c && c->cur && ctx == &st->ctx[0]) {
+    /* Only in the record's own context: a record it runs inside itself
+     * (weir_ctx_process) has another key and bytes, which the answer's
+     * continuation would not get back - it reads at once. */
+    if (c && c->cur && ctx == &st->ctx[0] && ctx->rc == &c->cur->rc) {
         wait *w = weir__calloc(1, sizeof(*w));
         if (!w)
             return -ENOMEM;
@@ -326,12 +329,12 @@ static int ctl_admit(weir__controller *base, weir_ctx *ctx, weir__rctx *rc, cons
     h->a.klen = rc->klen;
     for (;;) {
         int e = weir__aec_submit(c->aec, &h->a);
-        if (e == -ENOMEM) {
+        if (e == WEIR__AEC_NOMEM) {
             weir__free(h);
-            return weir__op_error(ctx, e, "process");
+            return weir__op_error(ctx, -ENOMEM, "process");
         }
-        if (e != -EAGAIN)
-            return e; /* taken */
+        if (e != WEIR__AEC_FULL)
+            return e; /* taken (it may be gone: a record's error is any errno) */
         /* At the cap: wait for a record to finish (backpressure). */
         if ((e = answer_one(c)) < 0) {
             weir__free(h);

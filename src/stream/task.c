@@ -304,7 +304,9 @@ static int finish_chain(subtask *st)
     int e = weir__stream_drain(st);
     if (!e)
         e = advance(st, WEIR_WATERMARK_MAX);
-    if (!e) /* a controller holding the final watermark releases it */
+    /* A controller holding the final watermark releases it (only one that
+     * takes watermarks: the others' drain ran in advance already). */
+    if (!e && st->ctl && st->ctl->ops->watermark)
         e = weir__stream_drain(st);
     for (int i = 0; i < st->nops && !e; i++) {
         weir_ctx *c = &st->ctx[i];
@@ -488,8 +490,15 @@ static int inputs_moved(subtask *st, int64_t now, int64_t idle_ns)
     int64_t m;
     int any;
     recompute(st, now, idle_ns, &m, &any);
-    if (!any)
-        return st->out_idle ? 0 : set_idle(st, 1);
+    if (!any) {
+        if (st->out_idle)
+            return 0;
+        /* A watermark a controller still holds goes out first: one after
+         * the IDLE would make this subtask active again downstream, its
+         * watermark standing still there. */
+        int e = st->ctl && st->ctl->ops->watermark ? weir__stream_drain(st) : 0;
+        return e ? e : set_idle(st, 1);
+    }
     if (st->out_idle) {
         int e = set_idle(st, 0);
         if (e < 0)

@@ -370,6 +370,8 @@ static int ev_key(const weir_rec *in, void *arg, const void **key, size_t *len)
 typedef struct op_state {
     pthread_t th;
     int64_t fail_key, fail_seq; /* the record that fails (-1: none) */
+    int64_t fail_err;           /* with this error (0: -EIO) */
+    int64_t fail_at_once;       /* in process(), before its read (else in the read's answer) */
 } op_state;
 
 static _Atomic int wrong_thread, wrong_order;
@@ -381,6 +383,8 @@ static int count_open(weir_ctx *ctx, void *arg, void **state)
     s->th = pthread_self();
     s->fail_key = arg ? ((const int64_t *)arg)[0] : -1;
     s->fail_seq = arg ? ((const int64_t *)arg)[1] : -1;
+    s->fail_err = arg && ((const int64_t *)arg)[2] ? ((const int64_t *)arg)[2] : -EIO;
+    s->fail_at_once = arg ? ((const int64_t *)arg)[3] : 0;
     *state = s;
     return 0;
 }
@@ -408,7 +412,7 @@ static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, cons
     if (n != e->seq) /* the records of a key, in their order */
         atomic_store(&wrong_order, 1);
     if (e->key == s->fail_key && e->seq == s->fail_seq)
-        return -EIO;
+        return (int)s->fail_err;
     n++;
     int r = weir__ns_put(ctx, "n", NULL, 0, &n, 8);
     if (r)
@@ -428,9 +432,30 @@ static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, cons
     return weir_timer_register(ctx, WEIR_TIME_EVENT, win + WIN - 1);
 }
 
+/* The failing record's reads, when it makes two (fail_at_once 2): the
+ * first answer fails it; the other must never run (its record is gone). */
+static _Atomic int two_reads_answered;
+static int fail_cont(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                     size_t vlen, void *arg)
+{
+    (void)ctx, (void)err, (void)val, (void)vlen, (void)arg;
+    op_state *s = state;
+    const ev *e = in->data; /* the record's copy: freed once it failed */
+    CHECK(e->key == s->fail_key && e->seq == s->fail_seq);
+    atomic_fetch_add(&two_reads_answered, 1);
+    return (int)s->fail_err;
+}
+
 static int count_process(weir_ctx *ctx, void *state, const weir_rec *in)
 {
-    (void)state;
+    op_state *s = state;
+    const ev *e = in->data;
+    if (s->fail_at_once == 2 && e->key == s->fail_key && e->seq == s->fail_seq) {
+        int r = weir__ns_get_async(ctx, in, "n", NULL, 0, fail_cont, NULL);
+        return r ? r : weir__ns_get_async(ctx, in, "x", NULL, 0, fail_cont, NULL);
+    }
+    if (s->fail_at_once == 1 && e->key == s->fail_key && e->seq == s->fail_seq)
+        return (int)s->fail_err;
     return weir_value_get_async(ctx, in, "n", counted, NULL);
 }
 
@@ -618,7 +643,7 @@ TEST(checkpoint_barriers_wait_for_the_records_in_flight)
 TEST(a_failing_record_fails_the_job_naming_its_operator)
 {
     register_backends();
-    int64_t fail[2] = {3, 50};
+    int64_t fail[4] = {3, 50, 0, 0};
     run_args a = {
         .backend = "delay:", .n = 20000, .par = 2, .fail = fail, .out = weir_collector_new()};
     run_on_rt(&a);
@@ -626,6 +651,237 @@ TEST(a_failing_record_fails_the_job_naming_its_operator)
     CHECK_HAS(a.error, "\"count\"");
     CHECK_EQ(atomic_load(&d_pending), 0); /* the reads in flight were answered at free */
     weir_collector_free(a.out);
+}
+
+/* A record that fails at once in process(), with an error that the
+ * controller's own "not taken" answers once shared (-ENOMEM at the
+ * allocation, -EAGAIN at the cap): the record was taken and disposed of,
+ * and must not be freed or submitted again. */
+TEST(a_record_failing_at_once_with_enomem_or_eagain_is_disposed_of_once)
+{
+    register_backends();
+    static const int64_t errs[] = {-ENOMEM, -EAGAIN, -EIO};
+    for (int i = 0; i < 3; i++) {
+        int64_t fail[4] = {5, 0, errs[i], 1}; /* its key's first: it runs in submit */
+        run_args a = {
+            .backend = "delay:", .n = 20000, .par = 1, .fail = fail, .out = weir_collector_new()};
+        run_on_rt(&a);
+        CHECK_EQ(a.result, (int)errs[i]);
+        CHECK_HAS(a.error, "\"count\"");
+        CHECK_EQ(atomic_load(&d_pending), 0);
+        weir_collector_free(a.out);
+    }
+}
+
+/* A record with two reads in flight fails at the first answer: the
+ * second answer, which comes later, must not run (the record was disposed
+ * of; under ASan a use after free otherwise). */
+TEST(a_record_failing_with_a_read_still_in_flight_never_sees_its_answer)
+{
+    register_backends();
+    int64_t fail[4] = {2, 30, -EIO, 2};
+    atomic_store(&two_reads_answered, 0);
+    run_args a = {
+        .backend = "delay:", .n = 20000, .par = 1, .fail = fail, .out = weir_collector_new()};
+    run_on_rt(&a);
+    CHECK_EQ(a.result, -EIO);
+    CHECK_HAS(a.error, "\"count\"");
+    CHECK_EQ(atomic_load(&two_reads_answered), 1);
+    CHECK_EQ(atomic_load(&d_pending), 0);
+    weir_collector_free(a.out);
+}
+
+/* ---- weir_ctx_process inside a record --------------------------------------------------
+ * A record of key 0 runs another record, of key 99, through
+ * weir_ctx_process from its process(). That record's read must answer in
+ * that record's context (its key, its bytes), not in the outer one's. */
+static _Atomic int nested_ran, nested_wrong;
+
+static int nested_cont(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                       size_t vlen, void *arg)
+{
+    (void)state, (void)err, (void)val, (void)vlen, (void)arg;
+    const ev *e = in->data;
+    int64_t key;
+    memcpy(&key, weir_ctx_key(ctx, NULL), 8);
+    if (e->key != 99 || key != 99)
+        atomic_store(&nested_wrong, 1);
+    atomic_fetch_add(&nested_ran, 1);
+    return 0;
+}
+
+static int outer_cont(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                      size_t vlen, void *arg)
+{
+    (void)state, (void)err, (void)val, (void)vlen, (void)arg;
+    const ev *e = in->data;
+    int64_t key;
+    memcpy(&key, weir_ctx_key(ctx, NULL), 8);
+    if (e->key != key)
+        atomic_store(&nested_wrong, 1);
+    return 0;
+}
+
+static int nested_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    const ev *e = in->data;
+    if (e->key == 99)
+        return weir__ns_get_async(ctx, in, "n", NULL, 0, nested_cont, NULL);
+    if (e->key == 0) {
+        ev x = {99, e->seq, e->ts};
+        int64_t k = 99;
+        weir_rec r = {&x, sizeof(x), e->ts};
+        int rc = weir_ctx_process(ctx, &k, sizeof(k), &r);
+        if (rc < 0)
+            return rc;
+    }
+    return weir__ns_get_async(ctx, in, "n", NULL, 0, outer_cont, NULL);
+}
+
+static intptr_t nested_job(void *arg)
+{
+    run_args *a = arg;
+    gen g = {a->n, 0};
+    weir_job *j = weir_job_new("async-nested");
+    weir_source_def sd = {
+        .open = gen_open, .next = gen_next, .close = free, .max_out_of_orderness = 0};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "gen", &sd, &g), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_op_def def = {.process = nested_process};
+    CHECK_EQ(weir_stream_sink(s, "nested", &def, NULL), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 1, .state_backend = a->backend});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(a_record_run_with_weir_ctx_process_inside_another_reads_in_its_own_context)
+{
+    register_backends();
+    atomic_store(&nested_ran, 0);
+    atomic_store(&nested_wrong, 0);
+    run_args a = {.backend = "delay:", .n = 2000};
+    CHECK_EQ(test_run_on_rt(2, nested_job, &a), 0);
+    if (a.result)
+        TEST__FAIL("run: %d %s", a.result, a.error);
+    CHECK_EQ(atomic_load(&nested_ran), 2000 / KEYS + (2000 % KEYS > 0)); /* key 0's records */
+    CHECK_EQ(atomic_load(&nested_wrong), 0);
+    CHECK_EQ(atomic_load(&d_pending), 0);
+}
+
+/* ---- an input going idle with a watermark held ------------------------------------------
+ * Source a feeds the async count and then goes idle (its idle timeout);
+ * source b runs on, its timestamps far later. A sink reading both sees
+ * a's side go idle, so its watermark follows b's. The watermark the count
+ * still held when its input went idle must go out before its IDLE, not
+ * after: a watermark after IDLE makes the input active again, and the
+ * sink's watermark then stands at a's forever. */
+#define B_TS 1000000
+static _Atomic int b_done, a_emitted;
+static _Atomic int64_t sink_last, b_last; /* the sink's last watermark, b's last timestamp */
+
+static int idle_next(weir_ctx *ctx, void *state)
+{
+    gen_state *s = state;
+    if (s->i < s->g->n) {
+        int r = gen_next(ctx, state);
+        return r == 1 ? 0 : r; /* not the end: it goes idle */
+    }
+    atomic_store(&a_emitted, 1);
+    if (atomic_load(&b_done))
+        return 1;
+    weir_time_sleep(WEIR_MSEC); /* idle: nothing emitted */
+    return 0;
+}
+
+/* b runs on until a's records have all been answered (the count released
+ * every watermark it held), then 300 steps more. */
+static int b_next(weir_ctx *ctx, void *state)
+{
+    int *k = state; /* k[0]: steps, k[1]: steps since a's reads were all answered */
+    if (atomic_load(&a_emitted) && atomic_load(&d_pending) == 0)
+        k[1]++;
+    if (k[1] >= 300 || k[0] >= 20000) {
+        atomic_store(&b_done, 1);
+        return 1;
+    }
+    int64_t out[2] = {-1, k[0]}, ts = B_TS + 10 * (int64_t)k[0]++;
+    int r = weir_emit(ctx, out, sizeof(out), ts);
+    if (r)
+        return r;
+    atomic_store(&b_last, ts);
+    weir_time_sleep(WEIR_MSEC);
+    return 0;
+}
+
+static int b_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx, (void)arg;
+    *state = calloc(2, sizeof(int));
+    return 0;
+}
+
+static int sink_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)state, (void)in;
+    return 0;
+}
+
+static int sink_wm(weir_ctx *ctx, void *state, int64_t wm)
+{
+    (void)ctx, (void)state;
+    if (wm != WEIR_WATERMARK_MAX)
+        atomic_store(&sink_last, wm);
+    return 0;
+}
+
+static intptr_t idle_job(void *arg)
+{
+    run_args *a = arg;
+    gen g = {a->n, 0};
+    weir_job *j = weir_job_new("async-idle");
+    weir_source_def ad = {.open = gen_open,
+                          .next = idle_next,
+                          .close = free,
+                          .max_out_of_orderness = 0,
+                          .idle_timeout_ms = 5};
+    weir_source_def bd = {.open = b_open, .next = b_next, .close = free, .max_out_of_orderness = 0};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "a", &ad, &g), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_op_def def = {.open = count_open,
+                       .process = count_process,
+                       .on_timer = count_timer,
+                       .close = count_close};
+    s = weir_stream_parallelism(weir_stream_process(s, "count", &def, NULL), 1);
+    weir_stream *b = weir_stream_parallelism(weir_job_source(j, "b", &bd, NULL), 1);
+    weir_stream *both[2] = {weir_stream_rebalance(s), weir_stream_rebalance(b)};
+    weir_op_def sd = {.process = sink_process, .on_watermark = sink_wm};
+    CHECK_EQ(weir_stream_sink(weir_stream_union(both, 2), "sink", &sd, NULL), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 1, .state_backend = a->backend});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(an_input_going_idle_sends_its_held_watermark_before_its_idle)
+{
+    register_backends();
+    static const char *const backends[] = {"memory:", "delay:"}; /* the first: the reference */
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&b_done, 0);
+        atomic_store(&a_emitted, 0);
+        atomic_store(&sink_last, 0);
+        run_args a = {.backend = backends[i], .n = 8000};
+        CHECK_EQ(test_run_on_rt(2, idle_job, &a), 0);
+        if (a.result)
+            TEST__FAIL("run on %s: %d %s", backends[i], a.result, a.error);
+        /* The sink's watermark followed b's to its end (100 steps' slack). */
+        int64_t lag = atomic_load(&b_last) - atomic_load(&sink_last);
+        if (lag > 1000)
+            TEST__FAIL("on %s: the sink's watermark stood %ld below b's", backends[i], (long)lag);
+        CHECK_EQ(atomic_load(&d_pending), 0);
+    }
 }
 
 /* ---- reads that never answer: the cap ----------------------------------------------------- */

@@ -14,7 +14,7 @@
  * - the barrier cut: once the controller is idle at a barrier, each key's
  *   sum is the sum over exactly the records before the barrier;
  * - the cap: never more than max_in_flight records held; at the cap a
- *   submit is refused with -EAGAIN and nothing changes;
+ *   submit is refused with WEIR__AEC_FULL and nothing changes;
  * - the error path: a record failing makes the error sticky, releases its
  *   key and epoch (the controller still becomes idle), drops the records not
  *   started and releases no more watermarks;
@@ -198,7 +198,7 @@ static void run_seed(uint64_t seed, int fail_at, int free_at)
             size_t before = weir__aec_in_flight(m.c);
             m.nrec++; /* visible to the hooks */
             int e = weir__aec_submit(m.c, &r->a);
-            if (e == -EAGAIN) {
+            if (e == WEIR__AEC_FULL) {
                 /* At the cap: nothing changed, the record is not taken. */
                 CHECK_EQ(before, m.cap);
                 CHECK_EQ(weir__aec_in_flight(m.c), m.cap);
@@ -324,6 +324,59 @@ TEST(a_watermark_waits_for_the_records_before_it_and_holds_those_after)
     CHECK_EQ(weir__aec_watermark(c, 9), 0); /* idle: out at once */
     CHECK_EQ(nrel, 2);
     CHECK_EQ(seen_release[1], 9);
+    weir__aec_free(c);
+}
+
+/* A record failing at once, inside submit, with -ENOMEM or -EAGAIN: it
+ * was taken (and disposed of), which submit's answer must not hide behind
+ * its own "not taken" ones. */
+static int at_once_err, at_once_disposed;
+static int at_once_run(void *arg, weir__aec_rec *a)
+{
+    (void)arg, (void)a;
+    return at_once_err;
+}
+static void at_once_dispose(void *arg, weir__aec_rec *a)
+{
+    (void)arg, (void)a;
+    at_once_disposed++;
+}
+
+TEST(a_record_failing_at_once_with_enomem_or_eagain_was_taken)
+{
+    static const weir__aec_hooks h = {at_once_run, hand_release, at_once_dispose};
+    static const int errs[] = {-ENOMEM, -EAGAIN};
+    for (int i = 0; i < 2; i++) {
+        at_once_err = errs[i];
+        at_once_disposed = 0;
+        weir__aec *c = weir__aec_new(&h, NULL, 1);
+        CHECK(c != NULL);
+        weir__aec_rec r = {.key = "a", .klen = 1}, r2 = {.key = "b", .klen = 1};
+        int e = weir__aec_submit(c, &r);
+        CHECK_EQ(e, errs[i]);
+        CHECK(e != WEIR__AEC_FULL && e != WEIR__AEC_NOMEM);
+        CHECK_EQ(at_once_disposed, 1);
+        CHECK_EQ(weir__aec_in_flight(c), 0);
+        CHECK_EQ(weir__aec_submit(c, &r2), errs[i]); /* disposed unrun */
+        CHECK_EQ(at_once_disposed, 2);
+        weir__aec_free(c);
+        CHECK_EQ(at_once_disposed, 2);
+    }
+}
+
+/* At the cap: refused, with an answer no record's error can be. */
+TEST(at_the_cap_submit_refuses_with_full)
+{
+    static const weir__aec_hooks h = {hand_run, hand_release, hand_dispose};
+    weir__aec *c = weir__aec_new(&h, NULL, 1);
+    CHECK(c != NULL);
+    weir__aec_rec r1 = {.key = "a", .klen = 1}, r2 = {.key = "b", .klen = 1};
+    CHECK_EQ(weir__aec_submit(c, &r1), 0);
+    CHECK_EQ(weir__aec_submit(c, &r2), WEIR__AEC_FULL);
+    CHECK_EQ(weir__aec_in_flight(c), 1);
+    CHECK_EQ(weir__aec_finish(c, &r1, 0), 0);
+    CHECK_EQ(weir__aec_submit(c, &r2), 0);
+    CHECK_EQ(weir__aec_finish(c, &r2, 0), 0);
     weir__aec_free(c);
 }
 
