@@ -18,7 +18,7 @@
  * built-in one, weir__controller_hooks, serves operators that bring their
  * own admit() / drain() hooks (weir_op_def). The async execution
  * controller (seed 000: per-key gate, in-flight cap, epochs; its rules in
- * async_exec.h, on a subtask in controller_async.c) plugs in here with its
+ * state/async_exec.h, on a subtask in controller_async.c) plugs in here with its
  * own ops, and takes the watermarks too: it releases each once the
  * records before it are done.
  */

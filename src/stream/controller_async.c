@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "stream/async_exec.h"
+#include "state/async_exec.h"
 #include "stream/controller.h"
 #include "stream/stream_int.h"
 #include "weir/sync.h"
@@ -73,6 +73,7 @@ struct actl {
     weir__mail mail;      /* "the inbox has answers" */
     pthread_mutex_t lock; /* closed and posted */
     int closed, posted;
+    int lost; /* an answer could not be queued (out of memory) */
     _Atomic long refs;
     /* Reads gathered for the backend's get_batch (NULL: it has none). */
     weir_state_read *batch;
@@ -172,6 +173,20 @@ static int answer(actl *c, wait *w)
 
 static void on_answer(void *arg, int err, const void *val, size_t vlen);
 
+/* An answer was lost (on_answer): the job fails. 0 while none was. */
+static int check_lost(actl *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int lost = c->lost;
+    pthread_mutex_unlock(&c->lock);
+    if (!lost)
+        return 0;
+    weir__stream_fail(c->st->r->j, -ENOMEM,
+                      "\"%s\" subtask %d: the answer of a state read was lost: out of memory",
+                      c->st->ops[0]->name, c->st->index);
+    return -ENOMEM;
+}
+
 /* The reads gathered go to the backend in one get_batch (read
  * coalescing): each record's key is a distinct one (the key gate), and
  * whatever issued them has nothing else to do but wait. */
@@ -204,6 +219,8 @@ static int answer_one(actl *c)
     flush_batch(c); /* what waits to be asked, before waiting for it */
     wait *w;
     int e = weir_chan_recv(c->inbox, &w, WEIR_FOREVER);
+    if (e == -EPIPE) /* closed: an answer was lost */
+        return check_lost(c) ? -ENOMEM : e;
     return e < 0 ? e : answer(c, w);
 }
 
@@ -218,6 +235,8 @@ static int run_inbox(subtask *st, weir__mail *m)
     wait *w;
     while (!e && weir_chan_try_recv(c->inbox, &w) == 0)
         e = answer(c, w);
+    if (!e)
+        e = check_lost(c);
     if (!e)
         flush_batch(c); /* the reads the answers' records issued next */
     unref(c);
@@ -243,10 +262,18 @@ static void on_answer(void *arg, int err, const void *val, size_t vlen)
     }
     w->vlen = vlen;
     pthread_mutex_lock(&c->lock);
-    if (c->closed || weir_chan_try_send(c->inbox, &w) < 0) {
+    if (c->closed) {
         pthread_mutex_unlock(&c->lock);
         wait_free(w); /* the run is over: nothing waits for it */
         return;
+    }
+    if (weir_chan_try_send(c->inbox, &w) < 0) {
+        /* No memory to queue it: its record would wait forever. The
+         * subtask fails instead: a closed inbox ends its waits, and the
+         * mail below wakes it if it waits for input. */
+        c->lost = 1;
+        weir_chan_close(c->inbox);
+        wait_free(w);
     }
     if (!c->posted) {
         atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);

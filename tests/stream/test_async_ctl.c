@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "stream/async_exec.h"
+#include "state/async_exec.h"
 #include "stream/controller.h"
 #include "stream/stream_int.h"
 #include "test.h"

@@ -19,7 +19,7 @@
  * watermark once the epoch's records are all done - and the entry points
  * only change state and call it, so hooks never nest.
  */
-#include "stream/async_exec.h"
+#include "state/async_exec.h"
 
 #include <errno.h>
 #include <string.h>

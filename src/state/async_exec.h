@@ -34,8 +34,8 @@
  * finish, never nested: a record that starts while a hook runs is queued
  * and started when the hook returns.
  */
-#ifndef WEIR_STREAM_ASYNC_EXEC_H
-#define WEIR_STREAM_ASYNC_EXEC_H
+#ifndef WEIR_STATE_ASYNC_EXEC_H
+#define WEIR_STATE_ASYNC_EXEC_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_async_exec.c - the async execution controller's rules
- * (src/stream/async_exec.h), driven by a model: random scripts of records
+ * (src/state/async_exec.h), driven by a model: random scripts of records
  * (a key, a value, 0-3 state reads each), watermarks and barriers, whose
  * reads complete in a random order, interleaved at random with the input.
  * Every seed checks, as it runs:
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stream/async_exec.h"
+#include "state/async_exec.h"
 #include "test.h"
 
 #define MAXK  64
