@@ -1451,7 +1451,7 @@ TEST(a_job_past_its_restart_budget_fails_naming_it_and_the_cause)
  * write lock before it was dropped (and its client waited forever). The
  * client floods ListJobs without reading until the coordinator stops
  * taking them (its reply is stuck), a second client cancels the job, and
- * 7 s later - within the coordinator's 10 s write deadline - the first
+ * 6 s later - within the coordinator's 10 s write deadline - the first
  * reads everything: the JobCompleted is among it. */
 static intptr_t completed_main(void *arg)
 {
@@ -1470,9 +1470,18 @@ static intptr_t completed_main(void *arg)
     char *args[] = {"1000000000000"}; /* runs until cancelled */
     weir__client_submit_opts o = count_job(1, args, 1);
     uint64_t job = submit_ok(a, &o);
-    /* ListJobs until none is taken for 500 ms: a reply is stuck. */
-    size_t len;
-    uint8_t *list = encode(&(weir__cl_msg){.kind = WEIR_CLUSTER_LIST_JOBS}, &len);
+    /* ListJobs until none is taken for 500 ms: a reply is stuck. A
+     * thousand frames a send, so the coordinator's receive buffer fills at
+     * once after it stopped reading (one tiny frame a send took seconds on
+     * a loaded machine, and the stuck write neared its deadline). */
+    size_t one;
+    uint8_t *frame = encode(&(weir__cl_msg){.kind = WEIR_CLUSTER_LIST_JOBS}, &one);
+    size_t len = one * 1000;
+    uint8_t *list = malloc(len);
+    CHECK(list != NULL);
+    for (size_t i = 0; i < 1000; i++)
+        memcpy(list + i * one, frame, one);
+    free(frame);
     int64_t quiet_since = 0;
     for (size_t sent = 0;;) {
         ssize_t n = send(fd, list + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -1495,7 +1504,7 @@ static intptr_t completed_main(void *arg)
     CHECK_EQ(weir__client_cancel(b, job, &ca, DEADLINE(), msg, sizeof(msg)), 0);
     CHECK_EQ(ca.status, WEIR__CL_CANCEL_OK);
     weir__client_cancel_free(&ca);
-    weir_time_sleep_until(stuck + 7000 * WEIR_MSEC);
+    weir_time_sleep_until(stuck + 6000 * WEIR_MSEC);
     /* (Any frame cut short would fail this read.) */
     weir_frame_parser fp;
     CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
