@@ -24,8 +24,8 @@
  *
  * Memory per record in flight: one allocation of sizeof(held) (112 bytes
  * on x86-64) plus its key and record bytes; a read in flight adds one of
- * sizeof(wait) (56) plus, once answered, the value's bytes. No stack: a
- * record waiting is data.
+ * sizeof(wait) (80), which holds an answered value of up to 24 bytes (a
+ * larger one is copied beside it). No stack: a record waiting is data.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -58,7 +58,8 @@ typedef struct wait {
     void *arg;
     int err;
     size_t vlen;
-    uint8_t *val;
+    uint8_t *val; /* the answer's copy: small, or allocated */
+    _Alignas(8) uint8_t small[24];
 } wait;
 
 /* Reads gathered for one get_batch at most. */
@@ -92,7 +93,8 @@ static void unref(actl *c)
 static void wait_free(wait *w)
 {
     actl *c = w->c;
-    weir__free(w->val);
+    if (w->val != w->small)
+        weir__free(w->val);
     weir__free(w);
     unref(c);
 }
@@ -255,7 +257,7 @@ static void on_answer(void *arg, int err, const void *val, size_t vlen)
     actl *c = w->c;
     w->err = err;
     if (!err && vlen) {
-        if ((w->val = weir__malloc(vlen)))
+        if ((w->val = vlen <= sizeof(w->small) ? w->small : weir__malloc(vlen)))
             memcpy(w->val, val, vlen);
         else
             w->err = -ENOMEM;
@@ -302,7 +304,7 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
         wait *w = weir__calloc(1, sizeof(*w));
         if (!w)
             return -ENOMEM;
-        *w = (wait){c, c->cur, cont, arg, 0, 0, NULL};
+        *w = (wait){.c = c, .h = c->cur, .cont = cont, .arg = arg};
         if (c->batch) { /* gathered: asked for with the others */
             uint8_t *k = weir__malloc(klen ? klen : 1);
             if (!k) {

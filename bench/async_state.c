@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * async_state.c - what the async execution controller buys when state
+ * reads take a round trip: a keyed count (one value-state read and one put
+ * per record, weir_value_get_async) over a state backend whose reads take
+ * LATENCY_MS each, read two ways:
+ *
+ *   mode=sync   the backend has no get_async: its get() sleeps the latency
+ *               on the subtask's thread (a remote tier read synchronously,
+ *               one record at a time);
+ *   mode=async  the backend answers get_async the latency later from a
+ *               thread of its own (answers in issue order), so the
+ *               controller keeps up to 6000 records of distinct keys
+ *               waiting at once;
+ *   mode=memory the in-memory backend, no latency (the ceiling).
+ *
+ * Each is its own weir_job_run on a 2-thread runtime at parallelism 1 (one
+ * keyed subtask: the overlap is the controller's, not more subtasks'), a
+ * source of EVENTS records over KEYS keys (record i has key i % KEYS), one
+ * watermark per 1024 records (an epoch of the controller). events_per_s =
+ * events / the run's wall time; median of BENCH_RUNS runs (default 3).
+ *
+ *   bench=async_state impl=weir mode=async latency_ms=1 keys=100000 events=... events_per_s=...
+ *
+ *   async_state [LATENCY_MS [KEYS]]   (default 1 and 100000; ASYNC_STATE_EVENTS
+ *                                      sets the async and memory runs' events,
+ *                                      default 400000; the sync run takes 1/100)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "weir/rt.h"
+#include "weir/state.h"
+#include "weir/stream.h"
+
+static int64_t latency_ns;
+static long wm_every = 1; /* source steps (of 1024 records) per watermark */
+
+/* ---- a backend with a round trip per read -------------------------------------------------- */
+typedef struct req {
+    struct req *next;
+    int64_t due;
+    weir_state_get_cb cb;
+    void *arg;
+    int err;
+    size_t len;
+    uint8_t val[16];
+} req;
+
+typedef struct lat {
+    weir_state_backend base;
+    weir_state_backend *mem;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    req *head, *tail;
+    int stop;
+    pthread_t th;
+} lat;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
+    while (ns > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static void *answerer(void *arg)
+{
+    lat *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && !l->head)
+            pthread_cond_wait(&l->cv, &l->mu);
+        if (!l->head)
+            break;
+        req *r = l->head;
+        int64_t wait = r->due - now_ns();
+        if (wait > 0 && !l->stop) {
+            pthread_mutex_unlock(&l->mu);
+            sleep_ns(wait);
+            pthread_mutex_lock(&l->mu);
+            continue;
+        }
+        if (!(l->head = r->next))
+            l->tail = NULL;
+        pthread_mutex_unlock(&l->mu);
+        r->cb(r->arg, l->stop ? -ECANCELED : r->err, r->err ? NULL : r->val, r->len);
+        free(r);
+        pthread_mutex_lock(&l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+#define MEM(b) (((lat *)(b))->mem)
+static int l_get(weir_state_backend *b, int kg, const void *k, size_t kl, const void **v,
+                 size_t *vl)
+{
+    return MEM(b)->ops->get(MEM(b), kg, k, kl, v, vl);
+}
+static int l_get_slow(weir_state_backend *b, int kg, const void *k, size_t kl, const void **v,
+                      size_t *vl)
+{
+    sleep_ns(latency_ns);
+    return l_get(b, kg, k, kl, v, vl);
+}
+static int l_put(weir_state_backend *b, int kg, const void *k, size_t kl, const void *v, size_t vl)
+{
+    return MEM(b)->ops->put(MEM(b), kg, k, kl, v, vl);
+}
+static int l_del(weir_state_backend *b, int kg, const void *k, size_t kl)
+{
+    return MEM(b)->ops->del(MEM(b), kg, k, kl);
+}
+static int l_scan(weir_state_backend *b, int kg, const void *p, size_t pl, weir_state_scan_fn fn,
+                  void *arg)
+{
+    return MEM(b)->ops->scan(MEM(b), kg, p, pl, fn, arg);
+}
+static int l_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *x, size_t n,
+                     weir_state_snapshot **out)
+{
+    return MEM(b)->ops->capture(MEM(b), id, x, n, out);
+}
+static int l_restore(weir_state_backend *b, const uint8_t *img, size_t len, char *why, size_t cap)
+{
+    return MEM(b)->ops->restore(MEM(b), img, len, why, cap);
+}
+static size_t l_entries(weir_state_backend *b, int kg)
+{
+    return MEM(b)->ops->entries(MEM(b), kg);
+}
+
+static int l_get_async(weir_state_backend *b, int kg, const void *k, size_t kl,
+                       weir_state_get_cb cb, void *arg)
+{
+    lat *l = (lat *)b;
+    req *r = malloc(sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    const void *v;
+    size_t vl = 0;
+    r->err = l_get(b, kg, k, kl, &v, &vl);
+    if (!r->err && vl > sizeof(r->val)) {
+        free(r);
+        return -EFBIG;
+    }
+    if (!r->err)
+        memcpy(r->val, v, vl);
+    r->len = r->err ? 0 : vl;
+    r->cb = cb;
+    r->arg = arg;
+    r->next = NULL;
+    r->due = now_ns() + latency_ns;
+    pthread_mutex_lock(&l->mu);
+    if (l->tail)
+        l->tail->next = r;
+    else
+        l->head = r;
+    l->tail = r;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return -EINPROGRESS;
+}
+
+static void l_free(weir_state_backend *b)
+{
+    lat *l = (lat *)b;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->th, NULL); /* answers what is queued with -ECANCELED */
+    weir_state_backend_free(l->mem);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
+static const weir_state_backend_ops async_ops = {.name = "lat",
+                                                 .get = l_get,
+                                                 .put = l_put,
+                                                 .del = l_del,
+                                                 .scan = l_scan,
+                                                 .get_async = l_get_async,
+                                                 .capture = l_capture,
+                                                 .restore = l_restore,
+                                                 .entries = l_entries,
+                                                 .free = l_free};
+static const weir_state_backend_ops sync_ops = {.name = "latsync",
+                                                .get = l_get_slow,
+                                                .put = l_put,
+                                                .del = l_del,
+                                                .scan = l_scan,
+                                                .capture = l_capture,
+                                                .restore = l_restore,
+                                                .entries = l_entries,
+                                                .free = l_free};
+
+static weir_state_backend *make(void *arg, const char *uri, int ngroups, int first, int end)
+{
+    (void)uri;
+    lat *l = calloc(1, sizeof(*l));
+    if (!l || !(l->mem = weir_state_memory_new(ngroups, first, end))) {
+        free(l);
+        return NULL;
+    }
+    l->base = (weir_state_backend){arg ? &async_ops : &sync_ops, ngroups, first, end};
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    if (pthread_create(&l->th, NULL, answerer, l) != 0) {
+        weir_state_backend_free(l->mem);
+        free(l);
+        return NULL;
+    }
+    return &l->base;
+}
+
+/* ---- the job ------------------------------------------------------------------------------- */
+typedef struct gen {
+    long n, keys, i;
+} gen;
+
+static int gen_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    gen *g = malloc(sizeof(*g));
+    *g = *(const gen *)arg;
+    *state = g;
+    return 0;
+}
+
+static int gen_next(weir_ctx *ctx, void *state)
+{
+    gen *g = state;
+    for (int k = 0; k < 1024 && g->i < g->n; k++, g->i++) {
+        int64_t key = g->i % g->keys;
+        int e = weir_emit(ctx, &key, sizeof(key), g->i / (1024 * wm_every));
+        if (e)
+            return e;
+    }
+    return g->i >= g->n;
+}
+
+static int key_of(const weir_rec *in, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = in->data;
+    *len = sizeof(int64_t);
+    return 0;
+}
+
+static int counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *v,
+                   size_t len, void *arg)
+{
+    (void)state, (void)in, (void)arg;
+    int64_t n = 0;
+    if (err == 0 && len == 8)
+        memcpy(&n, v, 8);
+    else if (err && err != -ENOENT)
+        return err;
+    n++;
+    return weir_value_put(ctx, "n", &n, 8);
+}
+
+static int count(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir_value_get_async(ctx, in, "n", counted, NULL);
+}
+
+static int drop(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)ctx, (void)state, (void)in;
+    return 0;
+}
+
+typedef struct job_arg {
+    const char *backend;
+    gen g;
+    double secs;
+    int err;
+} job_arg;
+
+static intptr_t run_job(void *arg)
+{
+    job_arg *a = arg;
+    weir_job *j = weir_job_new("async_state");
+    weir_source_def sd = {.open = gen_open, .next = gen_next, .close = free};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "gen", &sd, &a->g), 1);
+    s = weir_stream_key_by(s, key_of, NULL);
+    s = weir_stream_process(s, "count", &(weir_op_def){.process = count}, NULL);
+    weir_stream_sink(s, "none", &(weir_op_def){.process = drop}, NULL);
+    int64_t t0 = now_ns();
+    a->err = weir_job_run(j, &(weir_run_opts){.parallelism = 1, .state_backend = a->backend});
+    a->secs = (double)(now_ns() - t0) / 1e9;
+    if (a->err)
+        fprintf(stderr, "async_state: %s: %s\n", a->backend, weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+static double measure(const char *backend, long events, long keys)
+{
+    int runs = bench_runs(3);
+    double v[100];
+    for (int r = 0; r < runs; r++) {
+        job_arg a = {backend, {events, keys, 0}, 0, 0};
+        weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+        weir_task *t = rt ? weir_task_spawn(run_job, &a,
+                                            &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024})
+                          : NULL;
+        if (!t || weir_task_join(t, NULL, WEIR_FOREVER) != 0 || a.err)
+            exit(1);
+        weir_rt_free(rt);
+        v[r] = (double)events / a.secs;
+    }
+    return bench_median(v, runs);
+}
+
+int main(int argc, char **argv)
+{
+    double ms = argc > 1 ? atof(argv[1]) : 1.0;
+    long keys = argc > 2 ? atol(argv[2]) : 100000;
+    long events = bench_parse_long(getenv("ASYNC_STATE_EVENTS"), 400000);
+    if (ms < 0 || ms > 1000 || keys <= 0 || events <= 0) {
+        fprintf(stderr, "async_state: usage: async_state [LATENCY_MS [KEYS]]\n");
+        return 2;
+    }
+    latency_ns = (int64_t)(ms * 1e6);
+    wm_every = bench_parse_long(getenv("ASYNC_STATE_WM_EVERY"), 1);
+    if (weir_state_backend_register("lat", make, (void *)1) ||
+        weir_state_backend_register("latsync", make, NULL))
+        return 1;
+    struct {
+        const char *mode, *backend;
+        long events;
+    } m[] = {{"memory", "memory:", events},
+             {"async", "lat:", events},
+             {"sync", "latsync:", events / 100 > 0 ? events / 100 : 1}};
+    const char *only = getenv("ASYNC_STATE_MODE"); /* one mode (profiling) */
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        if (only && strcmp(only, m[i].mode) != 0)
+            continue;
+        double eps = measure(m[i].backend, m[i].events, keys);
+        printf("bench=async_state impl=weir mode=%s latency_ms=%g keys=%ld events=%ld "
+               "events_per_s=%.0f\n",
+               m[i].mode, strcmp(m[i].mode, "memory") ? ms : 0.0, keys, m[i].events, eps);
+        fflush(stdout);
+    }
+    return 0;
+}
