@@ -1144,4 +1144,181 @@ TEST(reads_of_records_waiting_together_go_out_in_one_batch)
     weir_collector_free(a.out);
 }
 
+/* ---- a restore from a checkpoint taken with records in flight ------------------------------
+ * The source fails once a checkpoint has completed; the run restored from
+ * the latest checkpoint goes on from its position. Each key's count at
+ * the end (finish(), from state) is exactly its number of records: the
+ * barriers cut the state and the source's position at the same records
+ * though reads were in flight. */
+typedef struct rgen {
+    int i, fail_at;
+    int64_t seq[KEYS];
+} rgen;
+
+static _Atomic int r_committed;
+
+static int rgen_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    rgen *g = calloc(1, sizeof(*g));
+    g->fail_at = (int)(intptr_t)arg;
+    *state = g;
+    return 0;
+}
+
+static int rgen_next(weir_ctx *ctx, void *state)
+{
+    rgen *g = state;
+    if (g->fail_at && g->i >= g->fail_at) {
+        /* Fail once a checkpoint completed (the restore has one). */
+        int64_t give_up = weir_time_after_ms(30000);
+        while (!atomic_load(&r_committed)) {
+            CHECK(weir_time_now() < give_up);
+            if (weir_time_sleep(WEIR_MSEC) < 0)
+                return -ECANCELED;
+        }
+        return -EIO;
+    }
+    for (int k = 0; k < STEP && g->i < 30000; k++, g->i++) {
+        ev e = {(g->i * 7) % KEYS, g->seq[(g->i * 7) % KEYS]++, g->i / 8};
+        int r = weir_emit(ctx, &e, sizeof(e), e.ts);
+        if (r)
+            return r;
+    }
+    weir_time_sleep(WEIR_MSEC / 4); /* a few checkpoints along the way */
+    return g->i >= 30000;
+}
+
+static int rgen_snapshot(weir_ctx *ctx, void *state, void **buf, size_t *len)
+{
+    (void)ctx;
+    rgen *g = state;
+    *buf = malloc(sizeof(*g));
+    memcpy(*buf, g, sizeof(*g));
+    *len = sizeof(*g);
+    return 0;
+}
+
+static int rgen_restore(weir_ctx *ctx, void *state, const void *buf, size_t len)
+{
+    (void)ctx;
+    rgen *g = state;
+    CHECK_EQ(len, sizeof(*g));
+    int fail_at = g->fail_at;
+    memcpy(g, buf, len);
+    g->fail_at = fail_at;
+    return 0;
+}
+
+static int final_count(weir_ctx *ctx, const void *key, size_t len, void *arg)
+{
+    (void)len, (void)arg;
+    const void *v;
+    size_t l;
+    int64_t out[2] = {0, 0};
+    memcpy(&out[0], key, 8);
+    CHECK_EQ(weir_value_get(ctx, "n", &v, &l), 0);
+    memcpy(&out[1], v, 8);
+    return weir_emit(ctx, out, sizeof(out), WEIR_WATERMARK_MAX - 1);
+}
+
+static int r_counted(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                     size_t len, void *arg)
+{
+    (void)state, (void)arg;
+    const ev *e = in->data;
+    int64_t n = 0;
+    if (!err)
+        memcpy(&n, val, len);
+    else if (err != -ENOENT)
+        return err;
+    if (n != e->seq) /* the count so far is the record's number in its key */
+        atomic_store(&wrong_order, 1);
+    n++;
+    return weir_value_put(ctx, "n", &n, 8);
+}
+
+static int r_process(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir_value_get_async(ctx, in, "n", r_counted, NULL);
+}
+
+static int r_finish(weir_ctx *ctx, void *state)
+{
+    (void)state;
+    return weir_keys_iterate(ctx, "n", final_count, NULL);
+}
+
+static int r_commit(weir_ctx *ctx, void *state, uint64_t id)
+{
+    (void)ctx, (void)state, (void)id;
+    atomic_store(&r_committed, 1);
+    return 0;
+}
+
+typedef struct rrun {
+    const char *dir;
+    int fail_at, restore, result;
+    weir_collector *out;
+    weir_ckpt_stats stats;
+} rrun;
+
+static intptr_t restore_job(void *arg)
+{
+    rrun *a = arg;
+    weir_job *j = weir_job_new("async-restore");
+    weir_source_def sd = {.open = rgen_open,
+                          .next = rgen_next,
+                          .close = free,
+                          .snapshot = rgen_snapshot,
+                          .restore = rgen_restore};
+    weir_stream *s =
+        weir_stream_parallelism(weir_job_source(j, "gen", &sd, (void *)(intptr_t)a->fail_at), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_op_def def = {.process = r_process, .finish = r_finish, .commit = r_commit};
+    s = weir_stream_process(s, "count", &def, NULL);
+    CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 2,
+                                                 .state_backend = "delay:",
+                                                 .checkpoint_dir = a->dir,
+                                                 .checkpoint_interval_ms = 20,
+                                                 .restore = a->restore});
+    weir_job_ckpt_stats(j, &a->stats);
+    weir_job_free(j);
+    return 0;
+}
+
+TEST(a_restore_from_checkpoints_taken_with_reads_in_flight_counts_every_record_once)
+{
+    register_backends();
+    char dir[] = "/tmp/weir-async-restore-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    atomic_store(&wrong_order, 0);
+    atomic_store(&r_committed, 0);
+    rrun a = {.dir = dir, .fail_at = 12000, .out = weir_collector_new()};
+    CHECK_EQ(test_run_on_rt(2, restore_job, &a), 0);
+    CHECK_EQ(a.result, -EIO);
+    rrun b = {.dir = dir, .restore = 1, .out = weir_collector_new()};
+    CHECK_EQ(test_run_on_rt(2, restore_job, &b), 0);
+    CHECK_EQ(b.result, 0);
+    CHECK_GT(b.stats.restored, 0);
+    CHECK_EQ(atomic_load(&wrong_order), 0);
+    int64_t want[KEYS] = {0};
+    for (int i = 0; i < 30000; i++)
+        want[(i * 7) % KEYS]++;
+    int seen = 0;
+    for (size_t i = 0; i < weir_collector_count(b.out); i++) {
+        const int64_t *o = weir_collector_get(b.out, i)->data;
+        CHECK_EQ(o[1], want[o[0]]);
+        seen++;
+    }
+    CHECK_EQ(seen, KEYS);
+    weir_collector_free(a.out);
+    weir_collector_free(b.out);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
 TEST_MAIN()
