@@ -44,7 +44,7 @@ static int64_t parse_ms(const char **p)
         for (s++; *s >= '0' && *s <= '9'; s++, digits++)
             if ((scale /= 10) > 0)
                 ns += (*s - '0') * scale;
-    if (!digits)
+    if (!digits || ns > MAX_NS) /* the fraction may still pass the bound */
         return -1;
     *p = s;
     return ns;

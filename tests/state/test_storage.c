@@ -260,6 +260,8 @@ TEST(latency_store_adds_its_round_trip)
                                 "latency://5-1/mem://a",
                                 "latency://-1/mem://a",
                                 "latency://99999999/mem://a",
+                                "latency://60000.5/mem://a",
+                                "latency://0-60000.001/mem://a",
                                 "latency://1-/mem://a"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (weir__storage_open(bad[i], &s) != -EINVAL)
