@@ -342,7 +342,12 @@ int main(int argc, char **argv)
         return 2;
     }
     latency_ns = (int64_t)(ms * 1e6);
-    wm_every = bench_parse_long(getenv("ASYNC_STATE_WM_EVERY"), 1);
+    /* bench_parse_long's -1 for a malformed or non-positive value would
+     * give decreasing timestamps (g->i / -1024): refused instead. */
+    if ((wm_every = bench_parse_long(getenv("ASYNC_STATE_WM_EVERY"), 1)) <= 0) {
+        fprintf(stderr, "async_state: ASYNC_STATE_WM_EVERY must be a positive integer\n");
+        return 2;
+    }
     if (weir_state_backend_register("lat", make, (void *)1) ||
         weir_state_backend_register("latsync", make, NULL))
         return 1;
