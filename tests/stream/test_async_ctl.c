@@ -169,10 +169,16 @@ static int d_get_async(weir_state_backend *b, int kg, const void *key, size_t kl
 
 /* Reads in batches: each read queued as get_async queues it. */
 static _Atomic long d_batches, d_batched, d_max_batch;
+/* From the batch of this number on (0: never), get_batch refuses with
+ * -EIO: no read started, no callback. */
+static _Atomic long d_batch_fail_at;
 static int d_get_batch(weir_state_backend *b, const weir_state_read *reads, size_t n,
                        weir_state_get_cb cb)
 {
-    atomic_fetch_add(&d_batches, 1);
+    long nb = atomic_fetch_add(&d_batches, 1) + 1;
+    long fail_at = atomic_load(&d_batch_fail_at);
+    if (fail_at && nb >= fail_at)
+        return -EIO;
     atomic_fetch_add(&d_batched, (long)n);
     for (long m = atomic_load(&d_max_batch); (long)n > m;)
         if (atomic_compare_exchange_weak(&d_max_batch, &m, (long)n))
@@ -1140,6 +1146,23 @@ TEST(reads_of_records_waiting_together_go_out_in_one_batch)
      * answers coming back one by one start one record each. */
     CHECK_GE(atomic_load(&d_max_batch), 4);
     CHECK_LT(atomic_load(&d_batches), n);
+    CHECK_EQ(atomic_load(&d_pending), 0);
+    weir_collector_free(a.out);
+}
+
+/* A get_batch that refuses (no read started): each of its reads answers
+ * with the error, so the records fail the job with it - no record left
+ * waiting for an answer that never comes, nothing left over (ASan). */
+TEST(a_batch_the_backend_refuses_fails_the_job_with_its_error)
+{
+    register_backends();
+    atomic_store(&d_batches, 0);
+    atomic_store(&d_batch_fail_at, 3);
+    run_args a = {.backend = "batch:", .n = 20000, .par = 2, .out = weir_collector_new()};
+    run_on_rt(&a);
+    atomic_store(&d_batch_fail_at, 0);
+    CHECK_EQ(a.result, -EIO);
+    CHECK_HAS(a.error, "\"count\"");
     CHECK_EQ(atomic_load(&d_pending), 0);
     weir_collector_free(a.out);
 }
