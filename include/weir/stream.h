@@ -196,8 +196,9 @@ int weir_list_clear(weir_ctx *ctx, const char *state);
  * watermark takes effect only once every record before it is done (docs/
  * state.md, "The async execution controller"). On a backend that answers
  * at once (the in-memory one), and outside process() (timers, finish), fn
- * runs before the call returns. The call returns 0 or a negative errno (fn's
- * when it ran, which fails the record as process() failing would).
+ * runs before the call returns. The call returns 0, a negative errno, or
+ * fn's value when fn ran (a negative one fails the record as process()
+ * failing would). A value of length 0 is a non-NULL view either way.
  */
 typedef int (*weir_state_cont)(weir_ctx *ctx, void *state, const weir_rec *in, int err,
                                const void *val, size_t len, void *arg);

@@ -162,8 +162,11 @@ static int answer(actl *c, wait *w)
     h->reads--;
     enter(c, h, &prc, &pside);
     ctx->read_kl = 0; /* the key it read is long gone from keybuf */
-    int e = w->cont(ctx, ctx->state, &h->rec, w->err, w->err ? NULL : w->val, w->err ? 0 : w->vlen,
-                    w->arg);
+    int e = w->cont(ctx, ctx->state, &h->rec, w->err,
+                    w->err   ? NULL
+                    : w->val ? w->val
+                             : w->small,
+                    w->err ? 0 : w->vlen, w->arg);
     leave(c, prc, pside);
     wait_free(w);
     if (e < 0)
