@@ -357,3 +357,39 @@ int weir__storage_delete(weir__storage *s, const char *name)
 {
     return call(s, RQ_DEL, name, NULL, 0, NULL, NULL, NULL);
 }
+
+/* ---- direct calls ------------------------------------------------------------------------- */
+int weir__storage_put_now(weir__storage *s, const char *name, const void *buf, size_t len)
+{
+    int e = s && (buf || !len) ? weir__storage_check_name(name, 0) : -EINVAL;
+    return e ? e : s->ops->put(s, name, buf, len);
+}
+
+int weir__storage_range_now(weir__storage *s, const char *name, uint64_t off, size_t len,
+                            uint8_t *buf, size_t *got)
+{
+    int e = s && got && (buf || !len) ? weir__storage_check_name(name, 0) : -EINVAL;
+    if (e)
+        return e;
+    *got = 0;
+    if (s->ops->get_range)
+        return s->ops->get_range(s, name, off, len, buf, got);
+    uint8_t *all;
+    size_t n;
+    if ((e = s->ops->get(s, name, WEIR__STORAGE_RANGE_WHOLE_MAX, &all, &n)) != 0)
+        return e;
+    if (off < n) {
+        *got = n - off < len ? (size_t)(n - off) : len;
+        memcpy(buf, all + off, *got);
+    }
+    weir__free(all);
+    return 0;
+}
+
+int weir__storage_delete_now(weir__storage *s, const char *name)
+{
+    int e = s ? weir__storage_check_name(name, 1) : -EINVAL;
+    if (!e && !*name)
+        e = -EINVAL;
+    return e ? e : s->ops->del(s, name);
+}

@@ -19,7 +19,9 @@
  * "chk-7/count.0.state"; "" lists "COMPLETED-7" and "chk-7/", a trailing
  * '/' marking a "directory") and delete (a blob, or with a name ending in
  * '/' every blob under that prefix: pruning a checkpoint). A missing blob
- * is -ENOENT for get and delete; list of a missing prefix is empty.
+ * is -ENOENT for get and delete; list of a missing prefix is empty. A
+ * store may also read a range of a blob (get_range: one block of a large
+ * run, for the remote-read backend's cold reads, state/remote.c).
  *
  * Asynchrony. An implementation's methods are plain blocking calls (as a
  * VFS's are); this module never runs them on the caller's thread when the
@@ -62,6 +64,8 @@
 #include "weir/rt.h"
 
 #define WEIR__STORAGE_NAME_MAX 1024
+/* The largest blob weir__storage_range_now reads whole, from a store without get_range. */
+#define WEIR__STORAGE_RANGE_WHOLE_MAX ((size_t)1 << 32)
 
 typedef struct weir__storage weir__storage;
 
@@ -96,6 +100,11 @@ typedef struct weir__storage_ops {
     int (*list)(weir__storage *s, const char *prefix, weir__names *out);
     int (*del)(weir__storage *s, const char *name);
     void (*free)(weir__storage *s);
+    /* Optional: bytes [off, off + len) of a blob into buf; *got is how
+     * many (fewer only where the blob ends; 0 at or past its end). NULL:
+     * weir__storage_range_now gets the whole blob and copies the range. */
+    int (*get_range)(weir__storage *s, const char *name, uint64_t off, size_t len, uint8_t *buf,
+                     size_t *got);
 } weir__storage_ops;
 
 /* Every implementation's object starts with this. */
@@ -144,6 +153,18 @@ int weir__storage_put_blob(weir__storage *s, const char *name, const weir__blob 
 int weir__storage_get(weir__storage *s, const char *name, size_t max, uint8_t **buf, size_t *len);
 int weir__storage_list(weir__storage *s, const char *prefix, weir__names *names);
 int weir__storage_delete(weir__storage *s, const char *name);
+
+/* ---- the same, called directly ------------------------------------------------------------ */
+/* For code that is itself a job on the blocking pool (or not on the
+ * runtime at all): the implementation's method, on the calling thread,
+ * after the name check. They block; never call them from a task. put
+ * does not take buf. range reads [off, off + len) of a blob (*got as
+ * get_range says) with one call of the store: its get_range, or a whole
+ * get for a store without one. */
+int weir__storage_put_now(weir__storage *s, const char *name, const void *buf, size_t len);
+int weir__storage_range_now(weir__storage *s, const char *name, uint64_t off, size_t len,
+                            uint8_t *buf, size_t *got);
+int weir__storage_delete_now(weir__storage *s, const char *name);
 
 /* The implementations: a local directory (storage_dir.c), memory
  * (storage_mem.c), latency added to another (storage_latency.c). */

@@ -117,6 +117,12 @@ static int lat_del(weir__storage *s, const char *name)
     return in->ops->del(in, name);
 }
 
+static int lat_get_range(weir__storage *s, const char *name, uint64_t off, size_t len, uint8_t *buf,
+                         size_t *got)
+{
+    return weir__storage_range_now(trip(s), name, off, len, buf, got);
+}
+
 static void lat_free(weir__storage *s)
 {
     weir__storage_close(((lat_store *)s)->inner);
@@ -124,5 +130,5 @@ static void lat_free(weir__storage *s)
 }
 
 const weir__storage_ops weir__storage_latency_ops = {
-    "latency", lat_open, lat_put, lat_get, lat_list, lat_del, lat_free,
+    "latency", lat_open, lat_put, lat_get, lat_list, lat_del, lat_free, lat_get_range,
 };

@@ -163,6 +163,21 @@ static int mem_get(weir__storage *s, const char *name, size_t max, uint8_t **buf
     return e;
 }
 
+static int mem_get_range(weir__storage *s, const char *name, uint64_t off, size_t len, uint8_t *buf,
+                         size_t *got)
+{
+    pool *p = pool_of(s);
+    pthread_mutex_lock(&p->mu);
+    int found;
+    size_t i = find(p, name, &found);
+    if (found && off < p->v[i].len) {
+        *got = p->v[i].len - off < len ? (size_t)(p->v[i].len - off) : len;
+        memcpy(buf, p->v[i].data + off, *got);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return found ? 0 : -ENOENT;
+}
+
 /* The names one level under prefix: blobs, and "directories" (the part up
  * to the next '/', with it) once each. Sorted blobs give them in order. */
 static int mem_list(weir__storage *s, const char *prefix, weir__names *out)
@@ -226,5 +241,5 @@ static void mem_free(weir__storage *s)
 }
 
 const weir__storage_ops weir__storage_mem_ops = {
-    "mem", mem_open, mem_put, mem_get, mem_list, mem_del, mem_free,
+    "mem", mem_open, mem_put, mem_get, mem_list, mem_del, mem_free, mem_get_range,
 };
