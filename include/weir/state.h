@@ -251,7 +251,9 @@ weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg)
 /* ---- backends by URI ------------------------------------------------------------------ */
 /* A job's keyed state lives in the backend its run names by URI
  * (weir_run_opts.state_backend): "<scheme>:<rest>". Built in: "memory:"
- * (weir_state_memory_new). A factory makes the backend of groups
+ * (weir_state_memory_new) and "remote:POOL_URI[?hot_max_bytes=N&
+ * io_threads=N]" (a hot tier in memory over a durable pool of runs, with
+ * delta checkpoints and lazy restores: docs/state.md). A factory makes the backend of groups
  * [first_kg, end_kg) for a URI of its scheme, or returns NULL with errno
  * set (EINVAL: a URI it does not understand). */
 typedef weir_state_backend *(*weir_state_backend_factory)(void *arg, const char *uri, int ngroups,

@@ -54,6 +54,8 @@ static const char flags_help[] =
     "  --checkpoint-interval-ms M  take a checkpoint every M ms (0: none; needs --checkpoint-dir)\n"
     "  --restore                   start from the latest completed checkpoint in DIR\n"
     "  --idle-timeout-ms M         an input silent this long leaves the watermark (0: never)\n"
+    "  --state-backend URI         keyed state's backend: memory: (default) or\n"
+    "                              remote:POOL[?hot_max_bytes=N] (docs/state.md)\n"
     "  --progress / --no-progress  live progress line on stderr (default: when a terminal)\n"
     "  --quiet                     no summary at the end\n"
     "  -h, --help                  this help\n"
@@ -99,13 +101,25 @@ static void usage_version(FILE *f)
           f);
 }
 
-enum { F_PAR, F_DIR, F_INTERVAL, F_RESTORE, F_IDLE, F_PROGRESS, F_NO_PROGRESS, F_QUIET, F_HELP };
+enum {
+    F_PAR,
+    F_DIR,
+    F_INTERVAL,
+    F_RESTORE,
+    F_IDLE,
+    F_STATE,
+    F_PROGRESS,
+    F_NO_PROGRESS,
+    F_QUIET,
+    F_HELP
+};
 static const weir__cli_flag flags[] = {
     {"--parallelism", F_PAR, 1},
     {"--checkpoint-dir", F_DIR, 1},
     {"--checkpoint-interval-ms", F_INTERVAL, 1},
     {"--restore", F_RESTORE, 0},
     {"--idle-timeout-ms", F_IDLE, 1},
+    {"--state-backend", F_STATE, 1},
     {"--progress", F_PROGRESS, 0},
     {"--no-progress", F_NO_PROGRESS, 0},
     {"--quiet", F_QUIET, 0},
@@ -164,6 +178,13 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
             break;
         case F_RESTORE:
             o->run.restore = 1;
+            break;
+        case F_STATE:
+            if (!*val) {
+                weir__cli_errf(cmd, "%s: empty URI", f->name);
+                return CLI_USAGE;
+            }
+            o->run.state_backend = val;
             break;
         case F_PROGRESS:
             o->progress = 1;
@@ -290,6 +311,21 @@ static void check_config(const cli_opts *o, findings *f)
                 "--checkpoint-interval-ms %" PRId64 " is very short: the job may spend "
                 "more time checkpointing than working",
                 r->checkpoint_interval_ms);
+    if (r->state_backend) {
+        weir_state_backend *b;
+        int e = weir_state_backend_open(r->state_backend, WEIR_KEY_GROUPS, 0, 0, &b);
+        if (e)
+            finding(f, 1, "--state-backend %s: %s", r->state_backend,
+                    e == -ENOENT ? "no backend has that scheme"
+                                 : "a malformed URI, or one its backend refused");
+        else
+            weir_state_backend_free(b);
+        if (!e && strstr(r->state_backend, "mem://") && dir)
+            finding(f, 0,
+                    "--state-backend %s keeps its pool in this process's memory: a "
+                    "checkpoint's state is gone when the process ends",
+                    r->state_backend);
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores > 0 && r->parallelism > 4 * cores)
         finding(f, 0, "--parallelism %d is more than 4x the %ld cores: subtasks will mostly wait",

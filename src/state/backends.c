@@ -3,12 +3,14 @@
  * backends.c - state backends chosen by URI (weir_state_backend_open,
  * weir/state.h). One process-wide table, written only by
  * weir_state_backend_register (before jobs run) and read by every deploy:
- * "memory:" is built in; later backends register their own schemes.
+ * "memory:" and "remote:" (remote.c) are built in; later backends register
+ * their own schemes.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
+#include "state/state_int.h"
 #include "weir/state.h"
 
 #define MAX_SCHEMES 16
@@ -30,9 +32,23 @@ static weir_state_backend *make_memory(void *arg, const char *uri, int ngroups, 
     return weir_state_memory_new(ngroups, first_kg, end_kg);
 }
 
+static weir_state_backend *make_remote(void *arg, const char *uri, int ngroups, int first_kg,
+                                       int end_kg)
+{
+    (void)arg;
+    weir_state_backend *b;
+    int e = weir__remote_open(uri, ngroups, first_kg, end_kg, &b);
+    if (e) {
+        errno = -e;
+        return NULL;
+    }
+    return b;
+}
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static scheme g_schemes[MAX_SCHEMES] = {{"memory", make_memory, NULL}};
-static int g_n = 1;
+static scheme g_schemes[MAX_SCHEMES] = {{"memory", make_memory, NULL},
+                                        {"remote", make_remote, NULL}};
+static int g_n = 2;
 
 /* The scheme of uri: the bytes before the first ':' (1..31 of them). */
 static int scheme_of(const char *uri, char *out, size_t cap)

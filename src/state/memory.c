@@ -45,6 +45,7 @@
 #include "weir/rt.h"
 
 #define MAX_LEVEL 20
+#define ALIGN16(n) (((n) + 15) & ~(size_t)15)
 /* Entries a capture serializes between yields (see mem_capture): 2048
  * entries of 1 KiB take a few milliseconds, well under the watchdog's
  * threshold even on a loaded machine (8192 took 20-40 ms on two busy
@@ -81,9 +82,11 @@ typedef struct group {
 
 typedef struct mem_backend {
     weir_state_backend base;
+    size_t meta; /* bytes of the owner's meta per entry (weir__mem_new_meta), 0: none */
     uint64_t rng;
     group *groups; /* [end_kg - first_kg] */
     node *last;    /* the node the last get found (a put of its key follows, often) */
+    node *made;    /* the node the last put made */
     int last_kg;
 } mem_backend;
 
@@ -96,6 +99,18 @@ static const uint8_t *key_of(const node *n)
 }
 
 #define cmp weir__key_cmp
+
+/* Where a node's meta begins (the node's pointer, then the owner's
+ * bytes): after its key, 16-byte aligned; its inline value follows. */
+static size_t meta_at(const node *n)
+{
+    return ALIGN16(sizeof(node) + 2 * (size_t)n->level * sizeof(node *) + n->klen);
+}
+
+static void *meta_of(const node *n)
+{
+    return (uint8_t *)n + meta_at(n) + sizeof(node *);
+}
 
 static group *group_of(mem_backend *m, int kg)
 {
@@ -308,7 +323,6 @@ static void free_node(node *n)
 /* Values up to this size start inside their node (one cache miss less to
  * reach them), 16-byte aligned after the key. */
 #define INLINE_MAX 128
-#define ALIGN16(n) (((n) + 15) & ~(size_t)15)
 
 static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
                    size_t vlen)
@@ -360,6 +374,8 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     }
     int level = random_level(m);
     size_t head = ALIGN16(sizeof(node) + 2 * (size_t)level * sizeof(node *) + klen);
+    size_t metab = m->meta ? ALIGN16(sizeof(node *) + m->meta) : 0;
+    head += metab;
     size_t icap = vlen <= INLINE_MAX ? ALIGN16(vlen ? vlen : 1) : 0;
     n = weir__malloc(head + icap);
     uint8_t *v = n && !icap ? weir__malloc(vlen) : NULL;
@@ -384,6 +400,12 @@ static int mem_put(weir_state_backend *b, int kg, const void *key, size_t klen, 
     sl->hash = h;
     sl->n = n;
     g->count++;
+    if (metab) {
+        uint8_t *mp = (uint8_t *)n + meta_at(n);
+        memcpy(mp, &n, sizeof(n)); /* the node, for weir__mem_meta_key */
+        memset(mp + sizeof(node *), 0, metab - sizeof(node *));
+    }
+    m->made = n;
     return 0;
 }
 
@@ -423,8 +445,9 @@ static int mem_del(weir_state_backend *b, int kg, const void *key, size_t klen)
 
 /* A seek to the larger of prefix and from (the first key with the prefix
  * at or after from), then a walk until the first key without the prefix. */
-static int mem_scan_from(weir_state_backend *b, int kg, const void *prefix, size_t plen,
-                         const void *from, size_t flen, weir_state_scan_fn fn, void *arg)
+static int scan_walk(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                     const void *from, size_t flen, weir_state_scan_fn fn,
+                     weir__mem_scan_meta_fn mfn, void *arg)
 {
     group *g = group_of((mem_backend *)b, kg);
     flush(g);
@@ -433,11 +456,18 @@ static int mem_scan_from(weir_state_backend *b, int kg, const void *prefix, size
          n = NEXT(n, 0)) {
         if (n->klen < plen || (plen && memcmp(key_of(n), prefix, plen) != 0))
             break;
-        int r = fn(arg, key_of(n), n->klen, n->val, n->vlen);
+        int r = mfn ? mfn(arg, key_of(n), n->klen, n->val, n->vlen, meta_of(n))
+                    : fn(arg, key_of(n), n->klen, n->val, n->vlen);
         if (r)
             return r;
     }
     return 0;
+}
+
+static int mem_scan_from(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                         const void *from, size_t flen, weir_state_scan_fn fn, void *arg)
+{
+    return scan_walk(b, kg, prefix, plen, from, flen, fn, NULL, arg);
 }
 
 static int mem_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
@@ -622,4 +652,54 @@ weir_state_backend *weir_state_memory_new(int ngroups, int first_kg, int end_kg)
     m->groups = groups;
     m->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)m;
     return &m->base;
+}
+
+/* ---- the hot tier's hooks (state_int.h) ---------------------------------------------------- */
+weir_state_backend *weir__mem_new_meta(int ngroups, int first_kg, int end_kg, size_t meta)
+{
+    weir_state_backend *b = weir_state_memory_new(ngroups, first_kg, end_kg);
+    if (b)
+        ((mem_backend *)b)->meta = meta;
+    return b;
+}
+
+int weir__mem_get_meta(weir_state_backend *b, int kg, const void *key, size_t klen,
+                       const void **val, size_t *vlen, void **meta)
+{
+    int e = mem_get(b, kg, key, klen, val, vlen);
+    if (!e)
+        *meta = meta_of(((mem_backend *)b)->last);
+    return e;
+}
+
+int weir__mem_put_meta(weir_state_backend *b, int kg, const void *key, size_t klen,
+                       const void *val, size_t vlen, void **meta, int *created)
+{
+    mem_backend *m = (mem_backend *)b;
+    m->made = NULL;
+    int e = mem_put(b, kg, key, klen, val, vlen);
+    if (e)
+        return e;
+    *created = m->made != NULL;
+    if (m->made) {
+        *meta = meta_of(m->made);
+        return 0;
+    }
+    const void *v;
+    size_t vl;
+    return weir__mem_get_meta(b, kg, key, klen, &v, &vl, meta);
+}
+
+void weir__mem_meta_key(const void *meta, const void **key, size_t *klen)
+{
+    node *n;
+    memcpy(&n, (const uint8_t *)meta - sizeof(node *), sizeof(n));
+    *key = key_of(n);
+    *klen = n->klen;
+}
+
+int weir__mem_scan_meta(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                        weir__mem_scan_meta_fn fn, void *arg)
+{
+    return scan_walk(b, kg, prefix, plen, prefix, plen, NULL, fn, arg);
 }

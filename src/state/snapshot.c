@@ -409,6 +409,8 @@ void weir_state_snapshot_free(weir_state_snapshot *s)
 {
     if (!s)
         return;
+    if (s->drop)
+        s->drop(s);
     for (size_t i = 0; i < s->nchunks; i++)
         weir__free(s->chunks[i].p);
     weir__free(s->chunks);
@@ -422,6 +424,12 @@ int weir_state_snapshot_encode(weir_state_snapshot *s, const void **img, size_t 
         return -EINVAL;
     if (s->err)
         return s->err;
+    if (s->prepare) {
+        int (*prepare)(weir_state_snapshot *) = s->prepare;
+        s->prepare = NULL;
+        if ((s->err = prepare(s)) != 0)
+            return s->err;
+    }
     if (!s->sealed && s->nchunks) {
         /* One image of the chunks set aside and the last: a copy (the
          * price of never growing one buffer on the capturing thread), here

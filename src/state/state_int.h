@@ -33,6 +33,12 @@ struct weir_state_snapshot {
     size_t aside; /* bytes in chunks[] */
     int err;      /* first append error (sticky) */
     int sealed;   /* encoded: buf is the whole image, checksum included */
+    /* A backend whose image is made at persist time (remote.c): prepare
+     * runs once, first thing in encode (the blocking pool), and leaves
+     * the image in buf, sealed; drop frees ext, at free. */
+    int (*prepare)(weir_state_snapshot *s);
+    void (*drop)(weir_state_snapshot *s);
+    void *ext;
 };
 
 /* Writing: a header, then each group's entries in key order. */
@@ -80,5 +86,50 @@ int weir__state_fail(char *why, size_t cap, const char *fmt, ...)
 int weir__state_persist_to(weir__storage *st, const char *name, weir_state_snapshot *s);
 int weir__state_restore_from(weir__storage *st, const char *name, weir_state_backend *b, char *why,
                              size_t cap);
+
+/* ---- the remote-read backend (remote.c) -------------------------------------------------------
+ */
+/* "remote:POOL_URI[?hot_max_bytes=N&io_threads=N]". 0, -EINVAL, -ENOMEM
+ * or the pool's open error. */
+int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
+                      weir_state_backend **out);
+typedef struct weir__remote_stat {
+    size_t hot_bytes, budget;
+    uint64_t evictions, cold_reads, blocks_read, run_bytes;
+    uint64_t dirty, clean; /* entries changed since the last capture; evictable ones */
+    uint64_t merges;    /* pairs of runs compacted into one */
+    uint64_t max_chain; /* the longest chain of runs of a group */
+} weir__remote_stat;
+/* Delete from the pool of backend uri (nothing unless it is "remote:")
+ * the runs that the handles of checkpoints gone[] (in the checkpoint
+ * store ckpts) refer to and those of kept[] do not: the checkpoints being
+ * pruned and the ones retained. Never on a doubt: a kept handle that
+ * cannot be read or parsed deletes nothing. The number of runs deleted,
+ * or a negative errno. From a fiber (the calls are awaited) or off the
+ * runtime. */
+int weir__remote_gc(const char *uri, weir__storage *ckpts, const uint64_t *gone, size_t ngone,
+                    const uint64_t *kept, size_t nkept);
+/* Its counters (b must be a remote backend; on its owner), after taking
+ * in what the persists and reads finished (and evicting as it must). */
+void weir__remote_stats(weir_state_backend *b, weir__remote_stat *st);
+
+/* ---- the hot tier's hooks into the in-memory backend (remote.c) -------------------------- */
+/* A memory backend whose entries each carry meta bytes for its owner:
+ * zeroed when the entry is made, at one address for the entry's life (a
+ * put that replaces the value does not move it). */
+weir_state_backend *weir__mem_new_meta(int ngroups, int first_kg, int end_kg, size_t meta);
+/* get, with the entry's meta. */
+int weir__mem_get_meta(weir_state_backend *b, int kg, const void *key, size_t klen,
+                       const void **val, size_t *vlen, void **meta);
+/* put, with the entry's meta; *created: the key is new. */
+int weir__mem_put_meta(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
+                       size_t vlen, void **meta, int *created);
+/* The key of the entry a meta belongs to. */
+void weir__mem_meta_key(const void *meta, const void **key, size_t *klen);
+typedef int (*weir__mem_scan_meta_fn)(void *arg, const void *key, size_t klen, const void *val,
+                                      size_t vlen, void *meta);
+/* scan, with each entry's meta. */
+int weir__mem_scan_meta(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                        weir__mem_scan_meta_fn fn, void *arg);
 
 #endif

@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/log.h"
+#include "state/state_int.h"
 #include "state/storage.h"
 #include "stream/ckpt_link.h"
 #include "stream/manifest.h"
@@ -120,6 +122,32 @@ static int has_id(const uint64_t *v, size_t n, uint64_t id)
     return bsearch(&id, v, n, sizeof(*v), by_id_desc) != NULL;
 }
 
+/* A remote-read state backend's runs that only the checkpoints about to
+ * be pruned refer to go from its pool (state/remote.c). A failure leaves
+ * them there, logged: a pool that keeps a run too many loses nothing. */
+static void gc_runs(run *r, const weir__names *ns, const uint64_t *done, size_t nd,
+                    uint64_t keep_from, uint64_t latest)
+{
+    const char *uri = r->o.state_backend;
+    if (!uri || strncmp(uri, "remote:", 7) != 0)
+        return;
+    uint64_t *gone = weir__calloc(ns->n ? ns->n : 1, sizeof(*gone));
+    size_t ng = 0, nk = 0;
+    while (nk < nd && done[nk] >= keep_from)
+        nk++;
+    for (size_t i = 0; gone && i < ns->n; i++) {
+        uint64_t id = weir__ckpt_id_in(ns->v[i], "chk-", "/");
+        if (id && (id < keep_from || (id < latest && !has_id(done, nd, id))))
+            gone[ng++] = id;
+    }
+    int e = gone ? weir__remote_gc(uri, r->store, gone, ng, done, nk) : -ENOMEM;
+    if (e < 0)
+        weir__log(WEIR__LOG_WARN, "stream.checkpoint",
+                  "job \"%s\": deleting the state runs no checkpoint needs from %s: %s", r->j->name,
+                  uri, weir_strerror(e));
+    weir__free(gone);
+}
+
 /* Keep the `retain` latest completed checkpoints (latest is one): remove
  * older ones with their markers, and the directories of abandoned
  * checkpoints below latest. */
@@ -139,6 +167,7 @@ static void prune(run *r, uint64_t latest)
     if (done) {
         qsort(done, nd, sizeof(*done), by_id_desc);
         uint64_t keep_from = nd > retain ? done[retain - 1] : 0;
+        gc_runs(r, &ns, done, nd, keep_from, latest);
         for (size_t i = 0; i < ns.n; i++) {
             uint64_t id = weir__ckpt_id_in(ns.v[i], "COMPLETED-", "");
             if (id ? id < keep_from
