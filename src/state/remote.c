@@ -97,6 +97,7 @@ typedef struct runref {
     uint8_t *first, *last;
     uint32_t flen, llen;
     weir__run_meta *meta; /* loaded by the first read that needs it (under sh->mu) */
+    uint64_t born;        /* the capture whose persist wrote it (0: restored) */
 } runref;
 
 typedef struct chain {
@@ -276,10 +277,39 @@ static void chain_copy_free(runref **v, size_t n)
     weir__free(v);
 }
 
+static int lookup_once(rshared *sh, int kg, const void *key, size_t klen, uint8_t **val,
+                       size_t *vlen, int *stale);
+
 /* 0: found (*val weir__malloc'd, *vlen), -ENOENT: not in the pool (or
- * deleted), else an error. Blocks. */
+ * deleted), else an error. Blocks. A run that vanished from the pool
+ * under the read (merged away by a persist, then deleted once no
+ * checkpoint needed it) sends the read round again with the chain as it
+ * is now. */
 static int cold_lookup(rshared *sh, int kg, const void *key, size_t klen, uint8_t **val,
                        size_t *vlen)
+{
+    for (int round = 0;; round++) {
+        int stale = 0;
+        int e = lookup_once(sh, kg, key, klen, val, vlen, &stale);
+        if (!stale || round == 3)
+            return e;
+    }
+}
+
+/* Is r still in group kg's chain? */
+static int in_chain(rshared *sh, int kg, const runref *r)
+{
+    pthread_mutex_lock(&sh->mu);
+    chain *c = &sh->chains[kg - sh->first_kg];
+    int in = 0;
+    for (size_t i = 0; i < c->n && !in; i++)
+        in = c->v[i] == r;
+    pthread_mutex_unlock(&sh->mu);
+    return in;
+}
+
+static int lookup_once(rshared *sh, int kg, const void *key, size_t klen, uint8_t **val,
+                       size_t *vlen, int *stale)
 {
     runref **v;
     size_t n;
@@ -290,14 +320,17 @@ static int cold_lookup(rshared *sh, int kg, const void *key, size_t klen, uint8_
     for (size_t i = 0; !e && !settled && i < n; i++) {
         runref *r = v[i];
         weir__run_meta *m;
-        if (!in_range(r, key, klen) || (e = meta_of(sh, r, kg, &m)) != 0)
-            continue;
         uint64_t off;
         uint32_t len;
-        if (!weir__run_meta_maybe(m, key, klen) || weir__run_meta_block(m, key, klen, &off, &len))
-            continue;
         uint8_t *buf;
-        if ((e = fetch(sh, r->name, off, len, &buf)) != 0)
+        if (in_range(r, key, klen) && !(e = meta_of(sh, r, kg, &m)) &&
+            weir__run_meta_maybe(m, key, klen) && !weir__run_meta_block(m, key, klen, &off, &len))
+            e = fetch(sh, r->name, off, len, &buf);
+        else if (!e)
+            continue;
+        if (e == -ENOENT && !in_chain(sh, kg, r))
+            *stale = 1;
+        if (e)
             break;
         atomic_fetch_add_explicit(&sh->blocks_read, 1, memory_order_relaxed);
         weir__run_block b;
@@ -989,6 +1022,17 @@ static intptr_t pool_scan_job(void *arg)
     return e;
 }
 
+static void pool_scan_reset(pool_scan *ps)
+{
+    weir__free(ps->out.v);
+    ps->out = (svec){0};
+    for (size_t k = 0; k < ps->nblocks; k++)
+        weir__free(ps->blocks[k]);
+    weir__free(ps->blocks);
+    ps->blocks = NULL;
+    ps->nblocks = ps->bcap = 0;
+}
+
 typedef struct hot_scan {
     svec v;
 } hot_scan;
@@ -1009,8 +1053,14 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     hot_scan h = {{0}};
     int e = weir__mem_scan_meta(r->hot, kg, prefix, plen, hot_scan_fn, &h);
     pool_scan ps = {.sh = r->sh, .kg = kg, .prefix = prefix, .plen = plen};
-    if (!e && !chain_empty(r, kg))
-        e = (int)weir__blocking_run_shielded(pool_scan_job, &ps);
+    /* A run that vanished under the scan (merged away, then deleted):
+     * again, with the chain as it is now (as cold_lookup does). */
+    for (int round = 0; !e && round < 4 && !chain_empty(r, kg); round++) {
+        pool_scan_reset(&ps);
+        if ((e = (int)weir__blocking_run_shielded(pool_scan_job, &ps)) != -ENOENT)
+            break;
+        e = 0;
+    }
     /* Merge: the hot tier's entry of a key wins over the pool's. */
     size_t i = 0, j = 0;
     while (!e && (i < h.v.n || j < ps.out.n)) {
@@ -1026,10 +1076,7 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     if (!e)
         e = h.v.err;
     weir__free(h.v.v);
-    weir__free(ps.out.v);
-    for (size_t k = 0; k < ps.nblocks; k++)
-        weir__free(ps.blocks[k]);
-    weir__free(ps.blocks);
+    pool_scan_reset(&ps);
     return e;
 }
 
@@ -1375,6 +1422,7 @@ static int merge_pair(rshared *sh, int kg, size_t i, uint64_t seq)
             rr->meta_off = gs[0].meta_off;
             rr->meta_len = gs[0].meta_len;
             rr->entries = gs[0].entries;
+            rr->born = seq;
             rr->first = gs[0].first;
             rr->flen = gs[0].first_len;
             rr->last = gs[0].last;
@@ -1412,7 +1460,10 @@ static int merge_pair(rshared *sh, int kg, size_t i, uint64_t seq)
 /* While group kg's chain is longer than CHAIN_MAX, merge the adjacent
  * pair with the fewest entries: small recent runs merge often, the large
  * old one rarely, so the bytes rewritten per checkpoint stay near the
- * delta's (a size-tiered policy). */
+ * delta's (a size-tiered policy). A run this persist wrote is never
+ * merged in it: only a checkpoint's handle makes a run known to the
+ * deletion of unneeded runs (weir__remote_gc), so a run merged away before
+ * any handle named it would stay in the pool for ever. */
 static int compact(rshared *sh, int kg, uint64_t seq)
 {
     for (;;) {
@@ -1421,6 +1472,8 @@ static int compact(rshared *sh, int kg, uint64_t seq)
         size_t best = 0, n = c->n;
         uint64_t least = UINT64_MAX;
         for (size_t i = 0; i + 1 < n; i++) {
+            if (c->v[i]->born == seq || c->v[i + 1]->born == seq)
+                continue;
             uint64_t t = c->v[i]->entries + c->v[i + 1]->entries;
             if (t < least) {
                 least = t;
@@ -1428,7 +1481,7 @@ static int compact(rshared *sh, int kg, uint64_t seq)
             }
         }
         pthread_mutex_unlock(&sh->mu);
-        if (n <= CHAIN_MAX)
+        if (n <= CHAIN_MAX || least == UINT64_MAX)
             return 0;
         int e = merge_pair(sh, kg, best, seq);
         if (e)
@@ -1502,6 +1555,7 @@ static int rsnap_prepare(weir_state_snapshot *s)
         rr->meta_off = gs[i].meta_off;
         rr->meta_len = gs[i].meta_len;
         rr->entries = gs[i].entries;
+        rr->born = d->seq;
         rr->first = gs[i].first;
         rr->flen = gs[i].first_len;
         rr->last = gs[i].last;
@@ -2033,6 +2087,18 @@ static int handle_runs(const uint8_t *img, size_t len, nameset *out)
         }
     }
     return r.bad ? -EBADMSG : out->err;
+}
+
+int weir__remote_handle_runs(const uint8_t *img, size_t len, weir__names *out)
+{
+    nameset ns = {0};
+    int e = handle_runs(img, len, &ns);
+    if (e) {
+        nameset_free(&ns);
+        return e;
+    }
+    *out = (weir__names){ns.v, ns.n};
+    return 0;
 }
 
 /* Every run the remote-state handles of checkpoint id refer to. */

@@ -97,8 +97,8 @@ typedef struct weir__remote_stat {
     size_t hot_bytes, budget;
     uint64_t evictions, cold_reads, blocks_read, run_bytes;
     uint64_t dirty, clean; /* entries changed since the last capture; evictable ones */
-    uint64_t merges;    /* pairs of runs compacted into one */
-    uint64_t max_chain; /* the longest chain of runs of a group */
+    uint64_t merges;       /* pairs of runs compacted into one */
+    uint64_t max_chain;    /* the longest chain of runs of a group */
 } weir__remote_stat;
 /* Delete from the pool of backend uri (nothing unless it is "remote:")
  * the runs that the handles of checkpoints gone[] (in the checkpoint
@@ -109,6 +109,9 @@ typedef struct weir__remote_stat {
  * runtime. */
 int weir__remote_gc(const char *uri, weir__storage *ckpts, const uint64_t *gone, size_t ngone,
                     const uint64_t *kept, size_t nkept);
+/* The run names a remote-state handle refers to (repeats included): 0,
+ * -EBADMSG (not a whole handle) or -ENOMEM. */
+int weir__remote_handle_runs(const uint8_t *img, size_t len, weir__names *out);
 /* Its counters (b must be a remote backend; on its owner), after taking
  * in what the persists and reads finished (and evicting as it must). */
 void weir__remote_stats(weir_state_backend *b, weir__remote_stat *st);

@@ -9,13 +9,15 @@
  * blob that survives a crash is also reachable. list reads one directory
  * and skips names beginning with '.' (temporary files, lock files): those
  * are never blob names. delete of "p/" removes the tree under <root>/p and
- * the directory itself. Every method blocks: storage.c runs them on the
- * blocking pool.
+ * the directory itself. The first put makes the store's own directory
+ * when it is missing (not its parents). Every method blocks: storage.c
+ * runs them on the blocking pool.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@
 typedef struct dir_store {
     weir__storage base;
     char *root;
+    _Atomic int root_made; /* the root exists (checked once, by the first put) */
 } dir_store;
 
 static int path_of(const dir_store *d, const char *name, size_t nlen, char *out, size_t cap)
@@ -99,12 +102,40 @@ static int make_dirs(const dir_store *d, const char *name, size_t dlen)
     return 0;
 }
 
+/* The store's own directory, made on the first put if it is missing (its
+ * parent must exist), as a checkpoint directory is. */
+static int make_root(dir_store *d)
+{
+    if (d->root_made)
+        return 0;
+    if (mkdir(d->root, 0755) == 0) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof(parent), "%s", d->root);
+        char *slash = strrchr(parent, '/');
+        if (!slash)
+            snprintf(parent, sizeof(parent), ".");
+        else if (slash == parent)
+            parent[1] = '\0';
+        else
+            *slash = '\0';
+        int e = weir__fsync_dir(parent);
+        if (e)
+            return e;
+    } else if (errno != EEXIST) {
+        return -errno;
+    }
+    d->root_made = 1;
+    return 0;
+}
+
 static int dir_put(weir__storage *s, const char *name, const void *buf, size_t len)
 {
     dir_store *d = (dir_store *)s;
     const char *slash = strrchr(name, '/');
     char dir[PATH_MAX];
-    int e;
+    int e = make_root(d);
+    if (e)
+        return e;
     if (slash) {
         size_t dlen = (size_t)(slash - name);
         if ((e = make_dirs(d, name, dlen)) != 0 || (e = path_of(d, name, dlen, dir, sizeof(dir))))

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "state/state_int.h"
 #include "test.h"
 #include "test_rt.h"
 #include "count_ops.h"
@@ -38,6 +39,8 @@ typedef struct job_cfg {
      * its lines through a rebalance into the sink, fixed at sink_par when
      * not 0. */
     int job_par, sink_par;
+    const char *state; /* the state backend's URI (NULL: memory) */
+    const char *pool;  /* its pool's directory: checked after each kill */
 } job_cfg;
 
 typedef struct ctr {
@@ -176,7 +179,8 @@ static intptr_t run_main(void *arg)
     weir_run_opts o = {.parallelism = cfg->job_par,
                        .checkpoint_dir = cfg->ckpt,
                        .checkpoint_interval_ms = cfg->interval_ms,
-                       .restore = cfg->restore};
+                       .restore = cfg->restore,
+                       .state_backend = cfg->state};
     ra->res.err = weir_job_run(j, &o);
     snprintf(ra->res.error, sizeof(ra->res.error), "%s", weir_job_error(j));
     weir_job_ckpt_stats(j, &ra->res.ck);
@@ -367,6 +371,8 @@ static int run_killed(intptr_t (*fn)(void *), void *arg, const char *ckpt, uint6
     return kill_after_checkpoint(pid, ckpt, min_id - 1, 0);
 }
 
+static void check_pool(const char *ckpt, const char *pool, int exact);
+
 /* Run the job `rounds` times, each in a child restoring from the last
  * one's checkpoints (the first starts fresh), SIGKILLing all but the last
  * once it completed a checkpoint of its own and up to spread_ms more; the
@@ -394,6 +400,8 @@ static int crash_rounds(const job_cfg *cfg, int rounds, int spread_ms, const int
         int st;
         if (round < rounds - 1) {
             kills += kill_after_checkpoint(pid, cfg->ckpt, before, rand_r(&seed) % spread_ms);
+            if (cfg->pool) /* what the next round restores from is all there */
+                check_pool(cfg->ckpt, cfg->pool, 0);
         } else {
             waitpid(pid, &st, 0);
             CHECK(WIFEXITED(st));
@@ -795,6 +803,152 @@ TEST(crash_and_restore_is_exactly_once)
     int kills = crash_rounds(&cfg, 4, 90, NULL);
     CHECK_GE(kills, 1);
     check_exact(out, cfg.n, cfg.src_par);
+    cleanup();
+}
+
+/* ---- keyed state on the remote-read backend -----------------------------------------------------
+ */
+/* The runs the latest checkpoint's state handles name (sorted, once each),
+ * and the runs in the pool directory. */
+static weir__names names_sorted(weir__names n)
+{
+    qsort(n.v, n.n, sizeof(*n.v), cmp_str);
+    size_t k = 0;
+    for (size_t i = 0; i < n.n; i++) {
+        if (k && strcmp(n.v[k - 1], n.v[i]) == 0) {
+            free(n.v[i]);
+            continue;
+        }
+        n.v[k++] = n.v[i];
+    }
+    n.n = k;
+    return n;
+}
+
+static weir__names referenced_runs(const char *ckpt)
+{
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s/chk-%llu", ckpt, (unsigned long long)latest_completed(ckpt));
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    weir__names all = {0};
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 6, ".state") != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        CHECK(f != NULL);
+        static uint8_t img[1 << 20];
+        size_t len = fread(img, 1, sizeof(img), f);
+        fclose(f);
+        weir__names one;
+        CHECK_EQ(weir__remote_handle_runs(img, len, &one), 0);
+        all.v = realloc(all.v, (all.n + one.n + 1) * sizeof(*all.v));
+        for (size_t i = 0; i < one.n; i++)
+            all.v[all.n++] = strdup(one.v[i]);
+        weir__names_free(&one);
+    }
+    closedir(d);
+    return names_sorted(all);
+}
+
+static weir__names pool_runs(const char *pool)
+{
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s/runs", pool);
+    DIR *d = opendir(dir);
+    weir__names all = {0};
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        all.v = realloc(all.v, (all.n + 1) * sizeof(*all.v));
+        char name[300];
+        snprintf(name, sizeof(name), "runs/%s", de->d_name);
+        all.v[all.n++] = strdup(name);
+    }
+    if (d)
+        closedir(d);
+    return names_sorted(all);
+}
+
+static void free_names(weir__names *n)
+{
+    for (size_t i = 0; i < n->n; i++)
+        free(n->v[i]);
+    free(n->v);
+}
+
+/* Every run the latest checkpoint needs is in the pool; with exact, the
+ * pool holds nothing else (what only pruned checkpoints needed is gone). */
+static void check_pool(const char *ckpt, const char *pool, int exact)
+{
+    weir__names want = referenced_runs(ckpt), have = pool_runs(pool);
+    CHECK_GT(want.n, 0);
+    for (size_t i = 0; i < want.n; i++)
+        if (!bsearch(&want.v[i], have.v, have.n, sizeof(*have.v), cmp_str))
+            TEST__FAIL("the latest checkpoint needs %s, which the pool lacks", want.v[i]);
+    if (exact && have.n != want.n)
+        TEST__FAIL("the pool holds %zu runs, the latest checkpoint needs %zu", have.n, want.n);
+    free_names(&want);
+    free_names(&have);
+}
+
+/* The count job with its state in a pool behind a hot tier of 1 KiB (the
+ * tier evicts whatever a checkpoint made durable), SIGKILLed at random
+ * moments, persists in flight included: after each kill the pool holds
+ * every run the latest checkpoint needs, and the rounds write exactly the
+ * uninterrupted run's lines. Then a clean run over the same pool: when it
+ * ends (its final checkpoint holds no state) every run it wrote is gone
+ * again - what no retained checkpoint needs is deleted - and the runs the
+ * killed rounds left behind unreferenced are untouched. */
+TEST(crash_and_restore_on_remote_state_is_exactly_once)
+{
+    setup();
+    char ckpt[128], out[128], pool[128], uri[256];
+    dirs(ckpt, out, "remote");
+    snprintf(pool, sizeof(pool), "%s/pool", base);
+    snprintf(uri, sizeof(uri), "remote:latency://0-1/file://%s?hot_max_bytes=1024", pool);
+    job_cfg cfg = {.n = 30000,
+                   .src_par = 2,
+                   .count_par = 2,
+                   .sleep_us = 1000,
+                   .ckpt = ckpt,
+                   .out = out,
+                   .interval_ms = 15,
+                   .state = uri,
+                   .pool = pool};
+    int kills = crash_rounds(&cfg, 4, 90, NULL);
+    CHECK_GE(kills, 1);
+    check_exact(out, cfg.n, cfg.src_par);
+    weir__names left = pool_runs(pool);
+    char out2[160];
+    snprintf(out2, sizeof(out2), "%s-2", out);
+    job_cfg again = cfg;
+    again.out = out2;
+    again.n = 20000;
+    run_result r = run_job(&again);
+    if (r.err)
+        fprintf(stderr, "%s\n", r.error);
+    CHECK_EQ(r.err, 0);
+    CHECK_GE(r.ck.completed, 3);
+    check_exact(out2, again.n, again.src_par);
+    weir__names now = pool_runs(pool);
+    if (now.n != left.n) {
+        for (size_t i = 0; i < now.n; i++)
+            fprintf(stderr, "now %s\n", now.v[i]);
+        for (size_t i = 0; i < left.n; i++)
+            fprintf(stderr, "left %s\n", left.v[i]);
+        fprintf(stderr, "latest %llu\n", (unsigned long long)latest_completed(ckpt));
+    }
+    CHECK_EQ(now.n, left.n);
+    for (size_t i = 0; i < now.n; i++)
+        CHECK_STR(now.v[i], left.v[i]);
+    free_names(&left);
+    free_names(&now);
     cleanup();
 }
 
