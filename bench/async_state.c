@@ -14,6 +14,14 @@
  *               waiting at once;
  *   mode=memory the in-memory backend, no latency (the ceiling).
  *
+ * and the real thing, with checkpoints every 200 ms (ckpt=1): mode=remote
+ * is the remote-read backend (state/remote.c) over a directory pool that
+ * answers each call LATENCY_MS later, its hot tier a tenth of the state
+ * (every key comes round again only after all the others, so reads past
+ * the first pass are cold); mode=remote-sync the same backend read
+ * without the controller (reads=sync); mode=memory-ckpt the in-memory
+ * backend with the same checkpoints, the ceiling they compare with.
+ *
  * Each is its own weir_job_run on a 2-thread runtime at parallelism 1 (one
  * keyed subtask: the overlap is the controller's, not more subtasks'), a
  * source of EVENTS records over KEYS keys (record i has key i % KEYS), one
@@ -21,6 +29,8 @@
  * events / the run's wall time; median of BENCH_RUNS runs (default 3).
  *
  *   bench=async_state impl=weir mode=async latency_ms=1 keys=100000 events=... events_per_s=...
+ *   bench=async_state impl=weir mode=remote state=remote hot=0.1 ckpt=1 latency_ms=1 keys=...
+ *       events=... events_per_s=...
  *
  *   async_state [LATENCY_MS [KEYS]]   (default 1 and 100000; ASYNC_STATE_EVENTS
  *                                      sets the async and memory runs' events,
@@ -294,6 +304,7 @@ typedef struct job_arg {
     gen g;
     double secs;
     int err;
+    const char *ckpt; /* checkpoints every 200 ms into it (NULL: none) */
 } job_arg;
 
 static intptr_t run_job(void *arg)
@@ -306,7 +317,10 @@ static intptr_t run_job(void *arg)
     s = weir_stream_process(s, "count", &(weir_op_def){.process = count}, NULL);
     weir_stream_sink(s, "none", &(weir_op_def){.process = drop}, NULL);
     int64_t t0 = now_ns();
-    a->err = weir_job_run(j, &(weir_run_opts){.parallelism = 1, .state_backend = a->backend});
+    a->err = weir_job_run(j, &(weir_run_opts){.parallelism = 1,
+                                              .state_backend = a->backend,
+                                              .checkpoint_dir = a->ckpt,
+                                              .checkpoint_interval_ms = a->ckpt ? 200 : 0});
     a->secs = (double)(now_ns() - t0) / 1e9;
     if (a->err)
         fprintf(stderr, "async_state: %s: %s\n", a->backend, weir_job_error(j));
@@ -314,12 +328,18 @@ static intptr_t run_job(void *arg)
     return 0;
 }
 
-static double measure(const char *backend, long events, long keys)
+static double measure(const char *backend, long events, long keys, int ckpt)
 {
     int runs = bench_runs(3);
     double v[100];
     for (int r = 0; r < runs; r++) {
-        job_arg a = {backend, {events, keys, 0}, 0, 0};
+        char dir[] = "/tmp/weir-async-state-XXXXXX", pool[64], uri[512];
+        if (ckpt && !mkdtemp(dir))
+            exit(1);
+        /* A pool of its own per run: "%s" in the backend is the directory. */
+        snprintf(pool, sizeof(pool), "%s/pool", dir);
+        snprintf(uri, sizeof(uri), backend, pool);
+        job_arg a = {uri, {events, keys, 0}, 0, 0, ckpt ? dir : NULL};
         weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
         weir_task *t = rt ? weir_task_spawn(run_job, &a,
                                             &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024})
@@ -328,6 +348,12 @@ static double measure(const char *backend, long events, long keys)
             exit(1);
         weir_rt_free(rt);
         v[r] = (double)events / a.secs;
+        if (ckpt) {
+            char cmd[128];
+            snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+            if (system(cmd) != 0)
+                fprintf(stderr, "async_state: could not remove %s\n", dir);
+        }
     }
     return bench_median(v, runs);
 }
@@ -351,20 +377,42 @@ int main(int argc, char **argv)
     if (weir_state_backend_register("lat", make, (void *)1) ||
         weir_state_backend_register("latsync", make, NULL))
         return 1;
+    /* The remote-read backend: its pool a directory answering each call
+     * LATENCY_MS later, its hot tier a tenth of the state (a key's count
+     * costs about 130 bytes there: key, value, state name and the entry's
+     * 96), checkpoints every 200 ms so that what is written becomes
+     * durable and evictable. Every key comes round again only after all
+     * the others (i % KEYS): the least recently used is always the next
+     * one needed, so the reads after the first pass over the keys are
+     * cold. reads=sync is the same backend read without the controller. */
+    char remote[256], remote_sync[256];
+    long hot = keys * 13;
+    snprintf(remote, sizeof(remote),
+             "remote:latency://%g/file://%%s?hot_max_bytes=%ld&io_threads=64", ms, hot);
+    snprintf(remote_sync, sizeof(remote_sync),
+             "remote:latency://%g/file://%%s?hot_max_bytes=%ld&reads=sync", ms, hot);
+    long few = events / 100 > 0 ? events / 100 : 1;
     struct {
         const char *mode, *backend;
         long events;
-    } m[] = {{"memory", "memory:", events},
-             {"async", "lat:", events},
-             {"sync", "latsync:", events / 100 > 0 ? events / 100 : 1}};
+        int ckpt;
+        const char *state;
+    } m[] = {
+        {"memory", "memory:", events, 0, NULL},  {"async", "lat:", events, 0, NULL},
+        {"sync", "latsync:", few, 0, NULL},      {"memory-ckpt", "memory:", events, 1, "memory"},
+        {"remote", remote, events, 1, "remote"}, {"remote-sync", remote_sync, few, 1, "remote"}};
     const char *only = getenv("ASYNC_STATE_MODE"); /* one mode (profiling) */
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         if (only && strcmp(only, m[i].mode) != 0)
             continue;
-        double eps = measure(m[i].backend, m[i].events, keys);
-        printf("bench=async_state impl=weir mode=%s latency_ms=%g keys=%ld events=%ld "
-               "events_per_s=%.0f\n",
-               m[i].mode, strcmp(m[i].mode, "memory") ? ms : 0.0, keys, m[i].events, eps);
+        double eps = measure(m[i].backend, m[i].events, keys, m[i].ckpt);
+        int lat = strcmp(m[i].mode, "memory") && strcmp(m[i].mode, "memory-ckpt");
+        printf("bench=async_state impl=weir mode=%s", m[i].mode);
+        if (m[i].state)
+            printf(" state=%s hot=%s ckpt=1", m[i].state,
+                   strcmp(m[i].state, "remote") ? "1" : "0.1");
+        printf(" latency_ms=%g keys=%ld events=%ld events_per_s=%.0f\n", lat ? ms : 0.0, keys,
+               m[i].events, eps);
         fflush(stdout);
     }
     return 0;

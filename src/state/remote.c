@@ -133,7 +133,7 @@ typedef struct rshared {
     chain *chains;            /* [end_kg - first_kg], under mu */
     _Atomic uint64_t durable; /* the newest capture whose run is in the pool */
     rreq *head, *tail;        /* queued reads, under mu */
-    loaded *done;             /* reads answered, for write-through, under mu */
+    _Atomic(loaded *) done;   /* reads answered, for write-through (a lock-free stack) */
     int stop;                 /* under mu */
     pthread_t *threads;
     int nthreads, want_threads;
@@ -1900,6 +1900,22 @@ static const weir_state_backend_ops remote_ops = {
     .get_batch = rm_get_batch,
 };
 
+/* reads=sync: the same backend read synchronously (no get_async: a
+ * subtask on it runs without the async execution controller, each cold
+ * read waiting on the blocking pool) - for measuring what the controller
+ * buys. */
+static const weir_state_backend_ops remote_sync_ops = {
+    .name = "remote",
+    .get = rm_get,
+    .put = rm_put,
+    .del = rm_del,
+    .scan = rm_scan,
+    .capture = rm_capture,
+    .restore = rm_restore,
+    .entries = rm_entries,
+    .free = rm_free,
+};
+
 static size_t default_budget(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -1909,7 +1925,7 @@ static size_t default_budget(void)
 }
 
 /* "key=value" options after '?', '&'-separated. */
-static int parse_opts(const char *q, size_t *budget, int *threads)
+static int parse_opts(const char *q, size_t *budget, int *threads, int *sync)
 {
     while (q && *q) {
         const char *amp = strchr(q, '&');
@@ -1923,6 +1939,16 @@ static int parse_opts(const char *q, size_t *budget, int *threads)
         if (!eq || !eq[1])
             return -EINVAL;
         *eq = '\0';
+        if (strcmp(opt, "reads") == 0) {
+            if (strcmp(eq + 1, "sync") == 0)
+                *sync = 1;
+            else if (strcmp(eq + 1, "async") == 0)
+                *sync = 0;
+            else
+                return -EINVAL;
+            q = amp ? amp + 1 : NULL;
+            continue;
+        }
         errno = 0;
         unsigned long long v = strtoull(eq + 1, &end, 10);
         if (errno || *end || eq[1] == '-')
@@ -1947,8 +1973,8 @@ int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
     const char *pool = uri + 7, *q = strrchr(pool, '?');
     size_t plen = q ? (size_t)(q - pool) : strlen(pool);
     size_t budget = default_budget();
-    int threads = 16;
-    if (!plen || parse_opts(q ? q + 1 : NULL, &budget, &threads) < 0)
+    int threads = 16, sync = 0;
+    if (!plen || parse_opts(q ? q + 1 : NULL, &budget, &threads, &sync) < 0)
         return -EINVAL;
     char *puri = weir__malloc(plen + 1);
     if (!puri)
@@ -1984,7 +2010,8 @@ int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
     sh->want_threads = threads;
     uint64_t t = (uint64_t)weir_time_now() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)sh;
     sh->nonce = XXH64(&t, sizeof(t), (uint64_t)first_kg);
-    r->base = (weir_state_backend){&remote_ops, ngroups, first_kg, end_kg};
+    r->base =
+        (weir_state_backend){sync ? &remote_sync_ops : &remote_ops, ngroups, first_kg, end_kg};
     r->hot = hot;
     r->sh = sh;
     r->budget = budget;
@@ -2153,7 +2180,8 @@ int weir__remote_gc(const char *uri, weir__storage *ckpts, const uint64_t *gone,
     }
     if (!e && g.n) {
         qsort(g.v, g.n, sizeof(*g.v), str_cmp);
-        qsort(k.v, k.n, sizeof(*k.v), str_cmp);
+        if (k.n)
+            qsort(k.v, k.n, sizeof(*k.v), str_cmp);
         for (size_t i = 0; i < g.n; i++) {
             if (i && strcmp(g.v[i], g.v[i - 1]) == 0)
                 continue;

@@ -509,6 +509,7 @@ TEST(uris_are_checked)
                                 "remote:mem://x?io_threads=0",
                                 "remote:mem://x?io_threads=257",
                                 "remote:mem://x?colour=blue",
+                                "remote:mem://x?reads=later",
                                 "remote:nope://x"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         weir_state_backend *b = NULL;
@@ -521,6 +522,12 @@ TEST(uris_are_checked)
     weir__remote_stat st;
     weir__remote_stats(b, &st);
     CHECK_GE(st.budget, (size_t)64 << 20); /* a quarter of the RAM, at least 64 MiB */
+    CHECK(b->ops->get_async != NULL);
+    weir_state_backend_free(b);
+    CHECK_EQ(
+        weir_state_backend_open("remote:mem://x?reads=sync&hot_max_bytes=0", GROUPS, 0, GROUPS, &b),
+        0);
+    CHECK(b->ops->get_async == NULL && b->ops->get_batch == NULL);
     weir_state_backend_free(b);
 }
 

@@ -812,7 +812,8 @@ TEST(crash_and_restore_is_exactly_once)
  * and the runs in the pool directory. */
 static weir__names names_sorted(weir__names n)
 {
-    qsort(n.v, n.n, sizeof(*n.v), cmp_str);
+    if (n.n)
+        qsort(n.v, n.n, sizeof(*n.v), cmp_str);
     size_t k = 0;
     for (size_t i = 0; i < n.n; i++) {
         if (k && strcmp(n.v[k - 1], n.v[i]) == 0) {
