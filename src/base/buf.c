@@ -52,6 +52,13 @@ void weir__buf_put_u8(weir__buf *b, uint8_t v)
     weir__buf_put(b, &v, 1);
 }
 
+void weir__buf_put_be16(weir__buf *b, uint16_t v)
+{
+    uint8_t p[2];
+    weir__put_be16(p, v);
+    weir__buf_put(b, p, sizeof(p));
+}
+
 void weir__buf_put_be32(weir__buf *b, uint32_t v)
 {
     uint8_t p[4];
@@ -82,4 +89,33 @@ void weir__buf_free(weir__buf *b)
 {
     weir__free(b->p);
     memset(b, 0, sizeof(*b));
+}
+
+const uint8_t *weir__rd_take(weir__rd *r, size_t n)
+{
+    if (r->bad || n > r->len - r->pos) {
+        r->bad = 1;
+        return NULL;
+    }
+    const uint8_t *p = r->p + r->pos;
+    r->pos += n;
+    return p;
+}
+
+uint16_t weir__rd_be16(weir__rd *r)
+{
+    const uint8_t *p = weir__rd_take(r, 2);
+    return p ? weir__get_be16(p) : 0;
+}
+
+uint32_t weir__rd_be32(weir__rd *r)
+{
+    const uint8_t *p = weir__rd_take(r, 4);
+    return p ? weir__get_be32(p) : 0;
+}
+
+uint64_t weir__rd_be64(weir__rd *r)
+{
+    const uint8_t *p = weir__rd_take(r, 8);
+    return p ? weir__get_be64(p) : 0;
 }

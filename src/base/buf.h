@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * buf.h - the one growable byte buffer: frames (net/frame.c) and snapshot
- * files (state) are built in it.
+ * buf.h - the one growable byte buffer: frames (net/frame.c), snapshot
+ * files, runs and remote-state handles (state) are built in it; and the
+ * bounded reader that takes such bytes apart again (weir__rd).
  *
  * A zeroed weir__buf is empty and ready; bytes are appended at the end and
  * the memory grows by doubling, through base/alloc.h, so the allocation
@@ -38,6 +39,7 @@ int weir__buf_reserve(weir__buf *b, size_t extra);
 /* Append n bytes. On failure sets b->err; a no-op once err is set. */
 void weir__buf_put(weir__buf *b, const void *p, size_t n);
 void weir__buf_put_u8(weir__buf *b, uint8_t v);
+void weir__buf_put_be16(weir__buf *b, uint16_t v);
 void weir__buf_put_be32(weir__buf *b, uint32_t v);
 void weir__buf_put_be64(weir__buf *b, uint64_t v);
 /* Hand the bytes over: returns p (the caller weir__free's it) and its
@@ -47,5 +49,21 @@ void weir__buf_put_be64(weir__buf *b, uint64_t v);
 uint8_t *weir__buf_take(weir__buf *b, size_t *len);
 /* Free the bytes and leave b empty (err cleared). Safe on a zeroed buffer. */
 void weir__buf_free(weir__buf *b);
+
+/* ---- reading ---------------------------------------------------------------------------- */
+/* A cursor over untrusted bytes: a take past the end returns NULL (the
+ * numbers 0) and sets bad, which sticks, so a decoder takes every field
+ * and checks bad once. pos <= len always. */
+typedef struct weir__rd {
+    const uint8_t *p;
+    size_t len, pos;
+    int bad;
+} weir__rd;
+
+/* The next n bytes (consumed), or NULL with bad set. */
+const uint8_t *weir__rd_take(weir__rd *r, size_t n);
+uint16_t weir__rd_be16(weir__rd *r);
+uint32_t weir__rd_be32(weir__rd *r);
+uint64_t weir__rd_be64(weir__rd *r);
 
 #endif

@@ -76,6 +76,7 @@
 
 #include "base/alloc.h"
 #include "base/be.h"
+#include "base/buf.h"
 #include "rt/rt_int.h"
 #include "state/run.h"
 #include "state/state_int.h"
@@ -1262,57 +1263,27 @@ static int rm_capture(weir_state_backend *b, uint64_t id, const weir_state_entry
     return 0;
 }
 
-/* The handle: [magic][u32 version][u32 ngroups][u32 first][u32 end]
- * [u64 id], then per group of the range [u32 chain length] and per run
- * (newest first) [u16 name length][name][u64 meta offset][u32 meta
- * length][u64 entries][u32 first length][first][u32 last length][last],
- * then [u32 extras] and per extra [u32 kg][u32 klen][key][u32 vlen][val],
- * then the XXH64 of all before it. */
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-    int err;
-} wbuf;
-
-static void wb_put(wbuf *w, const void *b, size_t n)
+/* The chain entry of a run just written: group g of blob name (g's
+ * first and last keys move into it). NULL on ENOMEM. */
+static runref *runref_of(const char *name, weir__run_group *g, uint64_t born)
 {
-    if (w->err)
-        return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 256;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *p = weir__realloc(w->p, cap);
-        if (!p) {
-            w->err = -ENOMEM;
-            return;
-        }
-        w->p = p;
-        w->cap = cap;
+    runref *rr = weir__calloc(1, sizeof(*rr));
+    if (!rr || !(rr->name = weir__malloc(strlen(name) + 1))) {
+        weir__free(rr);
+        return NULL;
     }
-    if (n)
-        memcpy(w->p + w->len, b, n);
-    w->len += n;
-}
-
-static void wb_u16(wbuf *w, uint32_t v)
-{
-    uint8_t b[2] = {(uint8_t)(v >> 8), (uint8_t)v};
-    wb_put(w, b, 2);
-}
-
-static void wb_u32(wbuf *w, uint32_t v)
-{
-    uint8_t b[4];
-    weir__put_be32(b, v);
-    wb_put(w, b, 4);
-}
-
-static void wb_u64(wbuf *w, uint64_t v)
-{
-    uint8_t b[8];
-    weir__put_be64(b, v);
-    wb_put(w, b, 8);
+    strcpy(rr->name, name);
+    atomic_init(&rr->refs, 1);
+    rr->meta_off = g->meta_off;
+    rr->meta_len = g->meta_len;
+    rr->entries = g->entries;
+    rr->born = born;
+    rr->first = g->first;
+    rr->flen = g->first_len;
+    rr->last = g->last;
+    rr->llen = g->last_len;
+    g->first = g->last = NULL;
+    return rr;
 }
 
 /* ---- compaction: two runs of a group merged into one -------------------------------------------
@@ -1411,24 +1382,8 @@ static int merge_pair(rshared *sh, int kg, size_t i, uint64_t seq)
     weir__free(buf);
     runref *rr = NULL;
     if (!e && ng) {
-        rr = weir__calloc(1, sizeof(*rr));
-        if (!rr || !(rr->name = weir__malloc(strlen(name) + 1))) {
-            weir__free(rr);
-            rr = NULL;
+        if (!(rr = runref_of(name, &gs[0], seq)))
             e = -ENOMEM;
-        } else {
-            strcpy(rr->name, name);
-            atomic_init(&rr->refs, 1);
-            rr->meta_off = gs[0].meta_off;
-            rr->meta_len = gs[0].meta_len;
-            rr->entries = gs[0].entries;
-            rr->born = seq;
-            rr->first = gs[0].first;
-            rr->flen = gs[0].first_len;
-            rr->last = gs[0].last;
-            rr->llen = gs[0].last_len;
-            gs[0].first = gs[0].last = NULL;
-        }
     }
     weir__run_groups_free(gs, ng);
     if (!e) {
@@ -1544,23 +1499,11 @@ static int rsnap_prepare(weir_state_snapshot *s)
         atomic_fetch_add_explicit(&sh->run_bytes, len, memory_order_relaxed);
     pthread_mutex_lock(&sh->mu);
     for (size_t i = 0; !e && i < ng; i++) {
-        runref *rr = weir__calloc(1, sizeof(*rr));
-        if (!rr || !(rr->name = weir__malloc(strlen(name) + 1))) {
-            weir__free(rr);
+        runref *rr = runref_of(name, &gs[i], d->seq);
+        if (!rr) {
             e = -ENOMEM;
             break;
         }
-        strcpy(rr->name, name);
-        atomic_init(&rr->refs, 1);
-        rr->meta_off = gs[i].meta_off;
-        rr->meta_len = gs[i].meta_len;
-        rr->entries = gs[i].entries;
-        rr->born = d->seq;
-        rr->first = gs[i].first;
-        rr->flen = gs[i].first_len;
-        rr->last = gs[i].last;
-        rr->llen = gs[i].last_len;
-        gs[i].first = gs[i].last = NULL;
         if (gs[i].kg < sh->first_kg || gs[i].kg >= sh->end_kg ||
             (e = chain_push_front(&sh->chains[gs[i].kg - sh->first_kg], rr)) != 0)
             runref_unref(rr);
@@ -1585,42 +1528,48 @@ static int rsnap_prepare(weir_state_snapshot *s)
     uint64_t cur = atomic_load(&sh->durable);
     while (cur < d->seq && !atomic_compare_exchange_weak(&sh->durable, &cur, d->seq))
         ;
-    /* The handle, from the chains as they are now (only persists change them). */
-    wbuf hb = {0};
-    wb_put(&hb, HANDLE_MAGIC, 8);
-    wb_u32(&hb, HANDLE_VERSION);
-    wb_u32(&hb, (uint32_t)x->ngroups);
-    wb_u32(&hb, (uint32_t)x->first_kg);
-    wb_u32(&hb, (uint32_t)x->end_kg);
-    wb_u64(&hb, s->id);
+    /* The handle, from the chains as they are now (only persists change them):
+     * [magic][u32 version][u32 ngroups][u32 first][u32 end]
+     * [u64 id], then per group of the range [u32 chain length] and per run
+     * (newest first) [u16 name length][name][u64 meta offset][u32 meta
+     * length][u64 entries][u32 first length][first][u32 last length][last],
+     * then [u32 extras] and per extra [u32 kg][u32 klen][key][u32 vlen][val],
+     * then the XXH64 of all before it. */
+    weir__buf hb = {0};
+    weir__buf_put(&hb, HANDLE_MAGIC, 8);
+    weir__buf_put_be32(&hb, HANDLE_VERSION);
+    weir__buf_put_be32(&hb, (uint32_t)x->ngroups);
+    weir__buf_put_be32(&hb, (uint32_t)x->first_kg);
+    weir__buf_put_be32(&hb, (uint32_t)x->end_kg);
+    weir__buf_put_be64(&hb, s->id);
     pthread_mutex_lock(&sh->mu);
     for (int kg = x->first_kg; kg < x->end_kg; kg++) {
         chain *c = &sh->chains[kg - sh->first_kg];
-        wb_u32(&hb, (uint32_t)c->n);
+        weir__buf_put_be32(&hb, (uint32_t)c->n);
         for (size_t i = 0; i < c->n; i++) {
             runref *rr = c->v[i];
             size_t nl = strlen(rr->name);
-            wb_u16(&hb, (uint32_t)nl);
-            wb_put(&hb, rr->name, nl);
-            wb_u64(&hb, rr->meta_off);
-            wb_u32(&hb, rr->meta_len);
-            wb_u64(&hb, rr->entries);
-            wb_u32(&hb, rr->flen);
-            wb_put(&hb, rr->first, rr->flen);
-            wb_u32(&hb, rr->llen);
-            wb_put(&hb, rr->last, rr->llen);
+            weir__buf_put_be16(&hb, (uint16_t)nl);
+            weir__buf_put(&hb, rr->name, nl);
+            weir__buf_put_be64(&hb, rr->meta_off);
+            weir__buf_put_be32(&hb, rr->meta_len);
+            weir__buf_put_be64(&hb, rr->entries);
+            weir__buf_put_be32(&hb, rr->flen);
+            weir__buf_put(&hb, rr->first, rr->flen);
+            weir__buf_put_be32(&hb, rr->llen);
+            weir__buf_put(&hb, rr->last, rr->llen);
         }
     }
     pthread_mutex_unlock(&sh->mu);
-    wb_u32(&hb, (uint32_t)x->nextra);
+    weir__buf_put_be32(&hb, (uint32_t)x->nextra);
     for (size_t i = 0; i < x->nextra; i++) {
-        wb_u32(&hb, (uint32_t)x->extra[i].kg);
-        wb_u32(&hb, (uint32_t)x->extra[i].klen);
-        wb_put(&hb, x->extra[i].key, x->extra[i].klen);
-        wb_u32(&hb, (uint32_t)x->extra[i].vlen);
-        wb_put(&hb, x->extra[i].val, x->extra[i].vlen);
+        weir__buf_put_be32(&hb, (uint32_t)x->extra[i].kg);
+        weir__buf_put_be32(&hb, (uint32_t)x->extra[i].klen);
+        weir__buf_put(&hb, x->extra[i].key, x->extra[i].klen);
+        weir__buf_put_be32(&hb, (uint32_t)x->extra[i].vlen);
+        weir__buf_put(&hb, x->extra[i].val, x->extra[i].vlen);
     }
-    wb_u64(&hb, hb.err ? 0 : XXH64(hb.p, hb.len, 0));
+    weir__buf_put_be64(&hb, hb.err ? 0 : XXH64(hb.p, hb.len, 0));
     if (hb.err) {
         weir__free(hb.p);
         return hb.err;
@@ -1636,54 +1585,55 @@ static int rsnap_prepare(weir_state_snapshot *s)
 
 /* ---- restore: the handle only
  * --------------------------------------------------------------------- */
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t len, pos;
-    int bad;
-} rbuf;
-
-static const uint8_t *rb_take(rbuf *r, size_t n)
+/* 0: img is a whole handle (its magic, room for its header, its
+ * checksum); 1: no handle at all; 2: a handle whose checksum fails. */
+static int handle_sealed(const uint8_t *img, size_t len)
 {
-    if (r->bad || n > r->len - r->pos) {
-        r->bad = 1;
-        return NULL;
-    }
-    const uint8_t *p = r->p + r->pos;
-    r->pos += n;
-    return p;
+    if (len < 8 + 20 + 8 || memcmp(img, HANDLE_MAGIC, 8) != 0)
+        return 1;
+    return XXH64(img, len - 8, 0) != weir__get_be64(img + len - 8) ? 2 : 0;
 }
 
-static uint32_t rb_u16(rbuf *r)
-{
-    const uint8_t *p = rb_take(r, 2);
-    return p ? (uint32_t)p[0] << 8 | p[1] : 0;
-}
+/* One run of a group's chain in a handle, its fields checked. */
+typedef struct hrun {
+    const uint8_t *name, *first, *last;
+    uint32_t nl, mlen, fl, ll;
+    uint64_t moff, entries;
+} hrun;
 
-static uint32_t rb_u32(rbuf *r)
+/* The next run's fields; r->bad set when they are truncated (1) or bad (2). */
+static void handle_next_run(weir__rd *r, hrun *h)
 {
-    const uint8_t *p = rb_take(r, 4);
-    return p ? weir__get_be32(p) : 0;
-}
-
-static uint64_t rb_u64(rbuf *r)
-{
-    const uint8_t *p = rb_take(r, 8);
-    return p ? weir__get_be64(p) : 0;
+    h->nl = weir__rd_be16(r);
+    h->name = weir__rd_take(r, h->nl);
+    h->moff = weir__rd_be64(r);
+    h->mlen = weir__rd_be32(r);
+    h->entries = weir__rd_be64(r);
+    h->fl = weir__rd_be32(r);
+    h->first = weir__rd_take(r, h->fl);
+    h->ll = weir__rd_be32(r);
+    h->last = weir__rd_take(r, h->ll);
+    if (!r->bad &&
+        (!h->nl || h->nl > WEIR__STORAGE_NAME_MAX || memchr(h->name, 0, h->nl) ||
+         h->fl > WEIR_STATE_MAX_KEY || h->ll > WEIR_STATE_MAX_KEY || h->mlen < WEIR__RUN_SECTION ||
+         weir__key_cmp(h->first, h->fl, h->last, h->ll) > 0))
+        r->bad = 2;
 }
 
 /* The handle's framing and header: its checksum, version and groups. */
 static int handle_check(const uint8_t *img, size_t len, remote *rm, char *why, size_t cap)
 {
     weir_state_backend *b = &rm->base;
-    if (len < 8 + 20 + 8 || memcmp(img, HANDLE_MAGIC, 8) != 0)
+    int sealed = handle_sealed(img, len);
+    if (sealed == 1)
         return weir__state_fail(why, cap, "not a remote-state handle (%zu bytes, no %s magic)", len,
                                 HANDLE_MAGIC);
-    uint64_t sum = weir__get_be64(img + len - 8);
-    if (XXH64(img, len - 8, 0) != sum)
+    if (sealed)
         return weir__state_fail(why, cap, "the remote-state handle's checksum does not match");
-    rbuf r = {img, len - 8, 8, 0};
-    uint32_t ver = rb_u32(&r), ng = rb_u32(&r), first = rb_u32(&r), end = rb_u32(&r);
-    (void)rb_u64(&r);
+    weir__rd r = {img, len - 8, 8, 0};
+    uint32_t ver = weir__rd_be32(&r), ng = weir__rd_be32(&r), first = weir__rd_be32(&r),
+             end = weir__rd_be32(&r);
+    (void)weir__rd_be64(&r);
     if (ver != HANDLE_VERSION)
         return weir__state_fail(why, cap, "remote-state handle version %u (this weir reads %u)",
                                 ver, HANDLE_VERSION);
@@ -1702,39 +1652,26 @@ static int handle_apply(remote *rm, const uint8_t *img, size_t len, int apply, c
 {
     weir_state_backend *b = &rm->base;
     rshared *sh = rm->sh;
-    rbuf r = {img, len - 8, 16, 0}; /* past the magic, version and group count */
-    uint32_t first = rb_u32(&r), end = rb_u32(&r);
-    (void)rb_u64(&r);
+    weir__rd r = {img, len - 8, 16, 0}; /* past the magic, version and group count */
+    uint32_t first = weir__rd_be32(&r), end = weir__rd_be32(&r);
+    (void)weir__rd_be64(&r);
     int e = 0;
     for (uint32_t kg = first; kg < end && !r.bad && !e; kg++) {
-        uint32_t n = rb_u32(&r);
+        uint32_t n = weir__rd_be32(&r);
         int mine = (int)kg >= b->first_kg && (int)kg < b->end_kg;
         chain fresh = {0};
         for (uint32_t i = 0; i < n && !r.bad && !e; i++) {
-            uint32_t nl = rb_u16(&r);
-            const uint8_t *name = rb_take(&r, nl);
-            uint64_t moff = rb_u64(&r);
-            uint32_t mlen = rb_u32(&r);
-            uint64_t ents = rb_u64(&r);
-            uint32_t fl = rb_u32(&r);
-            const uint8_t *fk = rb_take(&r, fl);
-            uint32_t ll = rb_u32(&r);
-            const uint8_t *lk = rb_take(&r, ll);
+            hrun h;
+            handle_next_run(&r, &h);
             if (r.bad)
                 break;
-            if (!nl || nl > WEIR__STORAGE_NAME_MAX || memchr(name, 0, nl) ||
-                fl > WEIR_STATE_MAX_KEY || ll > WEIR_STATE_MAX_KEY || mlen < WEIR__RUN_SECTION ||
-                weir__key_cmp(fk, fl, lk, ll) > 0) {
-                r.bad = 2;
-                break;
-            }
             if (!apply || !mine)
                 continue;
             runref *rr = weir__calloc(1, sizeof(*rr));
             if (rr) {
-                rr->name = weir__malloc(nl + 1);
-                rr->first = weir__malloc(fl ? fl : 1);
-                rr->last = weir__malloc(ll ? ll : 1);
+                rr->name = weir__malloc(h.nl + 1);
+                rr->first = weir__malloc(h.fl ? h.fl : 1);
+                rr->last = weir__malloc(h.ll ? h.ll : 1);
             }
             if (!rr || !rr->name || !rr->first || !rr->last) {
                 if (rr) {
@@ -1747,15 +1684,15 @@ static int handle_apply(remote *rm, const uint8_t *img, size_t len, int apply, c
                 break;
             }
             atomic_init(&rr->refs, 1);
-            memcpy(rr->name, name, nl);
-            rr->name[nl] = '\0';
-            memcpy(rr->first, fk, fl);
-            memcpy(rr->last, lk, ll);
-            rr->flen = fl;
-            rr->llen = ll;
-            rr->meta_off = moff;
-            rr->meta_len = mlen;
-            rr->entries = ents;
+            memcpy(rr->name, h.name, h.nl);
+            rr->name[h.nl] = '\0';
+            memcpy(rr->first, h.first, h.fl);
+            memcpy(rr->last, h.last, h.ll);
+            rr->flen = h.fl;
+            rr->llen = h.ll;
+            rr->meta_off = h.moff;
+            rr->meta_len = h.mlen;
+            rr->entries = h.entries;
             /* oldest last: append */
             if (fresh.n == fresh.cap) {
                 size_t c2 = fresh.cap ? fresh.cap * 2 : 4;
@@ -1780,12 +1717,12 @@ static int handle_apply(remote *rm, const uint8_t *img, size_t len, int apply, c
             chain_clear(&fresh);
         }
     }
-    uint32_t nx = rb_u32(&r);
+    uint32_t nx = weir__rd_be32(&r);
     for (uint32_t i = 0; i < nx && !r.bad && !e; i++) {
-        uint32_t kg = rb_u32(&r), kl = rb_u32(&r);
-        const uint8_t *k = rb_take(&r, kl);
-        uint32_t vl = rb_u32(&r);
-        const uint8_t *v = rb_take(&r, vl);
+        uint32_t kg = weir__rd_be32(&r), kl = weir__rd_be32(&r);
+        const uint8_t *k = weir__rd_take(&r, kl);
+        uint32_t vl = weir__rd_be32(&r);
+        const uint8_t *v = weir__rd_take(&r, vl);
         if (r.bad)
             break;
         if (kg < first || kg >= end || kl > WEIR_STATE_MAX_KEY || vl > WEIR_STATE_MAX_VALUE) {
@@ -1851,8 +1788,8 @@ static int rm_restore(weir_state_backend *b, const uint8_t *img, size_t len, cha
     if (e)
         return e;
     /* The restored groups start empty in memory. */
-    rbuf rb = {img, len - 8, 8 + 8, 0};
-    int first = (int)rb_u32(&rb), end = (int)rb_u32(&rb);
+    weir__rd rb = {img, len - 8, 8 + 8, 0};
+    int first = (int)weir__rd_be32(&rb), end = (int)weir__rd_be32(&rb);
     for (int kg = first > b->first_kg ? first : b->first_kg; kg < end && kg < b->end_kg; kg++) {
         clear_walk c = {0};
         weir__mem_scan_meta(r->hot, kg, "", 0, clear_fn, &c);
@@ -2095,22 +2032,18 @@ static void nameset_free(nameset *ns)
  * whole, checksummed handle. */
 static int handle_runs(const uint8_t *img, size_t len, nameset *out)
 {
-    if (len < 8 + 20 + 8 || memcmp(img, HANDLE_MAGIC, 8) != 0 ||
-        XXH64(img, len - 8, 0) != weir__get_be64(img + len - 8))
+    if (handle_sealed(img, len))
         return -EBADMSG;
-    rbuf r = {img, len - 8, 16, 0};
-    uint32_t first = rb_u32(&r), end = rb_u32(&r);
-    (void)rb_u64(&r);
+    weir__rd r = {img, len - 8, 16, 0};
+    uint32_t first = weir__rd_be32(&r), end = weir__rd_be32(&r);
+    (void)weir__rd_be64(&r);
     for (uint32_t kg = first; kg < end && !r.bad; kg++) {
-        uint32_t n = rb_u32(&r);
+        uint32_t n = weir__rd_be32(&r);
         for (uint32_t i = 0; i < n && !r.bad; i++) {
-            uint32_t nl = rb_u16(&r);
-            const uint8_t *name = rb_take(&r, nl);
-            rb_take(&r, 8 + 4 + 8);
-            rb_take(&r, rb_u32(&r));
-            rb_take(&r, rb_u32(&r));
+            hrun h;
+            handle_next_run(&r, &h);
             if (!r.bad)
-                nameset_add(out, name, nl);
+                nameset_add(out, h.name, h.nl);
         }
     }
     return r.bad ? -EBADMSG : out->err;

@@ -19,59 +19,12 @@
 
 #include "base/alloc.h"
 #include "base/be.h"
+#include "base/buf.h"
 #include "state/state_int.h"
 #include "weir/state.h"
 
 #define BLOOM_BITS_PER_KEY 10
 #define BLOOM_HASHES       7
-
-/* ---- a growing buffer ------------------------------------------------------------------------ */
-typedef struct buf {
-    uint8_t *p;
-    size_t len, cap;
-} buf;
-
-static int buf_reserve(buf *b, size_t n)
-{
-    if (n <= b->cap - b->len)
-        return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->len < n) {
-        if (cap > SIZE_MAX / 2)
-            return -ENOMEM;
-        cap *= 2;
-    }
-    uint8_t *p = weir__realloc(b->p, cap);
-    if (!p)
-        return -ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_put(buf *b, const void *p, size_t n)
-{
-    int e = buf_reserve(b, n);
-    if (!e && n) {
-        memcpy(b->p + b->len, p, n);
-        b->len += n;
-    }
-    return e;
-}
-
-static int buf_u32(buf *b, uint32_t v)
-{
-    uint8_t x[4];
-    weir__put_be32(x, v);
-    return buf_put(b, x, 4);
-}
-
-static int buf_u64(buf *b, uint64_t v)
-{
-    uint8_t x[8];
-    weir__put_be64(x, v);
-    return buf_put(b, x, 8);
-}
 
 /* ---- the writer ---------------------------------------------------------------------------------
  */
@@ -83,17 +36,17 @@ typedef struct bidx {
 } bidx;
 
 struct weir__run_writer {
-    buf out;
+    weir__buf out;
     int err;
-    int kg;    /* the current group, -1 before the first entry */
-    buf block; /* the current block's payload */
-    buf keys;  /* the current group's block first keys */
-    bidx *idx; /* the current group's blocks */
+    int kg;          /* the current group, -1 before the first entry */
+    weir__buf block; /* the current block's payload */
+    weir__buf keys;  /* the current group's block first keys */
+    bidx *idx;       /* the current group's blocks */
     size_t nidx, idxcap;
     uint64_t *hashes; /* the current group's key hashes, for its bloom filter */
     size_t nh, hcap;
-    buf last;  /* the previous key */
-    buf first; /* the group's first key */
+    weir__buf last;  /* the previous key */
+    weir__buf first; /* the group's first key */
     weir__run_group *groups;
     size_t ngroups, gcap;
 };
@@ -107,31 +60,21 @@ weir__run_writer *weir__run_writer_new(void)
 }
 
 /* Frame the payload p/n as a section at the end of out. */
-static int put_section(buf *out, const uint8_t *p, size_t n)
+static int put_section(weir__buf *out, const uint8_t *p, size_t n)
 {
     if (n > UINT32_MAX)
         return -E2BIG;
-    int e = buf_reserve(out, n + WEIR__RUN_SECTION);
-    if (!e) {
-        buf_u32(out, (uint32_t)n);
-        buf_put(out, p, n);
-        buf_u64(out, XXH64(p, n, 0));
-    }
-    return e;
+    weir__buf_put_be32(out, (uint32_t)n);
+    weir__buf_put(out, p, n);
+    weir__buf_put_be64(out, XXH64(p, n, 0));
+    return out->err;
 }
 
 static int flush_block(weir__run_writer *w)
 {
     if (!w->block.len)
         return 0;
-    if (w->nidx == w->idxcap) {
-        size_t cap = w->idxcap ? w->idxcap * 2 : 16;
-        bidx *v = weir__realloc(w->idx, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        w->idx = v;
-        w->idxcap = cap;
-    }
+    /* The block's index slot was made when its first entry came. */
     w->idx[w->nidx].off = w->out.len;
     w->idx[w->nidx].len = (uint32_t)(w->block.len + WEIR__RUN_SECTION);
     int e = put_section(&w->out, w->block.p, w->block.len);
@@ -190,29 +133,30 @@ static int end_group(weir__run_writer *w)
     g->last_len = (uint32_t)w->last.len;
     w->ngroups++;
     /* The meta payload. */
-    buf m = {0};
+    weir__buf m = {0};
     uint32_t bb = bloom_bytes(w->nh);
-    e = buf_reserve(&m, 4 + 8 + 4 + 1 + bb + 4 + w->nidx * 16 + w->keys.len + 4 + w->last.len);
+    e = weir__buf_reserve(&m,
+                          4 + 8 + 4 + 1 + bb + 4 + w->nidx * 16 + w->keys.len + 4 + w->last.len);
     if (!e) {
-        buf_u32(&m, (uint32_t)w->kg);
-        buf_u64(&m, w->nh);
-        buf_u32(&m, bb);
+        weir__buf_put_be32(&m, (uint32_t)w->kg);
+        weir__buf_put_be64(&m, w->nh);
+        weir__buf_put_be32(&m, bb);
         uint8_t k = BLOOM_HASHES;
-        buf_put(&m, &k, 1);
+        weir__buf_put(&m, &k, 1);
         uint8_t *bits = m.p + m.len;
         memset(bits, 0, bb);
         m.len += bb;
         for (size_t i = 0; i < w->nh; i++)
             bloom_set(bits, (uint64_t)bb * 8, w->hashes[i], BLOOM_HASHES);
-        buf_u32(&m, (uint32_t)w->nidx);
+        weir__buf_put_be32(&m, (uint32_t)w->nidx);
         for (size_t i = 0; i < w->nidx; i++) {
-            buf_u64(&m, w->idx[i].off);
-            buf_u32(&m, w->idx[i].len);
-            buf_u32(&m, w->idx[i].klen);
-            buf_put(&m, w->keys.p + w->idx[i].kat, w->idx[i].klen);
+            weir__buf_put_be64(&m, w->idx[i].off);
+            weir__buf_put_be32(&m, w->idx[i].len);
+            weir__buf_put_be32(&m, w->idx[i].klen);
+            weir__buf_put(&m, w->keys.p + w->idx[i].kat, w->idx[i].klen);
         }
-        buf_u32(&m, (uint32_t)w->last.len);
-        buf_put(&m, w->last.p, w->last.len);
+        weir__buf_put_be32(&m, (uint32_t)w->last.len);
+        weir__buf_put(&m, w->last.p, w->last.len);
         g->meta_off = w->out.len;
         g->meta_len = (uint32_t)(m.len + WEIR__RUN_SECTION);
         e = put_section(&w->out, m.p, m.len);
@@ -257,7 +201,8 @@ int weir__run_add(weir__run_writer *w, int kg, const void *key, size_t klen, con
         if (!e) {
             w->idx[w->nidx].klen = (uint32_t)klen;
             w->idx[w->nidx].kat = w->keys.len;
-            e = buf_put(&w->keys, key, klen);
+            weir__buf_put(&w->keys, key, klen);
+            e = w->keys.err;
         }
     }
     if (!e && w->nh == w->hcap) {
@@ -272,18 +217,20 @@ int weir__run_add(weir__run_writer *w, int kg, const void *key, size_t klen, con
         uint8_t h[9] = {(uint8_t)(tombstone ? 1 : 0)};
         weir__put_be32(h + 1, (uint32_t)klen);
         weir__put_be32(h + 5, (uint32_t)vlen);
-        if (!(e = buf_reserve(&w->block, 9 + klen + vlen))) {
-            buf_put(&w->block, h, 9);
-            buf_put(&w->block, key, klen);
-            buf_put(&w->block, val, vlen);
-        }
+        weir__buf_put(&w->block, h, 9);
+        weir__buf_put(&w->block, key, klen);
+        weir__buf_put(&w->block, val, vlen);
+        e = w->block.err;
     }
-    if (!e && w->first.len == 0 && w->nh == 0)
-        e = buf_put(&w->first, key, klen);
+    if (!e && w->first.len == 0 && w->nh == 0) {
+        weir__buf_put(&w->first, key, klen);
+        e = w->first.err;
+    }
     if (!e) {
         w->hashes[w->nh++] = weir_key_hash(key, klen);
         w->last.len = 0;
-        e = buf_put(&w->last, key, klen);
+        weir__buf_put(&w->last, key, klen);
+        e = w->last.err;
     }
     if (e)
         w->err = e;
@@ -304,7 +251,7 @@ int weir__run_finish(weir__run_writer *w, uint8_t **out, size_t *len, weir__run_
     *len = w->out.len;
     *groups = w->groups;
     *ngroups = w->ngroups;
-    w->out = (buf){0};
+    w->out = (weir__buf){0};
     w->groups = NULL;
     w->ngroups = w->gcap = 0;
     w->err = -EINVAL; /* spent */
@@ -376,35 +323,6 @@ struct weir__run_meta {
     uint32_t llen;
 };
 
-typedef struct rd {
-    const uint8_t *p;
-    size_t len, pos;
-    int bad;
-} rd;
-
-static const uint8_t *rd_take(rd *r, size_t n)
-{
-    if (r->bad || n > r->len - r->pos) {
-        r->bad = 1;
-        return NULL;
-    }
-    const uint8_t *p = r->p + r->pos;
-    r->pos += n;
-    return p;
-}
-
-static uint32_t rd_u32(rd *r)
-{
-    const uint8_t *p = rd_take(r, 4);
-    return p ? weir__get_be32(p) : 0;
-}
-
-static uint64_t rd_u64(rd *r)
-{
-    const uint8_t *p = rd_take(r, 8);
-    return p ? weir__get_be64(p) : 0;
-}
-
 int weir__run_meta_parse(const uint8_t *p, size_t len, int kg, weir__run_meta **out, char *why,
                          size_t cap)
 {
@@ -420,14 +338,14 @@ int weir__run_meta_parse(const uint8_t *p, size_t len, int kg, weir__run_meta **
     }
     memcpy(m->raw, pl, n);
     m->rawlen = n;
-    rd r = {m->raw, n, 0, 0};
-    uint32_t gkg = rd_u32(&r);
-    m->entries = rd_u64(&r);
-    m->bloom_bytes = rd_u32(&r);
-    const uint8_t *h = rd_take(&r, 1);
+    weir__rd r = {m->raw, n, 0, 0};
+    uint32_t gkg = weir__rd_be32(&r);
+    m->entries = weir__rd_be64(&r);
+    m->bloom_bytes = weir__rd_be32(&r);
+    const uint8_t *h = weir__rd_take(&r, 1);
     m->hashes = h ? *h : 0;
-    m->bloom = rd_take(&r, m->bloom_bytes);
-    m->nblocks = rd_u32(&r);
+    m->bloom = weir__rd_take(&r, m->bloom_bytes);
+    m->nblocks = weir__rd_be32(&r);
     const char *bad = NULL;
     if (r.bad)
         bad = "truncated before its block index";
@@ -444,10 +362,10 @@ int weir__run_meta_parse(const uint8_t *p, size_t len, int kg, weir__run_meta **
     }
     for (uint32_t i = 0; !bad && i < m->nblocks; i++) {
         mblk *b = &m->blocks[i];
-        b->off = rd_u64(&r);
-        b->len = rd_u32(&r);
-        b->klen = rd_u32(&r);
-        b->key = rd_take(&r, b->klen);
+        b->off = weir__rd_be64(&r);
+        b->len = weir__rd_be32(&r);
+        b->klen = weir__rd_be32(&r);
+        b->key = weir__rd_take(&r, b->klen);
         if (r.bad)
             bad = "truncated in its block index";
         else if (b->len < WEIR__RUN_SECTION + 9 || b->klen > WEIR_STATE_MAX_KEY)
@@ -458,8 +376,8 @@ int weir__run_meta_parse(const uint8_t *p, size_t len, int kg, weir__run_meta **
             bad = "blocks out of order";
     }
     if (!bad) {
-        m->llen = rd_u32(&r);
-        m->last = rd_take(&r, m->llen);
+        m->llen = weir__rd_be32(&r);
+        m->last = weir__rd_take(&r, m->llen);
         if (r.bad || m->llen > WEIR_STATE_MAX_KEY)
             bad = "truncated at its last key";
         else if (weir__key_cmp(m->blocks[m->nblocks - 1].key, m->blocks[m->nblocks - 1].klen,
