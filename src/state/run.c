@@ -4,8 +4,8 @@
  * described in run.h).
  *
  * The writer appends to one growing buffer: a group's entries go into the
- * current block's payload until it passes WEIR__RUN_BLOCK, then the block
- * is framed; at the group's end its meta section follows (the bloom
+ * current block's payload, and the block is framed before an entry that
+ * would take it past WEIR__RUN_BLOCK; at the group's end its meta section follows (the bloom
  * filter, built from the key hashes kept meanwhile, and the block index).
  * The readers check before they use: a section's length against the bytes
  * given, its checksum, every length inside it against what is left.
@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -127,8 +128,10 @@ static int end_group(weir__run_writer *w)
         weir__free(g->last);
         return -ENOMEM;
     }
-    memcpy(g->first, w->first.p, w->first.len);
-    memcpy(g->last, w->last.p, w->last.len);
+    if (w->first.len) /* an empty key has no bytes (and maybe no buffer) */
+        memcpy(g->first, w->first.p, w->first.len);
+    if (w->last.len)
+        memcpy(g->last, w->last.p, w->last.len);
     g->first_len = (uint32_t)w->first.len;
     g->last_len = (uint32_t)w->last.len;
     w->ngroups++;
@@ -153,7 +156,8 @@ static int end_group(weir__run_writer *w)
             weir__buf_put_be64(&m, w->idx[i].off);
             weir__buf_put_be32(&m, w->idx[i].len);
             weir__buf_put_be32(&m, w->idx[i].klen);
-            weir__buf_put(&m, w->keys.p + w->idx[i].kat, w->idx[i].klen);
+            if (w->idx[i].klen) /* (no key bytes at all: keys.p may be NULL) */
+                weir__buf_put(&m, w->keys.p + w->idx[i].kat, w->idx[i].klen);
         }
         weir__buf_put_be32(&m, (uint32_t)w->last.len);
         weir__buf_put(&m, w->last.p, w->last.len);
@@ -187,7 +191,9 @@ int weir__run_add(weir__run_writer *w, int kg, const void *key, size_t klen, con
         e = end_group(w);
         w->kg = kg;
     }
-    if (!e && w->block.len >= WEIR__RUN_BLOCK)
+    /* Cut before an entry that would take the block past its target: a
+     * block is at most WEIR__RUN_BLOCK bytes unless one entry is larger. */
+    if (!e && w->block.len && w->block.len + 9 + klen + vlen > WEIR__RUN_BLOCK)
         e = flush_block(w);
     if (!e && w->block.len == 0) { /* a new block: its first key for the index */
         if (w->nidx == w->idxcap) {
@@ -240,6 +246,7 @@ int weir__run_add(weir__run_writer *w, int kg, const void *key, size_t klen, con
 int weir__run_finish(weir__run_writer *w, uint8_t **out, size_t *len, weir__run_group **groups,
                      size_t *ngroups)
 {
+    *out = NULL, *groups = NULL, *len = *ngroups = 0;
     int e = w->err ? w->err : end_group(w);
     if (e) {
         w->err = e;
@@ -288,6 +295,8 @@ void weir__run_writer_free(weir__run_writer *w)
 static int open_section(const uint8_t *p, size_t len, const uint8_t **payload, size_t *plen,
                         const char *what, char *why, size_t cap)
 {
+    if (why && cap)
+        why[0] = '\0';
     if (len < WEIR__RUN_SECTION)
         return weir__state_fail(why, cap, "a run's %s of %zu bytes is shorter than its framing",
                                 what, len);
@@ -328,7 +337,7 @@ int weir__run_meta_parse(const uint8_t *p, size_t len, int kg, weir__run_meta **
 {
     const uint8_t *pl;
     size_t n;
-    int e = open_section(p, len, &pl, &n, "group index", why, cap);
+    int e = open_section(p, len, &pl, &n, "meta section", why, cap);
     if (e)
         return e;
     weir__run_meta *m = weir__calloc(1, sizeof(*m));
@@ -344,51 +353,63 @@ int weir__run_meta_parse(const uint8_t *p, size_t len, int kg, weir__run_meta **
     m->bloom_bytes = weir__rd_be32(&r);
     const uint8_t *h = weir__rd_take(&r, 1);
     m->hashes = h ? *h : 0;
-    m->bloom = weir__rd_take(&r, m->bloom_bytes);
-    m->nblocks = weir__rd_be32(&r);
-    const char *bad = NULL;
+    char bad[160] = "";
     if (r.bad)
-        bad = "truncated before its block index";
+        snprintf(bad, sizeof(bad), "cut short in its header");
     else if ((int64_t)gkg != kg)
-        bad = "of another key group";
-    else if (!m->bloom_bytes || m->hashes < 1 || m->hashes > 16)
-        bad = "a bad bloom filter";
-    else if (!m->entries || m->nblocks == 0 || m->nblocks > m->entries ||
-             m->nblocks > (n - r.pos) / 16) /* each block takes 16 bytes at least */
-        bad = "a bad block count";
-    if (!bad && !(m->blocks = weir__malloc(m->nblocks * sizeof(mblk)))) {
+        snprintf(bad, sizeof(bad), "it is the index of key group %u", gkg);
+    else if (m->hashes < 1 || m->hashes > 16)
+        snprintf(bad, sizeof(bad), "a bloom filter of %d probes", m->hashes);
+    else if (!m->bloom_bytes || m->bloom_bytes > n - r.pos)
+        snprintf(bad, sizeof(bad), "a bloom filter of %u bytes in %zu", m->bloom_bytes, n - r.pos);
+    else if (!m->entries)
+        snprintf(bad, sizeof(bad), "no entries");
+    if (!*bad) {
+        m->bloom = weir__rd_take(&r, m->bloom_bytes);
+        m->nblocks = weir__rd_be32(&r);
+        /* Each block takes 16 bytes of the index at least: a count that
+         * cannot fit is refused before anything is allocated for it. */
+        if (r.bad || m->nblocks == 0 || m->nblocks > (n - r.pos) / 16)
+            snprintf(bad, sizeof(bad), "%u blocks that cannot fit in its %zu bytes", m->nblocks, n);
+        else if (m->nblocks > m->entries)
+            snprintf(bad, sizeof(bad), "%u blocks for %llu entries", m->nblocks,
+                     (unsigned long long)m->entries);
+    }
+    if (!*bad && !(m->blocks = weir__malloc(m->nblocks * sizeof(mblk)))) {
         weir__run_meta_free(m);
         return -ENOMEM;
     }
-    for (uint32_t i = 0; !bad && i < m->nblocks; i++) {
+    for (uint32_t i = 0; !*bad && i < m->nblocks; i++) {
         mblk *b = &m->blocks[i];
         b->off = weir__rd_be64(&r);
         b->len = weir__rd_be32(&r);
         b->klen = weir__rd_be32(&r);
-        b->key = weir__rd_take(&r, b->klen);
-        if (r.bad)
-            bad = "truncated in its block index";
-        else if (b->len < WEIR__RUN_SECTION + 9 || b->klen > WEIR_STATE_MAX_KEY)
-            bad = "a bad block";
-        else if (i &&
-                 (b->off < m->blocks[i - 1].off + m->blocks[i - 1].len ||
-                  weir__key_cmp(m->blocks[i - 1].key, m->blocks[i - 1].klen, b->key, b->klen) >= 0))
-            bad = "blocks out of order";
+        b->key = b->klen <= WEIR_STATE_MAX_KEY ? weir__rd_take(&r, b->klen) : NULL;
+        const mblk *pb = i ? &m->blocks[i - 1] : NULL;
+        if (r.bad || !b->key)
+            snprintf(bad, sizeof(bad), "block %u's first key of %u bytes is cut short", i, b->klen);
+        else if (b->len < WEIR__RUN_SECTION + 9 || b->off > UINT64_MAX - b->len)
+            snprintf(bad, sizeof(bad), "block %u is a bad section (%u bytes at %llu)", i, b->len,
+                     (unsigned long long)b->off);
+        else if (pb && b->off < pb->off + pb->len)
+            snprintf(bad, sizeof(bad), "block %u overlaps the one before", i);
+        else if (pb && weir__key_cmp(pb->key, pb->klen, b->key, b->klen) >= 0)
+            snprintf(bad, sizeof(bad), "block %u's first key not after block %u's", i, i - 1);
     }
-    if (!bad) {
+    if (!*bad) {
         m->llen = weir__rd_be32(&r);
-        m->last = weir__rd_take(&r, m->llen);
-        if (r.bad || m->llen > WEIR_STATE_MAX_KEY)
-            bad = "truncated at its last key";
+        m->last = m->llen <= WEIR_STATE_MAX_KEY ? weir__rd_take(&r, m->llen) : NULL;
+        if (r.bad || !m->last)
+            snprintf(bad, sizeof(bad), "its last key of %u bytes is cut short", m->llen);
+        else if (r.pos != r.len)
+            snprintf(bad, sizeof(bad), "%zu bytes after its last key", r.len - r.pos);
         else if (weir__key_cmp(m->blocks[m->nblocks - 1].key, m->blocks[m->nblocks - 1].klen,
                                m->last, m->llen) > 0)
-            bad = "a last key before its last block";
-        else if (r.pos != r.len)
-            bad = "trailing bytes";
+            snprintf(bad, sizeof(bad), "its last key before its last block's first key");
     }
-    if (bad) {
+    if (*bad) {
         weir__run_meta_free(m);
-        return weir__state_fail(why, cap, "a run's index of key group %d: %s", kg, bad);
+        return weir__state_fail(why, cap, "a run's meta section of key group %d: %s", kg, bad);
     }
     m->kg = kg;
     *out = m;
@@ -459,8 +480,9 @@ void weir__run_meta_range(const weir__run_meta *m, const void *lo, size_t lolen,
     *first = *end = 0;
     if (weir__key_cmp(lo, lolen, m->last, m->llen) > 0)
         return;
-    if (hi && weir__key_cmp(hi, hilen, m->blocks[0].key, m->blocks[0].klen) <= 0)
-        return;
+    if (hi && (weir__key_cmp(hi, hilen, m->blocks[0].key, m->blocks[0].klen) <= 0 ||
+               weir__key_cmp(lo, lolen, hi, hilen) >= 0))
+        return; /* before the first block, or [lo, hi) is empty */
     int64_t a = block_at(m, lo, lolen);
     if (a < 0)
         a = 0;
@@ -508,22 +530,24 @@ int weir__run_block_open(weir__run_block *b, const uint8_t *p, size_t len, char 
     size_t prevlen = 0;
     while (pos < n) {
         if (n - pos < 9)
-            return weir__state_fail(why, cap, "a run's block is truncated in an entry header");
+            return weir__state_fail(why, cap, "a run's block is cut short in an entry header");
         uint8_t flags = pl[pos];
         uint32_t kl = weir__get_be32(pl + pos + 1), vl = weir__get_be32(pl + pos + 5);
-        if (flags > 1 || (flags && vl))
-            return weir__state_fail(why, cap, "a run's block has a bad entry flag");
+        if (flags > 1)
+            return weir__state_fail(why, cap, "a run's block has an entry of flags %u", flags);
+        if (flags && vl)
+            return weir__state_fail(why, cap, "a run's block has a tombstone with a value");
         if (kl > n - pos - 9 || vl > n - pos - 9 - kl)
-            return weir__state_fail(why, cap, "a run's block has an entry past its end");
+            return weir__state_fail(why, cap, "a run's block is cut short in an entry");
         const uint8_t *k = pl + pos + 9;
         if (prev && weir__key_cmp(prev, prevlen, k, kl) >= 0)
-            return weir__state_fail(why, cap, "a run's block has keys out of order");
+            return weir__state_fail(why, cap, "a run's block has a key not after the one before");
         prev = k;
         prevlen = kl;
         pos += 9 + (size_t)kl + vl;
     }
     if (!n)
-        return weir__state_fail(why, cap, "a run's block is empty");
+        return weir__state_fail(why, cap, "a run's block has no entries");
     *b = (weir__run_block){pl, n, 0};
     return 0;
 }

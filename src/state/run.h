@@ -32,7 +32,8 @@
  * Untrusted bytes. A pool is another system: every section read back is
  * checked (its length against what was fetched, its checksum, every
  * length inside it against what is left) before use; a damaged one is
- * -EBADMSG with the reason in why[0..cap) (why may be NULL).
+ * -EBADMSG with the reason in why[0..cap) (why may be NULL; a parse that
+ * succeeds leaves it empty).
  *
  * Bloom filter: 10 bits per entry (at least 64 bits), 7 probes by double
  * hashing of the key's weir_key_hash (h1 = low 32 bits, h2 = high 32 bits
@@ -73,7 +74,8 @@ int weir__run_add(weir__run_writer *w, int kg, const void *key, size_t klen, con
  * *groups (weir__malloc'd array, the caller's, free with
  * weir__run_groups_free) one descriptor per group that has entries, in
  * group order. A run of no entries is a valid empty blob (len 0, ngroups
- * 0). The writer is spent afterwards (free it). */
+ * 0). The writer is spent afterwards (free it). On an error the outputs
+ * are NULL and 0. */
 int weir__run_finish(weir__run_writer *w, uint8_t **buf, size_t *len, weir__run_group **groups,
                      size_t *ngroups);
 void weir__run_writer_free(weir__run_writer *w);
