@@ -54,6 +54,20 @@
  * the slower process's weir run; cpu_s adds both; wire_records and
  * wire_bytes count what the TCP channels sent (frames included).
  *
+ * NEXMARK_STATE=1 runs, instead, the queries (default q5, q7 and q8) at
+ * parallelism 2 (NEXMARK_PARALLELISM to change it) with checkpoints every
+ * second on three state backends: the in-memory one (state=memory); the
+ * remote-read backend over a directory whose every call is 1 ms late
+ * (remote:latency://1/file://..., the pool inside the run's checkpoint
+ * directory), its hot tier a tenth of the query's state (state=remote
+ * hot=0.1 latency_ms=1); and the same backend read synchronously, without
+ * the async execution controller (state=remote-sync). The state's size
+ * comes from a sizing run first (state=sizing: the in-memory backend
+ * counting its live entries as the hot tier does; the peak of their sum):
+ *
+ *   bench=nexmark impl=weir query=q5 state=remote hot=0.1 latency_ms=1 events_per_s=...
+ *       parallelism=2 events=... cpu_s=... rss_mb=... ckpts=... ckpt_ms=... out=...
+ *
  *   nexmark [QUERY...]   (default: q0 q1 q2 q5 q5-local q7 q7-local q8)
  */
 #include <errno.h>
@@ -61,6 +75,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -149,6 +164,9 @@ typedef struct run_cfg {
     nexmark_opts o;
     nexmark_cfg gen;
     int parallelism, ckpt;
+    /* The state backend (NEXMARK_STATE): a URI whose "%s" is the run's
+     * checkpoint directory (NULL: memory), and its line's label. */
+    const char *state, *label;
     /* results */
     int err;
     double secs, cpu;
@@ -174,6 +192,11 @@ static intptr_t run_main(void *arg)
         }
         o.checkpoint_dir = dir;
         o.checkpoint_interval_ms = 1000;
+    }
+    char uri[512];
+    if (rc->state) {
+        snprintf(uri, sizeof(uri), rc->state, dir);
+        o.state_backend = uri;
     }
     rc->err = rc->q(j, ev, &out, &rc->o);
     if (!rc->err)
@@ -220,13 +243,16 @@ static intptr_t run_main(void *arg)
     return 0;
 }
 
-static int run_weir(const char *name, query_fn q, int local, int64_t events, int p, int ckpt)
+static int run_weir_state(const char *name, query_fn q, int local, int64_t events, int p, int ckpt,
+                          const char *state, const char *label)
 {
     run_cfg rc = {.q = q,
                   .o = {.local = local},
                   .gen = {.seed = 1, .events = events, .rate = RATE, .per_call = 512},
                   .parallelism = p,
-                  .ckpt = ckpt};
+                  .ckpt = ckpt,
+                  .state = state,
+                  .label = label};
     weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = p});
     if (!rt) {
         fprintf(stderr, "nexmark: weir_rt_new: %s\n", strerror(errno));
@@ -248,6 +274,14 @@ static int run_weir(const char *name, query_fn q, int local, int64_t events, int
         return 1;
     }
     double eps = (double)events / rc.secs;
+    if (label) {
+        printf("bench=nexmark impl=weir query=%s %s events_per_s=%.0f parallelism=%d events=%lld "
+               "cpu_s=%.2f rss_mb=%.1f ckpts=%llu ckpt_ms=%.1f out=%lld\n",
+               name, label, eps, p, (long long)events, rc.cpu, rss_mb(),
+               (unsigned long long)rc.st.completed, (double)rc.st.last_duration_ns / 1e6,
+               (long long)rc.out);
+        return 0;
+    }
     printf(
         "bench=nexmark impl=weir query=%s parallelism=%d processes=1 events=%lld events_per_s=%.0f "
         "events_per_s_per_core=%.0f cpu_s=%.2f rss_mb=%.1f ckpt=%d ckpts=%llu ckpt_ms=%.1f "
@@ -256,6 +290,146 @@ static int run_weir(const char *name, query_fn q, int local, int64_t events, int
         (unsigned long long)rc.st.completed, (double)rc.st.last_duration_ns / 1e6,
         (long long)rc.out);
     return 0;
+}
+
+static int run_weir(const char *name, query_fn q, int local, int64_t events, int p, int ckpt)
+{
+    return run_weir_state(name, q, local, events, p, ckpt, NULL, NULL);
+}
+
+/* ---- state on the remote backend (NEXMARK_STATE=1) ---------------------------------------- */
+/* The size of a query's state, to give the remote backend's hot tier a
+ * tenth of it: a sizing run on "nxsize:", the in-memory backend counting
+ * each live entry as the hot tier does (key and value bytes, and 96 for
+ * the entry), the peak over the run of the sum over every backend (every
+ * keyed operator's subtasks). The remote runs' hot_max_bytes is a tenth of
+ * that peak divided among the backends. */
+typedef struct sized {
+    weir_state_backend base;
+    weir_state_backend *in;
+} sized;
+
+static _Atomic int64_t *size_now, *size_peak, *size_backends; /* shared with the parent */
+
+static void size_add(int64_t d)
+{
+    int64_t v = atomic_fetch_add(size_now, d) + d, p = atomic_load(size_peak);
+    while (v > p && !atomic_compare_exchange_weak(size_peak, &p, v))
+        ;
+}
+static int64_t size_of(weir_state_backend *in, int kg, const void *key, size_t klen)
+{
+    const void *v;
+    size_t vl;
+    return weir_state_get(in, kg, key, klen, &v, &vl) == 0 ? (int64_t)(klen + vl + 96) : 0;
+}
+static int sz_get(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
+                  size_t *vlen)
+{
+    return weir_state_get(((sized *)b)->in, kg, key, klen, val, vlen);
+}
+static int sz_put(weir_state_backend *b, int kg, const void *key, size_t klen, const void *val,
+                  size_t vlen)
+{
+    weir_state_backend *in = ((sized *)b)->in;
+    int64_t old = size_of(in, kg, key, klen);
+    int e = weir_state_put(in, kg, key, klen, val, vlen);
+    if (!e)
+        size_add((int64_t)(klen + vlen + 96) - old);
+    return e;
+}
+static int sz_del(weir_state_backend *b, int kg, const void *key, size_t klen)
+{
+    weir_state_backend *in = ((sized *)b)->in;
+    int64_t old = size_of(in, kg, key, klen);
+    int e = weir_state_delete(in, kg, key, klen);
+    if (!e)
+        size_add(-old);
+    return e;
+}
+static int sz_scan(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                   weir_state_scan_fn fn, void *arg)
+{
+    return weir_state_scan(((sized *)b)->in, kg, prefix, plen, fn, arg);
+}
+static size_t sz_entries(weir_state_backend *b, int kg)
+{
+    return weir_state_entries(((sized *)b)->in, kg);
+}
+static int sz_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *extra, size_t n,
+                      weir_state_snapshot **out)
+{
+    return weir_state_capture_with(((sized *)b)->in, id, extra, n, out);
+}
+static void sz_free(weir_state_backend *b)
+{
+    weir_state_backend_free(((sized *)b)->in);
+    free(b);
+}
+static const weir_state_backend_ops sized_ops = {.name = "nxsize",
+                                                 .get = sz_get,
+                                                 .put = sz_put,
+                                                 .del = sz_del,
+                                                 .scan = sz_scan,
+                                                 .capture = sz_capture,
+                                                 .entries = sz_entries,
+                                                 .free = sz_free};
+static weir_state_backend *sized_new(void *arg, const char *uri, int ngroups, int first, int end)
+{
+    (void)arg, (void)uri;
+    sized *s = calloc(1, sizeof(*s));
+    if (!s || !(s->in = weir_state_memory_new(ngroups, first, end))) {
+        free(s);
+        return NULL;
+    }
+    s->base = (weir_state_backend){&sized_ops, ngroups, first, end};
+    atomic_fetch_add(size_backends, 1);
+    return &s->base;
+}
+
+typedef struct state_job {
+    const char *name;
+    query_fn q;
+    int64_t events;
+    int p;
+    const char *state, *label;
+} state_job;
+static int state_job_run(void *arg)
+{
+    state_job *sj = arg;
+    return run_weir_state(sj->name, sj->q, 0, sj->events, sj->p, sj->state ? 1 : 0, sj->state,
+                          sj->label);
+}
+
+static int in_child(int (*fn)(void *), void *arg);
+
+/* q at parallelism p: its state's size, then the lines state=memory,
+ * state=remote (hot tier a tenth, pool a directory with 1 ms round trips,
+ * checkpoints every second) and state=remote-sync (the same read without
+ * the controller). */
+static int run_state(const char *name, query_fn q, int64_t events, int p)
+{
+    atomic_store(size_now, 0), atomic_store(size_peak, 0), atomic_store(size_backends, 0);
+    state_job sj = {name, q, events, p, "nxsize:", "state=sizing"};
+    int status = in_child(state_job_run, &sj);
+    int64_t peak = atomic_load(size_peak), nb = atomic_load(size_backends);
+    if (status || nb <= 0 || peak <= 0)
+        return 1;
+    long hot = (long)(peak / 10 / nb);
+    fprintf(stderr, "nexmark %s: state %.1f MB over %lld backends, hot tier %ld bytes each\n", name,
+            (double)peak / 1e6, (long long)nb, hot);
+    char remote[256], remote_sync[256];
+    snprintf(remote, sizeof(remote),
+             "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&io_threads=64", hot);
+    snprintf(remote_sync, sizeof(remote_sync),
+             "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&reads=sync", hot);
+    state_job runs[] = {
+        {name, q, events, p, "memory:", "state=memory"},
+        {name, q, events, p, remote, "state=remote hot=0.1 latency_ms=1"},
+        {name, q, events, p, remote_sync, "state=remote-sync hot=0.1 latency_ms=1"}};
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+        status |= in_child(state_job_run, &runs[i]);
+    return status;
 }
 
 /* ---- one job over two processes ------------------------------------------------------------ */
@@ -576,6 +750,26 @@ int main(int argc, char **argv)
     long only_p = bench_parse_long(getenv("NEXMARK_PARALLELISM"), 0);        /* profiling one */
     long only_procs = bench_parse_long(getenv("NEXMARK_PROCESSES"), 0) == 2; /* only processes=2 */
     int status = 0;
+    if (bench_parse_long(getenv("NEXMARK_STATE"), 0) == 1) {
+        size_now = mmap(NULL, 3 * sizeof(int64_t), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (size_now == MAP_FAILED || weir_state_backend_register("nxsize", sized_new, NULL))
+            return 1;
+        size_peak = size_now + 1, size_backends = size_now + 2;
+        for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
+            int want = 0;
+            for (int a = 1; a < argc; a++)
+                want |= !strcmp(argv[a], queries[i].name);
+            if (argc == 1)
+                want = !strcmp(queries[i].name, "q5") || !strcmp(queries[i].name, "q7") ||
+                       !strcmp(queries[i].name, "q8");
+            if (!want || queries[i].local)
+                continue;
+            int64_t events = ov > 0 ? ov : q ? queries[i].events / 5 : queries[i].events;
+            status |= run_state(queries[i].name, queries[i].fn, events, only_p > 0 ? only_p : 2);
+        }
+        return status;
+    }
     for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++) {
         if (argc > 1) {
             int want = 0;

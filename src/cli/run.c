@@ -216,6 +216,7 @@ static int submit_and_wait(weir__local *l, const cli_opts *o, progress *pr, watc
         .argv = o->job_argc > 0 ? o->job_argv + 1 : NULL,
         .max_restarts = -1,
         .restore = o->run.restore,
+        .state_backend = o->run.state_backend,
         .idle_timeout_ms = o->run.idle_timeout_ms > 0 ? (uint64_t)o->run.idle_timeout_ms : 0};
     weir__client *c;
     int e = weir__local_client(l, "weir run", &c, msg, cap);

@@ -58,6 +58,9 @@ static void usage_submit(FILE *f)
             "                              (none yet: from the start)\n"
             "  --idle-timeout-ms M         an input silent this long leaves the watermark\n"
             "                              (0: never)\n"
+            "  --state-backend URI         keyed state's backend on the workers: memory:\n"
+            "                              (default) or remote:POOL[?hot_max_bytes=N]\n"
+            "                              (docs/state.md)\n"
             "  --max-restarts N            restarts before the job fails (0: fail at once;\n"
             "                              default: the coordinator's policy)\n"
             "  --detach                    print the job's id and do not wait\n"
@@ -103,7 +106,18 @@ static void usage_cancel(FILE *f)
             coordinator_help);
 }
 
-enum { F_COORD, F_PAR, F_DIR, F_INTERVAL, F_RESTORE, F_IDLE, F_RESTARTS, F_DETACH, F_HELP };
+enum {
+    F_COORD,
+    F_PAR,
+    F_DIR,
+    F_INTERVAL,
+    F_RESTORE,
+    F_IDLE,
+    F_STATE,
+    F_RESTARTS,
+    F_DETACH,
+    F_HELP
+};
 static const weir__cli_flag submit_flags[] = {
     {"--coordinator", F_COORD, 1},
     {"--parallelism", F_PAR, 1},
@@ -111,6 +125,7 @@ static const weir__cli_flag submit_flags[] = {
     {"--checkpoint-interval-ms", F_INTERVAL, 1},
     {"--restore", F_RESTORE, 0},
     {"--idle-timeout-ms", F_IDLE, 1},
+    {"--state-backend", F_STATE, 1},
     {"--max-restarts", F_RESTARTS, 1},
     {"--detach", F_DETACH, 0},
     {"--help", F_HELP, 0},
@@ -281,6 +296,22 @@ int weir__cli_submit(int argc, char **argv)
                 return CLI_USAGE;
             g.so.idle_timeout_ms = (uint64_t)v;
             break;
+        case F_STATE: {
+            /* A URI no backend takes is refused here, before anything is
+             * sent; one that needs its pool (reached from the workers) is
+             * the workers' to open. */
+            weir_state_backend *b = NULL;
+            int e = *val ? weir_state_backend_open(val, WEIR_KEY_GROUPS, 0, 0, &b) : -EINVAL;
+            weir_state_backend_free(b);
+            if (e == -EINVAL || e == -ENOENT) {
+                weir__cli_errf(cmd, "%s %s: %s", f->name, val,
+                               e == -ENOENT ? "no backend of that scheme"
+                                            : "not a state backend URI");
+                return CLI_USAGE;
+            }
+            g.so.state_backend = val;
+            break;
+        }
         case F_RESTARTS:
             if (weir__cli_parse_num(cmd, f->name, val, 0, INT32_MAX, &v))
                 return CLI_USAGE;

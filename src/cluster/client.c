@@ -471,6 +471,7 @@ int weir__client_job_prepare(const weir__client_submit_opts *o, weir__client_job
     j->submit.max_restarts = o->max_restarts;
     j->submit.restore = o->restore ? 1 : 0;
     j->submit.idle_timeout_ms = o->idle_timeout_ms;
+    j->submit.state_backend = weir__strdup(o->state_backend ? o->state_backend : "");
     j->submit.checkpoint_dir = p.dir ? p.dir : weir__strdup("");
     j->submit.plugins.v = weir__calloc(1, sizeof(weir__cl_plugin_ref));
     j->bytes = weir__calloc(1, sizeof(weir__cl_bytes));
@@ -488,8 +489,8 @@ int weir__client_job_prepare(const weir__client_submit_opts *o, weir__client_job
             if (!(j->submit.args.v[i] = weir__strdup(o->argv[i])))
                 e = e ? e : -ENOMEM;
     }
-    if (e == 0 &&
-        (!j->submit.checkpoint_dir || !j->submit.plugins.n || (o->argc > 0 && !j->submit.args.v)))
+    if (e == 0 && (!j->submit.checkpoint_dir || !j->submit.state_backend || !j->submit.plugins.n ||
+                   (o->argc > 0 && !j->submit.args.v)))
         e = -ENOMEM;
     if (e < 0) {
         if (e == -ENOMEM && cap && !msg[0])

@@ -99,6 +99,7 @@ typedef struct weir__client_submit_opts {
     int32_t max_restarts; /* -1: the coordinator's policy; 0: fail fast */
     int restore;          /* the first attempt restores the latest completed checkpoint */
     uint64_t idle_timeout_ms;
+    const char *state_backend; /* keyed state's backend URI (weir/state.h); NULL: memory */
 } weir__client_submit_opts;
 
 /* A SubmitJob ready to send, with the bytes of the plugins it names

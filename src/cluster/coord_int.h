@@ -93,8 +93,9 @@ struct cjob {
     char *checkpoint_dir;
     uint64_t interval_ms;
     int max_restarts;
-    int restore;      /* the first attempt restores the latest completed checkpoint */
-    uint64_t idle_ms; /* the run's idle timeout (0: never) */
+    int restore;         /* the first attempt restores the latest completed checkpoint */
+    uint64_t idle_ms;    /* the run's idle timeout (0: never) */
+    char *state_backend; /* NULL: memory */
     uint32_t nplugins;
     weir__cl_deploy_plugin *plugins; /* bytes: the job's own copies */
     client *submitter;

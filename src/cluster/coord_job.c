@@ -298,6 +298,7 @@ static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t firs
         d->restore_id = restore_id;
         d->first_id = first_id;
         d->idle_timeout_ms = J->idle_ms;
+        d->state_backend = J->state_backend ? J->state_backend : "";
         d->plugins.v = pl;
         d->plugins.n = J->nplugins;
         /* Under mu only the shipped set's say; the frame (megabytes, with
@@ -581,6 +582,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                        .checkpoint_dir = J->checkpoint_dir,
                        .checkpoint_interval_ms = (int64_t)J->interval_ms,
                        .idle_timeout_ms = (int64_t)J->idle_ms,
+                       .state_backend = J->state_backend,
                        .restore = restore};
     weir__deploy d = {.link = make_clink, .id_floor = *max_id, .arg = J};
     run *r = NULL;

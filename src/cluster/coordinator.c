@@ -622,6 +622,7 @@ void weir__coord_job_free(cjob *J)
         weir__free((void *)J->plugins[i].bytes.p);
     weir__free(J->plugins);
     weir__free(J->checkpoint_dir);
+    weir__free(J->state_backend);
     weir__free(J->aw);
     weir_plugin_close(J->plugin);
     if (J->events) {
@@ -716,8 +717,11 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     J->acks = weir_chan_new(sizeof(weir__ckpt_msg), WEIR_CHAN_UNBOUNDED);
     if (s->checkpoint_dir[0])
         J->checkpoint_dir = weir__strdup(s->checkpoint_dir);
+    if (s->state_backend[0])
+        J->state_backend = weir__strdup(s->state_backend);
     e = J->plugins && J->argv && J->events && J->acks &&
-                (!s->checkpoint_dir[0] || J->checkpoint_dir)
+                (!s->checkpoint_dir[0] || J->checkpoint_dir) &&
+                (!s->state_backend[0] || J->state_backend)
             ? 0
             : -ENOMEM;
     for (uint32_t i = 0; !e && i < s->args.n; i++)

@@ -268,6 +268,7 @@ static const field deploy_f[] = {
     U64(weir__cl_deploy, first_id, F_NONZERO, ID_MAX),
     ARRAY(weir__cl_deploy, plugins, F_NONZERO, WEIR_CLUSTER_PLUGINS_MAX, deploy_plugin_s),
     FLD(weir__cl_deploy, idle_timeout_ms, T_U64, F_OPT, WEIR_CLUSTER_IDLE_TIMEOUT_MAX_MS, 0, NULL),
+    FLD(weir__cl_deploy, state_backend, T_STR, F_OPT, WEIR_CLUSTER_PATH_MAX, 0, NULL),
 };
 static const field peer_update_f[] = {
     U64(weir__cl_peer_update, job, F_NONZERO, 0),
@@ -310,6 +311,7 @@ static const field submit_f[] = {
     FLD(weir__cl_submit_job, restore, T_U8, F_OPT, 1, 0, NULL),
     FLD(weir__cl_submit_job, idle_timeout_ms, T_U64, F_OPT, WEIR_CLUSTER_IDLE_TIMEOUT_MAX_MS, 0,
         NULL),
+    FLD(weir__cl_submit_job, state_backend, T_STR, F_OPT, WEIR_CLUSTER_PATH_MAX, 0, NULL),
 };
 static const field upload_f[] = {
     HASH(weir__cl_plugin_upload, sha256),

@@ -206,6 +206,8 @@ typedef struct weir__cl_deploy {
     WEIR__CL_ARRAY(weir__cl_deploy_plugin) plugins; /* [0] is the job's (>= 1) */
     /* tail (default 0) */
     uint64_t idle_timeout_ms; /* weir_run_opts.idle_timeout_ms (0: never) */
+    /* tail (default "") */
+    char *state_backend; /* weir_run_opts.state_backend ("": memory) */
 } weir__cl_deploy;
 
 typedef struct weir__cl_peer_update {
@@ -247,6 +249,8 @@ typedef struct weir__cl_submit_job {
     /* tail (default 0) */
     uint8_t restore;          /* 1: the first attempt restores the latest completed checkpoint */
     uint64_t idle_timeout_ms; /* weir_run_opts.idle_timeout_ms (0: never) */
+    /* tail (default "") */
+    char *state_backend; /* weir_run_opts.state_backend ("": memory) */
 } weir__cl_submit_job;
 
 typedef struct weir__cl_plugin_upload {

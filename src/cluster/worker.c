@@ -86,6 +86,7 @@ typedef struct wjob {
     int argc;
     char **argv;
     char *checkpoint_dir;
+    char *state_backend; /* NULL: memory */
     uint64_t interval_ms, restore_id, idle_ms;
     weir__cl_deploy_plugin *plugins; /* bytes: copies, freed once cached */
     uint32_t nplugins;
@@ -349,6 +350,7 @@ static void wjob_free(wjob *J)
     weir__free(J->subs);
     weir__free(J->reported);
     weir__free(J->checkpoint_dir);
+    weir__free(J->state_backend);
     for (uint32_t i = 0; J->plugins && i < J->nplugins; i++)
         weir__free((void *)J->plugins[i].bytes.p);
     weir__free(J->plugins);
@@ -491,6 +493,7 @@ static intptr_t wjob_main(void *arg)
                        .checkpoint_dir = J->checkpoint_dir,
                        .checkpoint_interval_ms = (int64_t)J->interval_ms,
                        .idle_timeout_ms = (int64_t)J->idle_ms,
+                       .state_backend = J->state_backend,
                        .restore = J->restore_id != 0};
     e = weir__job_run_plan(j, p, &o, &d);
     if (e < 0 && weir_job_error(j)[0])
@@ -579,6 +582,7 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
         J->argc = (int)d->args.n + 1;
         J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
         J->checkpoint_dir = d->checkpoint_dir[0] ? weir__strdup(d->checkpoint_dir) : NULL;
+        J->state_backend = d->state_backend[0] ? weir__strdup(d->state_backend) : NULL;
         J->interval_ms = d->checkpoint_interval_ms;
         J->restore_id = d->restore_id;
         J->idle_ms = d->idle_timeout_ms;
@@ -586,7 +590,8 @@ static void on_deploy(worker *wk, weir__outbox *ob, const weir__cl_deploy *d)
         J->plugins = weir__calloc(d->plugins.n ? d->plugins.n : 1, sizeof(*J->plugins));
         J->go = weir_chan_new(sizeof(int), 1);
         e = J->plan_bytes && J->subs && J->reported && J->argv && J->plugins && J->go &&
-                    (!d->checkpoint_dir[0] || J->checkpoint_dir)
+                    (!d->checkpoint_dir[0] || J->checkpoint_dir) &&
+                    (!d->state_backend[0] || J->state_backend)
                 ? 0
                 : -ENOMEM;
         if (!e) {

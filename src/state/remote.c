@@ -77,6 +77,7 @@
 #include "base/alloc.h"
 #include "base/be.h"
 #include "base/buf.h"
+#include "base/log.h"
 #include "rt/rt_int.h"
 #include "state/run.h"
 #include "state/state_int.h"
@@ -1808,6 +1809,16 @@ static void rm_free(weir_state_backend *b)
 {
     remote *r = (remote *)b;
     rshared *sh = r->sh;
+    if (weir__log_level() >= WEIR__LOG_DEBUG) { /* what the tier did, for tuning its budget */
+        weir__remote_stat st;
+        weir__remote_stats(b, &st);
+        weir__log(WEIR__LOG_DEBUG, "state",
+                  "remote backend of groups [%d, %d): hot tier %zu of %zu bytes, %" PRIu64
+                  " evictions, %" PRIu64 " cold reads, %" PRIu64 " blocks read, %" PRIu64
+                  " bytes of runs written, %" PRIu64 " merges, longest chain %" PRIu64,
+                  b->first_kg, b->end_kg, st.hot_bytes, st.budget, st.evictions, st.cold_reads,
+                  st.blocks_read, st.run_bytes, st.merges, st.max_chain);
+    }
     pthread_mutex_lock(&sh->mu);
     sh->stop = 1; /* queued reads are answered -ECANCELED */
     pthread_cond_broadcast(&sh->cv);

@@ -59,14 +59,14 @@ static const int all_kinds[] = {
 static int tails(int kind)
 {
     switch (kind) {
-    case WEIR_CLUSTER_SUBMIT_JOB: /* max_restarts, restore, idle_timeout_ms */
-        return 3;
+    case WEIR_CLUSTER_SUBMIT_JOB: /* max_restarts, restore, idle_timeout_ms, state_backend */
+        return 4;
     case WEIR_CLUSTER_REGISTER:         /* slots, http_port */
     case WEIR_CLUSTER_SUBTASK_FINISHED: /* records_in, records_out */
+    case WEIR_CLUSTER_DEPLOY:           /* idle_timeout_ms, state_backend */
         return 2;
     case WEIR_CLUSTER_REGISTER_ACK:   /* heartbeat_ms */
     case WEIR_CLUSTER_SUBMIT_JOB_ACK: /* abi */
-    case WEIR_CLUSTER_DEPLOY:         /* idle_timeout_ms */
         return 1;
     default:
         return 0;
@@ -144,7 +144,8 @@ static void sample(int kind, weir__cl_msg *m)
                                         41,
                                         50,
                                         {dps, 2},
-                                        30000};
+                                        30000,
+                                        S("remote:file:///data/pool")};
         break;
     case WEIR_CLUSTER_PEER_UPDATE:
         m->u.peer_update = (weir__cl_peer_update){9, 2, {peers, 2}};
@@ -170,7 +171,9 @@ static void sample(int kind, weir__cl_msg *m)
             refs[i].abi = (weir__cl_abi){1, S("abcdef0123"), S("linux-x86_64"), S("gcc/none")};
         }
         m->u.submit =
-            (weir__cl_submit_job){4, S("/data/ck"), 500, {args3, 3}, {refs, 2}, 3, 1, 5000};
+            (weir__cl_submit_job){4,          S("/data/ck"), 500,
+                                  {args3, 3}, {refs, 2},     3,
+                                  1,          5000,          S("remote:s3://b/p?endpoint=h:1")};
         break;
     case WEIR_CLUSTER_PLUGIN_UPLOAD:
         fill_sha(m->u.upload.sha256, 5);
@@ -787,9 +790,10 @@ TEST(values_out_of_range)
     uint8_t *f;
     size_t len = encode(&m, &f);
     /* the second plugin ends with its presence byte 0 (the idle timeout's
-     * 8 bytes follow): make it 2 */
-    CHECK_EQ(f[len - 9], 0);
-    f[len - 9] = 2;
+     * 8 bytes and the state backend's string follow): make it 2 */
+    size_t at = len - 9 - 4 - strlen(m.u.deploy.state_backend);
+    CHECK_EQ(f[at], 0);
+    f[at] = 2;
     weir__cl_msg d;
     CHECK_EQ(weir__cl_decode(f + 4, len - 4, &d, why, sizeof(why)), -EBADMSG);
     CHECK_HAS(why, "Deploy: plugins[1].bytes: presence byte 2 is not 0 or 1");

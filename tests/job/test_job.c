@@ -622,6 +622,14 @@ TEST(cli_cluster_usage)
     r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--restore", NULL);
     CHECK_EQ(r->code, 2);
     CHECK_HAS(r->err, "--restore without --checkpoint-dir");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--state-backend",
+            "rocks:/x", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--state-backend rocks:/x: no backend of that scheme");
+    r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1",
+            "--state-backend=remote:", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--state-backend remote:: not a state backend URI");
     r = cli("submit", PLUGIN("job_count"), "--coordinator=127.0.0.1:1", "--idle-timeout-ms=soon",
             NULL);
     CHECK_EQ(r->code, 2);
@@ -992,10 +1000,13 @@ static char **committed_lines(const char *dir, size_t *n)
  * ckpt --checkpoint-interval-ms interval (ckpt not NULL)] [--restore] --
  * out n, its stdout /dev/null and its stderr into the file err (NULL: the
  * test's). */
+/* The state backend spawn_eo's runs name (NULL: the default). */
+static const char *eo_state;
+
 static pid_t spawn_eo(const char *ckpt, const char *interval, const char *out, const char *n,
                       int restore, const char *err)
 {
-    char *argv[16];
+    char *argv[18];
     int a = 0;
     argv[a++] = (char *)WEIR_TEST_CLI;
     argv[a++] = "run";
@@ -1011,6 +1022,10 @@ static pid_t spawn_eo(const char *ckpt, const char *interval, const char *out, c
     }
     if (restore)
         argv[a++] = "--restore";
+    if (eo_state) {
+        argv[a++] = "--state-backend";
+        argv[a++] = (char *)eo_state;
+    }
     argv[a++] = "--";
     argv[a++] = (char *)out;
     argv[a++] = (char *)n;
@@ -1032,15 +1047,23 @@ static int run_eo(const char *ckpt, const char *out, const char *n, int restore,
     return st;
 }
 
-TEST(cli_crash_restore_is_exactly_once)
+/* SIGKILLs at random moments, each run restoring the last: the committed
+ * output is an uninterrupted run's. Once with keyed state in memory, once
+ * on the remote-read backend over a directory pool (weir run
+ * --state-backend: the option travels through the embedded cluster to
+ * the subtasks, which write their runs into the pool). */
+static void crash_rounds(const char *state)
 {
     char base[] = "/tmp/weir-eo-XXXXXX";
     CHECK(mkdtemp(base) != NULL);
-    char ckpt[128], out[128], ref[128], ref_ckpt[128];
+    char ckpt[128], out[128], ref[128], ref_ckpt[128], uri[160], runs[160];
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt", base);
     snprintf(out, sizeof(out), "%s/out", base);
     snprintf(ref, sizeof(ref), "%s/ref", base);
     snprintf(ref_ckpt, sizeof(ref_ckpt), "%s/ref-ckpt", base);
+    snprintf(uri, sizeof(uri), "%s%s/pool", state ? state : "", base);
+    snprintf(runs, sizeof(runs), "%s/pool/runs", base);
+    eo_state = state ? uri : NULL;
     const char *n = "100000"; /* 500 calls of >= 1 ms per source subtask: ~0.6-1 s */
     unsigned seed = (unsigned)getpid();
     int kills = 0;
@@ -1052,7 +1075,17 @@ TEST(cli_crash_restore_is_exactly_once)
             CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     CHECK_GE(kills, 1);
-    int st = run_eo(ref_ckpt, ref, n, 0, 0); /* uninterrupted */
+    if (state) { /* the runs went to the pool */
+        DIR *d = opendir(runs);
+        CHECK(d != NULL);
+        int files = 0;
+        for (struct dirent *de; (de = readdir(d)) != NULL;)
+            files += de->d_name[0] != '.';
+        closedir(d);
+        CHECK_GT(files, 0);
+    }
+    eo_state = NULL;
+    int st = run_eo(ref_ckpt, ref, n, 0, 0); /* uninterrupted, in memory */
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     size_t gn, rn;
     char **got = committed_lines(out, &gn), **want = committed_lines(ref, &rn);
@@ -1070,6 +1103,12 @@ TEST(cli_crash_restore_is_exactly_once)
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
     CHECK_EQ(system(cmd), 0);
+}
+
+TEST(cli_crash_restore_is_exactly_once)
+{
+    crash_rounds(NULL);
+    crash_rounds("remote:file://");
 }
 
 /* ---- SIGTERM while checkpointing: a clean exit, a consistent directory ---------------------- */
