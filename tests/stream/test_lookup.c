@@ -82,6 +82,17 @@ static int h_flaky(weir_http_req *req, weir_http_res *res, void *arg)
     return answer(req, res, id, t % 2 == 0 ? 503 : 200);
 }
 
+/* Answers after 20 s, or when cancelled (the server's stop). */
+static int h_slow(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)arg;
+    atomic_fetch_add(&s_cur, 1);
+    atomic_fetch_add(&s_requests, 1);
+    weir_time_sleep(20 * WEIR_SEC);
+    atomic_fetch_sub(&s_cur, 1);
+    return weir_http_res_text(res, 200, "0");
+}
+
 static void service_reset(void)
 {
     atomic_store(&s_cur, 0);
@@ -105,11 +116,13 @@ typedef struct cfg {
     const char *ckpt; /* checkpoints into it, a file sink in ckpt/out */
     int restore;
     int fail_at; /* the source fails there once a checkpoint completed */
+    int keyed;   /* key_by seq before the lookup */
+    int cancel;  /* cancel the job once `cancel` lookups are at the service */
     /* Results. */
     int result;
     char error[512];
     _Atomic int late, early, misordered, inversions, bad_value, dups, errors;
-    _Atomic int err_refused, err_again, err_other, attempts_max;
+    _Atomic int err_refused, err_again, err_other, attempts_max, wrong_key;
     _Atomic int seen[2][MAXREC];
     weir_ckpt_stats stats;
 } cfg;
@@ -199,6 +212,10 @@ static int lk_result(weir_ctx *ctx, const weir_rec *in, const weir_lookup_resp *
     }
     if (resp->status != 200 || strtol(resp->body, NULL, 10) != (r.sub * MAXREC + r.seq) * 3)
         atomic_fetch_add(&c->bad_value, 1);
+    size_t kl;
+    const void *k = weir_ctx_key(ctx, &kl);
+    if (c->keyed && (kl != 8 || memcmp(k, &r.seq, 8) != 0))
+        atomic_fetch_add(&c->wrong_key, 1);
     r.val = strtol(resp->body, NULL, 10);
     return weir_emit(ctx, &r, sizeof(r), in->ts);
 }
@@ -226,7 +243,7 @@ static int sink_process(weir_ctx *ctx, void *state, const weir_rec *in)
     int64_t wm = weir_ctx_watermark(ctx);
     if (r->epoch <= wm)
         atomic_fetch_add(&c->late, 1);
-    if (r->epoch >= 2 && wm < r->epoch - 2)
+    if (!c->keyed && r->epoch >= 2 && wm < r->epoch - 2) /* keyed: two inputs */
         atomic_fetch_add(&c->early, 1);
     if (r->seq < s->last[r->sub]) {
         atomic_fetch_add(&c->inversions, 1);
@@ -250,6 +267,14 @@ static int to_line(weir_ctx *ctx, const weir_rec *in, void *arg)
     return weir_emit(ctx, line, (size_t)n, in->ts);
 }
 
+static int seq_key(const weir_rec *r, void *arg, const void **key, size_t *len)
+{
+    (void)arg;
+    *key = &((const rec *)r->data)->seq;
+    *len = 8;
+    return 0;
+}
+
 static intptr_t job_main(void *arg)
 {
     cfg *c = arg;
@@ -261,6 +286,8 @@ static intptr_t job_main(void *arg)
                           .snapshot = gen_snapshot,
                           .restore = gen_restore};
     weir_stream *s = weir_job_source(j, "gen", &sd, c);
+    if (c->keyed)
+        s = weir_stream_key_by(s, seq_key, NULL);
     s = weir_stream_lookup(s, "enrich", &c->def, c);
     char out[512];
     if (c->ckpt) {
@@ -295,13 +322,28 @@ static intptr_t env_main(void *arg)
     CHECK(srv != NULL);
     CHECK_EQ(weir_http_route(srv, "GET", "/v/:n", h_value, NULL, 0), 0);
     CHECK_EQ(weir_http_route(srv, "GET", "/flaky/:n", h_flaky, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(srv, "GET", "/slow/:n", h_slow, NULL, 0), 0);
     CHECK_EQ(weir_http_server_start(srv), 0);
     v->c->port = weir_http_server_port(srv);
     CHECK_GT(v->c->port, 0);
     if (v->dead)
         CHECK_EQ(weir_http_server_stop(srv, weir_time_after_ms(5000)), 0);
-    job_main(v->c);
-    if (!v->dead)
+    if (v->c->cancel) {
+        weir_task *t = weir_task_spawn(job_main, v->c, NULL);
+        CHECK(t != NULL);
+        int64_t give_up = weir_time_after_ms(10000);
+        while (atomic_load(&s_cur) < v->c->cancel) {
+            CHECK(weir_time_now() < give_up);
+            weir_time_sleep(WEIR_MSEC);
+        }
+        CHECK_EQ(weir_task_cancel(t), 0);
+        int j = weir_task_join(t, NULL, WEIR_FOREVER);
+        CHECK(j == 0 || j == -ECANCELED);
+        CHECK_EQ(weir_http_server_stop(srv, weir_time_after_ms(100)), -ETIMEDOUT);
+    } else {
+        job_main(v->c);
+    }
+    if (!v->dead && !v->c->cancel)
         CHECK_EQ(weir_http_server_stop(srv, weir_time_after_ms(5000)), 0);
     weir_http_server_free(srv);
     return 0;
@@ -376,6 +418,32 @@ TEST(the_capacity_bounds_the_lookups_in_flight)
         CHECK_EQ(atomic_load(&s_requests), 600);
         free(c);
     }
+}
+
+TEST(keyed_input_gets_its_key_back_in_the_result)
+{
+    service_reset();
+    cfg *c = new_cfg(1000, 2, 1, 8);
+    c->keyed = 1;
+    run(c, 0);
+    if (c->result)
+        TEST__FAIL("run: %d %s", c->result, c->error);
+    check_all_once(c);
+    CHECK_EQ(atomic_load(&c->misordered), 0);
+    CHECK_EQ(atomic_load(&c->wrong_key), 0);
+    free(c);
+}
+
+TEST(a_job_cancelled_with_lookups_in_flight_ends_and_leaks_nothing)
+{
+    service_reset();
+    cfg *c = new_cfg(1000, 2, 0, 6);
+    c->route = "slow";
+    c->cancel = 12; /* both subtasks at capacity */
+    run(c, 0);
+    CHECK_EQ(c->result, -ECANCELED);
+    CHECK_EQ(atomic_load(&s_requests), 12);
+    free(c);
 }
 
 TEST(a_503_is_retried_with_backoff)
