@@ -228,9 +228,10 @@ static int check_lost(lookup *lk)
     pthread_mutex_unlock(&lk->lock);
     if (!lost)
         return 0;
-    weir__stream_fail(lk->st->r->j, -ENOMEM,
-                      "operator \"%s\" (subtask %d): the answer of a lookup was lost: out of memory",
-                      lk->ctx->op->name, lk->st->index);
+    weir__stream_fail(
+        lk->st->r->j, -ENOMEM,
+        "operator \"%s\" (subtask %d): the answer of a lookup was lost: out of memory",
+        lk->ctx->op->name, lk->st->index);
     return -ENOMEM;
 }
 
@@ -430,7 +431,8 @@ weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_loo
 {
     if (!s)
         return NULL;
-    const char *bad = !def || !def->request || !def->result ? "needs a request and a result function"
+    const char *bad = !def || !def->request || !def->result
+                          ? "needs a request and a result function"
                       : def->capacity < 0   ? "needs a capacity >= 0"
                       : def->timeout_ms < 0 ? "needs a timeout_ms >= 0"
                                             : NULL;

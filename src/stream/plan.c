@@ -8,9 +8,9 @@
  * its input's chain when that input is its only one, a forward edge of the
  * main output, from an operator with no other reader, of the same
  * parallelism and not a sink - unless it has admit or drain hooks
- * (weir_op_def: a lookup, say), which only a chain's head gets. Without its own parallelism an operator that
- * reads only forward edges takes its input's (so it can chain), else the
- * run's.
+ * (weir_op_def: a lookup, say), which only a chain's head gets. Without
+ * its own parallelism an operator that reads only forward edges takes its
+ * input's (so it can chain), else the run's.
  */
 #include "stream/plan.h"
 

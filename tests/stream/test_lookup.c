@@ -200,7 +200,8 @@ static int lk_result(weir_ctx *ctx, const weir_rec *in, const weir_lookup_resp *
     cfg *c = arg;
     rec r = *(const rec *)in->data;
     int a = atomic_load(&c->attempts_max);
-    while (resp->attempts > a && !atomic_compare_exchange_weak(&c->attempts_max, &a, resp->attempts))
+    while (resp->attempts > a &&
+           !atomic_compare_exchange_weak(&c->attempts_max, &a, resp->attempts))
         ;
     if (resp->err) {
         atomic_fetch_add(&c->errors, 1);
