@@ -438,7 +438,8 @@ weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_
  * Order. ordered: results leave in input order (a quick answer waits for
  * the slower ones before it). Unordered: each as its answer comes. Either
  * way no result crosses a watermark: a watermark leaves only after every
- * record before it has been emitted, and records after it go after it.
+ * record before it has been emitted, and the results of records after it
+ * go after it (their lookups start while it waits).
  *
  * Capacity: at most `capacity` lookups in flight per subtask (ordered: the
  * answered ones waiting for an earlier one count too); at capacity the

@@ -4,14 +4,14 @@
  * many HTTP lookups in flight per subtask, their answers emitted in input
  * order or as they come, never across a watermark.
  *
- * The operator plugs into the controller seam through its own admit and
- * drain hooks (weir_op_def; the plan makes such an operator a chain's head,
- * so the runner hands it every record before process()). admit() copies
- * the record (and its key, keyed input), asks request() for its HTTP
- * request, copies that too, appends the entry to the subtask's list (input
- * order) and gives it to the workers; it returns 1: the record is taken.
- * process() is only reached through weir_ctx_process, for an entry whose
- * answer is back: it runs result() in the record's context.
+ * The operator brings its own controller (controller.h), which the runner
+ * installs on each of its subtasks (it heads its chain: the plan never
+ * chains an operator with admit / drain hooks onto another). Its admit
+ * copies the record (and its key, keyed input), asks request() for the
+ * HTTP request, copies that too, appends the entry to the subtask's list
+ * (input order) and hands it to the workers. process() is only reached
+ * through weir_ctx_process, for an entry whose answer is back: it runs
+ * result() in the record's context.
  *
  * Workers are fibers on the job's runtime, in one scope per subtask,
  * started as needed - never more than the most lookups ever in flight at
@@ -25,14 +25,21 @@
  * inbox when the mail comes up, or waits on the inbox itself when it must
  * see an answer (at capacity, in drain()).
  *
- * Order. Unordered, an answered entry is emitted at once. Ordered, entries
- * are emitted from the head of the list while the head is answered. The
- * runner calls drain() before a watermark goes on (and before a barrier's
- * snapshot and at the end of input), and drain() returns once the list is
- * empty: so every result before a watermark is out before it, and the
- * records after it only come in after it. At capacity (entries in the
- * list, answered ones waiting for an earlier one included) admit() waits
- * for answers before it takes the record: backpressure.
+ * Order. The controller takes the watermarks: a watermark goes into the
+ * list in its place among the records (two with no record between them
+ * are one), and is released (weir__stream_release_wm: timers, on_watermark
+ * down the chain, downstream) when it reaches the head, i.e. once every
+ * record before it has been emitted. Records after it are taken in and
+ * looked up meanwhile; each counts the watermarks taken in before it (its
+ * epoch). Ordered, records are emitted from the head while the head is
+ * answered. Unordered, an answered record is emitted at once when its
+ * epoch is the current one (every watermark before it released), else
+ * when the watermark before it is released. So no result crosses a
+ * watermark either way. drain() (a barrier's snapshot, a processing-time
+ * timer, the end of input) waits until the list is empty. At capacity
+ * (records in the list, answered ones waiting for an earlier one
+ * included) admit waits for answers before it takes the record:
+ * backpressure.
  *
  * Checkpoints drain: a snapshot never holds a lookup in flight, and a
  * restore re-issues nothing (the source replays what came after the
@@ -54,6 +61,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 #include "stream/stream_int.h"
 #include "weir/http.h"
 #include "weir/resil.h"
@@ -71,7 +79,10 @@ typedef struct lookup lookup;
 typedef struct lk_ent {
     struct lk_ent *prev, *next; /* the subtask's list, input order */
     lookup *lk;
-    weir_rec rec; /* the copy */
+    int is_wm;      /* a watermark's place in the list, not a record */
+    int64_t wm;     /* is_wm: the watermark */
+    uint64_t epoch; /* a record: the watermarks taken in before it */
+    weir_rec rec;   /* the copy */
     const void *key;
     size_t klen;
     int done; /* answered (in the inbox or after) */
@@ -92,10 +103,12 @@ struct lookup {
     weir_http_client *client;
     weir_breaker *breaker;
     weir_scope *scope;
-    weir_chan *reqs;  /* lk_ent *, to the workers */
-    weir_chan *inbox; /* lk_ent *, answered */
-    lk_ent *head, *tail;
-    size_t n; /* entries in the list */
+    weir_chan *reqs;     /* lk_ent *, to the workers */
+    weir_chan *inbox;    /* lk_ent *, answered */
+    lk_ent *head, *tail; /* records and watermarks, input order */
+    size_t n;            /* records in the list */
+    uint64_t epoch_in;   /* watermarks taken in */
+    uint64_t epoch_out;  /* watermarks released */
     int capacity;
     int workers;
     lk_ent *cur; /* the entry whose result() runs now */
@@ -195,7 +208,21 @@ static void unlink_ent(lookup *lk, lk_ent *e)
         e->next->prev = e->prev;
     else
         lk->tail = e->prev;
-    lk->n--;
+    if (!e->is_wm)
+        lk->n--;
+}
+
+static void append(lookup *lk, lk_ent *e)
+{
+    e->prev = lk->tail;
+    e->next = NULL;
+    if (lk->tail)
+        lk->tail->next = e;
+    else
+        lk->head = e;
+    lk->tail = e;
+    if (!e->is_wm)
+        lk->n++;
 }
 
 /* e's result() (through process(), in its record's context); e goes. */
@@ -209,16 +236,42 @@ static int emit_ent(lookup *lk, lk_ent *e)
     return r < 0 ? r : 0;
 }
 
-/* An answer came: emit what may go now. */
+/* Emit what may go now: answered records at the head (both orders); a
+ * watermark at the head is released, and unordered, the answered records
+ * of the epoch it opens follow at once. */
+static int pump(lookup *lk)
+{
+    int r = 0;
+    while (!r && lk->head) {
+        lk_ent *h = lk->head;
+        if (!h->is_wm) {
+            if (!h->done)
+                return 0;
+            r = emit_ent(lk, h);
+            continue;
+        }
+        unlink_ent(lk, h);
+        lk->epoch_out++;
+        r = weir__stream_release_wm(lk->st, h->wm);
+        weir__free(h);
+        for (lk_ent *e = lk->head, *next; !r && !lk->cfg->def.ordered && e && !e->is_wm; e = next) {
+            next = e->next;
+            if (e->done)
+                r = emit_ent(lk, e);
+        }
+    }
+    return r;
+}
+
+/* An answer came: unordered, it goes at once if no watermark waits before
+ * it; then whatever may follow. */
 static int answered(lookup *lk, lk_ent *e)
 {
     e->done = 1;
-    if (!lk->cfg->def.ordered)
-        return emit_ent(lk, e);
     int r = 0;
-    while (!r && lk->head && lk->head->done)
-        r = emit_ent(lk, lk->head);
-    return r;
+    if (!lk->cfg->def.ordered && e->epoch == lk->epoch_out)
+        r = emit_ent(lk, e);
+    return r ? r : pump(lk);
 }
 
 static int check_lost(lookup *lk)
@@ -327,25 +380,67 @@ static int lk_admit(weir_ctx *ctx, void *state, const weir_rec *in)
         ent_free(e);
         return weir__op_error(ctx, r, "admit");
     }
-    e->prev = lk->tail;
-    if (lk->tail)
-        lk->tail->next = e;
-    else
-        lk->head = e;
-    lk->tail = e;
-    lk->n++;
+    e->epoch = lk->epoch_in;
+    append(lk, e);
     return 1;
 }
 
+/* Every record emitted and every watermark released. */
 static int lk_drain(weir_ctx *ctx, void *state)
 {
     (void)ctx;
     lookup *lk = state;
-    int r = 0;
+    int r = pump(lk);
     while (!r && lk->n)
         r = answer_one(lk);
     return r;
 }
+
+/* ---- the operator's controller (controller.h) ---------------------------------------------
+ * It takes the watermarks: one waits in the list, in its place among the
+ * records, until every record before it has been emitted, while records
+ * after it are taken in and looked up already. */
+static int ctl_admit(weir__controller *c, weir_ctx *ctx, weir__rctx *rc, const weir_rec *r)
+{
+    (void)c;
+    weir__rctx *prev = ctx->rc;
+    if (rc)
+        ctx->rc = rc; /* request() sees the record's key */
+    int e = lk_admit(ctx, ctx->state, r);
+    ctx->rc = prev;
+    return e < 0 ? e : 0;
+}
+
+static int ctl_drain(weir__controller *c, weir_ctx *ctx)
+{
+    (void)c;
+    int e = lk_drain(ctx, ctx->state);
+    return e < 0 ? weir__op_error(ctx, e, "drain") : 0;
+}
+
+static int ctl_watermark(weir__controller *c, weir_ctx *ctx, int64_t wm)
+{
+    (void)c;
+    lookup *lk = ctx->state;
+    if (!lk->head) /* nothing before it */
+        return weir__stream_release_wm(lk->st, wm);
+    if (lk->tail->is_wm) { /* no record since the last one: one watermark */
+        lk->tail->wm = wm;
+        return 0;
+    }
+    lk_ent *m = weir__calloc(1, sizeof(*m));
+    if (!m)
+        return weir__op_error(ctx, -ENOMEM, "on_watermark");
+    m->is_wm = 1;
+    m->wm = wm;
+    append(lk, m);
+    lk->epoch_in++;
+    return 0;
+}
+
+static const weir__controller_ops lookup_ctl_ops = {
+    .name = "lookup", .admit = ctl_admit, .drain = ctl_drain, .watermark = ctl_watermark};
+static weir__controller lookup_ctl = {&lookup_ctl_ops};
 
 /* Only for an answered entry (emit_ent, through weir_ctx_process). */
 static int lk_process(weir_ctx *ctx, void *state, const weir_rec *in)
@@ -465,5 +560,6 @@ weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_loo
         return NULL;
     }
     out->owned = cfg; /* lives as long as the job */
+    out->from->ctl = &lookup_ctl;
     return out;
 }

@@ -421,6 +421,22 @@ TEST(the_capacity_bounds_the_lookups_in_flight)
     }
 }
 
+TEST(lookups_go_on_while_a_watermark_waits_for_the_records_before_it)
+{
+    for (int ordered = 0; ordered < 2; ordered++) {
+        service_reset();
+        cfg *c = run(new_cfg(2000, 1, ordered, 100), 0);
+        if (c->result)
+            TEST__FAIL("run: %d %s", c->result, c->error);
+        check_all_once(c);
+        CHECK_EQ(atomic_load(&c->misordered), 0);
+        /* More in flight than one watermark's step holds. */
+        CHECK_GT(atomic_load(&s_max), STEP);
+        CHECK_LE(atomic_load(&s_max), 100);
+        free(c);
+    }
+}
+
 TEST(keyed_input_gets_its_key_back_in_the_result)
 {
     service_reset();
