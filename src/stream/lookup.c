@@ -334,12 +334,18 @@ static int lk_admit(weir_ctx *ctx, void *state, const weir_rec *in)
 {
     lookup *lk = state;
     const weir_lookup_def *d = &lk->cfg->def;
+    int r;
+    /* At capacity: answers first (ordered: until the head's go), before
+     * request() - nothing runs between it and the copies. */
+    while (lk->n >= (size_t)lk->capacity)
+        if ((r = answer_one(lk)) < 0)
+            return r;
     weir_lookup_req rq; /* not zeroed whole: buf is scratch */
     rq.method = rq.url = rq.content_type = NULL;
     rq.body = NULL;
     rq.body_len = 0;
     rq.buf[0] = '\0';
-    int r = d->request(ctx, in, &rq, lk->cfg->arg);
+    r = d->request(ctx, in, &rq, lk->cfg->arg);
     if (r < 0)
         return weir__op_error(ctx, r, "request");
     if (!rq.url || (!rq.body && rq.body_len))
@@ -349,10 +355,6 @@ static int lk_admit(weir_ctx *ctx, void *state, const weir_rec *in)
     const void *key = weir_ctx_key(ctx, &klen);
     size_t ml = rq.method ? strlen(rq.method) + 1 : 0, ul = strlen(rq.url) + 1,
            cl = rq.content_type ? strlen(rq.content_type) + 1 : 0;
-    /* At capacity: answers first (ordered: until the head's go). */
-    while (lk->n >= (size_t)lk->capacity)
-        if ((r = answer_one(lk)) < 0)
-            return r;
     lk_ent *e = weir__calloc(1, sizeof(*e) + in->len + klen + ml + ul + cl + rq.body_len);
     if (!e)
         return weir__op_error(ctx, -ENOMEM, "admit");
