@@ -82,6 +82,20 @@ static int h_flaky(weir_http_req *req, weir_http_res *res, void *arg)
     return answer(req, res, id, t % 2 == 0 ? 503 : 200);
 }
 
+/* POST: the id is the body, which must come as text/plain. */
+static int h_post(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    const weir_http_str *ct = weir_http_req_header(req, "Content-Type");
+    if (!ct || ct->len != 10 || memcmp(ct->p, "text/plain", 10) != 0 || req->body_len == 0 ||
+        req->body_len > 20)
+        return weir_http_res_error(res, 400, "want a text/plain id");
+    char buf[24];
+    memcpy(buf, req->body, req->body_len);
+    buf[req->body_len] = '\0';
+    return answer(req, res, strtol(buf, NULL, 10), 200);
+}
+
 /* Answers after 20 s, or when cancelled (the server's stop). */
 static int h_slow(weir_http_req *req, weir_http_res *res, void *arg)
 {
@@ -189,6 +203,17 @@ static int lk_request(weir_ctx *ctx, const weir_rec *in, weir_lookup_req *req, v
     (void)ctx;
     cfg *c = arg;
     const rec *r = in->data;
+    if (!strcmp(c->route, "post")) { /* the id in the body, in buf after the URL */
+        int n = snprintf(req->buf, sizeof(req->buf), "http://127.0.0.1:%d/post", c->port);
+        char *body = req->buf + n + 1;
+        req->body_len = (size_t)snprintf(body, sizeof(req->buf) - (size_t)n - 1, "%ld",
+                                         (long)(r->sub * MAXREC + r->seq));
+        req->body = body;
+        req->method = "POST";
+        req->content_type = "text/plain";
+        req->url = req->buf;
+        return 0;
+    }
     snprintf(req->buf, sizeof(req->buf), "http://127.0.0.1:%d/%s/%ld", c->port, c->route,
              (long)(r->sub * MAXREC + r->seq));
     req->url = req->buf;
@@ -324,6 +349,7 @@ static intptr_t env_main(void *arg)
     CHECK_EQ(weir_http_route(srv, "GET", "/v/:n", h_value, NULL, 0), 0);
     CHECK_EQ(weir_http_route(srv, "GET", "/flaky/:n", h_flaky, NULL, 0), 0);
     CHECK_EQ(weir_http_route(srv, "GET", "/slow/:n", h_slow, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(srv, "POST", "/post", h_post, NULL, 0), 0);
     CHECK_EQ(weir_http_server_start(srv), 0);
     v->c->port = weir_http_server_port(srv);
     CHECK_GT(v->c->port, 0);
@@ -435,6 +461,19 @@ TEST(lookups_go_on_while_a_watermark_waits_for_the_records_before_it)
         CHECK_LE(atomic_load(&s_max), 100);
         free(c);
     }
+}
+
+TEST(a_post_sends_its_body_and_content_type)
+{
+    service_reset();
+    cfg *c = new_cfg(500, 2, 0, 8);
+    c->route = "post";
+    run(c, 0);
+    if (c->result)
+        TEST__FAIL("run: %d %s", c->result, c->error);
+    check_all_once(c);
+    CHECK_EQ(atomic_load(&c->errors), 0);
+    free(c);
 }
 
 TEST(keyed_input_gets_its_key_back_in_the_result)
