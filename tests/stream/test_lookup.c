@@ -366,7 +366,9 @@ static intptr_t env_main(void *arg)
         CHECK_EQ(weir_task_cancel(t), 0);
         int j = weir_task_join(t, NULL, WEIR_FOREVER);
         CHECK(j == 0 || j == -ECANCELED);
-        CHECK_EQ(weir_http_server_stop(srv, weir_time_after_ms(100)), -ETIMEDOUT);
+        /* The handlers still sleep: cut short (or ended with their connections). */
+        int st = weir_http_server_stop(srv, weir_time_after_ms(100));
+        CHECK(st == 0 || st == -ETIMEDOUT);
     } else {
         job_main(v->c);
     }
