@@ -80,6 +80,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "resil.h"
 #include "rt.h"
 
 #ifdef __cplusplus
@@ -409,6 +410,89 @@ typedef struct weir_agg_def {
 } weir_agg_def;
 weir_stream *weir_stream_aggregate(weir_stream *s, const char *name, const weir_agg_def *def,
                                    void *arg);
+
+/*
+ * Async lookups (enrichment): each record asks an HTTP service something
+ * and the answer becomes zero or more output records, with many lookups in
+ * flight per subtask instead of one at a time.
+ *
+ * request() turns a record into an HTTP request (method, URL, body),
+ * copied as soon as request() returns: its pointers may point into the
+ * record, into arg's memory or into req->buf (room for a URL made with
+ * snprintf), never into request()'s own stack. The request runs
+ * on a fiber of the job's runtime, through the subtask's HTTP client pool
+ * (weir/http.h), wrapped in a circuit breaker and a retry with backoff
+ * (weir/resil.h): each attempt asks the breaker first (open: the attempt
+ * fails at once with -EAGAIN) and has its own deadline, timeout_ms after
+ * it starts; an attempt fails on a transport error, a timeout or a status
+ * of 429 or 5xx (-EREMOTEIO), and fails the breaker too. When the answer
+ * is back, result() runs on the subtask's thread, in the record's context
+ * (keyed input: its key; emits as in process()), with resp->err 0 and the
+ * response, or resp->err < 0 when the lookup finally failed (the attempts
+ * spent, a permanent error, the breaker open): the failure is the result
+ * function's to handle (drop the record, emit a default, or fail the job
+ * with weir_fail). With fail_on_error, a lookup that finally fails fails
+ * the job instead, naming the operator, the URL and the error, and
+ * result() sees only answers.
+ *
+ * Order. ordered: results leave in input order (a quick answer waits for
+ * the slower ones before it). Unordered: each as its answer comes. Either
+ * way no result crosses a watermark: a watermark leaves only after every
+ * record before it has been emitted, and the results of records after it
+ * go after it (their lookups start while it waits).
+ *
+ * Capacity: at most `capacity` lookups in flight per subtask (ordered: the
+ * answered ones waiting for an earlier one count too); at capacity the
+ * subtask stops taking input until one is emitted - backpressure, not an
+ * error. Checkpoints: a barrier waits until every lookup in flight is
+ * answered and its results emitted, so a snapshot holds no lookup and a
+ * restore re-issues none (the records after the barrier come again from
+ * the source). Guide: docs/stream.md, "Async lookups".
+ */
+#define WEIR_LOOKUP_BUF 1024
+typedef struct weir_lookup_req {
+    const char *method;       /* NULL: "GET" */
+    const char *url;          /* http://host[:port]/path[?query] */
+    const char *content_type; /* of the body; NULL: none */
+    const void *body;         /* NULL: no body */
+    size_t body_len;
+    char buf[WEIR_LOOKUP_BUF]; /* scratch for the above: the operator copies it */
+} weir_lookup_req;
+
+typedef struct weir_lookup_resp {
+    int err;          /* 0: a response below; < 0: the lookup failed (see above) */
+    int status;       /* the last response's status (0: none came) */
+    const char *body; /* the body (NUL-terminated; "" when none) */
+    size_t body_len;
+    int attempts; /* attempts made */
+} weir_lookup_resp;
+
+#define WEIR_LOOKUP_CAPACITY   100
+#define WEIR_LOOKUP_TIMEOUT_MS 10000
+
+typedef struct weir_lookup_def {
+    /* Fill *req for record in: 0, or a negative errno (fails the job). */
+    int (*request)(weir_ctx *ctx, const weir_rec *in, weir_lookup_req *req, void *arg);
+    /* The answer for in: emit what it gives. 0 or a negative errno. */
+    int (*result)(weir_ctx *ctx, const weir_rec *in, const weir_lookup_resp *resp, void *arg);
+    int ordered;        /* 1: results in input order; 0: as answers come */
+    int capacity;       /* lookups in flight per subtask; 0: WEIR_LOOKUP_CAPACITY */
+    int64_t timeout_ms; /* per attempt; 0: WEIR_LOOKUP_TIMEOUT_MS */
+    int fail_on_error;  /* a lookup that finally fails fails the job */
+    /* Retries (zero: one attempt, no retry; weir_retry_policy's defaults
+     * for the other fields) and the breaker (zero: its defaults, 5
+     * failures in a row open it for 30 s), one per subtask. no_breaker:
+     * none. Copied; their args are borrowed. */
+    weir_retry_policy retry;
+    weir_breaker_opts breaker;
+    int no_breaker;
+} weir_lookup_def;
+
+/* The lookup operator reading s (keyed or not). NULL with the job's error
+ * for a NULL request or result, a negative capacity or timeout, or a bad
+ * retry policy or breaker option. */
+weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_lookup_def *def,
+                                void *arg);
 
 /* The side output of the operator that made s (windows: late records). */
 weir_stream *weir_stream_side(weir_stream *s);

@@ -133,7 +133,9 @@ static int build_subtask(run *r, const weir__plan_chain *pc, chain *c, int s)
     }
     if (!(st->inq = weir_chan_new(sizeof(item), WEIR_CHAN_UNBOUNDED)))
         return -ENOMEM;
-    if (!st->source && (c->ops[0]->def.admit || c->ops[0]->def.drain))
+    if (!st->source && c->ops[0]->ctl)
+        st->ctl = c->ops[0]->ctl;
+    else if (!st->source && (c->ops[0]->def.admit || c->ops[0]->def.drain))
         st->ctl = &weir__controller_hooks;
     if (c->ops[0]->keyed) {
         int e = weir_state_backend_open(r->o.state_backend, (int)r->plan->ngroups,

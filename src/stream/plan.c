@@ -7,9 +7,10 @@
  * only read streams that exist), so one pass decides: an operator joins
  * its input's chain when that input is its only one, a forward edge of the
  * main output, from an operator with no other reader, of the same
- * parallelism and not a sink. Without its own parallelism an operator that
- * reads only forward edges takes its input's (so it can chain), else the
- * run's.
+ * parallelism and not a sink - unless it has admit or drain hooks
+ * (weir_op_def: a lookup, say), which only a chain's head gets. Without
+ * its own parallelism an operator that reads only forward edges takes its
+ * input's (so it can chain), else the run's.
  */
 #include "stream/plan.h"
 
@@ -161,7 +162,8 @@ static int make(const weir_job *j, int def, weir__plan *p, char *why, size_t cap
         }
         const sop *up = o->ninputs == 1 ? o->inputs[0].from : NULL;
         if (up && o->inputs[0].edge == EDGE_FORWARD && o->inputs[0].tag == 0 && up->nouts == 1 &&
-            p->ops[up->id].par == po->par && up->kind != OP_SINK) {
+            p->ops[up->id].par == po->par && up->kind != OP_SINK && !o->def.admit &&
+            !o->def.drain) {
             weir__plan_chain *c = &p->chains[p->ops[up->id].chain];
             uint32_t *ops = weir__realloc(c->ops, (c->nops + 1) * sizeof(*ops));
             if (!ops)

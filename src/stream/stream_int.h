@@ -46,6 +46,10 @@ struct sop {
     sop **outs; /* operators reading this one */
     int nouts;
     int keyed; /* inputs are hash edges */
+    /* A built-in operator's own controller (controller.h; the lookup's),
+     * shared by its subtasks: its state is the operator's. NULL: the
+     * runner picks one. */
+    struct weir__controller *ctl;
     /* Filled by the run. */
     int par;
     int chain;     /* the chain (task) it runs in */
