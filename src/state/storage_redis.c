@@ -42,8 +42,8 @@
  * idempotent: SET, GET, GETRANGE, EXISTS, DEL, SCAN), and fail with the
  * error the second time. The next batch connects again. A connection
  * attempt has a deadline (at most 1 s), and after a failed one the next
- * waits a backoff (50 ms doubling up to 1 s), so a call to a store whose
- * server is down fails within about 2 s, never hangs.
+ * waits a backoff (50 ms doubling up to 500 ms), so a call to a store
+ * whose server is down fails within about 1.5 s, never hangs.
  *
  * The server is not trusted. Every length and count it sends is bounded
  * before it is used: a bulk string by Redis's own limit of 512 MiB and
@@ -81,7 +81,7 @@
 #define RBUF        (64 << 10)
 #define CONNECT_MS  1000
 #define BACKOFF_MIN 50
-#define BACKOFF_MAX 1000
+#define BACKOFF_MAX 500
 #define TIMEOUT_MS  5000
 #define IOV_BATCH   64
 
