@@ -6,7 +6,8 @@
  * needs), polled with PING until it answers: put / get / list / delete /
  * prefix delete and ranged reads with the other stores' semantics, a
  * get's bound, names full of glob characters, two prefixes that do not
- * see each other, calls from a fiber, 16 threads at once sharing round
+ * see each other, a password read from the environment (and a wrong or
+ * missing one refused), calls from a fiber, 16 threads at once sharing round
  * trips (the fiber wrote batches of more than one command), the server
  * killed with SIGKILL and started again on its data (the blobs are there,
  * the store connects again), a server that is down (every call fails in
@@ -39,12 +40,55 @@
 #include "weir/rt.h"
 #include "weir/state.h"
 
+/* ---- the largest allocation, watched
+ * -------------------------------------------------------------- */
+/* weir's allocations all go through these (the C library's, with the
+ * largest request noted while watching): a malicious server must not
+ * make the store allocate what its lengths claim. */
+static _Atomic int watching;
+static _Atomic size_t biggest;
+
+static void note(size_t n)
+{
+    if (!atomic_load_explicit(&watching, memory_order_relaxed))
+        return;
+    size_t b = atomic_load(&biggest);
+    while (n > b && !atomic_compare_exchange_weak(&biggest, &b, n))
+        ;
+}
+
+static void *w_malloc(size_t n)
+{
+    note(n);
+    return malloc(n);
+}
+
+static void *w_calloc(size_t n, size_t size)
+{
+    note(size && n > SIZE_MAX / size ? SIZE_MAX : n * size);
+    return calloc(n, size);
+}
+
+static void *w_realloc(void *p, size_t n)
+{
+    note(n);
+    return realloc(p, n);
+}
+
+static const weir_allocator watched = {w_malloc, w_calloc, w_realloc, free};
+
+__attribute__((constructor)) static void watch_allocations(void)
+{
+    weir_set_allocator(&watched);
+}
+
 /* ---- a redis-server of the test's own
  * ------------------------------------------------------------ */
 typedef struct server {
     pid_t pid;
     int port;
     char dir[64];
+    const char *pass; /* --requirepass */
 } server;
 
 static int free_port(void)
@@ -82,8 +126,9 @@ static int pings(int port)
     if (fd < 0)
         return 0;
     char b[16] = "";
+    /* Without the password the server answers PING with -NOAUTH: up all the same. */
     int ok = send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6 && recv(fd, b, sizeof(b) - 1, 0) >= 5 &&
-             memcmp(b, "+PONG", 5) == 0;
+             (memcmp(b, "+PONG", 5) == 0 || memcmp(b, "-NOAUTH", 7) == 0);
     close(fd);
     return ok;
 }
@@ -129,7 +174,8 @@ static void server_start(server *s)
         }
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
                s->dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-               "--daemonize", "no", (char *)NULL);
+               "--daemonize", "no", s->pass ? "--requirepass" : (char *)NULL, s->pass,
+               (char *)NULL);
         _exit(127);
     }
     s->pid = pid;
@@ -381,6 +427,27 @@ TEST(blobs_lists_deletes_ranges)
     server_stop(&sv);
 }
 
+TEST(a_password_from_the_environment)
+{
+    server sv = {.pass = "s3cret pass"};
+    server_start(&sv);
+    uint8_t *b;
+    size_t n;
+    setenv("WEIR_TEST_REDIS_PW", "s3cret pass", 1);
+    setenv("WEIR_TEST_REDIS_BAD", "wrong", 1);
+    weir__storage *st = open_store(sv.port, "/2?password=env://WEIR_TEST_REDIS_PW&prefix=pw/");
+    put_str(st, "a", "b");
+    check_get(st, "a", "b");
+    weir__storage_close(st);
+    st = open_store(sv.port, "/2?password=env://WEIR_TEST_REDIS_BAD&prefix=pw/");
+    CHECK_EQ(weir__storage_get(st, "a", 10, &b, &n), -EACCES);
+    weir__storage_close(st);
+    st = open_store(sv.port, "/2?prefix=pw/"); /* none: the server says NOAUTH */
+    CHECK_EQ(weir__storage_get(st, "a", 10, &b, &n), -EACCES);
+    weir__storage_close(st);
+    server_stop(&sv);
+}
+
 /* ---- from a fiber: through the blocking pool
  * ------------------------------------------------------- */
 static intptr_t fiber_calls(void *arg)
@@ -617,6 +684,8 @@ TEST(a_malicious_server_gets_clean_errors)
     pthread_mutex_init(&ev.mu, NULL);
     CHECK_EQ(pthread_create(&ev.thread, NULL, evil_main, &ev), 0);
     weir__storage *st = open_store(ntohs(a.sin_port), "?timeout_ms=400");
+    atomic_store(&biggest, 0);
+    atomic_store(&watching, 1);
     uint8_t *b = NULL, buf[16];
     size_t n;
     weir__names names;
@@ -673,6 +742,9 @@ TEST(a_malicious_server_gets_clean_errors)
     int64_t t0 = weir_time_now();
     CHECK_EQ(weir__storage_get(st, "x", 10, &b, &n), -ETIMEDOUT);
     CHECK_LT(ms_since(t0), 3000);
+    atomic_store(&watching, 0);
+    printf("  the largest allocation meanwhile: %zu bytes\n", atomic_load(&biggest));
+    CHECK_LT(atomic_load(&biggest), 1 << 20);
     /* And a sane answer still works. */
     SAY(&ev, "$3\r\nabc\r\n");
     CHECK_EQ(weir__storage_get(st, "x", 10, &b, &n), 0);
