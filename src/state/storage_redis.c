@@ -128,8 +128,7 @@ typedef struct rstore {
     _Atomic uint64_t writes, cmds, max_batch, batched, connects, drops;
 } rstore;
 
-/* ---- commands ---------------------------------------------------------------------------------
- */
+/* ---- commands -------------------------------------------------------------------------------- */
 static void put_count(weir__buf *b, char kind, size_t n)
 {
     char h[32];
@@ -197,8 +196,7 @@ static void submit(rstore *s, rreq **v, int n)
         weir__buf_free(&v[i]->cmd);
 }
 
-/* ---- the fiber: reading replies ----------------------------------------------------------------
- */
+/* ---- the fiber: reading replies -------------------------------------------------------------- */
 static int64_t io_deadline(const rstore *s)
 {
     return weir_time_now() + s->timeout_ns;
@@ -455,8 +453,7 @@ static int read_reply(rstore *s, rreq *r)
     }
 }
 
-/* ---- the fiber: the connection ------------------------------------------------------------------
- */
+/* ---- the fiber: the connection --------------------------------------------------------------- */
 /* Every byte of iov[0..cnt) (consumed). sendmsg with MSG_NOSIGNAL: a
  * server gone is -EPIPE, never SIGPIPE; a full socket waits for POLLOUT. */
 static int send_all(rstore *s, struct iovec *iov, int cnt)
@@ -687,8 +684,7 @@ static intptr_t fiber_main(void *arg)
     return 0;
 }
 
-/* ---- opening ------------------------------------------------------------------------------------
- */
+/* ---- opening --------------------------------------------------------------------------------- */
 static int hexval(char c)
 {
     return c >= '0' && c <= '9'   ? c - '0'
@@ -864,8 +860,7 @@ static int redis_open(const char *where, weir__storage **out)
     return 0;
 }
 
-/* ---- the methods
- * --------------------------------------------------------------------------------- */
+/* ---- the methods ----------------------------------------------------------------------------- */
 static void redis_free(weir__storage *st)
 {
     store_free((rstore *)st);

@@ -40,8 +40,7 @@
 #include "weir/rt.h"
 #include "weir/state.h"
 
-/* ---- the largest allocation, watched
- * -------------------------------------------------------------- */
+/* ---- the largest allocation, watched --------------------------------------------------------- */
 /* weir's allocations all go through these (the C library's, with the
  * largest request noted while watching): a malicious server must not
  * make the store allocate what its lengths claim. */
@@ -82,8 +81,7 @@ __attribute__((constructor)) static void watch_allocations(void)
     weir_set_allocator(&watched);
 }
 
-/* ---- a redis-server of the test's own
- * ------------------------------------------------------------ */
+/* ---- a redis-server of the test's own -------------------------------------------------------- */
 typedef struct server {
     pid_t pid;
     int port;
@@ -448,8 +446,7 @@ TEST(a_password_from_the_environment)
     server_stop(&sv);
 }
 
-/* ---- from a fiber: through the blocking pool
- * ------------------------------------------------------- */
+/* ---- from a fiber: through the blocking pool ------------------------------------------------- */
 static intptr_t fiber_calls(void *arg)
 {
     weir__storage *st = arg;
@@ -474,8 +471,7 @@ TEST(calls_from_a_fiber)
     server_stop(&sv);
 }
 
-/* ---- many callers, one connection
- * ------------------------------------------------------------------ */
+/* ---- many callers, one connection ------------------------------------------------------------ */
 enum { THREADS = 16, ROUNDS = 150 };
 typedef struct hammer {
     weir__storage *st;
@@ -544,8 +540,7 @@ TEST(sixteen_threads_share_round_trips)
     server_stop(&sv);
 }
 
-/* ---- the server killed, down, back
- * --------------------------------------------------------------- */
+/* ---- the server killed, down, back ----------------------------------------------------------- */
 static int64_t ms_since(int64_t t0)
 {
     return (weir_time_now() - t0) / WEIR_MSEC;
@@ -615,8 +610,7 @@ TEST(server_down_fails_in_bounded_time)
     weir__storage_close(st);
 }
 
-/* ---- a server that speaks nonsense
- * --------------------------------------------------------------- */
+/* ---- a server that speaks nonsense ----------------------------------------------------------- */
 typedef struct evil {
     int lfd;
     pthread_t thread;
@@ -758,8 +752,7 @@ TEST(a_malicious_server_gets_clean_errors)
     pthread_mutex_destroy(&ev.mu);
 }
 
-/* ---- the remote-read backend on a Redis pool
- * ------------------------------------------------------- */
+/* ---- the remote-read backend on a Redis pool ------------------------------------------------- */
 #define GROUPS 4
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
