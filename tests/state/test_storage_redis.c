@@ -531,9 +531,13 @@ TEST(sixteen_threads_share_round_trips)
     printf("  %" PRIu64 " commands in %" PRIu64 " writes, %" PRIu64
            " of them batches, up to %" PRIu64 " in one\n",
            rs.cmds, rs.writes, rs.batched, rs.max_batch);
+    /* One caller alone writes at most two commands at once (a range's
+     * EXISTS + GETRANGE), and per round twice as many commands as writes
+     * (put, get, range): more in one write, and fewer writes, are callers
+     * sharing a round trip. */
     CHECK_GT(rs.batched, 0);
-    CHECK_GT(rs.max_batch, 1);
-    CHECK_LT(rs.writes, rs.cmds);
+    CHECK_GT(rs.max_batch, 2);
+    CHECK_LT(rs.writes * 2, rs.cmds);
     CHECK_EQ(rs.connects, 1);
     CHECK(listed(st, "h/", ""));
     weir__storage_close(st);
