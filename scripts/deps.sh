@@ -28,6 +28,8 @@ pkgs=(
   # gives slow and chunked responses), curl (a real client for the server),
   # libcurl's multi interface (the http_client peer)
   nginx-light libnginx-mod-http-echo curl libcurl4-openssl-dev
+  # the Redis store's tests start a real server (tests/state/test_storage_redis.c)
+  redis-server
   # aarch64 context switch: cross compiler, its C library headers (only a
   # Recommends of the compiler) + qemu user emulation (scripts/test-aarch64.sh)
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user

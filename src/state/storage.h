@@ -52,7 +52,10 @@
  * (storage_mem.c: tests, benchmarks); "latency://MS/URI" or
  * "latency://MIN-MAX/URI" the store URI names, each call MS (or a random
  * MIN to MAX) milliseconds later (storage_latency.c: a remote store's
- * round trips, for tests and benchmarks).
+ * round trips, for tests and benchmarks); "redis://HOST:PORT[/DB][?prefix=P]"
+ * a Redis server's string keys, over one pipelined connection of its own
+ * (storage_redis.c: durable only on a server with appendonly and
+ * appendfsync always).
  */
 #ifndef WEIR_STATE_STORAGE_H
 #define WEIR_STATE_STORAGE_H
@@ -167,10 +170,19 @@ int weir__storage_range_now(weir__storage *s, const char *name, uint64_t off, si
 int weir__storage_delete_now(weir__storage *s, const char *name);
 
 /* The implementations: a local directory (storage_dir.c), memory
- * (storage_mem.c), latency added to another (storage_latency.c). */
+ * (storage_mem.c), latency added to another (storage_latency.c), a Redis
+ * server (storage_redis.c). */
 extern const weir__storage_ops weir__storage_dir_ops;
 extern const weir__storage_ops weir__storage_mem_ops;
 extern const weir__storage_ops weir__storage_latency_ops;
+extern const weir__storage_ops weir__storage_redis_ops;
+/* A Redis store's counters (-EINVAL for another store): batches written,
+ * commands in them, the most in one, batches of more than one (the
+ * pipelining), connections made and dropped. */
+typedef struct weir__storage_redis_stat {
+    uint64_t writes, cmds, max_batch, batched, connects, drops;
+} weir__storage_redis_stat;
+int weir__storage_redis_stats(const weir__storage *s, weir__storage_redis_stat *out);
 /* The directory a local store lives in (NULL for other stores): for
  * messages that name files. */
 const char *weir__storage_dir_path(const weir__storage *s);
