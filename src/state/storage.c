@@ -31,7 +31,7 @@
 /* The implementations, by scheme. A static table rather than a mutable
  * registry: adding a store is adding a line here. */
 static const weir__storage_ops *const impls[] = {&weir__storage_dir_ops, &weir__storage_mem_ops,
-                                                 &weir__storage_latency_ops};
+                                                 &weir__storage_latency_ops, &weir__storage_s3_ops};
 
 void weir__names_free(weir__names *n)
 {

@@ -52,7 +52,9 @@
  * (storage_mem.c: tests, benchmarks); "latency://MS/URI" or
  * "latency://MIN-MAX/URI" the store URI names, each call MS (or a random
  * MIN to MAX) milliseconds later (storage_latency.c: a remote store's
- * round trips, for tests and benchmarks).
+ * round trips, for tests and benchmarks);
+ * "s3://BUCKET/PREFIX?endpoint=HOST:PORT[&region=R]" an S3 bucket over the
+ * S3 REST API with SigV4 (storage_s3.c).
  */
 #ifndef WEIR_STATE_STORAGE_H
 #define WEIR_STATE_STORAGE_H
@@ -171,6 +173,8 @@ int weir__storage_delete_now(weir__storage *s, const char *name);
 extern const weir__storage_ops weir__storage_dir_ops;
 extern const weir__storage_ops weir__storage_mem_ops;
 extern const weir__storage_ops weir__storage_latency_ops;
+/* An S3 bucket over HTTP (storage_s3.c). */
+extern const weir__storage_ops weir__storage_s3_ops;
 /* The directory a local store lives in (NULL for other stores): for
  * messages that name files. */
 const char *weir__storage_dir_path(const weir__storage *s);
