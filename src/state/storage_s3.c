@@ -397,24 +397,6 @@ static intptr_t req_fiber(void *arg)
     return (intptr_t)v;
 }
 
-/* Send r on the store's runtime and wait: the status, or -errno. */
-static int req_run(s3_req *r)
-{
-    weir_spawn_opts o = {.name = "s3", .stack_size = FIBER_STACK, .rt = r->s->rt};
-    weir_task *t = weir_task_spawn(req_fiber, r, &o);
-    if (!t)
-        return -errno;
-    intptr_t v = 0;
-    int e = weir_task_join(t, &v, WEIR_FOREVER);
-    if (e < 0)
-        return e;
-    if (v < 0 && v != -ENOENT)
-        weir__log(WEIR__LOG_WARN, LOG_C, "%s %s/%s%s: %s%s%s", r->method, r->s->bucket,
-                  r->s->prefix, r->what, weir_strerror((int)v), r->resp.error ? ": " : "",
-                  r->resp.error ? r->resp.error : "");
-    return (int)v;
-}
-
 /* The S3 error code of an error body (<Code>X</Code>), for messages. */
 static void error_code(const weir_http_client_resp *resp, char *out, size_t cap)
 {
@@ -428,6 +410,32 @@ static void error_code(const weir_http_client_resp *resp, char *out, size_t cap)
         n++;
     memcpy(out, b, n);
     out[n] = '\0';
+}
+
+/* Send r on the store's runtime and wait: the status, or -errno. */
+static int req_run(s3_req *r)
+{
+    weir_spawn_opts o = {.name = "s3", .stack_size = FIBER_STACK, .rt = r->s->rt};
+    weir_task *t = weir_task_spawn(req_fiber, r, &o);
+    if (!t)
+        return -errno;
+    intptr_t v = 0;
+    int e = weir_task_join(t, &v, WEIR_FOREVER);
+    if (e < 0)
+        return e;
+    if (v == -EIO && r->resp.status >= 500) {
+        char code[48];
+        error_code(&r->resp, code, sizeof(code));
+        weir__log(WEIR__LOG_WARN, LOG_C, "%s %s/%s%s: HTTP %d%s%s%s, attempts spent", r->method,
+                  r->s->bucket, r->s->prefix, r->what, r->resp.status, *code ? " (" : "", code,
+                  *code ? ")" : "");
+    } else if (v < 0) {
+        int why = r->resp.error && *r->resp.error;
+        weir__log(WEIR__LOG_WARN, LOG_C, "%s %s/%s%s: %s%s%s", r->method, r->s->bucket,
+                  r->s->prefix, r->what, weir_strerror((int)v), why ? ": " : "",
+                  why ? r->resp.error : "");
+    }
+    return (int)v;
 }
 
 /* The errno of an unexpected status, logged (404 is the ordinary -ENOENT). */
