@@ -255,6 +255,7 @@ typedef struct s3_req {
     const char *method;
     const char *what; /* for messages: the name or prefix */
     char *url;
+    char *path, *query; /* as signed: one allocation, query after path's NUL */
     weir_http_header hdr[6];
     size_t nhdr;
     char auth[1024], date[17], sha[65], range[64];
@@ -269,13 +270,45 @@ static void req_free(s3_req *r)
 {
     weir_http_client_resp_free(&r->resp);
     weir__free(r->url);
-    r->url = NULL;
+    weir__free(r->path);
+    r->url = r->path = r->query = NULL;
 }
 
 static void hdr(s3_req *r, const char *name, const char *value)
 {
     r->hdr[r->nhdr].name = (weir_http_str){name, strlen(name)};
     r->hdr[r->nhdr++].value = (weir_http_str){value, strlen(value)};
+}
+
+/* Sign r as of now (each attempt signs again: a request retried for long
+ * stays inside the server's allowed clock skew). */
+static int req_sign(s3_req *r)
+{
+    const s3_store *s = r->s;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(r->date, sizeof(r->date), "%Y%m%dT%H%M%SZ", &tm);
+    const char *rn[1] = {"range"}, *rv[1] = {r->range};
+    weir__s3_sig_in in = {
+        .method = r->method,
+        .path = r->path,
+        .query = r->query,
+        .host = s->endpoint,
+        .amz_date = r->date,
+        .payload_hash = r->sha,
+        .region = s->region,
+        .access_key = s->akid,
+        .secret_key = s->secret,
+        .token = s->token,
+        .extra_names = rn,
+        .extra_values = rv,
+        .nextra = *r->range ? 1 : 0,
+    };
+    int e = weir__s3_sign(&in, r->auth, sizeof(r->auth));
+    r->hdr[0].value = (weir_http_str){r->auth, e ? 0 : strlen(r->auth)};
+    r->hdr[2].value = (weir_http_str){r->date, strlen(r->date)};
+    return e;
 }
 
 /* Build and sign method path?query (both encoded; the query sorted) with
@@ -292,49 +325,31 @@ static int req_init(s3_req *r, s3_store *s, weir_http_client *http, const char *
     r->body = body;
     r->body_len = len;
     r->deadline = weir_time_after_ms(s->timeout_ms);
-    size_t ul = strlen(s->endpoint) + strlen(path) + strlen(query) + 16;
-    if (!(r->url = weir__malloc(ul)))
+    size_t pl = strlen(path), ql = strlen(query);
+    size_t ul = strlen(s->endpoint) + pl + ql + 16;
+    r->url = weir__malloc(ul);
+    r->path = weir__malloc(pl + ql + 2);
+    if (!r->url || !r->path)
         return -ENOMEM;
     snprintf(r->url, ul, "http://%s%s%s%s", s->endpoint, path, *query ? "?" : "", query);
+    memcpy(r->path, path, pl + 1);
+    r->query = r->path + pl + 1;
+    memcpy(r->query, query, ql + 1);
     uint8_t d[32];
     int e = weir__sha256(body, len, d);
     if (e)
         return e;
     hex32(d, r->sha);
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(r->date, sizeof(r->date), "%Y%m%dT%H%M%SZ", &tm);
-    const char *rn[1] = {"range"}, *rv[1] = {NULL};
-    if (range) {
+    if (range)
         snprintf(r->range, sizeof(r->range), "%s", range);
-        rv[0] = r->range;
-    }
-    weir__s3_sig_in in = {
-        .method = method,
-        .path = path,
-        .query = query,
-        .host = s->endpoint,
-        .amz_date = r->date,
-        .payload_hash = r->sha,
-        .region = s->region,
-        .access_key = s->akid,
-        .secret_key = s->secret,
-        .token = s->token,
-        .extra_names = rn,
-        .extra_values = rv,
-        .nextra = range ? 1 : 0,
-    };
-    if ((e = weir__s3_sign(&in, r->auth, sizeof(r->auth))) != 0)
-        return e;
-    hdr(r, "Authorization", r->auth);
+    hdr(r, "Authorization", r->auth); /* hdr[0]: set by req_sign */
     hdr(r, "x-amz-content-sha256", r->sha);
-    hdr(r, "x-amz-date", r->date);
+    hdr(r, "x-amz-date", r->date); /* hdr[2]: req_sign too */
     if (s->token && *s->token)
         hdr(r, "x-amz-security-token", s->token);
     if (range)
         hdr(r, "Range", r->range);
-    return 0;
+    return req_sign(r);
 }
 
 /* Transport errors and 5xx (-EIO here) are worth another attempt. */
@@ -362,9 +377,11 @@ static int retryable(int err, int attempt, void *arg)
 
 static int64_t attempt(void *arg, int n, int64_t deadline)
 {
-    (void)n;
     s3_req *r = arg;
     weir_http_client_resp_free(&r->resp);
+    int e = n > 1 ? req_sign(r) : 0;
+    if (e)
+        return e;
     weir_http_client_req q = {
         .method = r->method,
         .url = r->url,
@@ -374,7 +391,7 @@ static int64_t attempt(void *arg, int n, int64_t deadline)
         .body_len = r->body_len,
         .deadline = deadline,
     };
-    int e = weir_http_client_do(r->http, &q, &r->resp);
+    e = weir_http_client_do(r->http, &q, &r->resp);
     if (e == 0 && r->resp.status >= 500)
         e = -EIO;
     r->last_err = e;
@@ -490,6 +507,9 @@ static int s3_put(weir__storage *st, const char *name, const void *buf, size_t l
     s3_req r;
     int v = obj_call(s, &r, s->data, "PUT", name, buf, len, NULL);
     int e = v < 0 ? v : v == 200 || v == 204 ? 0 : status_err(&r, v);
+    if (v == 404)
+        weir__log(WEIR__LOG_WARN, LOG_C, "PUT %s/%s%s: no bucket %s", s->bucket, s->prefix, name,
+                  s->bucket);
     req_free(&r);
     return e;
 }
