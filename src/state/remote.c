@@ -1931,7 +1931,9 @@ static int split_uri(const char *uri, char **pool, size_t *budget, int *threads,
         int own = (n >= 14 && memcmp(q, "hot_max_bytes=", 14) == 0) ||
                   (n >= 11 && memcmp(q, "io_threads=", 11) == 0) ||
                   (n >= 6 && memcmp(q, "reads=", 6) == 0);
-        if (own) {
+        if (!n) {
+            /* an empty parameter ("x?", "a&&b"): nothing */
+        } else if (own) {
             if (ml)
                 mine[ml++] = '&';
             memcpy(mine + ml, q, n);

@@ -881,6 +881,10 @@ TEST(remote_state_on_s3)
              "remote:s3://" BUCKET "/state?endpoint=127.0.0.1:%d&hot_max_bytes=0&io_threads=4",
              srv.port);
     weir_state_backend *b = NULL;
+    /* The backend's options are its own; the rest go to the pool's URI. */
+    char bad[300];
+    snprintf(bad, sizeof(bad), "%s&colour=blue", uri);
+    CHECK_EQ(weir_state_backend_open(bad, GROUPS, 0, GROUPS, &b), -EINVAL);
     CHECK_EQ(weir_state_backend_open(uri, GROUPS, 0, GROUPS, &b), 0);
     enum { N = 3000 };
     char k[32], v[64];
