@@ -42,6 +42,7 @@
 #include "state/storage.h"
 #include "state/storage_s3.h"
 #include "test.h"
+#include "test_rt.h"
 #include "weir/rt.h"
 #include "weir/state.h"
 
@@ -466,6 +467,43 @@ TEST(calls_as_every_store_answers)
     CHECK_STR(ns.v[0], "rootblob");
     weir__names_free(&ns);
     CHECK_EQ(weir__storage_delete(s, "rootblob"), 0);
+    weir__storage_close(s);
+}
+
+/* From a fiber the calls are jobs on the caller's runtime's blocking pool,
+ * whose threads then wait for the store's own runtime. */
+static intptr_t fiber_calls(void *arg)
+{
+    weir__storage *s = arg;
+    CHECK(weir_task_current() != NULL);
+    CHECK_EQ(weir__storage_put(s, "f/x", "fiber", 5), 0);
+    uint8_t *b = NULL;
+    size_t len = 0;
+    CHECK_EQ(weir__storage_get(s, "f/x", 100, &b, &len), 0);
+    CHECK_EQ(len, 5);
+    CHECK(memcmp(b, "fiber", 5) == 0);
+    weir__free(b);
+    weir__names ns;
+    CHECK_EQ(weir__storage_list(s, "f/", &ns), 0);
+    CHECK_EQ(ns.n, 1);
+    CHECK_STR(ns.v[0], "f/x");
+    weir__names_free(&ns);
+    CHECK_EQ(weir__storage_delete(s, "f/"), 0);
+    CHECK_EQ(weir__storage_get(s, "f/x", 100, &b, &len), -ENOENT);
+    /* A store opened and freed on a scheduler thread (its runtime is
+     * stopped from there). */
+    weir__storage *t = open_s3("fiber", NULL);
+    CHECK_EQ(weir__storage_put(t, "y", "1", 1), 0);
+    CHECK_EQ(weir__storage_delete(t, "y"), 0);
+    weir__storage_close(t);
+    return 7;
+}
+
+TEST(calls_from_a_fiber)
+{
+    server_up();
+    weir__storage *s = open_s3("fiber", NULL);
+    CHECK_EQ(test_run_main(fiber_calls, s), 7);
     weir__storage_close(s);
 }
 
