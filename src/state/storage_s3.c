@@ -832,8 +832,6 @@ static int list_names(s3_store *s, const char *prefix, int recursive, weir__name
         if (e == -EBADMSG)
             weir__log(WEIR__LOG_WARN, LOG_C, "list %s/%s: a malformed listing", s->bucket, full);
         req_free(&r);
-        weir__free(token);
-        token = NULL;
         if (e || !l.truncated)
             break;
         if (!l.token || !*l.token) {
@@ -842,6 +840,13 @@ static int list_names(s3_store *s, const char *prefix, int recursive, weir__name
                       full);
             break;
         }
+        if (token && strcmp(token, l.token) == 0) {
+            e = -EBADMSG; /* the same page again: it would never end */
+            weir__log(WEIR__LOG_WARN, LOG_C, "list %s/%s: the same continuation token again",
+                      s->bucket, full);
+            break;
+        }
+        weir__free(token);
         token = l.token;
         l.token = NULL;
     }

@@ -16,9 +16,9 @@
  * survive, a call in flight rides over it), the server down (calls fail
  * within their deadline), a hostile server (a huge Content-Length,
  * garbage XML, a DOCTYPE, too many keys, a key outside the prefix, a
- * wrong Content-Range: clean errors), and the remote-read state backend
- * on an S3 pool end to end. Without node or s3rver the test fails,
- * saying to run scripts/deps.sh.
+ * token that never ends, a wrong Content-Range, 503s: clean errors), and the remote-read state
+ * backend on an S3 pool end to end. Without node or s3rver the test fails, saying to run
+ * scripts/deps.sh.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -730,7 +730,8 @@ enum {
     H_NO_TOKEN,
     H_BAD_RANGE,
     H_500,
-    H_LONG_KEY
+    H_LONG_KEY,
+    H_SAME_TOKEN
 };
 static struct {
     int fd, port;
@@ -824,6 +825,10 @@ static void *evil_server(void *arg)
             listing(c, "<Contents><Key>elsewhere/secret</Key></Contents>"
                        "<IsTruncated>false</IsTruncated>");
             break;
+        case H_SAME_TOKEN:
+            listing(c, "<Contents><Key>p/a</Key></Contents><IsTruncated>true</IsTruncated>"
+                       "<NextContinuationToken>again</NextContinuationToken>");
+            break;
         case H_NO_TOKEN:
             listing(c, "<Contents><Key>p/a</Key></Contents><IsTruncated>true</IsTruncated>");
             break;
@@ -883,6 +888,8 @@ TEST(a_hostile_server_gets_clean_errors)
     atomic_store(&evil.mode, H_OUTSIDE);
     CHECK_EQ(weir__storage_list(s, "", &ns), -EBADMSG);
     atomic_store(&evil.mode, H_NO_TOKEN);
+    CHECK_EQ(weir__storage_list(s, "", &ns), -EBADMSG);
+    atomic_store(&evil.mode, H_SAME_TOKEN);
     CHECK_EQ(weir__storage_list(s, "", &ns), -EBADMSG);
     atomic_store(&evil.mode, H_LONG_KEY);
     CHECK_EQ(weir__storage_list(s, "", &ns), -EBADMSG);
