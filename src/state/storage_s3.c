@@ -21,8 +21,17 @@
  * exponential backoff and jitter (weir/resil.h's weir_retry_run) inside
  * one deadline, timeout_ms (30 s) from the call's start; a server that is
  * restarted mid-job is thus ridden over, and one that stays down fails
- * the call with its transport error within the deadline. A request is
- * signed once, at its first attempt (SigV4 allows a 15-minute skew).
+ * the call with its transport error within the deadline. The payload's
+ * hash is computed once, on the caller's thread; each attempt signs again
+ * with the time it is sent at (a long retry stays inside the 15 minutes of
+ * clock skew S3 allows). Other options: attempts (8 in all), max_keys (a
+ * listing's page: 1000; small in tests, to see pages followed).
+ *
+ * Limits. HTTP only (weir's client has no TLS transport yet). A key must
+ * be expressible in XML 1.0 to be listed (no encoding-type=url: s3rver
+ * ignores it). A ranged read of an empty object is answered 416 by S3,
+ * which reads as 0 bytes; s3rver answers it 206 with a body it never sends
+ * (nothing here reads ranges of empty blobs).
  *
  * Errors: 404 is -ENOENT, 403 -EACCES, 400 -EINVAL, a 5xx still there
  * after the retries -EIO, another unexpected status -EIO, a body over a
