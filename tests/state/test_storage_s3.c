@@ -129,9 +129,14 @@ static void server_start(void)
             dup2(null, 1);
         /* s3rver makes continuation tokens with DES, which OpenSSL 3
          * keeps in its legacy provider. */
-        execlp("node", "node", "--openssl-legacy-provider", js, "-d", srv.dir, "-a", "127.0.0.1",
-               "-p", port, verbose ? "--configure-bucket" : "--silent", BUCKET,
-               verbose ? (char *)NULL : "--configure-bucket", BUCKET, (char *)NULL);
+        char *argv[] = {"node",      "--openssl-legacy-provider",
+                        js,          "-d",
+                        srv.dir,     "-a",
+                        "127.0.0.1", "-p",
+                        port,        "--configure-bucket",
+                        BUCKET,      verbose ? NULL : "--silent",
+                        NULL};
+        execvp("node", argv);
         _exit(127);
     }
     srv.pid = pid;
