@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Install the Debian packages weir's build, tests, demo and benchmarks need.
+# Install the Debian packages weir's build, tests, demo and benchmarks need,
+# then the npm packages of tests/npm (test peers the tests start themselves:
+# s3rver), from its package-lock.json with `npm ci`.
 # Idempotent: packages already installed are skipped (dpkg -s), and apt-get
-# runs only when something is missing. Needs root (or sudo) on a Debian host.
+# runs only when something is missing; npm runs only when tests/npm's
+# packages are not installed. Needs root (or sudo) on a Debian host.
 #
 # Packages are installed with --no-install-recommends, so name here every
 # package whose files the build, tests, examples or benchmarks use, even
@@ -16,8 +19,11 @@ pkgs=(
   # build
   build-essential cmake pkg-config clang
   # I/O backend; JSON for the HTTP server (jansson); key hashing (xxHash);
-  # SHA-256 of plugins, later TLS (OpenSSL's libcrypto)
-  liburing-dev libjansson-dev libxxhash-dev libssl-dev
+  # SHA-256 of plugins and S3 signatures, later TLS (OpenSSL's libcrypto);
+  # XML of S3 listings (expat)
+  liburing-dev libjansson-dev libxxhash-dev libssl-dev libexpat1-dev
+  # the S3 store's tests: node runs s3rver (tests/npm, installed below)
+  nodejs
   # sanitizer runtimes for clang builds (ASan/UBSan/TSan, libFuzzer); llvm
   # gives the llvm-ar / llvm-ranlib CMake picks for them (only a Recommends
   # of clang)
@@ -37,6 +43,9 @@ pkgs=(
 # The Tokio peer builds with cargo; a rustup toolchain on PATH is fine,
 # otherwise take Debian's.
 command -v cargo >/dev/null 2>&1 || pkgs+=(cargo)
+# npm is Debian's own package, unless the nodejs installed (NodeSource's)
+# carries it and says so.
+dpkg-query -W -f='${Provides}\n' nodejs 2>/dev/null | grep -qw npm || pkgs+=(npm)
 
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${pkgs[@]}"
@@ -47,12 +56,18 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps.sh: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "deps.sh: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The npm test peers, exactly as tests/npm/package-lock.json pins them.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -e "$root/tests/npm/node_modules/.bin/s3rver" ]; then
+  echo "deps.sh: installing tests/npm (npm ci)"
+  npm ci --prefix "$root/tests/npm" --no-audit --no-fund >/dev/null
+fi

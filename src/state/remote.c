@@ -3,7 +3,9 @@
  * remote.c - the remote-read state backend: a hot tier in memory over a
  * durable pool, "remote:POOL_URI[?hot_max_bytes=N&io_threads=N]" (POOL_URI
  * any store of state/storage.h: a directory, "mem://NAME",
- * "latency://MS/URI" around either).
+ * "latency://MS/URI" around either, "s3://BUCKET/PREFIX?endpoint=H:P";
+ * the options after the last '?' that are not the backend's stay with
+ * the pool URI).
  *
  * The pool holds runs (state/run.h): each checkpoint writes one, the
  * delta - every key changed since the last checkpoint, as puts and
@@ -1912,25 +1914,73 @@ static int parse_opts(const char *q, size_t *budget, int *threads, int *sync)
     return 0;
 }
 
+/* Split "remote:POOL_URI?OPTS" into the pool's URI (weir__malloc'd) and
+ * the backend's options. OPTS are the parameters after the last '?': the
+ * backend's own (hot_max_bytes, io_threads, reads) are taken out, any other
+ * stays with the pool URI, whose store takes it or refuses it ("remote:
+ * s3://b/p?endpoint=H:P&hot_max_bytes=N" gives the pool
+ * "s3://b/p?endpoint=H:P"; a store without options refuses a '?'). */
+static int split_uri(const char *uri, char **pool, size_t *budget, int *threads, int *sync)
+{
+    const char *p = uri + 7, *q = strrchr(p, '?');
+    size_t plen = q ? (size_t)(q - p) : strlen(p);
+    if (!plen)
+        return -EINVAL;
+    char *puri = weir__malloc(strlen(p) + 2), *mine = weir__malloc(strlen(p) + 2);
+    if (!puri || !mine) {
+        weir__free(puri);
+        weir__free(mine);
+        return -ENOMEM;
+    }
+    memcpy(puri, p, plen);
+    size_t pl = plen, ml = 0;
+    int pool_opts = memchr(puri, '?', plen) != NULL; /* the pool's own query goes on */
+    while (q && *q) {
+        q++;
+        const char *amp = strchr(q, '&');
+        size_t n = amp ? (size_t)(amp - q) : strlen(q);
+        int own = (n >= 14 && memcmp(q, "hot_max_bytes=", 14) == 0) ||
+                  (n >= 11 && memcmp(q, "io_threads=", 11) == 0) ||
+                  (n >= 6 && memcmp(q, "reads=", 6) == 0);
+        if (!n) {
+            /* an empty parameter ("x?", "a&&b"): nothing */
+        } else if (own) {
+            if (ml)
+                mine[ml++] = '&';
+            memcpy(mine + ml, q, n);
+            ml += n;
+        } else {
+            puri[pl++] = pool_opts++ ? '&' : '?';
+            memcpy(puri + pl, q, n);
+            pl += n;
+        }
+        q = amp;
+    }
+    puri[pl] = '\0';
+    mine[ml] = '\0';
+    int e = parse_opts(ml ? mine : NULL, budget, threads, sync) < 0 ? -EINVAL : 0;
+    weir__free(mine);
+    if (e)
+        weir__free(puri);
+    else
+        *pool = puri;
+    return e;
+}
+
 int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
                       weir_state_backend **out)
 {
     if (strncmp(uri, "remote:", 7) != 0 || ngroups < 1 || first_kg < 0 || first_kg > end_kg ||
         end_kg > ngroups)
         return -EINVAL;
-    const char *pool = uri + 7, *q = strrchr(pool, '?');
-    size_t plen = q ? (size_t)(q - pool) : strlen(pool);
     size_t budget = default_budget();
     int threads = 16, sync = 0;
-    if (!plen || parse_opts(q ? q + 1 : NULL, &budget, &threads, &sync) < 0)
-        return -EINVAL;
-    char *puri = weir__malloc(plen + 1);
-    if (!puri)
-        return -ENOMEM;
-    memcpy(puri, pool, plen);
-    puri[plen] = '\0';
+    char *puri;
+    int e = split_uri(uri, &puri, &budget, &threads, &sync);
+    if (e)
+        return e;
     weir__storage *st;
-    int e = weir__storage_open(puri, &st);
+    e = weir__storage_open(puri, &st);
     weir__free(puri);
     if (e)
         return e == -EPROTONOSUPPORT ? -EINVAL : e;
@@ -2110,14 +2160,10 @@ int weir__remote_gc(const char *uri, weir__storage *ckpts, const uint64_t *gone,
     int deleted = 0;
     weir__storage *pool = NULL;
     if (!e && g.n) {
-        const char *p = uri + 7, *q = strrchr(p, '?');
-        size_t pl = q ? (size_t)(q - p) : strlen(p);
-        char *puri = weir__malloc(pl + 1);
-        if (!puri) {
-            e = -ENOMEM;
-        } else {
-            memcpy(puri, p, pl);
-            puri[pl] = '\0';
+        size_t budget;
+        int threads, sync;
+        char *puri;
+        if ((e = split_uri(uri, &puri, &budget, &threads, &sync)) == 0) {
             e = weir__storage_open(puri, &pool);
             weir__free(puri);
         }

@@ -32,7 +32,7 @@
  * registry: adding a store is adding a line here. */
 static const weir__storage_ops *const impls[] = {&weir__storage_dir_ops, &weir__storage_mem_ops,
                                                  &weir__storage_latency_ops,
-                                                 &weir__storage_redis_ops};
+                                                 &weir__storage_redis_ops, &weir__storage_s3_ops};
 
 void weir__names_free(weir__names *n)
 {

@@ -55,7 +55,9 @@
  * round trips, for tests and benchmarks); "redis://HOST:PORT[/DB][?prefix=P]"
  * a Redis server's string keys, over one pipelined connection of its own
  * (storage_redis.c: durable only on a server with appendonly and
- * appendfsync always).
+ * appendfsync always);
+ * "s3://BUCKET/PREFIX?endpoint=HOST:PORT[&region=R]" an S3 bucket over the
+ * S3 REST API with SigV4 (storage_s3.c).
  */
 #ifndef WEIR_STATE_STORAGE_H
 #define WEIR_STATE_STORAGE_H
@@ -183,6 +185,8 @@ typedef struct weir__storage_redis_stat {
     uint64_t writes, cmds, max_batch, batched, connects, drops;
 } weir__storage_redis_stat;
 int weir__storage_redis_stats(const weir__storage *s, weir__storage_redis_stat *out);
+/* An S3 bucket over HTTP (storage_s3.c). */
+extern const weir__storage_ops weir__storage_s3_ops;
 /* The directory a local store lives in (NULL for other stores): for
  * messages that name files. */
 const char *weir__storage_dir_path(const weir__storage *s);

@@ -42,6 +42,8 @@ static int path_of(const dir_store *d, const char *name, size_t nlen, char *out,
 
 static int dir_open(const char *where, weir__storage **out)
 {
+    if (strchr(where, '?'))
+        return -EINVAL; /* no options: one meant for another layer, or misspelt */
     dir_store *d = weir__calloc(1, sizeof(*d));
     if (!d)
         return -ENOMEM;

@@ -64,6 +64,8 @@ static pool *pool_of(weir__storage *s)
 
 static int mem_open(const char *where, weir__storage **out)
 {
+    if (strchr(where, '?'))
+        return -EINVAL; /* no options: one meant for another layer, or misspelt */
     mem_store *m = weir__calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;

@@ -804,9 +804,9 @@ TEST(the_remote_backend_on_a_redis_pool)
     server sv = {0};
     server_start(&sv);
     char uri[256];
-    /* The pool's own options come first; remote's after the last '?'. */
+    /* One query for both: the backend keeps its own options, the pool gets the rest. */
     snprintf(uri, sizeof(uri),
-             "remote:redis://127.0.0.1:%d?prefix=job%%2F1/?hot_max_bytes=4096&io_threads=4",
+             "remote:redis://127.0.0.1:%d?prefix=job%%2F1/&hot_max_bytes=4096&io_threads=4",
              sv.port);
     weir_state_backend *b = NULL, *model = weir_state_memory_new(GROUPS, 0, GROUPS);
     CHECK_EQ(weir_state_backend_open(uri, GROUPS, 0, GROUPS, &b), 0);
