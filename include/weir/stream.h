@@ -209,6 +209,34 @@ int weir_map_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, con
                        size_t uklen, weir_state_cont fn, void *arg);
 
 /*
+ * How a keyed operator's reads go out under the async execution controller
+ * (set on the operator's own stream, before weir_job_run; docs/state.md,
+ * "Read coalescing and deadline-aware ordering"):
+ *
+ * - Read coalescing (the default where the backend has get_batch): reads
+ *   the records issue while the subtask has nothing else to run go to the
+ *   backend as one batch, one round trip. WEIR_READS_NO_COALESCE sends each
+ *   read on its own.
+ * - WEIR_READS_DEADLINE_ORDER: among the answers that are ready together,
+ *   the reads with the lowest order key (weir_ctx_read_order: a deadline,
+ *   say) resume their records first; equal keys keep their order of
+ *   arrival. It reorders only records of distinct keys (the key gate) and
+ *   never moves one across a watermark. Coalescing resumes a batch's
+ *   answers as they come, so with both the ordering is inert: the run logs
+ *   a warning and goes on coalescing.
+ *
+ * NULL, or -EINVAL (also weir_job_error) for unknown flags or a stream that
+ * no operator made. On a backend whose reads answer at once, nothing
+ * changes.
+ */
+enum { WEIR_READS_NO_COALESCE = 1, WEIR_READS_DEADLINE_ORDER = 2 };
+weir_stream *weir_stream_reads(weir_stream *s, int flags);
+/* The order key of the reads the current record issues from here on (0
+ * until set; a continuation starts with its read's): lower resumes first
+ * under WEIR_READS_DEADLINE_ORDER. */
+void weir_ctx_read_order(weir_ctx *ctx, int64_t order);
+
+/*
  * The keys of a state: fn runs once for every key of this subtask that has
  * an entry of `state` (value, map or list; restored ones too), with that
  * key current, so it may read and write the key's state (clear it, say),

@@ -22,6 +22,13 @@
  * in flight, and the posted mail, holds a reference to the controller's
  * shell (its lock, its closed flag), which outlives the run.
  *
+ * Deadline-aware ordering (WEIR_READS_DEADLINE_ORDER, without
+ * coalescing): the answers that are in the inbox together are taken out
+ * at once (up to ORDER_MAX) and resumed lowest order key first, equal
+ * keys in order of arrival. Every one belongs to a distinct key (the key
+ * gate) and the watermark rules count finished records, not their order,
+ * so the reordering cannot move a record across a watermark.
+ *
  * Memory per record in flight: one allocation of sizeof(held) (112 bytes
  * on x86-64) plus its key and record bytes; a read in flight adds one of
  * sizeof(wait) (80), which holds an answered value of up to 24 bytes (a
@@ -33,6 +40,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/log.h"
 #include "state/async_exec.h"
 #include "stream/controller.h"
 #include "stream/stream_int.h"
@@ -56,6 +64,7 @@ typedef struct wait {
     held *h;
     weir__cont_fn cont;
     void *arg;
+    int64_t order; /* weir_ctx_read_order's when it was issued */
     int err;
     size_t vlen;
     uint8_t *val; /* the answer's copy: small, or allocated */
@@ -64,6 +73,8 @@ typedef struct wait {
 
 /* Reads gathered for one get_batch at most. */
 #define BATCH_MAX 128
+/* Answers ordered together at most (deadline-aware ordering). */
+#define ORDER_MAX 256
 
 struct actl {
     weir__controller base;
@@ -79,6 +90,7 @@ struct actl {
     /* Reads gathered for the backend's get_batch (NULL: it has none). */
     weir_state_read *batch;
     size_t nbatch;
+    int order; /* deadline-aware ordering: answers ready together resume lowest order first */
 };
 
 static void unref(actl *c)
@@ -127,6 +139,7 @@ static int run_rec(void *arg, weir__aec_rec *a)
     int pside;
     enter(c, h, &prc, &pside);
     weir_ctx *ctx = &c->st->ctx[0];
+    ctx->read_order = 0;
     int e = ctx->op->def.process(ctx, ctx->state, &h->rec);
     leave(c, prc, pside);
     if (e < 0)
@@ -162,6 +175,7 @@ static int answer(actl *c, wait *w)
     h->reads--;
     enter(c, h, &prc, &pside);
     ctx->read_kl = 0; /* the key it read is long gone from keybuf */
+    ctx->read_order = w->order;
     int e = w->cont(ctx, ctx->state, &h->rec, w->err,
                     w->err   ? NULL
                     : w->val ? w->val
@@ -212,7 +226,38 @@ static void flush_batch(actl *c)
     }
 }
 
-/* Wait for one answer and run it. */
+/* Run the answer first and, ordering, every other one in the inbox now:
+ * by order key, equal keys as they came (an insertion sort: the runs
+ * are short, and it is stable). 0 or the first error (the answers not
+ * run then are dropped: the controller has failed, and no answer runs
+ * after a failure). */
+static int answer_ready(actl *c, wait *first)
+{
+    if (!c->order)
+        return answer(c, first);
+    wait *v[ORDER_MAX];
+    size_t n = 0;
+    v[n++] = first;
+    while (n < ORDER_MAX && weir_chan_try_recv(c->inbox, &v[n]) == 0)
+        n++;
+    for (size_t i = 1; i < n; i++) {
+        wait *x = v[i];
+        size_t j = i;
+        for (; j > 0 && v[j - 1]->order > x->order; j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    int e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (e)
+            wait_free(v[i]);
+        else
+            e = answer(c, v[i]);
+    }
+    return e;
+}
+
+/* Wait for one answer and run it (and, ordering, those ready with it). */
 static int answer_one(actl *c)
 {
     if (weir__aec_waiting(c->aec) == 0) {
@@ -226,7 +271,7 @@ static int answer_one(actl *c)
     int e = weir_chan_recv(c->inbox, &w, WEIR_FOREVER);
     if (e == -EPIPE) /* closed: an answer was lost */
         return check_lost(c) ? -ENOMEM : e;
-    return e < 0 ? e : answer(c, w);
+    return e < 0 ? e : answer_ready(c, w);
 }
 
 static int run_inbox(subtask *st, weir__mail *m)
@@ -239,7 +284,7 @@ static int run_inbox(subtask *st, weir__mail *m)
     int e = weir__aec_error(c->aec);
     wait *w;
     while (!e && weir_chan_try_recv(c->inbox, &w) == 0)
-        e = answer(c, w);
+        e = answer_ready(c, w);
     if (!e)
         e = check_lost(c);
     if (!e)
@@ -307,7 +352,7 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
         wait *w = weir__calloc(1, sizeof(*w));
         if (!w)
             return -ENOMEM;
-        *w = (wait){.c = c, .h = c->cur, .cont = cont, .arg = arg};
+        *w = (wait){.c = c, .h = c->cur, .cont = cont, .arg = arg, .order = ctx->read_order};
         if (c->batch) { /* gathered: asked for with the others */
             uint8_t *k = weir__malloc(klen ? klen : 1);
             if (!k) {
@@ -439,7 +484,9 @@ weir__controller *weir__controller_async_new(subtask *st, size_t max_in_flight)
         weir__free(c);
         return NULL;
     }
-    if (st->backend->ops->get_batch && !(c->batch = weir__malloc(BATCH_MAX * sizeof(*c->batch)))) {
+    int flags = st->ops[0]->reads;
+    if (st->backend->ops->get_batch && !(flags & WEIR_READS_NO_COALESCE) &&
+        !(c->batch = weir__malloc(BATCH_MAX * sizeof(*c->batch)))) {
         pthread_mutex_destroy(&c->lock);
         weir__free(c);
         return NULL;
@@ -452,6 +499,15 @@ weir__controller *weir__controller_async_new(subtask *st, size_t max_in_flight)
         pthread_mutex_destroy(&c->lock);
         weir__free(c);
         return NULL;
+    }
+    if (flags & WEIR_READS_DEADLINE_ORDER) {
+        c->order = !c->batch;
+        if (c->batch && st->index == 0)
+            weir__log(WEIR__LOG_WARN, "stream",
+                      "\"%s\": deadline-aware ordering is inert while reads are coalesced "
+                      "(the state backend batches them): give weir_stream_reads "
+                      "WEIR_READS_NO_COALESCE too for the ordering",
+                      st->ops[0]->name);
     }
     return &c->base;
 }

@@ -290,6 +290,25 @@ weir_stream *weir_stream_parallelism(weir_stream *s, int parallelism)
     return s;
 }
 
+weir_stream *weir_stream_reads(weir_stream *s, int flags)
+{
+    if (!s || s->j->err)
+        return NULL;
+    if (!s->from || (flags & ~(WEIR_READS_NO_COALESCE | WEIR_READS_DEADLINE_ORDER))) {
+        build_fail(s->j, "weir_stream_reads: %s",
+                   s->from ? "unknown flags" : "set on an operator's own stream");
+        return NULL;
+    }
+    s->from->reads = flags;
+    return s;
+}
+
+void weir_ctx_read_order(weir_ctx *ctx, int64_t order)
+{
+    if (ctx)
+        ctx->read_order = order;
+}
+
 /* ---- built-in operators ------------------------------------------------------------------- */
 typedef struct fn_arg {
     weir_rec_fn rec;

@@ -50,6 +50,7 @@ struct sop {
      * shared by its subtasks: its state is the operator's. NULL: the
      * runner picks one. */
     struct weir__controller *ctl;
+    int reads; /* WEIR_READS_* (weir_stream_reads) */
     /* Filled by the run. */
     int par;
     int chain;     /* the chain (task) it runs in */
@@ -124,6 +125,9 @@ struct weir_ctx {
      * it read still in keybuf, read_kl bytes, until it composes another;
      * 0: not (an answer that came later). */
     size_t read_kl;
+    /* The order key of the reads the running record issues
+     * (weir_ctx_read_order). */
+    int64_t read_order;
 };
 
 /* ---- the running job (runner.c)
