@@ -20,7 +20,12 @@
  * (every key comes round again only after all the others, so reads past
  * the first pass are cold); mode=remote-sync the same backend read
  * without the controller (reads=sync); mode=memory-ckpt the in-memory
- * backend with the same checkpoints, the ceiling they compare with.
+ * backend with the same checkpoints, the ceiling they compare with. These
+ * three are timed instead: the source runs for ASYNC_STATE_SECS seconds
+ * (default 5; secs=) and events_per_s is its rate over all but the first
+ * second (the first pass over the keys, whose reads find nothing, and the
+ * first checkpoints: after them the state is durable and the hot tier
+ * evicts down to its budget, so the rate is the steady one).
  *
  * Each is its own weir_job_run on a 2-thread runtime at parallelism 1 (one
  * keyed subtask: the overlap is the controller's, not more subtasks'), a
@@ -241,8 +246,18 @@ static weir_state_backend *make(void *arg, const char *uri, int ngroups, int fir
 }
 
 /* ---- the job ------------------------------------------------------------------------------- */
+/* Timed runs (secs > 0): the source ends after secs seconds of wall time,
+ * and the rate is that of its last secs - 1 seconds (report). */
+typedef struct report {
+    long mark_i, end_i;
+    int64_t mark_t, end_t;
+} report;
+
 typedef struct gen {
     long n, keys, i;
+    double secs;
+    report *rep;
+    int64_t t0;
 } gen;
 
 static int gen_open(weir_ctx *ctx, void *arg, void **state)
@@ -257,13 +272,24 @@ static int gen_open(weir_ctx *ctx, void *arg, void **state)
 static int gen_next(weir_ctx *ctx, void *state)
 {
     gen *g = state;
-    for (int k = 0; k < 1024 && g->i < g->n; k++, g->i++) {
+    if (g->secs > 0) {
+        int64_t t = now_ns();
+        if (!g->t0)
+            g->t0 = t;
+        if (!g->rep->mark_t && t - g->t0 >= 1000000000)
+            g->rep->mark_t = t, g->rep->mark_i = g->i;
+        if (t - g->t0 >= (int64_t)(g->secs * 1e9)) {
+            g->rep->end_t = t, g->rep->end_i = g->i;
+            return 1;
+        }
+    }
+    for (int k = 0; k < 1024 && (g->secs > 0 || g->i < g->n); k++, g->i++) {
         int64_t key = g->i % g->keys;
         int e = weir_emit(ctx, &key, sizeof(key), g->i / (1024 * wm_every));
         if (e)
             return e;
     }
-    return g->i >= g->n;
+    return g->secs <= 0 && g->i >= g->n;
 }
 
 static int key_of(const weir_rec *in, void *arg, const void **key, size_t *len)
@@ -328,7 +354,7 @@ static intptr_t run_job(void *arg)
     return 0;
 }
 
-static double measure(const char *backend, long events, long keys, int ckpt)
+static double measure(const char *backend, long events, long keys, int ckpt, double secs)
 {
     int runs = bench_runs(3);
     double v[100];
@@ -339,7 +365,8 @@ static double measure(const char *backend, long events, long keys, int ckpt)
         /* A pool of its own per run: "%s" in the backend is the directory. */
         snprintf(pool, sizeof(pool), "%s/pool", dir);
         snprintf(uri, sizeof(uri), backend, pool);
-        job_arg a = {uri, {events, keys, 0}, 0, 0, ckpt ? dir : NULL};
+        report rep = {0};
+        job_arg a = {uri, {events, keys, 0, secs, &rep, 0}, 0, 0, ckpt ? dir : NULL};
         weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
         weir_task *t = rt ? weir_task_spawn(run_job, &a,
                                             &(weir_spawn_opts){.rt = rt, .stack_size = 256 * 1024})
@@ -347,7 +374,8 @@ static double measure(const char *backend, long events, long keys, int ckpt)
         if (!t || weir_task_join(t, NULL, WEIR_FOREVER) != 0 || a.err)
             exit(1);
         weir_rt_free(rt);
-        v[r] = (double)events / a.secs;
+        v[r] = secs > 0 ? (double)(rep.end_i - rep.mark_i) * 1e9 / (double)(rep.end_t - rep.mark_t)
+                        : (double)events / a.secs;
         if (ckpt) {
             char cmd[128];
             snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -392,27 +420,40 @@ int main(int argc, char **argv)
     snprintf(remote_sync, sizeof(remote_sync),
              "remote:latency://%g/file://%%s?hot_max_bytes=%ld&reads=sync", ms, hot);
     long few = events / 100 > 0 ? events / 100 : 1;
+    long isecs = bench_parse_long(getenv("ASYNC_STATE_SECS"), 5);
+    if (isecs < 2) {
+        fprintf(stderr, "async_state: ASYNC_STATE_SECS must be an integer of 2 or more\n");
+        return 2;
+    }
+    double secs = (double)isecs;
     struct {
         const char *mode, *backend;
         long events;
         int ckpt;
         const char *state;
-    } m[] = {
-        {"memory", "memory:", events, 0, NULL},  {"async", "lat:", events, 0, NULL},
-        {"sync", "latsync:", few, 0, NULL},      {"memory-ckpt", "memory:", events, 1, "memory"},
-        {"remote", remote, events, 1, "remote"}, {"remote-sync", remote_sync, few, 1, "remote"}};
+        double secs;
+    } m[] = {{"memory", "memory:", events, 0, NULL, 0},
+             {"async", "lat:", events, 0, NULL, 0},
+             {"sync", "latsync:", few, 0, NULL, 0},
+             {"memory-ckpt", "memory:", 0, 1, "memory", secs},
+             {"remote", remote, 0, 1, "remote", secs},
+             {"remote-sync", remote_sync, 0, 1, "remote", secs}};
     const char *only = getenv("ASYNC_STATE_MODE"); /* one mode (profiling) */
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         if (only && strcmp(only, m[i].mode) != 0)
             continue;
-        double eps = measure(m[i].backend, m[i].events, keys, m[i].ckpt);
+        double eps = measure(m[i].backend, m[i].events, keys, m[i].ckpt, m[i].secs);
         int lat = strcmp(m[i].mode, "memory") && strcmp(m[i].mode, "memory-ckpt");
         printf("bench=async_state impl=weir mode=%s", m[i].mode);
         if (m[i].state)
             printf(" state=%s hot=%s ckpt=1", m[i].state,
                    strcmp(m[i].state, "remote") ? "1" : "0.1");
-        printf(" latency_ms=%g keys=%ld events=%ld events_per_s=%.0f\n", lat ? ms : 0.0, keys,
-               m[i].events, eps);
+        printf(" latency_ms=%g keys=%ld", lat ? ms : 0.0, keys);
+        if (m[i].secs > 0)
+            printf(" secs=%g", m[i].secs);
+        else
+            printf(" events=%ld", m[i].events);
+        printf(" events_per_s=%.0f\n", eps);
         fflush(stdout);
     }
     return 0;

@@ -168,6 +168,9 @@ static int dir_get_range(weir__storage *s, const char *name, uint64_t off, size_
     if (fd < 0)
         return -errno;
     size_t n = 0;
+    /* An offset past what off_t holds is past the end of any file. */
+    if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
+        len = off > (uint64_t)INT64_MAX ? 0 : (size_t)((uint64_t)INT64_MAX - off);
     while (n < len) {
         ssize_t r = pread(fd, buf + n, len - n, (off_t)(off + n));
         if (r < 0 && errno == EINTR)

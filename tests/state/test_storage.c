@@ -24,6 +24,7 @@
 #include "base/alloc.h"
 #include "state/state_int.h"
 #include "state/storage.h"
+#include "store_checks.h"
 #include "test.h"
 #include "test_rt.h"
 #include "weir/rt.h"
@@ -267,38 +268,6 @@ TEST(latency_store_adds_its_round_trip)
         if (weir__storage_open(bad[i], &s) != -EINVAL)
             TEST__FAIL("%s was not refused", bad[i]);
     CHECK_EQ(weir__storage_open("latency://1/nope://a", &s), -EPROTONOSUPPORT);
-}
-
-/* Ranged reads, as the remote-read backend's cold reads make them: every
- * store answers the same (a range past the end is short or empty), with
- * its own get_range or through a whole get. */
-static void check_ranges(weir__storage *s)
-{
-    enum { N = 10000 };
-    uint8_t blob[N], got[256];
-    for (int i = 0; i < N; i++)
-        blob[i] = (uint8_t)(i * 7 + 3);
-    CHECK_EQ(weir__storage_put_now(s, "runs/r1", blob, N), 0);
-    size_t n = 99;
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 0, 100, got, &n), 0);
-    CHECK_EQ(n, 100);
-    CHECK(memcmp(got, blob, 100) == 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 4321, 200, got, &n), 0);
-    CHECK_EQ(n, 200);
-    CHECK(memcmp(got, blob + 4321, 200) == 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", N - 10, 100, got, &n), 0);
-    CHECK_EQ(n, 10);
-    CHECK(memcmp(got, blob + N - 10, 10) == 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", N, 5, got, &n), 0);
-    CHECK_EQ(n, 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 1u << 30, 5, got, &n), 0);
-    CHECK_EQ(n, 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/none", 0, 5, got, &n), -ENOENT);
-    CHECK_EQ(weir__storage_range_now(s, "../r1", 0, 5, got, &n), -EINVAL);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 0, 5, NULL, &n), -EINVAL);
-    CHECK_EQ(weir__storage_delete_now(s, "runs/r1"), 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 0, 5, got, &n), -ENOENT);
-    CHECK_EQ(weir__storage_delete_now(s, ""), -EINVAL);
 }
 
 TEST(ranged_reads_on_every_store)

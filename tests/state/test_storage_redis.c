@@ -35,6 +35,7 @@
 
 #include "base/alloc.h"
 #include "state/storage.h"
+#include "store_checks.h"
 #include "test.h"
 #include "test_rt.h"
 #include "weir/rt.h"
@@ -245,39 +246,6 @@ static void check_get(weir__storage *st, const char *name, const char *want)
 }
 
 /* The other stores' ranged-read checks (tests/state/test_storage.c). */
-static void check_ranges(weir__storage *s)
-{
-    enum { N = 10000 };
-    uint8_t blob[N], got[256];
-    for (int i = 0; i < N; i++)
-        blob[i] = (uint8_t)(i * 7 + 3);
-    CHECK_EQ(weir__storage_put_now(s, "runs/r1", blob, N), 0);
-    size_t n = 99;
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 0, 100, got, &n), 0);
-    CHECK_EQ(n, 100);
-    CHECK(memcmp(got, blob, 100) == 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 4321, 200, got, &n), 0);
-    CHECK_EQ(n, 200);
-    CHECK(memcmp(got, blob + 4321, 200) == 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", N - 10, 100, got, &n), 0);
-    CHECK_EQ(n, 10);
-    CHECK(memcmp(got, blob + N - 10, 10) == 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", N, 5, got, &n), 0);
-    CHECK_EQ(n, 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 1u << 30, 5, got, &n), 0);
-    CHECK_EQ(n, 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", UINT64_MAX - 3, 5, got, &n), 0);
-    CHECK_EQ(n, 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 3, 0, got, &n), 0);
-    CHECK_EQ(n, 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/none", 0, 5, got, &n), -ENOENT);
-    CHECK_EQ(weir__storage_range_now(s, "runs/none", 0, 0, got, &n), -ENOENT);
-    CHECK_EQ(weir__storage_range_now(s, "../r1", 0, 5, got, &n), -EINVAL);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 0, 5, NULL, &n), -EINVAL);
-    CHECK_EQ(weir__storage_delete_now(s, "runs/r1"), 0);
-    CHECK_EQ(weir__storage_range_now(s, "runs/r1", 0, 5, got, &n), -ENOENT);
-    CHECK_EQ(weir__storage_delete_now(s, ""), -EINVAL);
-}
 
 TEST(uris_are_checked)
 {
