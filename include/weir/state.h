@@ -167,6 +167,14 @@ typedef struct weir_state_backend_ops {
      * callback comes. */
     int (*get_batch)(weir_state_backend *b, const weir_state_read *reads, size_t n,
                      weir_state_get_cb cb);
+    /* Optional, beside get_batch: the answer if the backend has it without
+     * a round trip - 0 with a view of the value (valid until the next call
+     * on the backend), or -ENOENT - else -EWOULDBLOCK, and nothing was
+     * started. The async execution controller asks it before it gathers a
+     * read into a batch, so a hot read runs its record at once instead of
+     * waiting for the batch's answers. */
+    int (*get_now)(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
+                   size_t *vlen);
 } weir_state_backend_ops;
 
 /* Every backend starts with this header (its private state follows). */

@@ -775,6 +775,15 @@ static int rm_get_async(weir_state_backend *b, int kg, const void *key, size_t k
     return -EINPROGRESS;
 }
 
+static int rm_get_now(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
+                      size_t *vlen)
+{
+    remote *r = (remote *)b;
+    catch_up(r);
+    int e = try_at_once(r, kg, key, klen, val, vlen);
+    return e <= 0 ? e : -EWOULDBLOCK;
+}
+
 static int rm_get_batch(weir_state_backend *b, const weir_state_read *reads, size_t n,
                         weir_state_get_cb cb)
 {
@@ -1848,6 +1857,7 @@ static const weir_state_backend_ops remote_ops = {
     .entries = rm_entries,
     .free = rm_free,
     .get_batch = rm_get_batch,
+    .get_now = rm_get_now,
 };
 
 /* reads=sync: the same backend read synchronously (no get_async: a

@@ -349,6 +349,16 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
      * (weir_ctx_process) has another key and bytes, which the answer's
      * continuation would not get back - it reads at once. */
     if (c && c->cur && ctx == &st->ctx[0] && ctx->rc == &c->cur->rc) {
+        if (c->batch && ctx->backend->ops->get_now) {
+            /* A read the backend answers without a round trip runs its
+             * continuation now rather than after the batch's answers. */
+            e = ctx->backend->ops->get_now(ctx->backend, kg, key, klen, &v, &vl);
+            if (e != -EWOULDBLOCK) {
+                if (e && e != -ENOENT)
+                    return e;
+                goto at_once;
+            }
+        }
         wait *w = weir__calloc(1, sizeof(*w));
         if (!w)
             return -ENOMEM;
@@ -381,6 +391,7 @@ int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, si
     e = weir_state_get(ctx->backend, kg, key, klen, &v, &vl);
     if (e && e != -ENOENT)
         return e;
+at_once:;
     size_t prev = ctx->read_kl;
     ctx->read_kl = key == ctx->keybuf ? klen : 0;
     int r = cont(ctx, ctx->state, in, e, e ? NULL : v, e ? 0 : vl, arg);

@@ -81,16 +81,19 @@ static void h_free(weir_state_backend *b)
     free(h);
 }
 
-/* Every read is of a key never written: answered -ENOENT, all N at once. */
+/* Reads held before all are answered: N (hold_n for the get_now test). */
+static int hold_n = N;
+
+/* Every read is of a key never written: answered -ENOENT, all hold_n at once. */
 static int h_get_async(weir_state_backend *b, int kg, const void *k, size_t kl,
                        weir_state_get_cb cb, void *arg)
 {
     (void)kg, (void)k, (void)kl;
     hold *h = (hold *)b;
-    CHECK(h->n < N);
+    CHECK(h->n < hold_n);
     h->q[h->n++] = (hreq){cb, arg};
-    if (h->n == N) {
-        for (int i = N - 1; i >= 0; i--)
+    if (h->n == hold_n) {
+        for (int i = hold_n - 1; i >= 0; i--)
             h->q[i].cb(h->q[i].arg, -ENOENT, NULL, 0);
         h->n = 0;
     }
@@ -105,6 +108,18 @@ static int h_get_batch(weir_state_backend *b, const weir_state_read *r, size_t n
     return 0;
 }
 
+/* An even key's read is answered without a round trip; an odd one's is not. */
+static int h_get_now(weir_state_backend *b, int kg, const void *k, size_t kl, const void **v,
+                     size_t *vl)
+{
+    (void)b, (void)kg, (void)v, (void)vl;
+    int64_t key;
+    /* the state key ends with the record's key (no namespace) */
+    CHECK_GE(kl, sizeof(key));
+    memcpy(&key, (const uint8_t *)k + kl - sizeof(key), sizeof(key));
+    return key % 2 == 0 ? -ENOENT : -EWOULDBLOCK;
+}
+
 static const weir_state_backend_ops hold_ops = {.name = "hold",
                                                 .get = h_get,
                                                 .put = h_put,
@@ -114,7 +129,7 @@ static const weir_state_backend_ops hold_ops = {.name = "hold",
                                                 .capture = h_capture,
                                                 .entries = h_entries,
                                                 .free = h_free};
-static weir_state_backend_ops holdb_ops;
+static weir_state_backend_ops holdb_ops, holdn_ops;
 
 static weir_state_backend *h_make(void *arg, const char *uri, int ngroups, int first, int end)
 {
@@ -122,7 +137,10 @@ static weir_state_backend *h_make(void *arg, const char *uri, int ngroups, int f
     hold *h = calloc(1, sizeof(*h));
     CHECK(h != NULL);
     CHECK((h->mem = weir_state_memory_new(ngroups, first, end)) != NULL);
-    h->base = (weir_state_backend){arg ? &holdb_ops : &hold_ops, ngroups, first, end};
+    h->base = (weir_state_backend){arg == (void *)2 ? &holdn_ops
+                                   : arg            ? &holdb_ops
+                                                    : &hold_ops,
+                                   ngroups, first, end};
     return &h->base;
 }
 
@@ -136,6 +154,10 @@ static void register_backends(void)
     holdb_ops.get_batch = h_get_batch;
     CHECK_EQ(weir_state_backend_register("hold", h_make, NULL), 0);
     CHECK_EQ(weir_state_backend_register("holdb", h_make, (void *)1), 0);
+    holdn_ops = holdb_ops;
+    holdn_ops.name = "holdn";
+    holdn_ops.get_now = h_get_now;
+    CHECK_EQ(weir_state_backend_register("holdn", h_make, (void *)2), 0);
 }
 
 /* ---- the job ---------------------------------------------------------------------------- */
@@ -306,6 +328,21 @@ TEST(with_coalescing_the_ordering_is_inert_and_a_warning_says_so)
     free(err);
     for (int i = 1; i < N; i++)
         CHECK_LE(order_of(resumed[i - 1]), order_of(resumed[i]));
+}
+
+/* A backend that answers some reads without a round trip (get_now): those
+ * records run at once, in arrival order, and only the others are gathered
+ * into the batch and wait for its answers. */
+TEST(reads_the_backend_has_at_hand_do_not_wait_for_the_batch)
+{
+    register_backends();
+    hold_n = N / 2;
+    run("holdn:", 0);
+    hold_n = N;
+    for (int i = 0; i < N / 2; i++)
+        CHECK_EQ(resumed[i], 2 * i);
+    for (int i = 0; i < N / 2; i++)
+        CHECK_EQ(resumed[N / 2 + i], N - 1 - 2 * i);
 }
 
 TEST(bad_flags_and_streams_are_refused)
