@@ -23,9 +23,9 @@
  * backend with the same checkpoints, the ceiling they compare with. These
  * three are timed instead: the source runs for ASYNC_STATE_SECS seconds
  * (default 5; secs=) and events_per_s is its rate over all but the first
- * second (the first pass over the keys, whose reads find nothing, and the
- * first checkpoints: after them the state is durable and the hot tier
- * evicts down to its budget, so the rate is the steady one).
+ * ASYNC_STATE_WARMUP seconds (default 1: the first pass over the keys, whose reads find nothing,
+ * and the first checkpoints: after them the state is durable and the hot tier evicts down to its
+ * budget, so the rate is the steady one).
  *
  * Each is its own weir_job_run on a 2-thread runtime at parallelism 1 (one
  * keyed subtask: the overlap is the controller's, not more subtasks'), a
@@ -56,7 +56,8 @@
 #include "weir/stream.h"
 
 static int64_t latency_ns;
-static long wm_every = 1; /* source steps (of 1024 records) per watermark */
+static long wm_every = 1;              /* source steps (of 1024 records) per watermark */
+static int64_t warmup_ns = 1000000000; /* timed runs: what the rate leaves out */
 
 /* ---- a backend with a round trip per read -------------------------------------------------- */
 typedef struct req {
@@ -276,7 +277,7 @@ static int gen_next(weir_ctx *ctx, void *state)
         int64_t t = now_ns();
         if (!g->t0)
             g->t0 = t;
-        if (!g->rep->mark_t && t - g->t0 >= 1000000000)
+        if (!g->rep->mark_t && t - g->t0 >= warmup_ns)
             g->rep->mark_t = t, g->rep->mark_i = g->i;
         if (t - g->t0 >= (int64_t)(g->secs * 1e9)) {
             g->rep->end_t = t, g->rep->end_i = g->i;
@@ -426,6 +427,12 @@ int main(int argc, char **argv)
         return 2;
     }
     double secs = (double)isecs;
+    long warm = bench_parse_long(getenv("ASYNC_STATE_WARMUP"), 1);
+    if (warm < 1 || warm >= isecs) {
+        fprintf(stderr, "async_state: ASYNC_STATE_WARMUP must be 1 .. ASYNC_STATE_SECS - 1\n");
+        return 2;
+    }
+    warmup_ns = (int64_t)warm * 1000000000;
     struct {
         const char *mode, *backend;
         long events;

@@ -40,10 +40,12 @@
  * read timeout) is closed; the commands of the batch that had no reply
  * yet are queued again once (every command this store sends is
  * idempotent: SET, GET, GETRANGE, EXISTS, DEL, SCAN), and fail with the
- * error the second time. The next batch connects again. A connection
- * attempt has a deadline (at most 1 s), and after a failed one the next
- * waits a backoff (50 ms doubling up to 500 ms), so a call to a store
- * whose server is down fails within about 1.5 s, never hangs.
+ * error the second time. The next batch connects again, trying for up
+ * to timeout_ms (default 5 s): each attempt has a deadline (at most 1 s)
+ * and after a failed one the next waits a backoff (50 ms doubling up to
+ * 500 ms). So a server that restarts within timeout_ms costs the calls
+ * meanwhile only time, and a call to a store whose server is down fails
+ * within about timeout_ms, never hangs.
  *
  * The server is not trusted. Every length and count it sends is bounded
  * before it is used: a bulk string by Redis's own limit of 512 MiB and
@@ -531,31 +533,42 @@ static int handshake(rstore *s)
     return e;
 }
 
+/* Connect (again), trying until the call's timeout: a server restarting
+ * within it is not an error of the calls meanwhile. After a failure the
+ * store waits a backoff before the next attempt, so a server that is down
+ * costs each batch at most timeout_ms, never a hang or a spin. */
 static int ensure_conn(rstore *s)
 {
     if (s->fd >= 0)
         return 0;
-    if (weir_time_now() < s->next_connect)
-        weir_time_sleep_until(s->next_connect);
-    int64_t ms = s->timeout_ns / WEIR_MSEC < CONNECT_MS ? s->timeout_ns / WEIR_MSEC : CONNECT_MS;
-    int fd = weir_net_connect(s->host, s->port, weir_time_after_ms(ms));
-    int e = fd < 0 ? fd : 0;
-    if (!e) {
-        s->fd = fd;
-        weir_net_set_nodelay(fd, 1);
-        if ((e = handshake(s)) != 0)
-            drop(s);
-    }
-    if (e) {
+    int64_t give_up = weir_time_now() + s->timeout_ns;
+    for (;;) {
+        if (weir_time_now() < s->next_connect)
+            weir_time_sleep_until(s->next_connect);
+        int64_t ms =
+            s->timeout_ns / WEIR_MSEC < CONNECT_MS ? s->timeout_ns / WEIR_MSEC : CONNECT_MS;
+        int fd = weir_net_connect(s->host, s->port, weir_time_after_ms(ms));
+        int e = fd < 0 ? fd : 0;
+        if (!e) {
+            s->fd = fd;
+            weir_net_set_nodelay(fd, 1);
+            if ((e = handshake(s)) != 0)
+                drop(s);
+        }
+        if (!e) {
+            s->backoff_ms = 0;
+            atomic_fetch_add_explicit(&s->connects, 1, memory_order_relaxed);
+            return 0;
+        }
         s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN;
         if (s->backoff_ms > BACKOFF_MAX)
             s->backoff_ms = BACKOFF_MAX;
         s->next_connect = weir_time_after_ms(s->backoff_ms);
-        return e;
+        /* Refusals of the server itself (a password, a database) and a
+         * deadline that the next attempt would pass end it here. */
+        if (e == -EACCES || e == -EINVAL || e == -EPROTO || s->next_connect >= give_up)
+            return e;
     }
-    s->backoff_ms = 0;
-    atomic_fetch_add_explicit(&s->connects, 1, memory_order_relaxed);
-    return 0;
 }
 
 /* Send the batch's commands; 0 or the connection's error. */
@@ -817,7 +830,11 @@ static void store_free(rstore *s)
         s->closing = 1;
         pthread_mutex_unlock(&s->mu);
         weir_notify_one(s->wake);
-        weir_task_join(s->fiber, NULL, WEIR_FOREVER);
+        /* Not joined: a join from a fiber (a store closed by a task, as
+         * the remote backend's pruning does) returns at once when that
+         * fiber is cancelled. weir_rt_free below waits for it instead, on
+         * any thread, whatever the caller's cancellation. */
+        weir_task_detach(s->fiber);
     }
     if (s->rt)
         weir_rt_free(s->rt);

@@ -35,6 +35,7 @@
 
 #include "base/alloc.h"
 #include "state/storage.h"
+#include "redis_server.h"
 #include "store_checks.h"
 #include "test.h"
 #include "test_rt.h"
@@ -80,130 +81,6 @@ static const weir_allocator watched = {w_malloc, w_calloc, w_realloc, free};
 __attribute__((constructor)) static void watch_allocations(void)
 {
     weir_set_allocator(&watched);
-}
-
-/* ---- a redis-server of the test's own -------------------------------------------------------- */
-typedef struct server {
-    pid_t pid;
-    int port;
-    char dir[64];
-    const char *pass; /* --requirepass */
-} server;
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof(a);
-    CHECK(fd >= 0);
-    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* A blocking connection to 127.0.0.1:port with short timeouts, or -1. */
-static int dial(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {0, 200000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int pings(int port)
-{
-    int fd = dial(port);
-    if (fd < 0)
-        return 0;
-    char b[16] = "";
-    /* Without the password the server answers PING with -NOAUTH: up all the same. */
-    int ok = send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6 && recv(fd, b, sizeof(b) - 1, 0) >= 5 &&
-             (memcmp(b, "+PONG", 5) == 0 || memcmp(b, "-NOAUTH", 7) == 0);
-    close(fd);
-    return ok;
-}
-
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char buf[512];
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        const char *c = strchr(p, ':');
-        size_t n = c ? (size_t)(c - p) : strlen(p);
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, prog);
-        if (access(buf, X_OK) == 0)
-            return 1;
-        p += n + (c != NULL);
-    }
-    return access("/usr/sbin/redis-server", X_OK) == 0 ||
-           access("/usr/bin/redis-server", X_OK) == 0;
-}
-
-/* Start (or start again, on the same port and data) and wait for PONG. */
-static void server_start(server *s)
-{
-    if (!on_path("redis-server"))
-        TEST__FAIL("redis-server not found: these tests need it (scripts/deps.sh installs the "
-                   "Debian package redis-server)");
-    if (!s->dir[0]) {
-        strcpy(s->dir, "/tmp/weir-redis-XXXXXX");
-        CHECK(mkdtemp(s->dir) != NULL);
-        s->port = free_port();
-    }
-    char port[16], log[128];
-    snprintf(port, sizeof(port), "%d", s->port);
-    snprintf(log, sizeof(log), "%s/server.log", s->dir);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test takes its server along */
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-               s->dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-               "--daemonize", "no", s->pass ? "--requirepass" : (char *)NULL, s->pass,
-               (char *)NULL);
-        _exit(127);
-    }
-    s->pid = pid;
-    int64_t deadline = weir_time_now() + 20 * WEIR_SEC;
-    while (!pings(s->port)) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            TEST__FAIL("redis-server exited (status %d): see %s", st, log);
-        if (weir_time_now() > deadline)
-            TEST__FAIL("redis-server on port %d never answered PING: see %s", s->port, log);
-        usleep(5000);
-    }
-}
-
-static void server_kill(server *s)
-{
-    if (s->pid > 0) {
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, NULL, 0);
-    }
-    s->pid = 0;
-}
-
-static void server_stop(server *s)
-{
-    server_kill(s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", s->dir);
-    CHECK_EQ(system(cmd), 0);
 }
 
 static weir__storage *open_store(int port, const char *opts)
@@ -518,11 +395,23 @@ static int64_t ms_since(int64_t t0)
     return (weir_time_now() - t0) / WEIR_MSEC;
 }
 
+static void *late_get(void *arg)
+{
+    uint8_t *b = NULL;
+    size_t n;
+    int e = weir__storage_get(arg, "b02", 100, &b, &n);
+    if (!e && (n != 7 || memcmp(b, "value 2", 7) != 0))
+        e = -EBADMSG;
+    weir__free(b);
+    return (void *)(intptr_t)e;
+}
+
 TEST(server_killed_and_restarted)
 {
     server sv = {0};
     server_start(&sv);
-    weir__storage *st = open_store(sv.port, "?prefix=crash/");
+    /* Calls try to connect for 1 s (timeout_ms) before they give up. */
+    weir__storage *st = open_store(sv.port, "?prefix=crash/&timeout_ms=1000");
     char name[32], val[32];
     for (int i = 0; i < 50; i++) {
         snprintf(name, sizeof(name), "b%02d", i);
@@ -541,6 +430,19 @@ TEST(server_killed_and_restarted)
     }
     CHECK_LT(weir__storage_put(st, "during", "x", 1), 0);
     server_start(&sv);
+    /* A server back within the timeout: the call made while it was down
+     * waits for it instead of failing. */
+    weir__storage *patient = open_store(sv.port, "?prefix=crash/&timeout_ms=20000");
+    check_get(patient, "b01", "value 1"); /* connected */
+    server_kill(&sv);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, late_get, patient), 0);
+    usleep(100000); /* (only to make it likelier that the get starts while the server is down) */
+    server_start(&sv);
+    void *res;
+    CHECK_EQ(pthread_join(th, &res), 0);
+    CHECK_EQ((intptr_t)res, 0);
+    weir__storage_close(patient);
     /* The next call connects again (after at most one backoff). */
     check_get(st, "b00", "value 0");
     for (int i = 0; i < 50; i++) {

@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../state/redis_server.h"
 #include "state/state_int.h"
 #include "test.h"
 #include "test_rt.h"
@@ -950,6 +952,63 @@ TEST(crash_and_restore_on_remote_state_is_exactly_once)
         CHECK_STR(now.v[i], left.v[i]);
     free_names(&left);
     free_names(&now);
+    cleanup();
+}
+
+/* A job whose state lives in a Redis pool while the server is SIGKILLed
+ * and started again on the same port and data, once the job has
+ * checkpointed: the pool's store reconnects and sends again what was in
+ * flight, so the job goes on - its checkpoints complete again after the
+ * restart - and writes exactly the lines of an uninterrupted run. */
+typedef struct bg_job {
+    job_cfg cfg;
+    run_result r;
+    _Atomic int done;
+} bg_job;
+
+static void *bg_job_main(void *arg)
+{
+    bg_job *b = arg;
+    b->r = run_job(&b->cfg);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+TEST(a_redis_pool_restarted_mid_job_loses_nothing)
+{
+    setup();
+    server sv = {0};
+    server_start(&sv);
+    char ckpt[128], out[128], uri[256];
+    dirs(ckpt, out, "redis");
+    snprintf(uri, sizeof(uri), "remote:redis://127.0.0.1:%d?prefix=ck/&hot_max_bytes=1024",
+             sv.port);
+    bg_job b = {.cfg = {.n = 60000,
+                        .src_par = 2,
+                        .count_par = 2,
+                        .sleep_us = 1000,
+                        .ckpt = ckpt,
+                        .out = out,
+                        .interval_ms = 15,
+                        .state = uri}};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, bg_job_main, &b), 0);
+    int64_t deadline = weir_time_now() + 60 * WEIR_SEC;
+    while (latest_completed(ckpt) < 2 && !atomic_load(&b.done)) {
+        CHECK_LT(weir_time_now(), deadline);
+        usleep(2000);
+    }
+    CHECK(!atomic_load(&b.done)); /* the restart comes while the job runs */
+    server_kill(&sv);
+    uint64_t before = latest_completed(ckpt);
+    server_start(&sv);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    if (b.r.err)
+        fprintf(stderr, "%s\n", b.r.error);
+    CHECK_EQ(b.r.err, 0);
+    CHECK_GT(latest_completed(ckpt), before); /* checkpoints went on after it */
+    check_exact(out, b.cfg.n, b.cfg.src_par);
+    server_stop(&sv);
     cleanup();
 }
 
