@@ -41,6 +41,7 @@
 #include "state/state_int.h"
 #include "state/storage.h"
 #include "state/storage_s3.h"
+#include "s3_server.h"
 #include "store_checks.h"
 #include "test.h"
 #include "test_rt.h"
@@ -67,124 +68,32 @@ static double now_s(void)
     return (double)weir_time_now() / 1e9;
 }
 
-/* ---- the server ------------------------------------------------------------------------- */
-static char root[4096]; /* the source tree */
-static struct {
-    pid_t pid;
-    int port;
-    char dir[64];
-} srv;
+/* ---- the server (tests/state/s3_server.h) ---------------------------------------------- */
+static s3_server srv;
 
-static void find_root(void)
-{
-    snprintf(root, sizeof(root), "%s", __FILE__);
-    char *t = strstr(root, "/tests/state/test_storage_s3.c");
-    CHECK(t != NULL);
-    *t = '\0';
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t l = sizeof(a);
-    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static int port_open(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    close(fd);
-    return ok;
-}
-
-/* Start s3rver on srv.dir and srv.port and wait until it answers. */
 static void server_start(void)
 {
-    if (!*root)
-        find_root();
-    char js[4200];
-    snprintf(js, sizeof(js), "%s/tests/npm/node_modules/s3rver/bin/s3rver.js", root);
-    if (access(js, R_OK) != 0)
-        TEST__FAIL("s3rver is not installed (%s): run scripts/deps.sh", js);
-    if (system("command -v node >/dev/null 2>&1") != 0)
-        TEST__FAIL("node is not installed: run scripts/deps.sh");
-    char port[16];
-    snprintf(port, sizeof(port), "%d", srv.port);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        /* Dies with the test, even one that aborts. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        /* WEIR_TEST_S3_VERBOSE=1: the server's log on stdout. */
-        int verbose = getenv("WEIR_TEST_S3_VERBOSE") != NULL;
-        int null = open("/dev/null", O_RDWR);
-        if (!verbose)
-            dup2(null, 1);
-        /* s3rver makes continuation tokens with DES, which OpenSSL 3
-         * keeps in its legacy provider. */
-        char *argv[] = {"node",      "--openssl-legacy-provider",
-                        js,          "-d",
-                        srv.dir,     "-a",
-                        "127.0.0.1", "-p",
-                        port,        "--configure-bucket",
-                        BUCKET,      verbose ? NULL : "--silent",
-                        NULL};
-        execvp("node", argv);
-        _exit(127);
-    }
-    srv.pid = pid;
-    double until = now_s() + 30;
-    while (!port_open(srv.port)) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            TEST__FAIL("s3rver exited before listening (status %d)", st);
-        if (now_s() > until)
-            TEST__FAIL("s3rver does not listen on port %d after 30 s", srv.port);
-        usleep(20000);
-    }
+    s3_server_start(&srv, BUCKET);
 }
 
 static void server_kill(void)
 {
-    if (srv.pid <= 0)
-        return;
-    kill(srv.pid, SIGKILL);
-    int st;
-    CHECK_EQ(waitpid(srv.pid, &st, 0), srv.pid);
-    srv.pid = 0;
-}
-
-static void server_down(void);
-static void server_up(void)
-{
-    if (srv.pid > 0)
-        return;
-    strcpy(srv.dir, "/tmp/weir-s3-XXXXXX");
-    CHECK(mkdtemp(srv.dir) != NULL);
-    srv.port = free_port();
-    server_start();
-    static int registered;
-    if (!registered++)
-        atexit(server_down);
+    s3_server_kill(&srv);
 }
 
 static void server_down(void)
 {
-    if (!*srv.dir)
+    s3_server_down(&srv);
+}
+
+static void server_up(void)
+{
+    if (srv.pid > 0)
         return;
-    server_kill();
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", srv.dir);
-    CHECK_EQ(system(cmd), 0);
-    srv.dir[0] = '\0';
+    s3_server_up(&srv, BUCKET);
+    static int registered;
+    if (!registered++)
+        atexit(server_down);
 }
 
 static weir__storage *open_s3(const char *prefix, const char *extra)

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../state/redis_server.h"
+#include "../state/s3_server.h"
 #include "state/state_int.h"
 #include "test.h"
 #include "test_rt.h"
@@ -974,15 +975,12 @@ static void *bg_job_main(void *arg)
     return NULL;
 }
 
-TEST(a_redis_pool_restarted_mid_job_loses_nothing)
+/* The job on the pool uri, its server stopped (SIGKILL) and started again
+ * once the job has checkpointed twice. */
+static void restart_mid_job(const char *uri, const char *tag, void (*restart)(void *), void *srv)
 {
-    setup();
-    server sv = {0};
-    server_start(&sv);
-    char ckpt[128], out[128], uri[256];
-    dirs(ckpt, out, "redis");
-    snprintf(uri, sizeof(uri), "remote:redis://127.0.0.1:%d?prefix=ck/&hot_max_bytes=1024",
-             sv.port);
+    char ckpt[128], out[128];
+    dirs(ckpt, out, tag);
     bg_job b = {.cfg = {.n = 60000,
                         .src_par = 2,
                         .count_par = 2,
@@ -999,16 +997,54 @@ TEST(a_redis_pool_restarted_mid_job_loses_nothing)
         usleep(2000);
     }
     CHECK(!atomic_load(&b.done)); /* the restart comes while the job runs */
-    server_kill(&sv);
     uint64_t before = latest_completed(ckpt);
-    server_start(&sv);
+    restart(srv);
     CHECK_EQ(pthread_join(th, NULL), 0);
     if (b.r.err)
         fprintf(stderr, "%s\n", b.r.error);
     CHECK_EQ(b.r.err, 0);
     CHECK_GT(latest_completed(ckpt), before); /* checkpoints went on after it */
     check_exact(out, b.cfg.n, b.cfg.src_par);
+}
+
+static void redis_restart(void *arg)
+{
+    server_kill(arg);
+    server_start(arg);
+}
+
+static void s3_restart(void *arg)
+{
+    s3_server_kill(arg);
+    s3_server_start(arg, "ckpt");
+}
+
+TEST(a_redis_pool_restarted_mid_job_loses_nothing)
+{
+    setup();
+    server sv = {0};
+    server_start(&sv);
+    char uri[256];
+    snprintf(uri, sizeof(uri), "remote:redis://127.0.0.1:%d?prefix=ck/&hot_max_bytes=1024",
+             sv.port);
+    restart_mid_job(uri, "redis", redis_restart, &sv);
     server_stop(&sv);
+    cleanup();
+}
+
+/* The same on an S3 pool (s3rver): its calls go round again within their
+ * deadline while the server is away. */
+TEST(an_s3_pool_restarted_mid_job_loses_nothing)
+{
+    setup();
+    s3_server_credentials();
+    s3_server sv = {0};
+    s3_server_up(&sv, "ckpt");
+    char uri[256];
+    snprintf(uri, sizeof(uri), "remote:s3://ckpt/job?endpoint=127.0.0.1:%d&hot_max_bytes=1024",
+             sv.port);
+    restart_mid_job(uri, "s3", s3_restart, &sv);
+    s3_server_down(&sv);
     cleanup();
 }
 
