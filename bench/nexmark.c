@@ -418,15 +418,37 @@ static int run_state(const char *name, query_fn q, int64_t events, int p)
     long hot = (long)(peak / 10 / nb);
     fprintf(stderr, "nexmark %s: state %.1f MB over %lld backends, hot tier %ld bytes each\n", name,
             (double)peak / 1e6, (long long)nb, hot);
-    char remote[256], remote_sync[256];
-    snprintf(remote, sizeof(remote),
-             "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&io_threads=64", hot);
-    snprintf(remote_sync, sizeof(remote_sync),
-             "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&reads=sync", hot);
-    state_job runs[] = {
-        {name, q, events, p, "memory:", "state=memory"},
-        {name, q, events, p, remote, "state=remote hot=0.1 latency_ms=1"},
-        {name, q, events, p, remote_sync, "state=remote-sync hot=0.1 latency_ms=1"}};
+    /* The pool: a directory with 1 ms round trips in the run's checkpoint
+     * directory, or NEXMARK_POOL (an S3 bucket, say: bench/nexmark_s3), its
+     * '%' doubled for the "%s" of the run's directory. */
+    const char *pool = getenv("NEXMARK_POOL");
+    char pl[512], remote[700], remote_sync[700], lr[128], ls[128];
+    if (pool && *pool) {
+        size_t o = 0;
+        for (const char *c = pool; *c && o + 2 < sizeof(pl); c++)
+            if ((pl[o++] = *c) == '%')
+                pl[o++] = '%';
+        pl[o] = '\0';
+        const char *sep = strchr(pl, '?') ? "&" : "?";
+        snprintf(remote, sizeof(remote), "remote:%s%shot_max_bytes=%ld&io_threads=64", pl, sep,
+                 hot);
+        snprintf(remote_sync, sizeof(remote_sync), "remote:%s%shot_max_bytes=%ld&reads=sync", pl,
+                 sep, hot);
+        char scheme[16] = "";
+        sscanf(pool, "%15[a-z0-9]", scheme);
+        snprintf(lr, sizeof(lr), "state=remote hot=0.1 pool=%s", scheme);
+        snprintf(ls, sizeof(ls), "state=remote-sync hot=0.1 pool=%s", scheme);
+    } else {
+        snprintf(remote, sizeof(remote),
+                 "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&io_threads=64", hot);
+        snprintf(remote_sync, sizeof(remote_sync),
+                 "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&reads=sync", hot);
+        snprintf(lr, sizeof(lr), "state=remote hot=0.1 latency_ms=1");
+        snprintf(ls, sizeof(ls), "state=remote-sync hot=0.1 latency_ms=1");
+    }
+    state_job runs[] = {{name, q, events, p, "memory:", "state=memory"},
+                        {name, q, events, p, remote, lr},
+                        {name, q, events, p, remote_sync, ls}};
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
         status |= in_child(state_job_run, &runs[i]);
     return status;
