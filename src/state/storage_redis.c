@@ -104,6 +104,7 @@ typedef struct rreq {
     weir__names keys; /* SCAN: the keys of this reply */
     size_t keycap;
     int tries, done, res;
+    int64_t give_up; /* the call's timeout: a busy server is waited for until then */
 } rreq;
 
 typedef struct rstore {
@@ -176,6 +177,7 @@ static void submit(rstore *s, rreq **v, int n)
             v[i]->done = 1;
         }
         v[i]->next = NULL;
+        v[i]->give_up = weir_time_now() + s->timeout_ns;
     }
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
@@ -636,7 +638,36 @@ static void run_batch(rstore *s, rreq *batch)
             if ((e = read_reply(s, r)) != 0)
                 break;
     if (!e) {
-        finish(s, batch);
+        /* A server still loading its data after a restart (or busy with a
+         * script, or a replica without its master) answers -EAGAIN: those
+         * commands go round again after a pause, until their call's
+         * timeout; the others are done. */
+        rreq *done = NULL, *busy = NULL, *busy_tail = NULL;
+        for (rreq *q = batch, *nx; q; q = nx) {
+            nx = q->next;
+            if (q->res == -EAGAIN && weir_time_now() + BACKOFF_MIN * WEIR_MSEC < q->give_up) {
+                q->res = 0;
+                q->next = NULL;
+                if (busy_tail)
+                    busy_tail->next = q;
+                else
+                    busy = q;
+                busy_tail = q;
+            } else {
+                q->next = done;
+                done = q;
+            }
+        }
+        finish(s, done);
+        if (busy) {
+            pthread_mutex_lock(&s->mu);
+            busy_tail->next = s->head;
+            s->head = busy;
+            if (!s->tail)
+                s->tail = busy_tail;
+            pthread_mutex_unlock(&s->mu);
+            weir_time_sleep_until(weir_time_after_ms(BACKOFF_MIN));
+        }
         return;
     }
     /* The connection broke at r: the replies before it are good; r and

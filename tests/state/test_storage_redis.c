@@ -541,6 +541,14 @@ static void evil_say(evil *ev, const char *reply, size_t len)
 
 #define SAY(ev, lit) evil_say(ev, lit, sizeof(lit) - 1)
 
+/* The fake server stops answering -LOADING a little later. */
+static void *done_loading(void *arg)
+{
+    usleep(100000);
+    SAY((evil *)arg, "$2\r\nok\r\n");
+    return NULL;
+}
+
 TEST(a_malicious_server_gets_clean_errors)
 {
     evil ev = {.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
@@ -600,6 +608,22 @@ TEST(a_malicious_server_gets_clean_errors)
     CHECK_EQ(weir__storage_get(st, "x", 10, &b, &n), -EIO);
     SAY(&ev, "-NOAUTH Authentication required.\r\n");
     CHECK_EQ(weir__storage_put(st, "x", "y", 1), -EACCES);
+    /* A server loading its data answers -LOADING: asked again after a
+     * pause until the call's timeout (400 ms), then -EAGAIN... */
+    SAY(&ev, "-LOADING Redis is loading the dataset in memory\r\n");
+    int64_t t_load = weir_time_now();
+    CHECK_EQ(weir__storage_get(st, "x", 10, &b, &n), -EAGAIN);
+    CHECK_GE(ms_since(t_load), 300);
+    /* ...and a server done loading within it answers the call. */
+    weir__storage *patient = open_store(ntohs(a.sin_port), "?timeout_ms=20000");
+    pthread_t loader;
+    CHECK_EQ(pthread_create(&loader, NULL, done_loading, &ev), 0);
+    CHECK_EQ(weir__storage_get(patient, "x", 10, &b, &n), 0);
+    CHECK(n == 2 && memcmp(b, "ok", 2) == 0);
+    weir__free(b);
+    b = NULL;
+    CHECK_EQ(pthread_join(loader, NULL), 0);
+    weir__storage_close(patient);
     /* Cut short: tried again once on a new connection, then the error. */
     int before = atomic_load(&ev.conns);
     evil_say_(&ev, "$5\r\nab", 6, 1);
