@@ -1075,14 +1075,14 @@ static void crash_rounds(const char *state)
             CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     CHECK_GE(kills, 1);
-    if (state) { /* the runs went to the pool */
+    if (state) {
+        /* Runs went to the pool: its runs/ directory is made by the first
+         * one written. (It may be empty by now: runs no retained
+         * checkpoint needs are deleted, and the last round's final
+         * checkpoint holds no state.) */
         DIR *d = opendir(runs);
         CHECK(d != NULL);
-        int files = 0;
-        for (struct dirent *de; (de = readdir(d)) != NULL;)
-            files += de->d_name[0] != '.';
         closedir(d);
-        CHECK_GT(files, 0);
     }
     eo_state = NULL;
     int st = run_eo(ref_ckpt, ref, n, 0, 0); /* uninterrupted, in memory */
