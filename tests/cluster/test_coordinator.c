@@ -1287,13 +1287,19 @@ static intptr_t overflow_main(void *arg)
     cnode c = {.o = {.heartbeat_timeout_ms = 60000, .stall_ms = 60000, .max_restarts = -1}};
     coord_start(&c);
     weir_frame_parser fp;
-    /* A fixed receive buffer, so that the coordinator's writes block soon
-     * (autotuned, it would grow to MiBs). Not the smallest one: a buffer
-     * that holds no more than a segment or two makes the kernel prune and
-     * drop this end's segments, the flood backs off to retransmits seconds
-     * apart, and the coordinator gets almost nothing to read - the worker
-     * would be lost on its heartbeat timeout, not on the overflow. */
-    int fd = fake_worker(&c, "flood", 64 << 10, &fp);
+    /* The receive buffer is left to the kernel's autotuning. A fixed one
+     * (SO_RCVBUF, which turns autotuning off) wedged the connection now and
+     * then: the coordinator's acks arrive as tiny segments, each costing far
+     * more buffer than its 21 bytes, and once this end's buffer is over its
+     * fixed size the kernel drops the coordinator's segments whole, their
+     * ACKs included. This end then never learns that its heartbeats
+     * arrived, backs off to retransmits tens of seconds apart (ss showed
+     * cwnd 1, backoff 7, the coordinator's Recv-Q empty), and the worker
+     * was lost on its heartbeat timeout, not on the overflow. Autotuned,
+     * the kernel grows the buffer to fit what is queued instead (up to
+     * tcp_rmem's maximum), while the window it advertises stays small: the
+     * coordinator's writes still block after a few MiB. */
+    int fd = fake_worker(&c, "flood", 0, &fp);
     wait_log("worker flood registered", 1);
     enum { BATCH = 512 };
     size_t one;
