@@ -175,6 +175,18 @@ typedef struct weir_state_backend_ops {
      * waiting for the batch's answers. */
     int (*get_now)(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
                    size_t *vlen);
+    /* Optional, for a backend whose scans may wait on a remote tier: make
+     * the next scan of exactly (kg, prefix) answerable without a round
+     * trip. 0 when it already is (nothing to fetch: cb is not called), or
+     * -EINPROGRESS and cb(arg, err, NULL, 0) exactly once later, from any
+     * thread, once the entries are fetched (-ECANCELED when the backend is
+     * freed first; err is advisory: the scan itself reads again on any
+     * failure). What was fetched serves one scan of that prefix, and only
+     * while nothing newer reached the remote tier; a scan it cannot serve
+     * reads synchronously, as without a prefetch. The prefix is the
+     * caller's during the call only. NULL: scans never wait. */
+    int (*scan_prefetch)(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                         weir_state_get_cb cb, void *arg);
 } weir_state_backend_ops;
 
 /* Every backend starts with this header (its private state follows). */
@@ -207,6 +219,11 @@ int weir_state_get_async(weir_state_backend *b, int kg, const void *key, size_t 
 int weir_state_get_many_async(weir_state_backend *b, int kg, const void *const *keys,
                               const size_t *klens, size_t n, weir_state_get_cb cb,
                               void *const *args);
+/* Prefetch for a scan of (kg, prefix): 0 when it would not wait (cb not
+ * called), -EINPROGRESS and cb later, or an argument error. See
+ * weir_state_backend_ops.scan_prefetch. */
+int weir_state_scan_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                             weir_state_get_cb cb, void *arg);
 /* Entries in group kg. */
 size_t weir_state_entries(weir_state_backend *b, int kg);
 void weir_state_backend_free(weir_state_backend *b);

@@ -113,6 +113,7 @@ typedef struct chain {
 typedef struct rreq {
     struct rreq *next;
     int kg;
+    int scan; /* a scan's prefetch: key is the prefix */
     weir_state_get_cb cb;
     void *arg;
     size_t klen;
@@ -134,15 +135,16 @@ typedef struct rshared {
     pthread_cond_t cv;
     weir__storage *pool;
     int first_kg, end_kg;
-    chain *chains;            /* [end_kg - first_kg], under mu */
-    _Atomic uint64_t durable; /* the newest capture whose run is in the pool */
-    rreq *head, *tail;        /* queued reads, under mu */
-    _Atomic(loaded *) done;   /* reads answered, for write-through (a lock-free stack) */
-    int stop;                 /* under mu */
+    chain *chains;                     /* [end_kg - first_kg], under mu */
+    _Atomic uint64_t durable;          /* the newest capture whose run is in the pool */
+    rreq *head, *tail;                 /* queued reads, under mu */
+    _Atomic(loaded *) done;            /* reads answered, for write-through (a lock-free stack) */
+    _Atomic(struct scanned *) scanned; /* scans prefetched, for the owner (likewise) */
+    int stop;                          /* under mu */
     pthread_t *threads;
     int nthreads, want_threads;
     uint64_t nonce;
-    _Atomic uint64_t cold_reads, blocks_read, run_bytes, merges;
+    _Atomic uint64_t cold_reads, blocks_read, run_bytes, merges, scans_fetched;
 } rshared;
 
 static void runref_unref(runref *r)
@@ -383,6 +385,8 @@ static void loaded_push(rshared *sh, int kg, const void *key, size_t klen, int f
         ;
 }
 
+static void scan_fetch(rshared *sh, rreq *q);
+
 static void *io_main(void *arg)
 {
     rshared *sh = arg;
@@ -400,6 +404,8 @@ static void *io_main(void *arg)
         pthread_mutex_unlock(&sh->mu);
         if (stop) {
             q->cb(q->arg, -ECANCELED, NULL, 0);
+        } else if (q->scan) {
+            scan_fetch(sh, q);
         } else {
             uint8_t *val = NULL;
             size_t vlen = 0;
@@ -466,6 +472,9 @@ typedef struct remote {
     uint64_t seq; /* captures taken */
     delta *last;  /* the newest delta (the next one's base) */
     uint64_t evictions;
+    struct scanned *cache; /* scans prefetched, newest first (scan_prefetch) */
+    size_t ncache;
+    uint64_t scans_served;
 } remote;
 
 static void list_init(hmeta *h)
@@ -933,7 +942,9 @@ typedef struct pool_scan {
     size_t plen;
     uint8_t **blocks; /* fetched, owned */
     size_t nblocks, bcap;
-    svec out; /* sorted, one entry per key */
+    svec out;       /* sorted, one entry per key */
+    runref **chain; /* the chain it read (referenced): what it is valid for */
+    size_t nchain;
 } pool_scan;
 
 static int has_prefix(const uint8_t *k, size_t kl, const uint8_t *p, size_t pl)
@@ -961,6 +972,10 @@ static intptr_t pool_scan_job(void *arg)
     runref **v;
     size_t n;
     int e = chain_copy(ps->sh, ps->kg, &v, &n);
+    if (!e) {
+        ps->chain = v;
+        ps->nchain = n;
+    }
     uint8_t *hi = e ? NULL : weir__malloc(ps->plen ? ps->plen : 1);
     size_t hl = 0;
     int bounded = hi && prefix_end(ps->prefix, ps->plen, hi, &hl);
@@ -985,6 +1000,7 @@ static intptr_t pool_scan_job(void *arg)
             uint8_t *buf;
             if ((e = fetch(ps->sh, r->name, off, len, &buf)) != 0)
                 break;
+            atomic_fetch_add_explicit(&ps->sh->blocks_read, 1, memory_order_relaxed);
             if (ps->nblocks == ps->bcap) {
                 size_t cap = ps->bcap ? ps->bcap * 2 : 16;
                 uint8_t **nb = weir__realloc(ps->blocks, cap * sizeof(*nb));
@@ -1009,7 +1025,6 @@ static intptr_t pool_scan_job(void *arg)
         }
     }
     weir__free(hi);
-    chain_copy_free(v, n);
     if (!e)
         e = all.err;
     if (!e && all.n) {
@@ -1037,6 +1052,9 @@ static intptr_t pool_scan_job(void *arg)
 
 static void pool_scan_reset(pool_scan *ps)
 {
+    chain_copy_free(ps->chain, ps->nchain);
+    ps->chain = NULL;
+    ps->nchain = 0;
     weir__free(ps->out.v);
     ps->out = (svec){0};
     for (size_t k = 0; k < ps->nblocks; k++)
@@ -1044,6 +1062,148 @@ static void pool_scan_reset(pool_scan *ps)
     weir__free(ps->blocks);
     ps->blocks = NULL;
     ps->nblocks = ps->bcap = 0;
+}
+
+/* ---- scans prefetched ----------------------------------------------------------------------
+ * scan_prefetch hands a scan's pool part to the I/O threads; what they
+ * fetch comes back to the owner (sh->scanned) and serves the next rm_scan
+ * of that prefix, once, while the group's chain is still the one it read:
+ * a run prepended or merged since may hold entries that have left the hot
+ * tier, so a changed chain makes it stale and the scan reads again. The
+ * owner keeps at most SCAN_CACHE_MAX of them and searches them in turn:
+ * each is taken by the scan of the record that asked for it, so few wait
+ * at a time. */
+typedef struct scanned {
+    struct scanned *next;
+    int kg;
+    pool_scan ps;
+    size_t plen;
+    uint8_t prefix[];
+} scanned;
+
+#define SCAN_CACHE_MAX 256
+
+static void scanned_free(scanned *x)
+{
+    pool_scan_reset(&x->ps);
+    weir__free(x);
+}
+
+/* On an I/O thread: the pool part of a scan of q's prefix, handed to the
+ * owner, then the answer (its error is advisory: the scan reads again). */
+static void scan_fetch(rshared *sh, rreq *q)
+{
+    scanned *x = weir__malloc(sizeof(*x) + q->klen);
+    int e = -ENOMEM;
+    if (x) {
+        *x = (scanned){.kg = q->kg, .plen = q->klen};
+        memcpy(x->prefix, q->key, q->klen);
+        x->ps = (pool_scan){.sh = sh, .kg = q->kg, .prefix = x->prefix, .plen = q->klen};
+        /* A run that vanished under it: again, with the chain as it is now. */
+        for (int round = 0; round < 4; round++) {
+            pool_scan_reset(&x->ps);
+            if ((e = (int)pool_scan_job(&x->ps)) != -ENOENT)
+                break;
+        }
+        if (e) {
+            scanned_free(x);
+        } else {
+            atomic_fetch_add_explicit(&sh->scans_fetched, 1, memory_order_relaxed);
+            x->next = atomic_load_explicit(&sh->scanned, memory_order_relaxed);
+            while (!atomic_compare_exchange_weak_explicit(
+                &sh->scanned, &x->next, x, memory_order_release, memory_order_relaxed))
+                ;
+        }
+    }
+    q->cb(q->arg, e, NULL, 0);
+}
+
+static void scans_free(scanned *x)
+{
+    while (x) {
+        scanned *n = x->next;
+        scanned_free(x);
+        x = n;
+    }
+}
+
+/* On the owner: the scans fetched since the last call join its cache,
+ * the oldest dropped past the bound. */
+static void scans_take(remote *r)
+{
+    rshared *sh = r->sh;
+    scanned *x = atomic_load_explicit(&sh->scanned, memory_order_relaxed)
+                     ? atomic_exchange_explicit(&sh->scanned, NULL, memory_order_acquire)
+                     : NULL;
+    while (x) {
+        scanned *n = x->next;
+        x->next = r->cache;
+        r->cache = x;
+        r->ncache++;
+        x = n;
+    }
+    if (r->ncache > SCAN_CACHE_MAX) {
+        scanned *p = r->cache;
+        for (size_t i = 1; i < SCAN_CACHE_MAX; i++)
+            p = p->next;
+        scans_free(p->next);
+        p->next = NULL;
+        r->ncache = SCAN_CACHE_MAX;
+    }
+}
+
+/* Is group kg's chain still v[0..n)? */
+static int chain_is(rshared *sh, int kg, runref *const *v, size_t n)
+{
+    pthread_mutex_lock(&sh->mu);
+    const chain *c = &sh->chains[kg - sh->first_kg];
+    int same = c->n == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = c->v[i] == v[i];
+    pthread_mutex_unlock(&sh->mu);
+    return same;
+}
+
+/* The cache's entry for (kg, prefix) that is still valid, or NULL; take:
+ * unlinked (the caller's). A stale one met on the way is dropped. */
+static scanned *scans_find(remote *r, int kg, const void *prefix, size_t plen, int take)
+{
+    for (scanned **pp = &r->cache; *pp;) {
+        scanned *x = *pp;
+        if (x->kg != kg || x->plen != plen || (plen && memcmp(x->prefix, prefix, plen) != 0)) {
+            pp = &x->next;
+            continue;
+        }
+        int ok = chain_is(r->sh, kg, x->ps.chain, x->ps.nchain);
+        if (ok && !take)
+            return x;
+        *pp = x->next;
+        r->ncache--;
+        if (ok)
+            return x;
+        scanned_free(x);
+    }
+    return NULL;
+}
+
+static int rm_scan_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                            weir_state_get_cb cb, void *arg)
+{
+    remote *r = (remote *)b;
+    catch_up(r);
+    scans_take(r);
+    if (chain_empty(r, kg) || scans_find(r, kg, prefix, plen, 0))
+        return 0; /* the scan would not wait */
+    rreq *q = req_new(kg, prefix, plen, cb, arg);
+    if (!q)
+        return -ENOMEM;
+    q->scan = 1;
+    int e = enqueue(r, q, q);
+    if (e < 0) {
+        weir__free(q);
+        return e;
+    }
+    return -EINPROGRESS;
 }
 
 typedef struct hot_scan {
@@ -1063,12 +1223,19 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
 {
     remote *r = (remote *)b;
     catch_up(r);
+    scans_take(r);
     hot_scan h = {{0}};
     int e = weir__mem_scan_meta(r->hot, kg, prefix, plen, hot_scan_fn, &h);
     pool_scan ps = {.sh = r->sh, .kg = kg, .prefix = prefix, .plen = plen};
+    /* The pool part prefetched for this scan, if it is still valid. */
+    scanned *x = e ? NULL : scans_find(r, kg, prefix, plen, 1);
+    if (x) {
+        ps.out = x->ps.out;
+        r->scans_served++;
+    }
     /* A run that vanished under the scan (merged away, then deleted):
      * again, with the chain as it is now (as cold_lookup does). */
-    for (int round = 0; !e && round < 4 && !chain_empty(r, kg); round++) {
+    for (int round = 0; !x && !e && round < 4 && !chain_empty(r, kg); round++) {
         pool_scan_reset(&ps);
         if ((e = (int)weir__blocking_run_shielded(pool_scan_job, &ps)) != -ENOENT)
             break;
@@ -1089,7 +1256,11 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     if (!e)
         e = h.v.err;
     weir__free(h.v.v);
-    pool_scan_reset(&ps);
+    if (x) {
+        scanned_free(x); /* ps.out is its */
+    } else {
+        pool_scan_reset(&ps);
+    }
     return e;
 }
 
@@ -1836,6 +2007,8 @@ static void rm_free(weir_state_backend *b)
     pthread_mutex_unlock(&sh->mu);
     for (int i = 0; i < sh->nthreads; i++)
         pthread_join(sh->threads[i], NULL);
+    scans_free(r->cache);
+    scans_free(atomic_exchange(&sh->scanned, NULL));
     for (size_t i = 0; i < r->ncapts; i++)
         weir__free(r->capts[i]);
     weir__free(r->capts);
@@ -1858,6 +2031,7 @@ static const weir_state_backend_ops remote_ops = {
     .free = rm_free,
     .get_batch = rm_get_batch,
     .get_now = rm_get_now,
+    .scan_prefetch = rm_scan_prefetch,
 };
 
 /* reads=sync: the same backend read synchronously (no get_async: a
@@ -2043,6 +2217,8 @@ void weir__remote_stats(weir_state_backend *b, weir__remote_stat *st)
         .blocks_read = atomic_load(&r->sh->blocks_read),
         .run_bytes = atomic_load(&r->sh->run_bytes),
         .merges = atomic_load(&r->sh->merges),
+        .scans_fetched = atomic_load(&r->sh->scans_fetched),
+        .scans_served = r->scans_served,
     };
     pthread_mutex_lock(&r->sh->mu);
     for (int kg = r->sh->first_kg; kg < r->sh->end_kg; kg++)

@@ -181,6 +181,15 @@ int weir_state_get_many_async(weir_state_backend *b, int kg, const void *const *
     return pending;
 }
 
+int weir_state_scan_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                             weir_state_get_cb cb, void *arg)
+{
+    int e = check(b, kg, prefix, plen);
+    if (e || !cb)
+        return e ? e : -EINVAL;
+    return b->ops->scan_prefetch ? b->ops->scan_prefetch(b, kg, prefix, plen, cb, arg) : 0;
+}
+
 size_t weir_state_entries(weir_state_backend *b, int kg)
 {
     if (!b || kg < b->first_kg || kg >= b->end_kg)

@@ -96,9 +96,11 @@ int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
 typedef struct weir__remote_stat {
     size_t hot_bytes, budget;
     uint64_t evictions, cold_reads, blocks_read, run_bytes;
-    uint64_t dirty, clean; /* entries changed since the last capture; evictable ones */
-    uint64_t merges;       /* pairs of runs compacted into one */
-    uint64_t max_chain;    /* the longest chain of runs of a group */
+    uint64_t dirty, clean;  /* entries changed since the last capture; evictable ones */
+    uint64_t merges;        /* pairs of runs compacted into one */
+    uint64_t max_chain;     /* the longest chain of runs of a group */
+    uint64_t scans_fetched; /* scans' pool parts prefetched on the I/O threads */
+    uint64_t scans_served;  /* scans that a prefetch served (no round trip) */
 } weir__remote_stat;
 /* Delete from the pool of backend uri (nothing unless it is "remote:")
  * the runs that the handles of checkpoints gone[] (in the checkpoint

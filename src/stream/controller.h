@@ -83,6 +83,15 @@ typedef weir_state_cont weir__cont_fn;
  * plain read's view. 0 or a negative errno (cont's). */
 int weir__ctl_get(weir_ctx *ctx, const weir_rec *in, int kg, const void *key, size_t klen,
                   weir__cont_fn cont, void *arg);
+/* A scan of (kg, prefix) of ctx's backend for the record being
+ * processed, then cont (err 0, no value; or the prefetch's error, which is
+ * advisory). Under the async controller a scan the backend would have to
+ * wait for (its scan_prefetch is in progress) leaves the record waiting
+ * as weir__ctl_get does, and cont - which scans exactly that prefix -
+ * then finds the entries fetched. Otherwise cont runs before this
+ * returns. 0 or a negative errno (cont's). */
+int weir__ctl_scan(weir_ctx *ctx, const weir_rec *in, int kg, const void *prefix, size_t plen,
+                   weir__cont_fn cont, void *arg);
 /* keyed.c: weir__ctl_get of the current key's entry of state (namespace
  * ns), as weir__ns_get reads it. */
 int weir__ns_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, const void *ns,

@@ -399,6 +399,35 @@ at_once:;
     return r;
 }
 
+int weir__ctl_scan(weir_ctx *ctx, const weir_rec *in, int kg, const void *prefix, size_t plen,
+                   weir__cont_fn cont, void *arg)
+{
+    subtask *st = ctx->st;
+    actl *c = st->ctl && st->ctl->ops == &async_ops ? (actl *)st->ctl : NULL;
+    /* As weir__ctl_get: only in the record's own context. */
+    if (c && c->cur && ctx == &st->ctx[0] && ctx->rc == &c->cur->rc &&
+        ctx->backend->ops->scan_prefetch) {
+        wait *w = weir__calloc(1, sizeof(*w));
+        if (!w)
+            return -ENOMEM;
+        *w = (wait){.c = c, .h = c->cur, .cont = cont, .arg = arg, .order = ctx->read_order};
+        atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+        c->cur->reads++;
+        int e = weir_state_scan_prefetch(ctx->backend, kg, prefix, plen, on_answer, w);
+        if (e == -EINPROGRESS)
+            return 0; /* on_answer owns w */
+        c->cur->reads--;
+        wait_free(w);
+        if (e < 0)
+            return e;
+    }
+    size_t prev = ctx->read_kl;
+    ctx->read_kl = 0;
+    int r = cont(ctx, ctx->state, in, 0, NULL, 0, arg);
+    ctx->read_kl = prev;
+    return r;
+}
+
 /* ---- the controller's ops ---------------------------------------------------------------- */
 static int ctl_admit(weir__controller *base, weir_ctx *ctx, weir__rctx *rc, const weir_rec *r)
 {

@@ -17,7 +17,12 @@
  * would be late from then on), a right one once it reaches ts - lower: an
  * event-time timer, which drops the side's expired prefix and stops at its
  * first live entry. A record at or below the watermark when it arrives is
- * late: side output.
+ * late: side output. On a backend whose scans may wait (the remote one),
+ * the match runs as a continuation: the record asks for the other side's
+ * entries of its key to be fetched (weir__ctl_scan) and waits as data
+ * while the subtask goes on; the key gate keeps a key's records in order,
+ * so each pair is still found once, by the later of its two records. The
+ * timers' scans read synchronously.
  *
  * Window join. Records are buffered per window under the namespace
  * [end][start][side][seq]; when the window fires (event-time timer at
@@ -29,6 +34,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "stream/controller.h"
 #include "stream/stream_int.h"
 
 typedef struct join {
@@ -149,6 +155,9 @@ static int interval_range(weir_ctx *ctx, hits *h)
     return e > 0 ? 0 : e;
 }
 
+static int interval_match(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                          size_t vlen, void *arg);
+
 static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
 {
     int side = weir_ctx_input(ctx);
@@ -174,7 +183,26 @@ static int interval_process(weir_ctx *ctx, join *jn, const weir_rec *in)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, expire);
     if (e)
         return e;
-    /* Partners on the other side. */
+    /* Partners on the other side, once its entries of the key are at hand:
+     * the prefix interval_range's scan reads. */
+    uint8_t other = (uint8_t)(1 - side);
+    size_t kl;
+    if ((e = weir__state_key(ctx, WEIR__STATE_JOIN, &other, 1, &kl)) < 0)
+        return e;
+    return weir__ctl_scan(ctx, in, ctx->rc->kg, ctx->keybuf, kl, interval_match, NULL);
+}
+
+/* The partners of in (its own entry is buffered), through jn->fn. */
+static int interval_match(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                          size_t vlen, void *arg)
+{
+    (void)err; /* a failed prefetch only means the scan below reads itself */
+    (void)val;
+    (void)vlen;
+    (void)arg;
+    join *jn = state;
+    int side = weir_ctx_input(ctx);
+    int e = 0;
     hits h = {.side = 1 - side};
     if (side == 0) {
         h.lo = weir__sat_add(in->ts, jn->lower);

@@ -11,8 +11,10 @@
  * keys changed, a restore that reads nothing from the pool until a read
  * needs it, a rescale from two handles into one backend, a damaged handle
  * refused with its reason, reads still queued at free answered
- * -ECANCELED exactly once, malformed URIs refused, and a synchronous cold
- * read from a fiber that goes through the blocking pool.
+ * -ECANCELED exactly once, malformed URIs refused, a synchronous cold
+ * read from a fiber that goes through the blocking pool, and scans
+ * prefetched: served once, never when a newer run may hold what the
+ * fetch missed.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -74,7 +76,8 @@ static void on_answer(void *arg, int err, const void *val, size_t vlen)
     a->err = err;
     a->vlen = 0;
     if (!err && vlen <= sizeof(a->val)) {
-        memcpy(a->val, val, vlen);
+        if (vlen) /* a scan's prefetch answers with no value */
+            memcpy(a->val, val, vlen);
         a->vlen = vlen;
     }
     atomic_fetch_add(&a->calls, 1);
@@ -164,6 +167,7 @@ static void model_test(const char *pool, size_t budget, int steps)
     enum { KEYS = 600 };
     uint8_t val[300];
     uint64_t checkpoints = 0, crashes = 0, async_later = 0, merges = 0, max_chain = 0;
+    uint64_t prefetched = 0, served = 0;
     for (int step = 0; step < steps; step++) {
         char k[32];
         int i = (int)(rnd() % KEYS);
@@ -222,10 +226,47 @@ static void model_test(const char *pool, size_t budget, int steps)
                 expect(model, rd[j].kg, ks[j], rd[j].klen, as[j].err, as[j].val, as[j].vlen,
                        "get_batch");
             }
-        } else if (op < 91) { /* scan */
+        } else if (op < 91) { /* scan, half of them prefetched first */
             char prefix[8];
             snprintf(prefix, sizeof(prefix), "p%d/", (int)(rnd() % 5));
-            compare_scan(model, b, (int)(rnd() % GROUPS), rnd() % 4 ? prefix : "");
+            const char *p = rnd() % 4 ? prefix : "";
+            int kg = (int)(rnd() % GROUPS);
+            if (rnd() % 2) {
+                answer a = {0};
+                int e = weir_state_scan_prefetch(b, kg, p, strlen(p), on_answer, &a);
+                if (e == -EINPROGRESS) {
+                    prefetched++;
+                    wait_answer(&a);
+                    CHECK_EQ(a.err, 0);
+                    CHECK_EQ(atomic_load(&a.calls), 1);
+                } else {
+                    CHECK_EQ(e, 0);
+                    CHECK_EQ(atomic_load(&a.calls), 0);
+                }
+                /* Now and then changes between the prefetch and its scan,
+                 * a checkpoint among them (its run makes the prefetch
+                 * stale): the scan must see them all the same. */
+                for (int j = rnd() % 3 ? 0 : (int)(rnd() % 6); j > 0; j--) {
+                    size_t l = key_of((int)(rnd() % KEYS), k);
+                    int g = group_of(k, l);
+                    if (j == 1 && rnd() % 2) {
+                        weir_state_snapshot *s, *ms;
+                        CHECK_EQ(weir_state_capture(b, ++checkpoints, &s), 0);
+                        CHECK_EQ(weir_state_capture(model, checkpoints, &ms), 0);
+                        weir__free(saved.p);
+                        weir__free(saved_model.p);
+                        saved = take_image(s);
+                        saved_model = take_image(ms);
+                    } else if (rnd() % 3) {
+                        CHECK_EQ(weir_state_put(b, g, k, l, "changed", 7), 0);
+                        CHECK_EQ(weir_state_put(model, g, k, l, "changed", 7), 0);
+                    } else {
+                        weir_state_delete(b, g, k, l);
+                        weir_state_delete(model, g, k, l);
+                    }
+                }
+            }
+            compare_scan(model, b, kg, p);
         } else if (op < 97) { /* checkpoint; now and then one dropped unwritten */
             weir_state_snapshot *s, *ms;
             CHECK_EQ(weir_state_capture(b, ++checkpoints, &s), 0);
@@ -243,6 +284,7 @@ static void model_test(const char *pool, size_t budget, int steps)
             weir__remote_stat cs;
             weir__remote_stats(b, &cs);
             merges += cs.merges;
+            served += cs.scans_served;
             weir_state_backend_free(b);
             weir_state_backend_free(model);
             b = open_remote(uri, 0, GROUPS);
@@ -279,11 +321,15 @@ static void model_test(const char *pool, size_t budget, int steps)
     weir__remote_stat st;
     weir__remote_stats(b, &st);
     merges += st.merges;
+    served += st.scans_served;
     printf("  %s budget %zu: %d steps, %" PRIu64 " checkpoints, %" PRIu64 " crashes, %" PRIu64
            " reads answered later, %" PRIu64 " evictions, %" PRIu64 " blocks read, %" PRIu64
-           " merges, chains up to %" PRIu64 " runs\n",
+           " merges, chains up to %" PRIu64 " runs, %" PRIu64 " scans prefetched, %" PRIu64
+           " served so\n",
            pool, budget, steps, checkpoints, crashes, async_later, st.evictions, st.blocks_read,
-           merges, max_chain);
+           merges, max_chain, prefetched, served);
+    CHECK_GT(prefetched, 0);
+    CHECK_GT(served, 0);
     CHECK_GT(merges, 0);
     CHECK_LE(max_chain, 8);
     CHECK_GT(checkpoints, 0);
@@ -460,6 +506,121 @@ TEST(restore_is_lazy_and_rescales)
     weir__free(b.p);
     weir_state_backend_free(one);
     weir_state_backend_free(model);
+}
+
+/* ---- scans prefetched ------------------------------------------------------------------------
+ */
+static void checkpoint(weir_state_backend *b, uint64_t id)
+{
+    weir_state_snapshot *s;
+    CHECK_EQ(weir_state_capture(b, id, &s), 0);
+    image im = take_image(s); /* the run is written */
+    weir__free(im.p);
+    const void *v;
+    size_t vl;
+    /* The next call takes the durable capture in: its entries are clean,
+     * and with a budget of one byte evicted. */
+    weir_state_get(b, 0, "-", 1, &v, &vl);
+}
+
+static void prefetch(weir_state_backend *b, int kg, const char *p, int want)
+{
+    answer a = {0};
+    CHECK_EQ(weir_state_scan_prefetch(b, kg, p, strlen(p), on_answer, &a), want);
+    if (want == -EINPROGRESS) {
+        wait_answer(&a);
+        CHECK_EQ(a.err, 0);
+    }
+    CHECK_EQ(atomic_load(&a.calls), want == -EINPROGRESS);
+}
+
+static void scan_is(weir_state_backend *b, int kg, const char *p, const char *want)
+{
+    static dump d;
+    d.len = 0;
+    CHECK_EQ(weir_state_scan(b, kg, p, strlen(p), dump_fn, &d), 0);
+    if (d.len != strlen(want) || memcmp(d.buf, want, d.len) != 0)
+        TEST__FAIL("scan of \"%s\": \"%.*s\", not \"%s\"", p, (int)d.len, d.buf, want);
+}
+
+TEST(a_prefetched_scan_is_served_once_and_never_stale)
+{
+    weir_state_backend *b =
+        open_remote("remote:mem://remote-prefetch?hot_max_bytes=1&io_threads=2", 0, GROUPS);
+    /* Nothing in the pool yet: a scan would not wait. */
+    prefetch(b, 0, "p/", 0);
+    CHECK_EQ(weir_state_put(b, 0, "p/a", 3, "1", 1), 0);
+    CHECK_EQ(weir_state_put(b, 0, "q/a", 3, "x", 1), 0);
+    checkpoint(b, 1);
+    weir__remote_stat st;
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.clean, 0); /* evicted: the scans below must go to the pool */
+
+    /* Prefetched: the scan reads nothing more from the pool. */
+    prefetch(b, 0, "p/", -EINPROGRESS);
+    weir__remote_stats(b, &st);
+    uint64_t blocks = st.blocks_read;
+    CHECK_EQ(st.scans_fetched, 1);
+    scan_is(b, 0, "p/", "p/a=1:1");
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.scans_served, 1);
+    CHECK_EQ(st.blocks_read, blocks);
+    /* Once: the next scan reads again. */
+    scan_is(b, 0, "p/", "p/a=1:1");
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.scans_served, 1);
+    CHECK_GT(st.blocks_read, blocks);
+    /* Another prefix, or another group, is not served by it. */
+    prefetch(b, 0, "p/", -EINPROGRESS);
+    scan_is(b, 0, "q/", "q/a=1:x");
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.scans_served, 1);
+    /* A prefetch already at hand: the next one has nothing to fetch. */
+    prefetch(b, 0, "p/", 0);
+
+    /* Stale: a checkpoint wrote newer entries of the prefix, which then
+     * left the hot tier; the fetched part must not hide them. */
+    CHECK_EQ(weir_state_put(b, 0, "p/a", 3, "2", 1), 0);
+    CHECK_EQ(weir_state_put(b, 0, "p/b", 3, "3", 1), 0);
+    checkpoint(b, 2);
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.clean, 0);
+    scan_is(b, 0, "p/", "p/a=1:2p/b=1:3");
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.scans_served, 1);
+    /* A delete, likewise. */
+    prefetch(b, 0, "p/", -EINPROGRESS);
+    CHECK_EQ(weir_state_delete(b, 0, "p/a", 3), 0);
+    checkpoint(b, 3);
+    scan_is(b, 0, "p/", "p/b=1:3");
+
+    /* A prefetch still queued when the backend goes is answered once. */
+    weir_state_backend_free(b);
+    const char *uri =
+        "remote:latency://200/mem://remote-prefetch-free?hot_max_bytes=1&io_threads=1";
+    b = open_remote(uri, 0, GROUPS);
+    char k[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(k, sizeof(k), "p%d/", i);
+        CHECK_EQ(weir_state_put(b, 0, k, 3, "v", 1), 0);
+    }
+    checkpoint(b, 1);
+    enum { N = 8 };
+    static answer as[N];
+    memset(as, 0, sizeof(as));
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "p%d/", i);
+        CHECK_EQ(weir_state_scan_prefetch(b, 0, k, 3, on_answer, &as[i]), -EINPROGRESS);
+    }
+    weir_state_backend_free(b);
+    int cancelled = 0;
+    for (int i = 0; i < N; i++) {
+        wait_answer(&as[i]);
+        CHECK_EQ(atomic_load(&as[i].calls), 1);
+        CHECK(as[i].err == 0 || as[i].err == -ECANCELED);
+        cancelled += as[i].err == -ECANCELED;
+    }
+    CHECK_GT(cancelled, 0);
 }
 
 /* ---- reads queued at free ---------------------------------------------------------------------

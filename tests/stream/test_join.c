@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_join.c - joins and richer keyed state (weir/stream.h): interval
- * join and window join against a nested-loop reference, late records of a
- * join, keyed aggregate with a result function, map and list state.
+ * join and window join against a nested-loop reference (also on the remote
+ * backend, where an interval join's probes wait for their scans as data),
+ * late records of a join, keyed aggregate with a result function, map and
+ * list state.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,7 @@
 #include "test.h"
 #include "test_rt.h"
 #include "weir/rt.h"
+#include "weir/state.h"
 #include "weir/stream.h"
 
 /* Every job here runs on a two-thread runtime. */
@@ -106,6 +110,7 @@ typedef struct join_case {
     int64_t lower, upper, size;
     int par;
     int64_t lag_left, lag_right; /* event time the side's records run behind */
+    const char *backend;         /* NULL: memory; else checkpoints every 5 ms */
 } join_case;
 
 static intptr_t join_main(void *arg)
@@ -134,10 +139,22 @@ static intptr_t join_main(void *arg)
     weir_collector *c = weir_collector_new(), *late = weir_collector_new();
     CHECK_EQ(weir_stream_collect(out, "out", c), 0);
     CHECK_EQ(weir_stream_collect(weir_stream_side(out), "late", late), 0);
-    int e = weir_job_run(j, NULL);
+    char dir[] = "/tmp/weir-test-join-XXXXXX";
+    weir_run_opts o = {0};
+    if (jc->backend) {
+        CHECK(mkdtemp(dir) != NULL);
+        o = (weir_run_opts){
+            .state_backend = jc->backend, .checkpoint_dir = dir, .checkpoint_interval_ms = 5};
+    }
+    int e = weir_job_run(j, &o);
     if (e)
         fprintf(stderr, "%s\n", weir_job_error(j));
     CHECK_EQ(e, 0);
+    if (jc->backend) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        CHECK_EQ(system(cmd), 0);
+    }
     /* Reference: a nested loop over both sides. (The bound covers the
      * jitter, so no record is late.) */
     CHECK_EQ(weir_collector_count(late), 0);
@@ -204,6 +221,65 @@ TEST(interval_join_with_a_lagging_input)
     CHECK_EQ(on_runtime(join_main, &b), 0);
     join_case c = {.lower = 0, .upper = 3, .par = 1, .lag_left = 20000};
     CHECK_EQ(on_runtime(join_main, &c), 0);
+}
+
+/* ---- on the remote backend ----------------------------------------------------------------- */
+/* "spyscan:URI": the backend of URI, its scan prefetches that went to the
+ * pool counted. */
+static _Atomic long spy_later;
+static weir_state_backend_ops spy_ops;
+static int (*spy_real)(weir_state_backend *, int, const void *, size_t, weir_state_get_cb, void *);
+static pthread_mutex_t spy_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int spy_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
+                        weir_state_get_cb cb, void *arg)
+{
+    int e = spy_real(b, kg, prefix, plen, cb, arg);
+    if (e == -EINPROGRESS)
+        atomic_fetch_add(&spy_later, 1);
+    return e;
+}
+
+static weir_state_backend *spy_make(void *arg, const char *uri, int ngroups, int first, int end)
+{
+    (void)arg;
+    weir_state_backend *b = NULL;
+    if (weir_state_backend_open(uri + strlen("spyscan:"), ngroups, first, end, &b) != 0)
+        return NULL;
+    CHECK(b->ops->scan_prefetch != NULL);
+    pthread_mutex_lock(&spy_mu);
+    if (!spy_real) {
+        spy_ops = *b->ops;
+        spy_real = b->ops->scan_prefetch;
+        spy_ops.scan_prefetch = spy_prefetch;
+    }
+    pthread_mutex_unlock(&spy_mu);
+    b->ops = &spy_ops;
+    return b;
+}
+
+/* The same pairs with the state on the remote backend: a hot tier far
+ * smaller than the buffers, a pool that answers up to 0.2 ms late, checkpoints
+ * all along (their runs are what the probes' scans fetch); many probes
+ * waited for their scans as data. */
+TEST(interval_join_on_the_remote_backend_matches_nested_loop)
+{
+    CHECK_EQ(weir_state_backend_register("spyscan", spy_make, NULL), 0);
+    atomic_store(&spy_later, 0);
+    join_case a = {.lower = -20,
+                   .upper = 40,
+                   .par = 2,
+                   .backend = "spyscan:remote:latency://0-0.2/mem://join-remote?hot_max_bytes=2048"};
+    CHECK_EQ(on_runtime(join_main, &a), 0);
+    join_case b = {.lower = -35,
+                   .upper = -3,
+                   .par = 1,
+                   .lag_left = 9000,
+                   .backend = "spyscan:remote:latency://0-0.2/mem://join-remote-lag?hot_max_bytes=0"};
+    CHECK_EQ(on_runtime(join_main, &b), 0);
+    long later = atomic_load(&spy_later);
+    printf("  %ld probes waited for their scans\n", later);
+    CHECK_GT(later, 100);
 }
 
 TEST(window_join_matches_nested_loop)
