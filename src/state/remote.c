@@ -472,6 +472,7 @@ typedef struct remote {
     uint64_t seq; /* captures taken */
     delta *last;  /* the newest delta (the next one's base) */
     uint64_t evictions;
+    uint8_t *cold; /* [group - first_kg]: an entry of it was evicted or restored (hot_whole) */
     struct scanned *cache; /* scans prefetched, newest first (scan_prefetch) */
     size_t ncache;
     uint64_t scans_served;
@@ -545,6 +546,7 @@ static void evict(remote *r)
 {
     while (r->budget && r->bytes > r->budget && !list_empty(&r->clean)) {
         hmeta *m = r->clean.prev; /* the least recently used */
+        r->cold[m->kg - r->base.first_kg] = 1;
         drop_entry(r, m->kg, m);
         r->evictions++;
     }
@@ -581,8 +583,15 @@ static hmeta *hot_put(remote *r, int kg, const void *key, size_t klen, const voi
     return m;
 }
 
-static int chain_empty(remote *r, int kg)
+/* Does the hot tier hold every entry of group kg, so that a miss is an
+ * absence and a scan needs no pool? Yes while nothing of the group was
+ * evicted or restored (every change since is still in memory: written
+ * entries stay until durable, then until evicted), and when its chain is
+ * empty. */
+static int hot_whole(remote *r, int kg)
 {
+    if (!r->cold[kg - r->base.first_kg])
+        return 1;
     rshared *sh = r->sh;
     pthread_mutex_lock(&sh->mu);
     int empty = sh->chains[kg - sh->first_kg].n == 0;
@@ -687,7 +696,7 @@ static int rm_get(weir_state_backend *b, int kg, const void *key, size_t klen, c
         touch(r, m);
         return m->tomb ? -ENOENT : 0;
     }
-    if (chain_empty(r, kg))
+    if (hot_whole(r, kg))
         return -ENOENT;
     sync_read q = {r->sh, kg, key, klen, NULL, 0};
     int e = (int)weir__blocking_run_shielded(sync_job, &q);
@@ -733,7 +742,7 @@ static int try_at_once(remote *r, int kg, const void *key, size_t klen, const vo
         touch(r, m);
         return m->tomb ? -ENOENT : 0;
     }
-    return chain_empty(r, kg) ? -ENOENT : 1;
+    return hot_whole(r, kg) ? -ENOENT : 1;
 }
 
 static rreq *req_new(int kg, const void *key, size_t klen, weir_state_get_cb cb, void *arg)
@@ -860,7 +869,7 @@ static int rm_put(weir_state_backend *b, int kg, const void *key, size_t klen, c
     if (!m)
         return e;
     if (created) /* unknown to the hot tier: the pool may hold it, unless it holds nothing */
-        m->in_pool = !chain_empty(r, kg);
+        m->in_pool = !hot_whole(r, kg);
     m->tomb = 0;
     make_dirty(r, m);
     return 0;
@@ -879,7 +888,7 @@ static int rm_del(weir_state_backend *b, int kg, const void *key, size_t klen)
         drop_entry(r, kg, m); /* never reached the pool: nothing to hide there */
         return 0;
     }
-    if (!m && chain_empty(r, kg))
+    if (!m && hot_whole(r, kg))
         return -ENOENT;
     /* A tombstone, until a run holds it. A key the hot tier does not hold
      * is not read first: the delete answers 0. */
@@ -1192,7 +1201,7 @@ static int rm_scan_prefetch(weir_state_backend *b, int kg, const void *prefix, s
     remote *r = (remote *)b;
     catch_up(r);
     scans_take(r);
-    if (chain_empty(r, kg) || scans_find(r, kg, prefix, plen, 0))
+    if (hot_whole(r, kg) || scans_find(r, kg, prefix, plen, 0))
         return 0; /* the scan would not wait */
     rreq *q = req_new(kg, prefix, plen, cb, arg);
     if (!q)
@@ -1235,7 +1244,7 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     }
     /* A run that vanished under the scan (merged away, then deleted):
      * again, with the chain as it is now (as cold_lookup does). */
-    for (int round = 0; !x && !e && round < 4 && !chain_empty(r, kg); round++) {
+    for (int round = 0; !x && !e && round < 4 && !hot_whole(r, kg); round++) {
         pool_scan_reset(&ps);
         if ((e = (int)weir__blocking_run_shielded(pool_scan_job, &ps)) != -ENOENT)
             break;
@@ -1981,6 +1990,7 @@ static int rm_restore(weir_state_backend *b, const uint8_t *img, size_t len, cha
         weir__free(c.v);
         if (c.err)
             return c.err;
+        r->cold[kg - b->first_kg] = 1; /* its entries are in the pool alone */
     }
     return handle_apply(r, img, len, 1, why, cap);
 }
@@ -2015,6 +2025,7 @@ static void rm_free(weir_state_backend *b)
     delta_unref(r->last);
     weir_state_backend_free(r->hot);
     shared_unref(sh);
+    weir__free(r->cold);
     weir__free(r);
 }
 
@@ -2173,9 +2184,14 @@ int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
     size_t n = (size_t)(end_kg - first_kg);
     if (sh)
         sh->chains = weir__calloc(n ? n : 1, sizeof(chain));
-    weir_state_backend *hot =
-        r && sh && sh->chains ? weir__mem_new_meta(ngroups, first_kg, end_kg, sizeof(hmeta)) : NULL;
+    if (r)
+        r->cold = weir__calloc(n ? n : 1, 1);
+    weir_state_backend *hot = r && r->cold && sh && sh->chains
+                                  ? weir__mem_new_meta(ngroups, first_kg, end_kg, sizeof(hmeta))
+                                  : NULL;
     if (!hot) {
+        if (r)
+            weir__free(r->cold);
         if (sh)
             weir__free(sh->chains);
         weir__free(sh);

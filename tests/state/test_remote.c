@@ -516,11 +516,10 @@ static void checkpoint(weir_state_backend *b, uint64_t id)
     CHECK_EQ(weir_state_capture(b, id, &s), 0);
     image im = take_image(s); /* the run is written */
     weir__free(im.p);
-    const void *v;
-    size_t vl;
     /* The next call takes the durable capture in: its entries are clean,
      * and with a budget of one byte evicted. */
-    weir_state_get(b, 0, "-", 1, &v, &vl);
+    weir__remote_stat st;
+    weir__remote_stats(b, &st);
 }
 
 static void prefetch(weir_state_backend *b, int kg, const char *p, int want)
@@ -541,6 +540,46 @@ static void scan_is(weir_state_backend *b, int kg, const char *p, const char *wa
     CHECK_EQ(weir_state_scan(b, kg, p, strlen(p), dump_fn, &d), 0);
     if (d.len != strlen(want) || memcmp(d.buf, want, d.len) != 0)
         TEST__FAIL("scan of \"%s\": \"%.*s\", not \"%s\"", p, (int)d.len, d.buf, want);
+}
+
+/* A group nothing of which was evicted or restored is whole in memory: a
+ * miss there is an absence, answered at once, checkpoints or not; once an
+ * entry of it is evicted, a miss asks the pool. */
+TEST(a_miss_goes_to_the_pool_only_once_something_left_memory)
+{
+    weir_state_backend *b =
+        open_remote("remote:mem://remote-whole?hot_max_bytes=0&io_threads=1", 0, GROUPS);
+    CHECK_EQ(weir_state_put(b, 0, "a", 1, "1", 1), 0);
+    CHECK_EQ(weir_state_delete(b, 0, "a", 1), 0);
+    CHECK_EQ(weir_state_put(b, 0, "b", 1, "2", 1), 0);
+    checkpoint(b, 1);
+    checkpoint(b, 2);
+    answer a = {0};
+    const void *v;
+    size_t vl;
+    CHECK_EQ(weir_state_get_async(b, 0, "zz", 2, on_answer, &a), -ENOENT);
+    CHECK_EQ(weir_state_get(b, 0, "a", 1, &v, &vl), -ENOENT);
+    CHECK_EQ(weir_state_get(b, 0, "b", 1, &v, &vl), 0);
+    CHECK_EQ(weir_state_delete(b, 0, "zz", 2), -ENOENT);
+    prefetch(b, 0, "", 0);
+    scan_is(b, 0, "", "b=1:2");
+    weir__remote_stat st;
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.cold_reads, 0);
+    CHECK_EQ(st.blocks_read, 0);
+    weir_state_backend_free(b);
+    /* The same with a budget of one byte: "b" is evicted after the
+     * checkpoint, and the misses go to the pool. */
+    b = open_remote("remote:mem://remote-whole2?hot_max_bytes=1&io_threads=1", 0, GROUPS);
+    CHECK_EQ(weir_state_put(b, 0, "b", 1, "2", 1), 0);
+    checkpoint(b, 1);
+    CHECK_EQ(weir_state_get_async(b, 0, "zz", 2, on_answer, &a), -EINPROGRESS);
+    wait_answer(&a);
+    CHECK_EQ(a.err, -ENOENT);
+    CHECK_EQ(weir_state_get(b, 0, "b", 1, &v, &vl), 0);
+    weir__remote_stats(b, &st);
+    CHECK_EQ(st.cold_reads, 2);
+    weir_state_backend_free(b);
 }
 
 TEST(a_prefetched_scan_is_served_once_and_never_stale)

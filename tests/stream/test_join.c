@@ -258,10 +258,12 @@ static weir_state_backend *spy_make(void *arg, const char *uri, int ngroups, int
     return b;
 }
 
-/* The same pairs with the state on the remote backend: a hot tier far
- * smaller than the buffers, a pool that answers up to 0.2 ms late, checkpoints
- * all along (their runs are what the probes' scans fetch); many probes
- * waited for their scans as data. */
+/* The same pairs with the state on the remote backend, a pool that
+ * answers up to 0.2 ms late and checkpoints all along: with a hot tier
+ * that holds everything (nothing was evicted, so no probe needs the pool),
+ * and with one far smaller than the buffers of an input that lags (their
+ * runs are what the probes' scans fetch): many probes waited for their
+ * scans as data. */
 TEST(interval_join_on_the_remote_backend_matches_nested_loop)
 {
     CHECK_EQ(weir_state_backend_register("spyscan", spy_make, NULL), 0);
@@ -269,13 +271,15 @@ TEST(interval_join_on_the_remote_backend_matches_nested_loop)
     join_case a = {.lower = -20,
                    .upper = 40,
                    .par = 2,
-                   .backend = "spyscan:remote:latency://0-0.2/mem://join-remote?hot_max_bytes=2048"};
+                   .backend = "spyscan:remote:latency://0-0.2/mem://join-remote?hot_max_bytes=0"};
     CHECK_EQ(on_runtime(join_main, &a), 0);
+    CHECK_EQ(atomic_load(&spy_later), 0);
     join_case b = {.lower = -35,
                    .upper = -3,
                    .par = 1,
                    .lag_left = 9000,
-                   .backend = "spyscan:remote:latency://0-0.2/mem://join-remote-lag?hot_max_bytes=0"};
+                   .backend =
+                       "spyscan:remote:latency://0-0.2/mem://join-remote-lag?hot_max_bytes=4096"};
     CHECK_EQ(on_runtime(join_main, &b), 0);
     long later = atomic_load(&spy_later);
     printf("  %ld probes waited for their scans\n", later);
