@@ -33,8 +33,9 @@ typedef struct ev {
  * (out of order within the bound). */
 typedef struct side_cfg {
     int64_t n, keys, step, jitter, seed;
-    int64_t shift; /* every timestamp this much earlier: the side lags in event time */
-    int mod_keys;  /* key = id % keys (else a hash of the id) */
+    int64_t shift;          /* every timestamp this much earlier: the side lags in event time */
+    int mod_keys;           /* key = id % keys (else a hash of the id) */
+    _Atomic long *wait_for; /* halfway, wait (emitting nothing) until it reaches 2 */
 } side_cfg;
 
 static ev make_ev(const side_cfg *c, int64_t i)
@@ -62,7 +63,15 @@ static int side_open(weir_ctx *ctx, void *arg, void **state)
 static int side_next(weir_ctx *ctx, void *state)
 {
     side_state *s = state;
-    for (int k = 0; k < 64 && s->i < s->c->n; k++) {
+    int64_t end = s->c->n;
+    if (s->c->wait_for && s->i <= s->c->n / 2 && atomic_load(s->c->wait_for) < 2) {
+        end = s->c->n / 2;
+        if (s->i == end) {
+            weir_time_sleep(WEIR_MSEC); /* a checkpoint must be able to pass meanwhile */
+            return 0;
+        }
+    }
+    for (int k = 0; k < 64 && s->i < end; k++) {
         ev e = make_ev(s->c, s->i++);
         int r = weir_emit(ctx, &e, sizeof(e), e.ts);
         if (r)
@@ -111,6 +120,7 @@ typedef struct join_case {
     int par;
     int64_t lag_left, lag_right; /* event time the side's records run behind */
     const char *backend;         /* NULL: memory; else checkpoints every 5 ms */
+    _Atomic long *wait_for;      /* the sources' halfway wait (side_cfg) */
 } join_case;
 
 static intptr_t join_main(void *arg)
@@ -120,6 +130,7 @@ static intptr_t join_main(void *arg)
     side_cfg R = {.n = 2000, .keys = 3, .step = 15, .jitter = 30, .seed = 7};
     L.shift = jc->lag_left;
     R.shift = jc->lag_right;
+    L.wait_for = R.wait_for = jc->wait_for;
     weir_source_def sd = {
         .open = side_open, .next = side_next, .close = free, .max_out_of_orderness = 30};
     weir_job *j = weir_job_new("join");
@@ -225,10 +236,12 @@ TEST(interval_join_with_a_lagging_input)
 
 /* ---- on the remote backend ----------------------------------------------------------------- */
 /* "spyscan:URI": the backend of URI, its scan prefetches that went to the
- * pool counted. */
-static _Atomic long spy_later;
+ * pool counted, and its checkpoints' captures. */
+static _Atomic long spy_later, spy_captures;
 static weir_state_backend_ops spy_ops;
 static int (*spy_real)(weir_state_backend *, int, const void *, size_t, weir_state_get_cb, void *);
+static int (*spy_real_capture)(weir_state_backend *, uint64_t, const weir_state_entry *, size_t,
+                               weir_state_snapshot **);
 static pthread_mutex_t spy_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int spy_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
@@ -237,6 +250,15 @@ static int spy_prefetch(weir_state_backend *b, int kg, const void *prefix, size_
     int e = spy_real(b, kg, prefix, plen, cb, arg);
     if (e == -EINPROGRESS)
         atomic_fetch_add(&spy_later, 1);
+    return e;
+}
+
+static int spy_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *extra, size_t n,
+                       weir_state_snapshot **out)
+{
+    int e = spy_real_capture(b, id, extra, n, out);
+    if (!e)
+        atomic_fetch_add(&spy_captures, 1);
     return e;
 }
 
@@ -252,6 +274,8 @@ static weir_state_backend *spy_make(void *arg, const char *uri, int ngroups, int
         spy_ops = *b->ops;
         spy_real = b->ops->scan_prefetch;
         spy_ops.scan_prefetch = spy_prefetch;
+        spy_real_capture = b->ops->capture;
+        spy_ops.capture = spy_capture;
     }
     pthread_mutex_unlock(&spy_mu);
     b->ops = &spy_ops;
@@ -274,12 +298,14 @@ TEST(interval_join_on_the_remote_backend_matches_nested_loop)
                    .backend = "spyscan:remote:latency://0-0.2/mem://join-remote?hot_max_bytes=0"};
     CHECK_EQ(on_runtime(join_main, &a), 0);
     CHECK_EQ(atomic_load(&spy_later), 0);
+    atomic_store(&spy_captures, 0);
     join_case b = {.lower = -35,
                    .upper = -3,
                    .par = 1,
                    .lag_left = 9000,
                    .backend =
-                       "spyscan:remote:latency://0-0.2/mem://join-remote-lag?hot_max_bytes=4096"};
+                       "spyscan:remote:latency://0-0.2/mem://join-remote-lag?hot_max_bytes=4096",
+                   .wait_for = &spy_captures}; /* the second half meets runs in the pool */
     CHECK_EQ(on_runtime(join_main, &b), 0);
     long later = atomic_load(&spy_later);
     printf("  %ld probes waited for their scans\n", later);
