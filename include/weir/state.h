@@ -184,7 +184,9 @@ typedef struct weir_state_backend_ops {
      * failure). What was fetched serves one scan of that prefix, and only
      * while nothing newer reached the remote tier; a scan it cannot serve
      * reads synchronously, as without a prefetch. The prefix is the
-     * caller's during the call only. NULL: scans never wait. */
+     * caller's during the call only. Another negative errno: nothing was
+     * started (no memory, say), and no callback comes; the scan can still
+     * read synchronously. NULL: scans never wait. */
     int (*scan_prefetch)(weir_state_backend *b, int kg, const void *prefix, size_t plen,
                          weir_state_get_cb cb, void *arg);
 } weir_state_backend_ops;

@@ -47,8 +47,10 @@
  * the hot tier as a clean entry at the owner's next call. The synchronous
  * get does the same walk on the runtime's blocking pool, the calling
  * fiber waiting. A scan merges the hot tier with the blocks of each run
- * that meet the prefix (fetched synchronously, likewise: the async scan
- * is a later step).
+ * that meet the prefix, fetched on the blocking pool - or ahead of it on
+ * the I/O threads, when scan_prefetch asked for them (see "scans
+ * prefetched" below). A group nothing of which was evicted or restored
+ * needs no pool at all (hot_whole).
  *
  * Snapshots. capture (the owner, at the barrier) copies the dirty
  * entries, sorted, into a delta and moves them to a captured list; the
@@ -290,15 +292,18 @@ static int lookup_once(rshared *sh, int kg, const void *key, size_t klen, uint8_
  * deleted), else an error. Blocks. A run that vanished from the pool
  * under the read (merged away by a persist, then deleted once no
  * checkpoint needed it) sends the read round again with the chain as it
- * is now. */
+ * is now; a run the chain still names that the pool no longer has is
+ * -EIO (lost data, never an absence). */
 static int cold_lookup(rshared *sh, int kg, const void *key, size_t klen, uint8_t **val,
                        size_t *vlen)
 {
     for (int round = 0;; round++) {
         int stale = 0;
         int e = lookup_once(sh, kg, key, klen, val, vlen, &stale);
-        if (!stale || round == 3)
+        if (!stale)
             return e;
+        if (round == 3)
+            return -EIO;
     }
 }
 
@@ -334,8 +339,12 @@ static int lookup_once(rshared *sh, int kg, const void *key, size_t klen, uint8_
             e = fetch(sh, r->name, off, len, &buf);
         else if (!e)
             continue;
-        if (e == -ENOENT && !in_chain(sh, kg, r))
-            *stale = 1;
+        if (e == -ENOENT) {
+            if (in_chain(sh, kg, r))
+                e = -EIO; /* the pool lost a run the chain needs */
+            else
+                *stale = 1;
+        }
         if (e)
             break;
         atomic_fetch_add_explicit(&sh->blocks_read, 1, memory_order_relaxed);
@@ -473,8 +482,9 @@ typedef struct remote {
     delta *last;  /* the newest delta (the next one's base) */
     uint64_t evictions;
     uint8_t *cold; /* [group - first_kg]: an entry of it was evicted or restored (hot_whole) */
-    struct scanned *cache; /* scans prefetched, newest first (scan_prefetch) */
-    size_t ncache;
+    /* scans prefetched (scan_prefetch): a table by (group, prefix), oldest first */
+    struct scanned **buckets, *oldest, *newest;
+    size_t ncache, cache_bytes;
     uint64_t scans_served;
 } remote;
 
@@ -954,6 +964,7 @@ typedef struct pool_scan {
     svec out;       /* sorted, one entry per key */
     runref **chain; /* the chain it read (referenced): what it is valid for */
     size_t nchain;
+    size_t bytes; /* of the blocks */
 } pool_scan;
 
 static int has_prefix(const uint8_t *k, size_t kl, const uint8_t *p, size_t pl)
@@ -1010,6 +1021,7 @@ static intptr_t pool_scan_job(void *arg)
             if ((e = fetch(ps->sh, r->name, off, len, &buf)) != 0)
                 break;
             atomic_fetch_add_explicit(&ps->sh->blocks_read, 1, memory_order_relaxed);
+            ps->bytes += len;
             if (ps->nblocks == ps->bcap) {
                 size_t cap = ps->bcap ? ps->bcap * 2 : 16;
                 uint8_t **nb = weir__realloc(ps->blocks, cap * sizeof(*nb));
@@ -1071,6 +1083,7 @@ static void pool_scan_reset(pool_scan *ps)
     weir__free(ps->blocks);
     ps->blocks = NULL;
     ps->nblocks = ps->bcap = 0;
+    ps->bytes = 0;
 }
 
 /* ---- scans prefetched ----------------------------------------------------------------------
@@ -1078,19 +1091,25 @@ static void pool_scan_reset(pool_scan *ps)
  * fetch comes back to the owner (sh->scanned) and serves the next rm_scan
  * of that prefix, once, while the group's chain is still the one it read:
  * a run prepended or merged since may hold entries that have left the hot
- * tier, so a changed chain makes it stale and the scan reads again. The
- * owner keeps at most SCAN_CACHE_MAX of them and searches them in turn:
- * each is taken by the scan of the record that asked for it, so few wait
- * at a time. */
+ * tier, so a changed chain makes it stale and the scan reads again. Each
+ * is taken by the scan of the record that asked for it, so the owner's
+ * cache holds about the records waiting for their scans (the controller's
+ * in-flight cap bounds them); it is a hash table by (group, prefix) with
+ * an age list, the oldest dropped past SCAN_CACHE_MAX entries or
+ * SCAN_CACHE_BYTES of fetched blocks (which the hot tier's budget does not
+ * count). */
 typedef struct scanned {
-    struct scanned *next;
+    struct scanned *next;          /* sh->scanned's stack, then the bucket's chain */
+    struct scanned *older, *newer; /* the cache's age list */
+    uint32_t bucket;
     int kg;
     pool_scan ps;
-    size_t plen;
     uint8_t prefix[];
 } scanned;
 
-#define SCAN_CACHE_MAX 256
+#define SCAN_CACHE_MAX   16384
+#define SCAN_CACHE_BYTES ((size_t)128 << 20)
+#define SCAN_BUCKETS     1024u
 
 static void scanned_free(scanned *x)
 {
@@ -1105,7 +1124,7 @@ static void scan_fetch(rshared *sh, rreq *q)
     scanned *x = weir__malloc(sizeof(*x) + q->klen);
     int e = -ENOMEM;
     if (x) {
-        *x = (scanned){.kg = q->kg, .plen = q->klen};
+        *x = (scanned){.kg = q->kg};
         memcpy(x->prefix, q->key, q->klen);
         x->ps = (pool_scan){.sh = sh, .kg = q->kg, .prefix = x->prefix, .plen = q->klen};
         /* A run that vanished under it: again, with the chain as it is now. */
@@ -1114,6 +1133,8 @@ static void scan_fetch(rshared *sh, rreq *q)
             if ((e = (int)pool_scan_job(&x->ps)) != -ENOENT)
                 break;
         }
+        if (e == -ENOENT)
+            e = -EIO;
         if (e) {
             scanned_free(x);
         } else {
@@ -1127,37 +1148,81 @@ static void scan_fetch(rshared *sh, rreq *q)
     q->cb(q->arg, e, NULL, 0);
 }
 
-static void scans_free(scanned *x)
+static uint32_t scan_bucket(int kg, const void *prefix, size_t plen)
 {
-    while (x) {
-        scanned *n = x->next;
-        scanned_free(x);
-        x = n;
-    }
+    return (uint32_t)(XXH64(prefix, plen, (uint64_t)kg) % SCAN_BUCKETS);
+}
+
+/* Take x out of the cache (it is the caller's then). */
+static void cache_unlink(remote *r, scanned *x)
+{
+    scanned **pp = &r->buckets[x->bucket];
+    while (*pp != x)
+        pp = &(*pp)->next;
+    *pp = x->next;
+    if (x->older)
+        x->older->newer = x->newer;
+    else
+        r->oldest = x->newer;
+    if (x->newer)
+        x->newer->older = x->older;
+    else
+        r->newest = x->older;
+    r->ncache--;
+    r->cache_bytes -= x->ps.bytes;
 }
 
 /* On the owner: the scans fetched since the last call join its cache,
- * the oldest dropped past the bound. */
+ * the oldest dropped past the bounds. */
 static void scans_take(remote *r)
 {
     rshared *sh = r->sh;
     scanned *x = atomic_load_explicit(&sh->scanned, memory_order_relaxed)
                      ? atomic_exchange_explicit(&sh->scanned, NULL, memory_order_acquire)
                      : NULL;
+    if (x && !r->buckets && !(r->buckets = weir__calloc(SCAN_BUCKETS, sizeof(*r->buckets)))) {
+        while (x) { /* no table: served by no one, read again */
+            scanned *n = x->next;
+            scanned_free(x);
+            x = n;
+        }
+        return;
+    }
     while (x) {
         scanned *n = x->next;
-        x->next = r->cache;
-        r->cache = x;
+        x->bucket = scan_bucket(x->kg, x->prefix, x->ps.plen);
+        x->next = r->buckets[x->bucket];
+        r->buckets[x->bucket] = x;
+        x->older = r->newest;
+        x->newer = NULL;
+        if (r->newest)
+            r->newest->newer = x;
+        else
+            r->oldest = x;
+        r->newest = x;
         r->ncache++;
+        r->cache_bytes += x->ps.bytes;
         x = n;
     }
-    if (r->ncache > SCAN_CACHE_MAX) {
-        scanned *p = r->cache;
-        for (size_t i = 1; i < SCAN_CACHE_MAX; i++)
-            p = p->next;
-        scans_free(p->next);
-        p->next = NULL;
-        r->ncache = SCAN_CACHE_MAX;
+    while (r->oldest && (r->ncache > SCAN_CACHE_MAX || r->cache_bytes > SCAN_CACHE_BYTES)) {
+        scanned *o = r->oldest;
+        cache_unlink(r, o);
+        scanned_free(o);
+    }
+}
+
+static void cache_free(remote *r)
+{
+    while (r->oldest) {
+        scanned *o = r->oldest;
+        cache_unlink(r, o);
+        scanned_free(o);
+    }
+    weir__free(r->buckets);
+    r->buckets = NULL;
+    for (scanned *x = atomic_exchange(&r->sh->scanned, NULL), *n; x; x = n) {
+        n = x->next;
+        scanned_free(x);
     }
 }
 
@@ -1174,24 +1239,24 @@ static int chain_is(rshared *sh, int kg, runref *const *v, size_t n)
 }
 
 /* The cache's entry for (kg, prefix) that is still valid, or NULL; take:
- * unlinked (the caller's). A stale one met on the way is dropped. */
+ * taken out of the cache (the caller's). A stale one met is dropped. */
 static scanned *scans_find(remote *r, int kg, const void *prefix, size_t plen, int take)
 {
-    for (scanned **pp = &r->cache; *pp;) {
-        scanned *x = *pp;
-        if (x->kg != kg || x->plen != plen || (plen && memcmp(x->prefix, prefix, plen) != 0)) {
-            pp = &x->next;
-            continue;
-        }
-        int ok = chain_is(r->sh, kg, x->ps.chain, x->ps.nchain);
-        if (ok && !take)
-            return x;
-        *pp = x->next;
-        r->ncache--;
-        if (ok)
-            return x;
-        scanned_free(x);
-    }
+    if (!r->ncache)
+        return NULL;
+    scanned *x = r->buckets[scan_bucket(kg, prefix, plen)];
+    while (x &&
+           (x->kg != kg || x->ps.plen != plen || (plen && memcmp(x->prefix, prefix, plen) != 0)))
+        x = x->next;
+    if (!x)
+        return NULL;
+    int ok = chain_is(r->sh, kg, x->ps.chain, x->ps.nchain);
+    if (ok && !take)
+        return x;
+    cache_unlink(r, x);
+    if (ok)
+        return x;
+    scanned_free(x);
     return NULL;
 }
 
@@ -1244,11 +1309,13 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     }
     /* A run that vanished under the scan (merged away, then deleted):
      * again, with the chain as it is now (as cold_lookup does). */
-    for (int round = 0; !x && !e && round < 4 && !hot_whole(r, kg); round++) {
+    for (int round = 0; !x && !e && !hot_whole(r, kg); round++) {
         pool_scan_reset(&ps);
         if ((e = (int)weir__blocking_run_shielded(pool_scan_job, &ps)) != -ENOENT)
             break;
-        e = 0;
+        /* A run vanished under the scan (or the pool lost one: after a
+         * few rounds, an error rather than a scan without the pool). */
+        e = round < 3 ? 0 : -EIO;
     }
     /* Merge: the hot tier's entry of a key wins over the pool's. */
     size_t i = 0, j = 0;
@@ -2017,8 +2084,7 @@ static void rm_free(weir_state_backend *b)
     pthread_mutex_unlock(&sh->mu);
     for (int i = 0; i < sh->nthreads; i++)
         pthread_join(sh->threads[i], NULL);
-    scans_free(r->cache);
-    scans_free(atomic_exchange(&sh->scanned, NULL));
+    cache_free(r);
     for (size_t i = 0; i < r->ncapts; i++)
         weir__free(r->capts[i]);
     weir__free(r->capts);

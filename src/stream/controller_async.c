@@ -418,8 +418,8 @@ int weir__ctl_scan(weir_ctx *ctx, const weir_rec *in, int kg, const void *prefix
             return 0; /* on_answer owns w */
         c->cur->reads--;
         wait_free(w);
-        if (e < 0)
-            return e;
+        /* A prefetch that could not start (no memory, say) is no error of
+         * the record: its scan reads synchronously. */
     }
     size_t prev = ctx->read_kl;
     ctx->read_kl = 0;

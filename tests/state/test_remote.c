@@ -26,6 +26,7 @@
 
 #include "base/alloc.h"
 #include "state/state_int.h"
+#include "state/storage.h"
 #include "test.h"
 #include "test_rt.h"
 #include "weir/rt.h"
@@ -579,6 +580,40 @@ TEST(a_miss_goes_to_the_pool_only_once_something_left_memory)
     CHECK_EQ(weir_state_get(b, 0, "b", 1, &v, &vl), 0);
     weir__remote_stats(b, &st);
     CHECK_EQ(st.cold_reads, 2);
+    weir_state_backend_free(b);
+}
+
+/* A run the chain still names but the pool lost is an error for the
+ * reads and scans that need it (-EIO), never an absence. */
+TEST(a_run_lost_from_the_pool_is_an_error_not_an_absence)
+{
+    weir_state_backend *b =
+        open_remote("remote:mem://remote-lost?hot_max_bytes=1&io_threads=1", 0, GROUPS);
+    CHECK_EQ(weir_state_put(b, 0, "p/a", 3, "1", 1), 0);
+    checkpoint(b, 1);
+    weir__storage *st;
+    CHECK_EQ(weir__storage_open("mem://remote-lost", &st), 0);
+    weir__names ns;
+    CHECK_EQ(weir__storage_list(st, "", &ns), 0);
+    CHECK_GT(ns.n, 0);
+    for (size_t i = 0; i < ns.n; i++)
+        CHECK_EQ(weir__storage_delete(st, ns.v[i]), 0);
+    weir__names_free(&ns);
+    weir__storage_close(st);
+    const void *v;
+    size_t vl;
+    CHECK_EQ(weir_state_get(b, 0, "p/a", 3, &v, &vl), -EIO);
+    answer a = {0};
+    CHECK_EQ(weir_state_get_async(b, 0, "p/a", 3, on_answer, &a), -EINPROGRESS);
+    wait_answer(&a);
+    CHECK_EQ(a.err, -EIO);
+    static dump d;
+    CHECK_EQ(weir_state_scan(b, 0, "p/", 2, dump_fn, &d), -EIO);
+    answer p = {0};
+    CHECK_EQ(weir_state_scan_prefetch(b, 0, "p/", 2, on_answer, &p), -EINPROGRESS);
+    wait_answer(&p);
+    CHECK_EQ(p.err, -EIO);
+    CHECK_EQ(weir_state_scan(b, 0, "p/", 2, dump_fn, &d), -EIO);
     weir_state_backend_free(b);
 }
 
