@@ -22,7 +22,11 @@
  * the drop time of the last window holding it (start + size - 1 +
  * lateness), when the pane leaves the entry. Records within 2^62 ns of the
  * ends of the time range, where window arithmetic would saturate, take the
- * per-window path above; a firing window folds both.
+ * per-window path above; a firing window folds both. A record reads its
+ * key's panes entry through the controller (weir__ns_get_async, a
+ * pane_read step), as a fixed window's record reads its windows: on a
+ * backend whose reads answer later the record waits for it as data while
+ * the subtask goes on with other keys.
  *
  * Sessions: a record makes [ts, ts + gap); every stored session of the key
  * overlapping it is folded in (in start order) and removed with its
@@ -392,21 +396,28 @@ static int drop_pane(weir_ctx *ctx, int64_t start)
     return pane_store(ctx, v, vlen, at, start, NULL, 0);
 }
 
-/* A record of [PANE_LO, PANE_HI]: fold it into its pane. The pane's timers
- * come with the pane: a fire timer for each window holding it, and the drop
- * timer of the pane (when the last of them has passed its lateness). */
-static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
+/* The key's panes entry came (controller.h: perhaps later): fold the
+ * record into its pane. The pane's timers come with the pane: a fire timer
+ * for each window holding it, and the drop timer of the pane (when the
+ * last of them has passed its lateness). */
+static int pane_read(weir_ctx *ctx, void *state, const weir_rec *in, int e, const void *pv,
+                     size_t pvlen, void *arg)
 {
+    (void)arg;
+    win *w = state;
     int64_t size = w->w.size, slide = w->w.slide;
     int64_t wm = weir_ctx_watermark(ctx);
     int64_t last = in->ts - floor_mod(in->ts, slide);
-    if (late_for(w, (span){last, last + size}, wm)) /* the latest window: all are late */
-        return weir_emit_side(ctx, in->data, in->len, in->ts);
-    const uint8_t *v;
-    size_t vlen;
+    const uint8_t *v = NULL;
+    size_t vlen = 0;
+    if (e == 0) {
+        v = pv;
+        vlen = pvlen;
+    } else if (e != -ENOENT) {
+        return e;
+    }
     pane_at at;
-    int e = pane_lookup(ctx, last, &v, &vlen, &at);
-    if (e)
+    if ((e = pane_find(v, vlen, last, &at)) < 0)
         return e;
     int fresh = !at.found || weir_ctx_restored(ctx);
     weir_rec out = *in;
@@ -431,6 +442,19 @@ static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
     if (!e && fresh && w->w.allowed_lateness > 0 && drop != INT64_MAX)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
     return e;
+}
+
+/* A record of [PANE_LO, PANE_HI]: fold it into its pane, once the key's
+ * panes entry is read - under the async controller a read of a cold key
+ * leaves the record waiting (a pane_read step) while the subtask goes on
+ * with other keys; otherwise pane_read runs before this returns. */
+static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
+{
+    int64_t wm = weir_ctx_watermark(ctx);
+    int64_t last = in->ts - floor_mod(in->ts, w->w.slide);
+    if (late_for(w, (span){last, last + w->w.size}, wm)) /* the latest window: all are late */
+        return weir_emit_side(ctx, in->data, in->len, in->ts);
+    return weir__ns_get_async(ctx, in, WEIR__STATE_PANES, NULL, 0, pane_read, NULL);
 }
 
 /* ---- tumbling and hopping ------------------------------------------------------------------ */
