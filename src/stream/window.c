@@ -26,7 +26,10 @@
  * key's panes entry through the controller (weir__ns_get_async, a
  * pane_read step), as a fixed window's record reads its windows: on a
  * backend whose reads answer later the record waits for it as data while
- * the subtask goes on with other keys.
+ * the subtask goes on with other keys. Timers: win_timer_reads tells
+ * timers.c which entries a timer's firing reads (the window's value, or
+ * the key's panes), so that a batch of due timers reads them in one
+ * prefetch round instead of one round trip per key.
  *
  * Sessions: a record makes [ts, ts + gap); every stored session of the key
  * overlapping it is folded in (in start order) and removed with its
@@ -168,6 +171,7 @@ static int fold_read(weir_ctx *ctx, win *w, span s, const weir_rec *in, int e, c
         o = copy;
     }
     e = weir_state_put(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, o, out.len);
+    weir__ns_forget(ctx, ctx->keybuf, kl);
     int64_t wm = weir_ctx_watermark(ctx);
     if (!e && s.end - 1 <= wm) { /* already fired: a late update fires again */
         e = w->panes ? fire_panes(ctx, w, s) : emit_result(ctx, s, o, out.len);
@@ -706,6 +710,40 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
     return e;
 }
 
+/* The state win_timer reads for the timer at `when` of the current key,
+ * announced for the timers' prefetch round (timers.c): a fixed window's
+ * value, or the key's panes entry (and a window's whole value where it
+ * reaches past the panes' range). Sessions (and times near the ends of
+ * the range) scan: nothing to announce. 0, 1 (the round is full) or a
+ * negative errno. */
+static int win_timer_reads(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    win *w = state;
+    if (domain != WEIR_TIME_EVENT || w->w.kind == WEIR_WINDOW_SESSION)
+        return 0;
+    i128 fire_end = (i128)when + 1, drop_end = fire_end - w->w.allowed_lateness;
+    if (when >= INT64_MAX - 1 || drop_end - w->w.size < INT64_MIN)
+        return 0;
+    span s;
+    uint8_t ns[16];
+    int e = 0;
+    if (!w->panes) {
+        if (window_at(w, fire_end, &s)) {
+            ns_of(s, ns);
+            e = weir__ns_prefetch(ctx, WEIR__STATE_WINDOWS, ns, 16);
+        }
+        return e;
+    }
+    int fire = window_at(w, fire_end, &s);
+    if (fire && past_panes(s.start, s.end)) {
+        ns_of(s, ns);
+        e = weir__ns_prefetch(ctx, WEIR__STATE_WINDOWS, ns, 16);
+    }
+    if (!e && (fire || window_at(w, drop_end, &s)))
+        e = weir__ns_prefetch(ctx, WEIR__STATE_PANES, NULL, 0);
+    return e;
+}
+
 weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_window *w,
                                 weir_reduce_fn fn, void *arg)
 {
@@ -746,5 +784,6 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
         return NULL;
     }
     out->owned = state;
+    out->from->timer_reads = win_timer_reads;
     return out;
 }
