@@ -24,8 +24,14 @@
  * [name length][name][key length][key] holds exactly one key's entries of
  * one state (all its windows, say), never another state or key that
  * begins with the same bytes.
+ *
+ * Prefetch rounds (below): before a batch of due timers fires, timers.c
+ * has the state their on_timer will read announced (weir__ns_prefetch)
+ * and asked for in one round; weir__ns_get serves the fetched values until
+ * the round ends or the key is written (weir__ns_put, weir__ns_del).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,12 +80,262 @@ int weir__state_key(weir_ctx *ctx, const char *name, const void *ns, size_t nsle
     return 0;
 }
 
+/* ---- prefetch rounds (stream_int.h; timers.c starts them) ---------------------------------
+ * A round is one allocation: its keys' entries, an index over them (open
+ * addressing, at most half full: entries are never removed, a dropped one
+ * only forgets its value) and the keys' bytes. The answers may come from
+ * any thread, also after the subtask gave the round up (a cancel while it
+ * waited): each read in flight holds a reference to the round, so the
+ * last answer frees it. An answer writes its entry, then counts the
+ * reads left down; the one that counts the last sends on the round's
+ * oneshot, which the subtask's fiber waits on: every entry it reads after
+ * the wait was written before (the counter's and the oneshot's ordering). */
+enum { PF_NONE, PF_PENDING, PF_READY };
+
+typedef struct pf_ent {
+    struct weir__prefetch *r;
+    uint64_t hash;
+    size_t koff, klen;
+    int kg;
+    int state; /* PF_*; READY: err 0 (val, vlen) or -ENOENT */
+    int err;
+    size_t vlen;
+    uint8_t *val;
+} pf_ent;
+
+#define PF_SLOTS (2 * WEIR__PREFETCH_MAX)
+_Static_assert((PF_SLOTS & (PF_SLOTS - 1)) == 0, "the index's size is a power of two");
+_Static_assert(WEIR__PREFETCH_MAX < UINT16_MAX, "an index slot holds an entry's number");
+
+struct weir__prefetch {
+    _Atomic long refs;    /* the subtask's, and one per read in flight */
+    _Atomic long pending; /* reads not answered, and the subtask's while it issues them */
+    weir_oneshot *done;   /* sent by the answer that leaves none pending */
+    int gathering, ready;
+    size_t n;
+    uint8_t *keys; /* the entries' keys */
+    size_t klen, kcap;
+    uint16_t slot[PF_SLOTS]; /* entry number + 1, 0: empty */
+    pf_ent ent[WEIR__PREFETCH_MAX];
+    weir_state_read reads[WEIR__PREFETCH_MAX];
+};
+
+static const uint8_t pf_empty[1];
+
+static uint64_t pf_hash(int kg, const void *key, size_t klen)
+{
+    return weir_key_hash(key, klen) ^ ((uint64_t)(unsigned)kg * 0x9E3779B97F4A7C15ull);
+}
+
+/* The slot of (kg, key), or the empty one where it would go. */
+static size_t pf_find(const weir__prefetch *r, int kg, uint64_t h, const void *key, size_t klen)
+{
+    for (size_t i = (size_t)h & (PF_SLOTS - 1);; i = (i + 1) & (PF_SLOTS - 1)) {
+        if (!r->slot[i])
+            return i;
+        const pf_ent *x = &r->ent[r->slot[i] - 1];
+        if (x->hash == h && x->kg == kg && x->klen == klen &&
+            (klen == 0 || memcmp(r->keys + x->koff, key, klen) == 0))
+            return i;
+    }
+}
+
+static pf_ent *pf_lookup(weir__prefetch *r, int kg, const void *key, size_t klen)
+{
+    size_t i = pf_find(r, kg, pf_hash(kg, key, klen), key, klen);
+    return r->slot[i] ? &r->ent[r->slot[i] - 1] : NULL;
+}
+
+static void pf_unref(weir__prefetch *r)
+{
+    if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (size_t i = 0; i < r->n; i++)
+        weir__free(r->ent[i].val);
+    weir__free(r->keys);
+    weir__free(r);
+}
+
+/* An answer (or a value at hand): kept if it is one (a value or none);
+ * a failed read is left to the plain read, which reports it. */
+static void pf_fill(pf_ent *x, int err, const void *val, size_t vlen)
+{
+    x->state = PF_NONE;
+    if (err && err != -ENOENT)
+        return;
+    if (!err && vlen) {
+        if (!(x->val = weir__malloc(vlen)))
+            return;
+        memcpy(x->val, val, vlen);
+    }
+    x->err = err;
+    x->vlen = err ? 0 : vlen;
+    x->state = PF_READY;
+}
+
+/* A read's answer, from any thread. */
+static void pf_answer(void *arg, int err, const void *val, size_t vlen)
+{
+    pf_ent *x = arg;
+    weir__prefetch *r = x->r;
+    pf_fill(x, err, val, vlen);
+    if (atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1)
+        weir_oneshot_send(r->done, 0); /* -EPIPE if the subtask gave up: nothing to do */
+    pf_unref(r);
+}
+
+int weir__prefetch_begin(subtask *st)
+{
+    weir__prefetch_end(st);
+    weir__prefetch *r = weir__calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->pending, 0);
+    r->gathering = 1;
+    st->pf = r;
+    return 0;
+}
+
+int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
+{
+    weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
+    if (!r || !r->gathering)
+        return 0;
+    size_t kl;
+    int e = weir__state_key(ctx, state, ns, nslen, &kl);
+    if (e < 0)
+        return e;
+    int kg = ctx->rc->kg;
+    uint64_t h = pf_hash(kg, ctx->keybuf, kl);
+    size_t i = pf_find(r, kg, h, ctx->keybuf, kl);
+    if (r->slot[i])
+        return 0; /* in the round already */
+    if (r->n == WEIR__PREFETCH_MAX)
+        return 1;
+    if (r->klen + kl > r->kcap) {
+        size_t cap = r->kcap ? r->kcap * 2 : 8192;
+        while (cap < r->klen + kl)
+            cap *= 2;
+        uint8_t *k = weir__realloc(r->keys, cap);
+        if (!k)
+            return -ENOMEM;
+        r->keys = k;
+        r->kcap = cap;
+    }
+    memcpy(r->keys + r->klen, ctx->keybuf, kl);
+    r->ent[r->n] = (pf_ent){.r = r, .hash = h, .koff = r->klen, .klen = kl, .kg = kg};
+    r->klen += kl;
+    r->slot[i] = (uint16_t)++r->n;
+    return 0;
+}
+
+int weir__prefetch_wait(subtask *st)
+{
+    weir__prefetch *r = st->pf;
+    if (!r || !r->gathering)
+        return 0;
+    r->gathering = 0;
+    r->ready = 1;
+    weir_state_backend *b = st->backend;
+    size_t m = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        pf_ent *x = &r->ent[i];
+        const uint8_t *key = r->keys + x->koff;
+        if (b->ops->get_now) { /* what the hot tier holds needs no round trip */
+            const void *v = NULL;
+            size_t vl = 0;
+            int e = b->ops->get_now(b, x->kg, key, x->klen, &v, &vl);
+            if (e != -EWOULDBLOCK) {
+                pf_fill(x, e, v, vl);
+                continue;
+            }
+        }
+        x->state = PF_PENDING;
+        r->reads[m++] = (weir_state_read){x->kg, key, x->klen, x};
+    }
+    if (!m || !(r->done = weir_oneshot_new())) {
+        for (size_t i = 0; i < m; i++) /* (no memory: the plain reads then) */
+            ((pf_ent *)r->reads[i].arg)->state = PF_NONE;
+        return 0;
+    }
+    atomic_store_explicit(&r->pending, (long)m + 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->refs, (long)m, memory_order_relaxed);
+    if (b->ops->get_batch) {
+        if (b->ops->get_batch(b, r->reads, m, pf_answer) < 0) { /* none started */
+            for (size_t i = 0; i < m; i++)
+                ((pf_ent *)r->reads[i].arg)->state = PF_NONE;
+            atomic_fetch_sub_explicit(&r->pending, (long)m, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&r->refs, (long)m, memory_order_relaxed);
+        }
+    } else {
+        for (size_t i = 0; i < m; i++) {
+            const weir_state_read *q = &r->reads[i];
+            int e = weir_state_get_async(b, q->kg, q->key, q->klen, pf_answer, q->arg);
+            if (e == -EINPROGRESS)
+                continue;
+            /* Answered at once, without a view: the plain read gets it as fast. */
+            ((pf_ent *)q->arg)->state = PF_NONE;
+            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&r->refs, 1, memory_order_relaxed);
+        }
+    }
+    int e = 0;
+    if (atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1) {
+        weir_oneshot_close_tx(r->done); /* every answer came before this: none sent */
+    } else {
+        intptr_t v;
+        e = weir_oneshot_recv(r->done, &v, WEIR_FOREVER);
+    }
+    weir_oneshot_close_rx(r->done);
+    if (e < 0) { /* cancelled: the answers still to come free the round */
+        st->pf = NULL;
+        pf_unref(r);
+    }
+    return e;
+}
+
+void weir__prefetch_end(subtask *st)
+{
+    weir__prefetch *r = st->pf;
+    if (!r)
+        return;
+    st->pf = NULL;
+    pf_unref(r);
+}
+
+void weir__ns_forget(weir_ctx *ctx, const void *key, size_t klen)
+{
+    weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
+    if (!r || !r->ready)
+        return;
+    pf_ent *x = pf_lookup(r, ctx->rc->kg, key, klen);
+    if (x && x->state == PF_READY) {
+        weir__free(x->val);
+        x->val = NULL;
+        x->state = PF_NONE;
+    }
+}
+
 int weir__ns_get(weir_ctx *ctx, const char *state, const void *ns, size_t nslen, const void **val,
                  size_t *len)
 {
     size_t kl;
     int e = weir__state_key(ctx, state, ns, nslen, &kl);
-    return e < 0 ? e : weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
+    if (e < 0)
+        return e;
+    weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
+    if (r && r->ready) {
+        const pf_ent *x = pf_lookup(r, ctx->rc->kg, ctx->keybuf, kl);
+        if (x && x->state == PF_READY) { /* fetched by the round, not written since */
+            if (x->err)
+                return x->err;
+            *val = x->val ? x->val : pf_empty;
+            *len = x->vlen;
+            return 0;
+        }
+    }
+    return weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
 }
 
 int weir__ns_get_async(weir_ctx *ctx, const weir_rec *in, const char *state, const void *ns,
@@ -95,7 +351,11 @@ int weir__ns_put(weir_ctx *ctx, const char *state, const void *ns, size_t nslen,
 {
     size_t kl;
     int e = weir__state_key(ctx, state, ns, nslen, &kl);
-    return e < 0 ? e : weir_state_put(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
+    if (e < 0)
+        return e;
+    e = weir_state_put(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, val, len);
+    weir__ns_forget(ctx, ctx->keybuf, kl); /* after: val may be the round's view */
+    return e;
 }
 
 int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
@@ -105,6 +365,7 @@ int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
     if (e < 0)
         return e;
     e = weir_state_delete(ctx->backend, ctx->rc->kg, ctx->keybuf, kl);
+    weir__ns_forget(ctx, ctx->keybuf, kl);
     return e == -ENOENT ? 0 : e;
 }
 

@@ -51,6 +51,11 @@ struct sop {
      * runner picks one. */
     struct weir__controller *ctl;
     int reads; /* WEIR_READS_* (weir_stream_reads) */
+    /* A built-in operator's private op (window.c): the state reads its
+     * on_timer will make for the timer at `when` of the current key
+     * (ctx->rc), each announced with weir__ns_prefetch, so that a batch
+     * of due timers reads its state in one round (timers.c). NULL: none. */
+    int (*timer_reads)(weir_ctx *ctx, void *state, int domain, int64_t when);
     /* Filled by the run. */
     int par;
     int chain;     /* the chain (task) it runs in */
@@ -289,6 +294,7 @@ struct subtask {
     int64_t wm_given; /* the last watermark handed to a controller that takes them */
     int source;
     weir_state_backend *backend;
+    struct weir__prefetch *pf;    /* the timers' prefetch round under way (keyed.c), or NULL */
     weir__timers timers[2];       /* by domain (timers.c) */
     struct weir__controller *ctl; /* keyed heads with admit/drain (controller.h); else NULL */
     weir_timer *ptimer;           /* posts IT_TIMER at ptimer_at (timers.c); NULL: none armed */
@@ -452,6 +458,28 @@ int weir__ns_del(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
 int weir__ns_scan(weir_ctx *ctx, const char *state,
                   int (*fn)(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen),
                   void *arg);
+/* Prefetch rounds (keyed.c), for timers.c: before a batch of due timers
+ * fires, the state reads their on_timer will make are asked for together
+ * and kept until the round ends, served by weir__ns_get; weir__ns_put and
+ * weir__ns_del (and weir__ns_forget, for a put made otherwise) drop the
+ * key's entry. At most WEIR__PREFETCH_MAX keys a round.
+ *   begin   a round is gathered: weir__ns_prefetch adds a key (0, or 1
+ *           when the round is full and the key not in it); outside a
+ *           gathering it does nothing. -ENOMEM, or 0.
+ *   wait    the round's reads go out (one get_batch where the backend has
+ *           it) and the subtask's fiber waits for their answers, parked,
+ *           not its thread; -ECANCELED (the round is dropped: answers
+ *           after it free themselves) or 0.
+ *   end     the round's values go (no-op without one).
+ * Only on a backend with asynchronous reads: on one that answers at once
+ * there is nothing to gain. */
+#define WEIR__PREFETCH_MAX 512
+typedef struct weir__prefetch weir__prefetch;
+int weir__prefetch_begin(subtask *st);
+int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t nslen);
+int weir__prefetch_wait(subtask *st);
+void weir__prefetch_end(subtask *st);
+void weir__ns_forget(weir_ctx *ctx, const void *key, size_t klen);
 /* Timers (timers.c). */
 void weir__timers_free(weir__timers *t);
 int weir__timers_fire(subtask *st, int domain, int64_t upto);

@@ -26,7 +26,9 @@
  * next. Registering an earlier one re-arms; a deleted earliest one leaves
  * the armed timer early, which then fires nothing and arms the next. The
  * callback runs on the subtask's own thread (the runtime keeps the task
- * that started a timer on its thread), so ptimer needs no lock.
+ * that started a timer on its thread), so ptimer needs no lock. On a
+ * backend whose reads may answer later, the state a window's due timers
+ * read is fetched in rounds before they fire (prefetch, below).
  *
  * Checkpoints. Timers belong to key groups like any keyed state, so a
  * rescaled restore must move them with their groups. A snapshot of the
@@ -445,32 +447,146 @@ int weir_timer_delete(weir_ctx *ctx, int domain, int64_t when)
     return e == -ENOENT ? 0 : e;
 }
 
+/* ---- prefetch: the state the next timers will read, in one round ------------------------------
+ * On a backend whose reads may answer later, an operator that says which
+ * state its on_timer reads (sop.timer_reads: windows) has the reads of
+ * its next due timers - up to WEIR__PREFETCH_MAX timers and as many keys,
+ * in the order they will fire - asked for together before they fire
+ * (keyed.c's round), instead of one read on the subtask's thread per key
+ * as each fires. The timers are only looked at, not taken: whatever their
+ * callbacks register or delete fires as it would without the round, whose
+ * values are served only while no write changed them. */
+
+/* Bucket heap entries visited in time order, at most this many a round. */
+#define PF_BUCKETS 512
+
+/* A min-heap of bucket heap positions by time (the frontier of a walk of
+ * the bucket heap in time order). */
+typedef struct frontier {
+    size_t v[2 * PF_BUCKETS + 2];
+    size_t n;
+} frontier;
+
+static void fr_push(frontier *f, const weir__timers *t, size_t i)
+{
+    size_t k = f->n++;
+    while (k > 0 && t->heap[f->v[(k - 1) / 2]]->when > t->heap[i]->when) {
+        f->v[k] = f->v[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    f->v[k] = i;
+}
+
+static size_t fr_pop(frontier *f, const weir__timers *t)
+{
+    size_t top = f->v[0], last = f->v[--f->n], k = 0;
+    for (;;) {
+        size_t c = 2 * k + 1;
+        if (c >= f->n)
+            break;
+        if (c + 1 < f->n && t->heap[f->v[c + 1]]->when < t->heap[f->v[c]]->when)
+            c++;
+        if (t->heap[f->v[c]]->when >= t->heap[last]->when)
+            break;
+        f->v[k] = f->v[c];
+        k = c;
+    }
+    if (f->n)
+        f->v[k] = last;
+    return top;
+}
+
+/* Gather and wait for the reads of the due timers from the earliest on;
+ * *count: how many timers the round covers (their reads all in it). */
+static int prefetch(subtask *st, int domain, int64_t upto, unsigned *count)
+{
+    weir__timers *t = &st->timers[domain];
+    weir_ctx *c = &st->ctx[0];
+    *count = 0;
+    int e = weir__prefetch_begin(st);
+    if (e < 0)
+        return e;
+    frontier *f = weir__malloc(sizeof(*f));
+    if (!f) {
+        weir__prefetch_end(st);
+        return -ENOMEM;
+    }
+    f->n = 0;
+    if (t->nb && t->heap[0]->when <= upto)
+        fr_push(f, t, 0);
+    unsigned n = 0;
+    int full = 0;
+    for (int visited = 0; !e && !full && f->n && visited < PF_BUCKETS; visited++) {
+        size_t i = fr_pop(f, t);
+        for (size_t k = 2 * i + 1; k <= 2 * i + 2; k++)
+            if (k < t->nb && t->heap[k]->when <= upto)
+                fr_push(f, t, k);
+        const weir__tbucket *b = t->heap[i];
+        for (size_t j = b->head; j < b->n && n < WEIR__PREFETCH_MAX; j++) {
+            const weir__timer *x = b->v[j];
+            if (x->dead)
+                continue;
+            weir__rctx rc = {x->key, x->klen, x->kg, x->when};
+            c->rc = &rc;
+            e = c->op->timer_reads(c, c->state, domain, x->when);
+            c->rc = NULL;
+            if (e) { /* 1: the round is full; the timer reads for itself */
+                full = 1;
+                e = e < 0 ? e : 0;
+                break;
+            }
+            n++;
+        }
+        full |= n == WEIR__PREFETCH_MAX;
+    }
+    weir__free(f);
+    if (!e)
+        e = weir__prefetch_wait(st);
+    if (e < 0) {
+        weir__prefetch_end(st);
+        return e;
+    }
+    *count = n;
+    return 0;
+}
+
 /* Fire every timer of the domain at or before `upto`, in time order. */
 int weir__timers_fire(subtask *st, int domain, int64_t upto)
 {
     weir__timers *t = &st->timers[domain];
     weir_ctx *c = &st->ctx[0];
     weir__timer *next;
+    int pf = c->op->timer_reads && st->backend && st->backend->ops->get_async;
+    unsigned round = 0; /* timers the current prefetch round covers, not fired yet */
+    int e = 0;
     for (unsigned fired = 0; (next = top(t)) != NULL && next->when <= upto; fired++) {
         /* A watermark can close many windows: let the other subtasks of
          * this thread run now and then. */
         if (fired % 256 == 255) {
-            int y = weir_task_yield();
-            if (y < 0)
-                return y;
+            if ((e = weir_task_yield()) < 0)
+                break;
             if (!(next = top(t)) || next->when > upto)
+                break;
+        }
+        if (pf && !round) {
+            if ((e = prefetch(st, domain, upto, &round)) < 0)
+                break;
+            if (!(next = top(t)) || next->when > upto) /* (the wait let nothing else run) */
                 break;
         }
         weir__timer *x = pop(t);
         weir__rctx rc = {x->key, x->klen, x->kg, x->when};
         c->rc = &rc;
-        int e = c->op->def.on_timer ? c->op->def.on_timer(c, c->state, domain, x->when) : 0;
+        e = c->op->def.on_timer ? c->op->def.on_timer(c, c->state, domain, x->when) : 0;
         c->rc = NULL;
         timer_free(t, x);
         if (e < 0)
-            return e;
+            break;
+        if (round && --round == 0)
+            weir__prefetch_end(st);
     }
-    return 0;
+    weir__prefetch_end(st);
+    return e < 0 ? e : 0;
 }
 
 /* The earliest timer of the domain (INT64_MAX: none). */

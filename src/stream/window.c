@@ -22,7 +22,14 @@
  * the drop time of the last window holding it (start + size - 1 +
  * lateness), when the pane leaves the entry. Records within 2^62 ns of the
  * ends of the time range, where window arithmetic would saturate, take the
- * per-window path above; a firing window folds both.
+ * per-window path above; a firing window folds both. A record reads its
+ * key's panes entry through the controller (weir__ns_get_async, a
+ * pane_read step), as a fixed window's record reads its windows: on a
+ * backend whose reads answer later the record waits for it as data while
+ * the subtask goes on with other keys. Timers: win_timer_reads tells
+ * timers.c which entries a timer's firing reads (the window's value, or
+ * the key's panes), so that a batch of due timers reads them in one
+ * prefetch round instead of one round trip per key.
  *
  * Sessions: a record makes [ts, ts + gap); every stored session of the key
  * overlapping it is folded in (in start order) and removed with its
@@ -164,6 +171,7 @@ static int fold_read(weir_ctx *ctx, win *w, span s, const weir_rec *in, int e, c
         o = copy;
     }
     e = weir_state_put(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, o, out.len);
+    weir__ns_forget(ctx, ctx->keybuf, kl);
     int64_t wm = weir_ctx_watermark(ctx);
     if (!e && s.end - 1 <= wm) { /* already fired: a late update fires again */
         e = w->panes ? fire_panes(ctx, w, s) : emit_result(ctx, s, o, out.len);
@@ -392,21 +400,28 @@ static int drop_pane(weir_ctx *ctx, int64_t start)
     return pane_store(ctx, v, vlen, at, start, NULL, 0);
 }
 
-/* A record of [PANE_LO, PANE_HI]: fold it into its pane. The pane's timers
- * come with the pane: a fire timer for each window holding it, and the drop
- * timer of the pane (when the last of them has passed its lateness). */
-static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
+/* The key's panes entry came (controller.h: perhaps later): fold the
+ * record into its pane. The pane's timers come with the pane: a fire timer
+ * for each window holding it, and the drop timer of the pane (when the
+ * last of them has passed its lateness). */
+static int pane_read(weir_ctx *ctx, void *state, const weir_rec *in, int e, const void *pv,
+                     size_t pvlen, void *arg)
 {
+    (void)arg;
+    win *w = state;
     int64_t size = w->w.size, slide = w->w.slide;
     int64_t wm = weir_ctx_watermark(ctx);
     int64_t last = in->ts - floor_mod(in->ts, slide);
-    if (late_for(w, (span){last, last + size}, wm)) /* the latest window: all are late */
-        return weir_emit_side(ctx, in->data, in->len, in->ts);
-    const uint8_t *v;
-    size_t vlen;
+    const uint8_t *v = NULL;
+    size_t vlen = 0;
+    if (e == 0) {
+        v = pv;
+        vlen = pvlen;
+    } else if (e != -ENOENT) {
+        return e;
+    }
     pane_at at;
-    int e = pane_lookup(ctx, last, &v, &vlen, &at);
-    if (e)
+    if ((e = pane_find(v, vlen, last, &at)) < 0)
         return e;
     int fresh = !at.found || weir_ctx_restored(ctx);
     weir_rec out = *in;
@@ -431,6 +446,19 @@ static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
     if (!e && fresh && w->w.allowed_lateness > 0 && drop != INT64_MAX)
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
     return e;
+}
+
+/* A record of [PANE_LO, PANE_HI]: fold it into its pane, once the key's
+ * panes entry is read - under the async controller a read of a cold key
+ * leaves the record waiting (a pane_read step) while the subtask goes on
+ * with other keys; otherwise pane_read runs before this returns. */
+static int process_pane(weir_ctx *ctx, win *w, const weir_rec *in)
+{
+    int64_t wm = weir_ctx_watermark(ctx);
+    int64_t last = in->ts - floor_mod(in->ts, w->w.slide);
+    if (late_for(w, (span){last, last + w->w.size}, wm)) /* the latest window: all are late */
+        return weir_emit_side(ctx, in->data, in->len, in->ts);
+    return weir__ns_get_async(ctx, in, WEIR__STATE_PANES, NULL, 0, pane_read, NULL);
 }
 
 /* ---- tumbling and hopping ------------------------------------------------------------------ */
@@ -682,6 +710,40 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
     return e;
 }
 
+/* The state win_timer reads for the timer at `when` of the current key,
+ * announced for the timers' prefetch round (timers.c): a fixed window's
+ * value, or the key's panes entry (and a window's whole value where it
+ * reaches past the panes' range). Sessions (and times near the ends of
+ * the range) scan: nothing to announce. 0, 1 (the round is full) or a
+ * negative errno. */
+static int win_timer_reads(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    win *w = state;
+    if (domain != WEIR_TIME_EVENT || w->w.kind == WEIR_WINDOW_SESSION)
+        return 0;
+    i128 fire_end = (i128)when + 1, drop_end = fire_end - w->w.allowed_lateness;
+    if (when >= INT64_MAX - 1 || drop_end - w->w.size < INT64_MIN)
+        return 0;
+    span s;
+    uint8_t ns[16];
+    int e = 0;
+    if (!w->panes) {
+        if (window_at(w, fire_end, &s)) {
+            ns_of(s, ns);
+            e = weir__ns_prefetch(ctx, WEIR__STATE_WINDOWS, ns, 16);
+        }
+        return e;
+    }
+    int fire = window_at(w, fire_end, &s);
+    if (fire && past_panes(s.start, s.end)) {
+        ns_of(s, ns);
+        e = weir__ns_prefetch(ctx, WEIR__STATE_WINDOWS, ns, 16);
+    }
+    if (!e && (fire || window_at(w, drop_end, &s)))
+        e = weir__ns_prefetch(ctx, WEIR__STATE_PANES, NULL, 0);
+    return e;
+}
+
 weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_window *w,
                                 weir_reduce_fn fn, void *arg)
 {
@@ -722,5 +784,6 @@ weir_stream *weir_stream_window(weir_stream *s, const char *name, const weir_win
         return NULL;
     }
     out->owned = state;
+    out->from->timer_reads = win_timer_reads;
     return out;
 }

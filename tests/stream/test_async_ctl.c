@@ -21,7 +21,10 @@
  * their barriers wait for the records in flight; a record failing fails
  * the job naming the operator; with reads that never answer, the records
  * in flight stop at the cap, the job cancels, and the late answers are
- * harmless.
+ * harmless. A q5-shaped window job (hopping windows kept as panes) gives
+ * the in-memory backend's output on every backend here and on the remote
+ * one; its due timers read their state in prefetch rounds (timers.c),
+ * and a cancel during a round that never answers ends the job.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -79,6 +82,17 @@ static void answer_req(dreq *r, int err)
     free(r);
 }
 
+static void hold_late(dreq *r)
+{
+    pthread_mutex_lock(&late_mu);
+    if (nlate == late_cap) {
+        late_cap = late_cap ? late_cap * 2 : 1024;
+        CHECK((late = realloc(late, late_cap * sizeof(*late))) != NULL);
+    }
+    late[nlate++] = r;
+    pthread_mutex_unlock(&late_mu);
+}
+
 static void *d_thread(void *arg)
 {
     dback *d = arg;
@@ -112,9 +126,18 @@ static weir_state_backend *mem(weir_state_backend *b)
     return ((dback *)b)->mem;
 }
 
+/* Synchronous reads of a window's panes entries (state "\x01p": the key
+ * begins [2]["\x01p"]), and reads held from the d_hang_after-th get_async
+ * on (0: none): never answered by the backend, handed to the test. */
+static _Atomic long d_pane_gets, d_hang_after, d_held;
+static void hold_late(dreq *r);
+
 static int d_get(weir_state_backend *b, int kg, const void *key, size_t klen, const void **val,
                  size_t *vlen)
 {
+    if (klen >= 3 && ((const uint8_t *)key)[0] == 2 &&
+        memcmp((const uint8_t *)key + 1, WEIR__STATE_PANES, 2) == 0)
+        atomic_fetch_add(&d_pane_gets, 1);
     return mem(b)->ops->get(mem(b), kg, key, klen, val, vlen);
 }
 
@@ -145,7 +168,7 @@ static int d_get_async(weir_state_backend *b, int kg, const void *key, size_t kl
     size_t vl = 0;
     r->cb = cb;
     r->arg = arg;
-    r->err = d_get(b, kg, key, klen, &v, &vl);
+    r->err = mem(b)->ops->get(mem(b), kg, key, klen, &v, &vl);
     if (!r->err && vl) {
         CHECK((r->val = malloc(vl)) != NULL);
         memcpy(r->val, v, vl);
@@ -155,7 +178,12 @@ static int d_get_async(weir_state_backend *b, int kg, const void *key, size_t kl
     for (long m = atomic_load(&d_max_pending); p > m;)
         if (atomic_compare_exchange_weak(&d_max_pending, &m, p))
             break;
-    atomic_fetch_add(&d_async, 1);
+    long nth = atomic_fetch_add(&d_async, 1) + 1, hang = atomic_load(&d_hang_after);
+    if (hang && nth > hang) {
+        hold_late(r);
+        atomic_fetch_add(&d_held, 1);
+        return -EINPROGRESS;
+    }
     pthread_mutex_lock(&d->mu);
     if (d->n == d->cap) {
         d->cap = d->cap ? d->cap * 2 : 64;
@@ -169,6 +197,7 @@ static int d_get_async(weir_state_backend *b, int kg, const void *key, size_t kl
 
 /* Reads in batches: each read queued as get_async queues it. */
 static _Atomic long d_batches, d_batched, d_max_batch;
+static _Atomic long d_big_batches; /* of more than 128 reads (more than the controller gathers) */
 /* From the batch of this number on (0: never), get_batch refuses with
  * -EIO: no read started, no callback. */
 static _Atomic long d_batch_fail_at;
@@ -180,6 +209,8 @@ static int d_get_batch(weir_state_backend *b, const weir_state_read *reads, size
     if (fail_at && nb >= fail_at)
         return -EIO;
     atomic_fetch_add(&d_batched, (long)n);
+    if (n > 128)
+        atomic_fetch_add(&d_big_batches, 1);
     for (long m = atomic_load(&d_max_batch); (long)n > m;)
         if (atomic_compare_exchange_weak(&d_max_batch, &m, (long)n))
             break;
@@ -229,13 +260,7 @@ static void d_free(weir_state_backend *b)
      * after the run (never:). */
     for (size_t i = 0; i < d->n; i++) {
         if (d->never) {
-            pthread_mutex_lock(&late_mu);
-            if (nlate == late_cap) {
-                late_cap = late_cap ? late_cap * 2 : 1024;
-                CHECK((late = realloc(late, late_cap * sizeof(*late))) != NULL);
-            }
-            late[nlate++] = d->q[i];
-            pthread_mutex_unlock(&late_mu);
+            hold_late(d->q[i]);
         } else {
             answer_req(d->q[i], -ECANCELED);
         }
@@ -1342,6 +1367,219 @@ TEST(a_restore_from_checkpoints_taken_with_reads_in_flight_counts_every_record_o
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK_EQ(system(cmd), 0);
+}
+
+/* ---- window panes and timers on reads that answer later --------------------------------------
+ * A Nexmark q5-shaped job: bids of Q5_KEYS auctions, out of order, counted
+ * in hopping windows kept as panes (size 4 slides), with lateness and late
+ * records to the side. Its records read their panes entries through the
+ * controller, its timers' reads go out as prefetch rounds (timers.c): the
+ * output is byte for byte the in-memory backend's. */
+#define Q5_KEYS 200
+
+typedef struct q5_run {
+    const char *backend;
+    const char *ckpt; /* checkpoints every 20 ms into it (the remote tier evicts then) */
+    int n;            /* records */
+    int ordered;      /* every record at time 0 (no late ones, every timer due at the end) */
+    int keys;
+    weir_collector *out;
+    int result;
+    char error[256];
+} q5_run;
+
+typedef struct q5_src {
+    const q5_run *a;
+    int i;
+} q5_src;
+
+static int q5_open(weir_ctx *ctx, void *arg, void **state)
+{
+    (void)ctx;
+    q5_src *s = calloc(1, sizeof(*s));
+    s->a = arg;
+    *state = s;
+    return 0;
+}
+
+static int q5_next(weir_ctx *ctx, void *state)
+{
+    q5_src *s = state;
+    for (int k = 0; k < STEP && s->i < s->a->n; k++, s->i++) {
+        uint32_t h = (uint32_t)s->i * 2654435761u;
+        ev e = {(s->i * 37) % s->a->keys, 1, s->i / 4 + (int64_t)(h >> 26) % 40};
+        if (s->a->ordered)
+            e.ts = 0;
+        int r = weir_emit(ctx, &e, sizeof(e), e.ts);
+        if (r)
+            return r;
+    }
+    return s->i >= s->a->n;
+}
+
+static intptr_t q5_job(void *arg)
+{
+    q5_run *a = arg;
+    weir_job *j = weir_job_new("async-q5");
+    weir_source_def sd = {
+        .open = q5_open, .next = q5_next, .close = free, .max_out_of_orderness = 10};
+    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "bids", &sd, a), 1);
+    s = weir_stream_key_by(s, ev_key, NULL);
+    weir_window hw = {.kind = WEIR_WINDOW_HOPPING,
+                      .size = 40,
+                      .slide = 10,
+                      .allowed_lateness = a->ordered ? 0 : 10};
+    if (a->ordered)
+        hw.size = 20;
+    s = weir_stream_window(s, "count", &hw, sum_ev, NULL);
+    CHECK_EQ(weir_stream_collect(weir_stream_side(s), "late", a->out), 0);
+    CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
+    a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 2,
+                                                 .state_backend = a->backend,
+                                                 .checkpoint_dir = a->ckpt,
+                                                 .checkpoint_interval_ms = a->ckpt ? 20 : 0});
+    snprintf(a->error, sizeof(a->error), "%s", weir_job_error(j));
+    weir_job_free(j);
+    return 0;
+}
+
+static char *q5_output(const char *backend, const char *ckpt, int n, int ordered, int keys)
+{
+    q5_run a = {.backend = backend,
+                .ckpt = ckpt,
+                .n = n,
+                .ordered = ordered,
+                .keys = keys,
+                .out = weir_collector_new()};
+    CHECK_EQ(test_run_on_rt(2, q5_job, &a), 0);
+    if (a.result)
+        TEST__FAIL("on %s: %d %s", backend, a.result, a.error);
+    CHECK_GT(weir_collector_count(a.out), 100);
+    char *x = canon_bytes(a.out);
+    weir_collector_free(a.out);
+    return x;
+}
+
+TEST(a_q5_shaped_window_job_gives_the_memory_backends_output_on_reads_that_answer_later)
+{
+    register_backends();
+    const int n = 12000;
+    char *want = q5_output("memory:", NULL, n, 0, Q5_KEYS);
+    CHECK(strstr(want, "\n") != NULL);
+    static const char *const backends[] = {"delay:", "batch:"};
+    for (int i = 0; i < 2; i++) {
+        long async_before = atomic_load(&d_async), batched_before = atomic_load(&d_batched);
+        char *got = q5_output(backends[i], NULL, n, 0, Q5_KEYS);
+        if (strcmp(got, want) != 0)
+            TEST__FAIL("%s: not the memory backend's output", backends[i]);
+        /* Every record's pane read went out asynchronously (and the
+         * timers' in prefetch rounds). */
+        CHECK_GT(atomic_load(&d_async) - async_before, n);
+        if (i == 1)
+            CHECK_GT(atomic_load(&d_batched) - batched_before, n);
+        free(got);
+    }
+    /* The remote backend, 1 ms pool round trips, a hot tier of 1 KiB that
+     * evicts whatever a checkpoint made durable: cold pane reads and cold
+     * timer prefetches. */
+    char dir[] = "/tmp/weir-async-q5-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *got = q5_output("remote:latency://1/mem://async-q5?hot_max_bytes=1024&io_threads=16", dir,
+                          n, 0, Q5_KEYS);
+    if (strcmp(got, want) != 0)
+        TEST__FAIL("remote: not the memory backend's output");
+    free(got);
+    free(want);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+/* 300 keys, one record each, all at time 0; windows of 20 sliding by 10,
+ * no lateness: each key has a pane [0, 10) and two fire timers (9, 19),
+ * all due at the end of input. The 600 timers read each key's panes
+ * entry twice (fire, then drop): 1200 plain reads without a prefetch.
+ * With it: one round of the 300 keys (512 timers), one of the 88 keys left
+ * (the rest of 19's), and no plain read of a panes entry at all. */
+TEST(a_batch_of_due_timers_reads_its_state_in_one_prefetch_round)
+{
+    register_backends();
+    const int keys = 300;
+    char *want = q5_output("memory:", NULL, keys, 1, keys);
+    /* batch: the prefetch is one get_batch; the records' reads are
+     * gathered at most 128 a batch, so the batches of more are rounds. */
+    atomic_store(&d_batches, 0);
+    atomic_store(&d_batched, 0);
+    atomic_store(&d_pane_gets, 0);
+    atomic_store(&d_big_batches, 0);
+    q5_run a = {.backend = "batch:", .n = keys, .ordered = 1, .keys = keys};
+    a.out = weir_collector_new();
+    CHECK_EQ(test_run_on_rt(2, q5_job, &a), 0);
+    if (a.result)
+        TEST__FAIL("run: %d %s", a.result, a.error);
+    char *got = canon_bytes(a.out);
+    CHECK_STR(got, want);
+    free(got);
+    weir_collector_free(a.out);
+    CHECK_EQ(atomic_load(&d_pane_gets), 0); /* every timer's read served by a round */
+    /* Two subtasks share the keys: each has its first round with all its
+     * keys (over 128, fewer than 512), in one call. */
+    CHECK_EQ(atomic_load(&d_big_batches), 2);
+    CHECK_EQ(atomic_load(&d_batched), 2 * keys); /* the records' reads, then the rounds' */
+    /* delay: (no get_batch): the round's reads go out one get_async each,
+     * waited for together: still no plain read. */
+    atomic_store(&d_pane_gets, 0);
+    got = q5_output("delay:", NULL, keys, 1, keys);
+    CHECK_STR(got, want);
+    CHECK_EQ(atomic_load(&d_pane_gets), 0);
+    free(got);
+    free(want);
+}
+
+/* The job cancelled while its subtask waits for a prefetch round that
+ * never answers: the run ends (promptly: the round's wait observes the
+ * cancel), and the round's answers, which come after the run, free it. */
+static intptr_t prefetch_cancel_main(void *arg)
+{
+    q5_run *a = arg;
+    weir_task *t = weir_task_spawn(q5_job, a, NULL);
+    CHECK(t != NULL);
+    int64_t give_up = weir_time_after_ms(30000);
+    while (atomic_load(&d_held) < a->keys) { /* the round's reads are out, held */
+        CHECK(weir_time_now() < give_up);
+        weir_time_sleep(WEIR_MSEC);
+    }
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir_task_cancel(t), 0);
+    CHECK_EQ(weir_task_join(t, NULL, weir_time_after_ms(20000)), -ECANCELED);
+    CHECK_LT(weir_time_now() - t0, 20000 * WEIR_MSEC);
+    return 0;
+}
+
+TEST(a_job_cancelled_during_a_prefetch_round_ends_and_its_late_answers_are_harmless)
+{
+    register_backends();
+    const int keys = 300;
+    /* delay: answers the records' 300 reads; every read after them (the
+     * prefetch round's) is held. */
+    atomic_store(&d_async, 0);
+    atomic_store(&d_held, 0);
+    atomic_store(&d_hang_after, keys);
+    q5_run a = {.backend = "delay:", .n = keys, .ordered = 1, .keys = keys};
+    a.out = weir_collector_new();
+    CHECK_EQ(test_run_on_rt(2, prefetch_cancel_main, &a), 0);
+    atomic_store(&d_hang_after, 0);
+    CHECK_EQ(a.result, -ECANCELED);
+    CHECK_EQ(atomic_load(&d_held), keys);     /* one round per subtask, all its keys */
+    CHECK_EQ(weir_collector_count(a.out), 0); /* no timer fired */
+    weir_collector_free(a.out);
+    /* The run is over: the held reads answer now, into rounds no subtask
+     * waits for (ASan: no use after free, nothing leaked). */
+    for (size_t i = 0; i < nlate; i++)
+        answer_req(late[i], 0);
+    free(late);
+    late = NULL;
+    nlate = late_cap = 0;
 }
 
 TEST_MAIN()
