@@ -97,6 +97,7 @@ typedef struct pf_ent {
     uint64_t hash;
     size_t koff, klen;
     int kg;
+    int scan;  /* a scan's prefetch (weir__ns_prefetch_scan): the key is its prefix */
     int state; /* PF_*; READY: err 0 (val, vlen) or -ENOENT */
     int err;
     size_t vlen;
@@ -127,14 +128,16 @@ static uint64_t pf_hash(int kg, const void *key, size_t klen)
     return weir_key_hash(key, klen) ^ ((uint64_t)(unsigned)kg * 0x9E3779B97F4A7C15ull);
 }
 
-/* The slot of (kg, key), or the empty one where it would go. */
-static size_t pf_find(const weir__prefetch *r, int kg, uint64_t h, const void *key, size_t klen)
+/* The slot of (kg, key) - a read's, or scan: a scan's - or the empty one
+ * where it would go. */
+static size_t pf_find(const weir__prefetch *r, int kg, uint64_t h, const void *key, size_t klen,
+                      int scan)
 {
     for (size_t i = (size_t)h & (PF_SLOTS - 1);; i = (i + 1) & (PF_SLOTS - 1)) {
         if (!r->slot[i])
             return i;
         const pf_ent *x = &r->ent[r->slot[i] - 1];
-        if (x->hash == h && x->kg == kg && x->klen == klen &&
+        if (x->hash == h && x->kg == kg && x->klen == klen && x->scan == scan &&
             (klen == 0 || memcmp(r->keys + x->koff, key, klen) == 0))
             return i;
     }
@@ -142,7 +145,7 @@ static size_t pf_find(const weir__prefetch *r, int kg, uint64_t h, const void *k
 
 static pf_ent *pf_lookup(weir__prefetch *r, int kg, const void *key, size_t klen)
 {
-    size_t i = pf_find(r, kg, pf_hash(kg, key, klen), key, klen);
+    size_t i = pf_find(r, kg, pf_hash(kg, key, klen), key, klen, 0);
     return r->slot[i] ? &r->ent[r->slot[i] - 1] : NULL;
 }
 
@@ -197,18 +200,13 @@ int weir__prefetch_begin(subtask *st)
     return 0;
 }
 
-int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
+/* Add ctx->keybuf[0..kl) to the gathering round r: 0 (added, or in it
+ * already), 1 (the round is full) or -ENOMEM. */
+static int pf_add(weir__prefetch *r, weir_ctx *ctx, size_t kl, int scan)
 {
-    weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
-    if (!r || !r->gathering)
-        return 0;
-    size_t kl;
-    int e = weir__state_key(ctx, state, ns, nslen, &kl);
-    if (e < 0)
-        return e;
     int kg = ctx->rc->kg;
-    uint64_t h = pf_hash(kg, ctx->keybuf, kl);
-    size_t i = pf_find(r, kg, h, ctx->keybuf, kl);
+    uint64_t h = pf_hash(kg, ctx->keybuf, kl) ^ (uint64_t)scan;
+    size_t i = pf_find(r, kg, h, ctx->keybuf, kl, scan);
     if (r->slot[i])
         return 0; /* in the round already */
     if (r->n == WEIR__PREFETCH_MAX)
@@ -224,10 +222,30 @@ int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t n
         r->kcap = cap;
     }
     memcpy(r->keys + r->klen, ctx->keybuf, kl);
-    r->ent[r->n] = (pf_ent){.r = r, .hash = h, .koff = r->klen, .klen = kl, .kg = kg};
+    r->ent[r->n] = (pf_ent){.r = r, .hash = h, .koff = r->klen, .klen = kl, .kg = kg, .scan = scan};
     r->klen += kl;
     r->slot[i] = (uint16_t)++r->n;
     return 0;
+}
+
+int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
+{
+    weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
+    if (!r || !r->gathering)
+        return 0;
+    size_t kl;
+    int e = weir__state_key(ctx, state, ns, nslen, &kl);
+    return e < 0 ? e : pf_add(r, ctx, kl, 0);
+}
+
+int weir__ns_prefetch_scan(weir_ctx *ctx, const char *state)
+{
+    weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
+    if (!r || !r->gathering || !ctx->backend->ops->scan_prefetch)
+        return 0;
+    size_t kl;
+    int e = weir__state_key(ctx, state, NULL, 0, &kl);
+    return e < 0 ? e : pf_add(r, ctx, kl, 1);
 }
 
 int weir__prefetch_wait(subtask *st)
@@ -238,10 +256,14 @@ int weir__prefetch_wait(subtask *st)
     r->gathering = 0;
     r->ready = 1;
     weir_state_backend *b = st->backend;
-    size_t m = 0;
+    size_t m = 0, nscan = 0;
     for (size_t i = 0; i < r->n; i++) {
         pf_ent *x = &r->ent[i];
         const uint8_t *key = r->keys + x->koff;
+        if (x->scan) { /* asked for below, one each */
+            nscan++;
+            continue;
+        }
         if (b->ops->get_now) { /* what the hot tier holds needs no round trip */
             const void *v = NULL;
             size_t vl = 0;
@@ -254,13 +276,28 @@ int weir__prefetch_wait(subtask *st)
         x->state = PF_PENDING;
         r->reads[m++] = (weir_state_read){x->kg, key, x->klen, x};
     }
-    if (!m || !(r->done = weir_oneshot_new())) {
+    if ((!m && !nscan) || !(r->done = weir_oneshot_new())) {
         for (size_t i = 0; i < m; i++) /* (no memory: the plain reads then) */
             ((pf_ent *)r->reads[i].arg)->state = PF_NONE;
         return 0;
     }
-    atomic_store_explicit(&r->pending, (long)m + 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->refs, (long)m, memory_order_relaxed);
+    atomic_store_explicit(&r->pending, (long)(m + nscan) + 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->refs, (long)(m + nscan), memory_order_relaxed);
+    for (size_t i = 0; nscan && i < r->n; i++) {
+        pf_ent *x = &r->ent[i];
+        if (!x->scan)
+            continue;
+        /* The scan itself finds what was fetched (the backend keeps it):
+         * the answer only counts. Not started, or nothing to fetch: the
+         * scan reads as it would. */
+        x->state = PF_PENDING;
+        int e = b->ops->scan_prefetch(b, x->kg, r->keys + x->koff, x->klen, pf_answer, x);
+        if (e == -EINPROGRESS)
+            continue;
+        x->state = PF_NONE;
+        atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&r->refs, 1, memory_order_relaxed);
+    }
     if (b->ops->get_batch) {
         if (b->ops->get_batch(b, r->reads, m, pf_answer) < 0) { /* none started */
             for (size_t i = 0; i < m; i++)

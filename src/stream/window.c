@@ -33,7 +33,10 @@
  *
  * Sessions: a record makes [ts, ts + gap); every stored session of the key
  * overlapping it is folded in (in start order) and removed with its
- * timers, and the merged session is stored with new timers.
+ * timers, and the merged session is stored with new timers. The scan of
+ * the key's sessions brings their values too (no read after it); on a
+ * backend whose scans may wait, the record asks for it through the
+ * controller (weir__ctl_scan) and waits for it as data.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -187,21 +190,6 @@ static int fold_read(weir_ctx *ctx, win *w, span s, const weir_rec *in, int e, c
     if (w->w.allowed_lateness > 0 && drop != INT64_MAX) /* else: kept to the end of input */
         e = weir_timer_register(ctx, WEIR_TIME_EVENT, drop);
     return e;
-}
-
-/* fold_read of a plain read: the state key composed once, for the get and
- * the put (fn cannot touch ctx). */
-static int fold(weir_ctx *ctx, win *w, span s, const weir_rec *in, int *fired_again, int timers)
-{
-    uint8_t ns[16];
-    ns_of(s, ns);
-    const void *v;
-    size_t vlen, kl;
-    int e = weir__state_key(ctx, WEIR__STATE_WINDOWS, ns, 16, &kl);
-    if (e)
-        return e;
-    e = weir_state_get(ctx->backend, ctx->rc->kg, ctx->keybuf, kl, &v, &vlen);
-    return fold_read(ctx, w, s, in, e, v, vlen, kl, fired_again, timers);
 }
 
 static int late_for(const win *w, span s, int64_t wm)
@@ -513,15 +501,22 @@ static int process_fixed(weir_ctx *ctx, win *w, const weir_rec *in)
 }
 
 /* ---- sessions ------------------------------------------------------------------------------ */
+/* A stored session met by the scan: its span and a copy of its value (the
+ * scan's views die with the next state call). */
+typedef struct sess {
+    span s;
+    uint8_t *val;
+    size_t vlen;
+} sess;
+
 typedef struct sessions {
-    span *s;
+    sess *v;
     int n, cap;
     span probe;
 } sessions;
 
 static int collect_overlap(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen)
 {
-    (void)val, (void)vlen;
     sessions *ss = arg;
     if (nslen != 16)
         return -EBADMSG;
@@ -529,54 +524,68 @@ static int collect_overlap(void *arg, const void *ns, size_t nslen, const void *
     if (s.start < ss->probe.end && ss->probe.start < s.end) {
         if (ss->n == ss->cap) {
             int cap = ss->cap ? ss->cap * 2 : 8;
-            span *p = weir__realloc(ss->s, (size_t)cap * sizeof(*p));
+            sess *p = weir__realloc(ss->v, (size_t)cap * sizeof(*p));
             if (!p)
                 return -ENOMEM;
-            ss->s = p;
+            ss->v = p;
             ss->cap = cap;
         }
-        ss->s[ss->n++] = s;
+        uint8_t *copy = weir__malloc(vlen ? vlen : 1);
+        if (!copy)
+            return -ENOMEM;
+        if (vlen)
+            memcpy(copy, val, vlen);
+        ss->v[ss->n++] = (sess){s, copy, vlen};
     }
     return 0;
 }
 
-static int cmp_start(const void *a, const void *b)
+static void sessions_free(sessions *ss)
 {
-    const span *x = a, *y = b;
-    return x->start < y->start ? -1 : x->start > y->start;
+    for (int i = 0; i < ss->n; i++)
+        weir__free(ss->v[i].val);
+    weir__free(ss->v);
 }
 
-static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
+static int cmp_start(const void *a, const void *b)
 {
+    const sess *x = a, *y = b;
+    return x->s.start < y->s.start ? -1 : x->s.start > y->s.start;
+}
+
+/* The record's session, once the key's stored sessions are at hand: the
+ * ones it overlaps merged into one, with it. */
+static int session_merge(weir_ctx *ctx, void *state, const weir_rec *in, int err, const void *val,
+                         size_t vlen, void *arg)
+{
+    (void)err; /* a failed prefetch only means the scan below reads itself */
+    (void)val;
+    (void)vlen;
+    (void)arg;
+    win *w = state;
     int64_t wm = weir_ctx_watermark(ctx);
     span merged = {in->ts, weir__sat_add(in->ts, w->w.gap)};
     sessions ss = {.probe = merged};
     int e = weir__ns_scan(ctx, WEIR__STATE_WINDOWS, collect_overlap, &ss);
     for (int i = 0; !e && i < ss.n; i++) {
-        if (ss.s[i].start < merged.start)
-            merged.start = ss.s[i].start;
-        if (ss.s[i].end > merged.end)
-            merged.end = ss.s[i].end;
+        if (ss.v[i].s.start < merged.start)
+            merged.start = ss.v[i].s.start;
+        if (ss.v[i].s.end > merged.end)
+            merged.end = ss.v[i].s.end;
     }
     if (!e && late_for(w, merged, wm)) {
-        weir__free(ss.s);
+        sessions_free(&ss);
         return weir_emit_side(ctx, in->data, in->len, in->ts);
     }
     /* Fold the old sessions (in start order) into one value under the
      * merged span, then the record. */
     if (ss.n > 1)
-        qsort(ss.s, (size_t)ss.n, sizeof(span), cmp_start);
+        qsort(ss.v, (size_t)ss.n, sizeof(sess), cmp_start);
     uint8_t *acc = NULL;
     size_t acc_len = 0;
     int have = 0;
     for (int i = 0; !e && i < ss.n; i++) {
-        uint8_t ns[16];
-        ns_of(ss.s[i], ns);
-        const void *v;
-        size_t vlen;
-        if ((e = weir__ns_get(ctx, WEIR__STATE_WINDOWS, ns, 16, &v, &vlen)) < 0)
-            break;
-        weir_rec part = {v, vlen, ss.s[i].end - 1}, out = part;
+        weir_rec part = {ss.v[i].val, ss.v[i].vlen, ss.v[i].s.end - 1}, out = part;
         if (have) {
             weir_rec a = {acc, acc_len, merged.end - 1};
             if ((e = w->fn(&a, &part, &out, w->arg)) < 0)
@@ -593,17 +602,30 @@ static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
         acc = copy;
         acc_len = out.len;
         have = 1;
-        e = drop_window(ctx, ss.s[i]);
+        e = drop_window(ctx, ss.v[i].s);
     }
-    weir__free(ss.s);
-    if (!e && have) {
-        uint8_t ns[16];
-        ns_of(merged, ns);
-        e = weir__ns_put(ctx, WEIR__STATE_WINDOWS, ns, 16, acc, acc_len);
-    }
-    weir__free(acc);
+    sessions_free(&ss);
+    /* The merged value is at hand: no read of it. (Without old sessions
+     * the merged one is new: a stored session with its span would have
+     * overlapped the record.) */
     int again = 0;
-    return e ? e : fold(ctx, w, merged, in, &again, 1);
+    if (!e)
+        e = fold_read(ctx, w, merged, in, have ? 0 : -ENOENT, acc, acc_len, 0, &again, 1);
+    weir__free(acc);
+    return e;
+}
+
+/* A record of a session window: on a backend whose scans may wait, the
+ * scan of the key's sessions is fetched first and the record waits for it
+ * as data (weir__ctl_scan); at once otherwise. */
+static int process_session(weir_ctx *ctx, win *w, const weir_rec *in)
+{
+    (void)w;
+    size_t kl;
+    int e = weir__state_key(ctx, WEIR__STATE_WINDOWS, NULL, 0, &kl);
+    if (e < 0)
+        return e;
+    return weir__ctl_scan(ctx, in, ctx->rc->kg, ctx->keybuf, kl, session_merge, NULL);
 }
 
 /* ---- the operator -------------------------------------------------------------------------- */
@@ -626,11 +648,11 @@ typedef struct due {
     int64_t t;
     span *fire, *drop;
     int nfire, ndrop, cap;
+    sessions vals; /* without panes: the fired windows' values, as the scan gave them */
 } due;
 
 static int collect_due(void *arg, const void *ns, size_t nslen, const void *val, size_t vlen)
 {
-    (void)val, (void)vlen;
     due *d = arg;
     if (nslen != 16)
         return -EBADMSG;
@@ -651,8 +673,14 @@ static int collect_due(void *arg, const void *ns, size_t nslen, const void *val,
             return -ENOMEM;
         d->cap = cap;
     }
-    if (fire)
+    if (fire && !d->w->panes) { /* its value now: no read when it fires */
+        d->vals.probe = s;
+        int e = collect_overlap(&d->vals, ns, nslen, val, vlen);
+        if (e)
+            return e;
+    } else if (fire) {
         d->fire[d->nfire++] = s;
+    }
     if (drop)
         d->drop[d->ndrop++] = s;
     return 0;
@@ -699,6 +727,9 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
     }
     due d = {.w = w, .t = when};
     int e = weir__ns_scan(ctx, WEIR__STATE_WINDOWS, collect_due, &d);
+    for (int i = 0; !e && i < d.vals.n; i++)
+        e = emit_result(ctx, d.vals.v[i].s, d.vals.v[i].val, d.vals.v[i].vlen);
+    sessions_free(&d.vals);
     for (int i = 0; !e && i < d.nfire; i++)
         e = fire(ctx, w, d.fire[i]);
     for (int i = 0; !e && i < d.ndrop; i++)
@@ -714,16 +745,17 @@ static int win_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
  * announced for the timers' prefetch round (timers.c): a fixed window's
  * value, or the key's panes entry (and a window's whole value where it
  * reaches past the panes' range). Sessions (and times near the ends of
- * the range) scan: nothing to announce. 0, 1 (the round is full) or a
- * negative errno. */
+ * the range) scan the key's windows: that scan is announced. 0, 1 (the
+ * round is full) or a negative errno. */
 static int win_timer_reads(weir_ctx *ctx, void *state, int domain, int64_t when)
 {
     win *w = state;
-    if (domain != WEIR_TIME_EVENT || w->w.kind == WEIR_WINDOW_SESSION)
+    if (domain != WEIR_TIME_EVENT)
         return 0;
     i128 fire_end = (i128)when + 1, drop_end = fire_end - w->w.allowed_lateness;
-    if (when >= INT64_MAX - 1 || drop_end - w->w.size < INT64_MIN)
-        return 0;
+    if (w->w.kind == WEIR_WINDOW_SESSION || when >= INT64_MAX - 1 ||
+        drop_end - w->w.size < INT64_MIN) /* the timer scans the key's windows */
+        return weir__ns_prefetch_scan(ctx, WEIR__STATE_WINDOWS);
     span s;
     uint8_t ns[16];
     int e = 0;

@@ -38,6 +38,7 @@
 #include "stream/controller.h"
 #include "stream/stream_int.h"
 #include "test.h"
+#include "scan_spy.h"
 #include "test_rt.h"
 #include "weir/rt.h"
 #include "weir/state.h"
@@ -1383,6 +1384,7 @@ typedef struct q5_run {
     int n;            /* records */
     int ordered;      /* every record at time 0 (no late ones, every timer due at the end) */
     int keys;
+    int64_t session; /* > 0: session windows of this gap instead */
     weir_collector *out;
     int result;
     char error[256];
@@ -1431,7 +1433,8 @@ static intptr_t q5_job(void *arg)
                       .allowed_lateness = a->ordered ? 0 : 10};
     if (a->ordered)
         hw.size = 20;
-    s = weir_stream_window(s, "count", &hw, sum_ev, NULL);
+    weir_window sw = {.kind = WEIR_WINDOW_SESSION, .gap = a->session, .allowed_lateness = 10};
+    s = weir_stream_window(s, "count", a->session ? &sw : &hw, sum_ev, NULL);
     CHECK_EQ(weir_stream_collect(weir_stream_side(s), "late", a->out), 0);
     CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
     a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 2,
@@ -1443,13 +1446,15 @@ static intptr_t q5_job(void *arg)
     return 0;
 }
 
-static char *q5_output(const char *backend, const char *ckpt, int n, int ordered, int keys)
+static char *q5_output_of(const char *backend, const char *ckpt, int n, int ordered, int keys,
+                          int64_t session)
 {
     q5_run a = {.backend = backend,
                 .ckpt = ckpt,
                 .n = n,
                 .ordered = ordered,
                 .keys = keys,
+                .session = session,
                 .out = weir_collector_new()};
     CHECK_EQ(test_run_on_rt(2, q5_job, &a), 0);
     if (a.result)
@@ -1458,6 +1463,40 @@ static char *q5_output(const char *backend, const char *ckpt, int n, int ordered
     char *x = canon_bytes(a.out);
     weir_collector_free(a.out);
     return x;
+}
+
+static char *q5_output(const char *backend, const char *ckpt, int n, int ordered, int keys)
+{
+    return q5_output_of(backend, ckpt, n, ordered, keys, 0);
+}
+
+/* Session windows (a gap of 15, some merging, some late records) on the
+ * remote backend with pool round trips of up to 1 ms and a hot tier of
+ * 1 KiB: the memory backend's output, and records waited for their key's
+ * sessions as data (the scan fetched ahead) rather than blocking the
+ * subtask; the session timers' scans were fetched in their prefetch
+ * rounds (without them this job took eight times as long). */
+TEST(session_windows_give_the_memory_backends_output_with_scans_that_answer_later)
+{
+    spy_register();
+    const int n = 6000;
+    char *want = q5_output_of("memory:", NULL, n, 0, Q5_KEYS, 15);
+    char dir[] = "/tmp/weir-async-sess-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    atomic_store(&spy_later, 0);
+    char *got =
+        q5_output_of("spyscan:remote:latency://0-1/mem://async-sess?hot_max_bytes=1024&io_threads=16",
+                     dir, n, 0, Q5_KEYS, 15);
+    if (strcmp(got, want) != 0)
+        TEST__FAIL("remote: not the memory backend's output");
+    long later = atomic_load(&spy_later);
+    printf("  %ld records waited for their sessions' scans\n", later);
+    CHECK_GT(later, 100);
+    free(got);
+    free(want);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
 }
 
 TEST(a_q5_shaped_window_job_gives_the_memory_backends_output_on_reads_that_answer_later)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "scan_spy.h"
 #include "test_rt.h"
 #include "weir/rt.h"
 #include "weir/state.h"
@@ -235,53 +236,6 @@ TEST(interval_join_with_a_lagging_input)
 }
 
 /* ---- on the remote backend ----------------------------------------------------------------- */
-/* "spyscan:URI": the backend of URI, its scan prefetches that went to the
- * pool counted, and its checkpoints' captures. */
-static _Atomic long spy_later, spy_captures;
-static weir_state_backend_ops spy_ops;
-static int (*spy_real)(weir_state_backend *, int, const void *, size_t, weir_state_get_cb, void *);
-static int (*spy_real_capture)(weir_state_backend *, uint64_t, const weir_state_entry *, size_t,
-                               weir_state_snapshot **);
-static pthread_mutex_t spy_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static int spy_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
-                        weir_state_get_cb cb, void *arg)
-{
-    int e = spy_real(b, kg, prefix, plen, cb, arg);
-    if (e == -EINPROGRESS)
-        atomic_fetch_add(&spy_later, 1);
-    return e;
-}
-
-static int spy_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *extra, size_t n,
-                       weir_state_snapshot **out)
-{
-    int e = spy_real_capture(b, id, extra, n, out);
-    if (!e)
-        atomic_fetch_add(&spy_captures, 1);
-    return e;
-}
-
-static weir_state_backend *spy_make(void *arg, const char *uri, int ngroups, int first, int end)
-{
-    (void)arg;
-    weir_state_backend *b = NULL;
-    if (weir_state_backend_open(uri + strlen("spyscan:"), ngroups, first, end, &b) != 0)
-        return NULL;
-    CHECK(b->ops->scan_prefetch != NULL);
-    pthread_mutex_lock(&spy_mu);
-    if (!spy_real) {
-        spy_ops = *b->ops;
-        spy_real = b->ops->scan_prefetch;
-        spy_ops.scan_prefetch = spy_prefetch;
-        spy_real_capture = b->ops->capture;
-        spy_ops.capture = spy_capture;
-    }
-    pthread_mutex_unlock(&spy_mu);
-    b->ops = &spy_ops;
-    return b;
-}
-
 /* The same pairs with the state on the remote backend, a pool that
  * answers up to 0.2 ms late and checkpoints all along: with a hot tier
  * that holds everything (nothing was evicted, so no probe needs the pool),
@@ -290,7 +244,7 @@ static weir_state_backend *spy_make(void *arg, const char *uri, int ngroups, int
  * scans as data. */
 TEST(interval_join_on_the_remote_backend_matches_nested_loop)
 {
-    CHECK_EQ(weir_state_backend_register("spyscan", spy_make, NULL), 0);
+    spy_register();
     atomic_store(&spy_later, 0);
     join_case a = {.lower = -20,
                    .upper = 40,
