@@ -95,6 +95,20 @@ static void wait_answer(answer *a)
     }
 }
 
+/* Every one of as[0..n) answered exactly once, with its value or
+ * -ECANCELED, and some cancelled (the backend was freed first). */
+static void answered_once_some_cancelled(answer *as, int n)
+{
+    int cancelled = 0;
+    for (int i = 0; i < n; i++) {
+        wait_answer(&as[i]);
+        CHECK_EQ(atomic_load(&as[i].calls), 1);
+        CHECK(as[i].err == 0 || as[i].err == -ECANCELED);
+        cancelled += as[i].err == -ECANCELED;
+    }
+    CHECK_GT(cancelled, 0);
+}
+
 /* The model's answer for key and the backend's, compared. */
 static void expect(weir_state_backend *model, int kg, const char *k, size_t kl, int err,
                    const void *val, size_t vlen, const char *how)
@@ -687,14 +701,7 @@ TEST(a_prefetched_scan_is_served_once_and_never_stale)
         CHECK_EQ(weir_state_scan_prefetch(b, 0, k, 3, on_answer, &as[i]), -EINPROGRESS);
     }
     weir_state_backend_free(b);
-    int cancelled = 0;
-    for (int i = 0; i < N; i++) {
-        wait_answer(&as[i]);
-        CHECK_EQ(atomic_load(&as[i].calls), 1);
-        CHECK(as[i].err == 0 || as[i].err == -ECANCELED);
-        cancelled += as[i].err == -ECANCELED;
-    }
-    CHECK_GT(cancelled, 0);
+    answered_once_some_cancelled(as, N);
 }
 
 /* ---- reads queued at free ---------------------------------------------------------------------
@@ -723,14 +730,7 @@ TEST(reads_queued_at_free_are_cancelled_once)
         CHECK_EQ(weir_state_get_async(b, group_of(k, kl), k, kl, on_answer, &as[i]), -EINPROGRESS);
     }
     weir_state_backend_free(b); /* one thread, 200 ms a read: all but one still queued */
-    int cancelled = 0;
-    for (int i = 0; i < N; i++) {
-        wait_answer(&as[i]);
-        CHECK_EQ(atomic_load(&as[i].calls), 1);
-        CHECK(as[i].err == 0 || as[i].err == -ECANCELED);
-        cancelled += as[i].err == -ECANCELED;
-    }
-    CHECK_GT(cancelled, 0);
+    answered_once_some_cancelled(as, N);
     weir__free(im.p);
 }
 
