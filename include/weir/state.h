@@ -181,8 +181,8 @@ typedef struct weir_state_backend_ops {
      * -EINPROGRESS and cb(arg, err, NULL, 0) exactly once later, from any
      * thread, once the entries are fetched (-ECANCELED when the backend is
      * freed first; err is advisory: the scan itself reads again on any
-     * failure). What was fetched serves one scan of that prefix, and only
-     * while nothing newer reached the remote tier; a scan it cannot serve
+     * failure). What was fetched serves the scans of that prefix while
+     * nothing newer reached the remote tier; a scan it cannot serve
      * reads synchronously, as without a prefetch. The prefix is the
      * caller's during the call only. Another negative errno: nothing was
      * started (no memory, say), and no callback comes; the scan can still

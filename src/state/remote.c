@@ -1088,16 +1088,15 @@ static void pool_scan_reset(pool_scan *ps)
 
 /* ---- scans prefetched ----------------------------------------------------------------------
  * scan_prefetch hands a scan's pool part to the I/O threads; what they
- * fetch comes back to the owner (sh->scanned) and serves the next rm_scan
- * of that prefix, once, while the group's chain is still the one it read:
- * a run prepended or merged since may hold entries that have left the hot
- * tier, so a changed chain makes it stale and the scan reads again. Each
- * is taken by the scan of the record that asked for it, so the owner's
- * cache holds about the records waiting for their scans (the controller's
- * in-flight cap bounds them); it is a hash table by (group, prefix) with
- * an age list, the oldest dropped past SCAN_CACHE_MAX entries or
- * SCAN_CACHE_BYTES of fetched blocks (which the hot tier's budget does not
- * count). */
+ * fetch comes back to the owner (sh->scanned) and serves the scans of that
+ * prefix (rm_scan) while the group's chain is still the one it read: a
+ * run prepended or merged since may hold entries that have left the hot
+ * tier, so a changed chain makes it stale and the scan reads again. (The
+ * hot tier's entries win the merge, so writes since the fetch are seen.)
+ * A synchronous scan's pool part is kept the same way. The owner's cache
+ * is a hash table by (group, prefix) with an age list, the least recently
+ * used dropped past SCAN_CACHE_MAX entries or SCAN_CACHE_BYTES of fetched
+ * blocks (which the hot tier's budget does not count). */
 typedef struct scanned {
     struct scanned *next;          /* sh->scanned's stack, then the bucket's chain */
     struct scanned *older, *newer; /* the cache's age list */
@@ -1172,42 +1171,77 @@ static void cache_unlink(remote *r, scanned *x)
     r->cache_bytes -= x->ps.bytes;
 }
 
-/* On the owner: the scans fetched since the last call join its cache,
- * the oldest dropped past the bounds. */
+static int same_scan(const scanned *x, int kg, const void *prefix, size_t plen)
+{
+    return x->kg == kg && x->ps.plen == plen && (!plen || memcmp(x->prefix, prefix, plen) == 0);
+}
+
+/* Put x in the cache as its newest entry (it replaces one of the same
+ * scan), the oldest dropped past the bounds. The table exists. */
+static void cache_insert(remote *r, scanned *x)
+{
+    x->bucket = scan_bucket(x->kg, x->prefix, x->ps.plen);
+    for (scanned *o = r->buckets[x->bucket], *n; o; o = n) {
+        n = o->next;
+        if (same_scan(o, x->kg, x->prefix, x->ps.plen)) {
+            cache_unlink(r, o);
+            scanned_free(o);
+        }
+    }
+    x->next = r->buckets[x->bucket];
+    r->buckets[x->bucket] = x;
+    x->older = r->newest;
+    x->newer = NULL;
+    if (r->newest)
+        r->newest->newer = x;
+    else
+        r->oldest = x;
+    r->newest = x;
+    r->ncache++;
+    r->cache_bytes += x->ps.bytes;
+    while (r->oldest && (r->ncache > SCAN_CACHE_MAX || r->cache_bytes > SCAN_CACHE_BYTES)) {
+        scanned *o = r->oldest;
+        cache_unlink(r, o);
+        scanned_free(o);
+    }
+}
+
+/* x, in the cache, becomes its newest entry. */
+static void cache_touch(remote *r, scanned *x)
+{
+    if (r->newest == x)
+        return;
+    if (x->older)
+        x->older->newer = x->newer;
+    else
+        r->oldest = x->newer;
+    x->newer->older = x->older;
+    x->older = r->newest;
+    x->newer = NULL;
+    r->newest->newer = x;
+    r->newest = x;
+}
+
+static int cache_table(remote *r)
+{
+    return r->buckets || (r->buckets = weir__calloc(SCAN_BUCKETS, sizeof(*r->buckets))) != NULL;
+}
+
+/* On the owner: the scans fetched since the last call join its cache. */
 static void scans_take(remote *r)
 {
     rshared *sh = r->sh;
     scanned *x = atomic_load_explicit(&sh->scanned, memory_order_relaxed)
                      ? atomic_exchange_explicit(&sh->scanned, NULL, memory_order_acquire)
                      : NULL;
-    if (x && !r->buckets && !(r->buckets = weir__calloc(SCAN_BUCKETS, sizeof(*r->buckets)))) {
-        while (x) { /* no table: served by no one, read again */
-            scanned *n = x->next;
-            scanned_free(x);
-            x = n;
-        }
-        return;
-    }
+    int table = !x || cache_table(r);
     while (x) {
         scanned *n = x->next;
-        x->bucket = scan_bucket(x->kg, x->prefix, x->ps.plen);
-        x->next = r->buckets[x->bucket];
-        r->buckets[x->bucket] = x;
-        x->older = r->newest;
-        x->newer = NULL;
-        if (r->newest)
-            r->newest->newer = x;
+        if (table)
+            cache_insert(r, x);
         else
-            r->oldest = x;
-        r->newest = x;
-        r->ncache++;
-        r->cache_bytes += x->ps.bytes;
+            scanned_free(x); /* no table: served by no one, read again */
         x = n;
-    }
-    while (r->oldest && (r->ncache > SCAN_CACHE_MAX || r->cache_bytes > SCAN_CACHE_BYTES)) {
-        scanned *o = r->oldest;
-        cache_unlink(r, o);
-        scanned_free(o);
     }
 }
 
@@ -1238,25 +1272,21 @@ static int chain_is(rshared *sh, int kg, runref *const *v, size_t n)
     return same;
 }
 
-/* The cache's entry for (kg, prefix) that is still valid, or NULL; take:
- * taken out of the cache (the caller's). A stale one met is dropped. */
-static scanned *scans_find(remote *r, int kg, const void *prefix, size_t plen, int take)
+/* The cache's entry for (kg, prefix) that is still valid, or NULL. A
+ * stale one met is dropped. */
+static scanned *scans_find(remote *r, int kg, const void *prefix, size_t plen)
 {
     if (!r->ncache)
         return NULL;
-    scanned *x = r->buckets[scan_bucket(kg, prefix, plen)];
-    while (x &&
-           (x->kg != kg || x->ps.plen != plen || (plen && memcmp(x->prefix, prefix, plen) != 0)))
-        x = x->next;
-    if (!x)
-        return NULL;
-    int ok = chain_is(r->sh, kg, x->ps.chain, x->ps.nchain);
-    if (ok && !take)
-        return x;
-    cache_unlink(r, x);
-    if (ok)
-        return x;
-    scanned_free(x);
+    for (scanned *x = r->buckets[scan_bucket(kg, prefix, plen)], *n; x; x = n) {
+        n = x->next;
+        if (!same_scan(x, kg, prefix, plen))
+            continue;
+        if (chain_is(r->sh, kg, x->ps.chain, x->ps.nchain))
+            return x;
+        cache_unlink(r, x);
+        scanned_free(x);
+    }
     return NULL;
 }
 
@@ -1266,7 +1296,7 @@ static int rm_scan_prefetch(weir_state_backend *b, int kg, const void *prefix, s
     remote *r = (remote *)b;
     catch_up(r);
     scans_take(r);
-    if (hot_whole(r, kg) || scans_find(r, kg, prefix, plen, 0))
+    if (hot_whole(r, kg) || scans_find(r, kg, prefix, plen))
         return 0; /* the scan would not wait */
     rreq *q = req_new(kg, prefix, plen, cb, arg);
     if (!q)
@@ -1301,9 +1331,11 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     hot_scan h = {{0}};
     int e = weir__mem_scan_meta(r->hot, kg, prefix, plen, hot_scan_fn, &h);
     pool_scan ps = {.sh = r->sh, .kg = kg, .prefix = prefix, .plen = plen};
-    /* The pool part prefetched for this scan, if it is still valid. */
-    scanned *x = e ? NULL : scans_find(r, kg, prefix, plen, 1);
+    /* The pool part fetched for this prefix (ahead, or by an earlier
+     * scan), if it is still valid. */
+    scanned *x = e ? NULL : scans_find(r, kg, prefix, plen);
     if (x) {
+        cache_touch(r, x);
         ps.out = x->ps.out;
         r->scans_served++;
     }
@@ -1332,9 +1364,14 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     if (!e)
         e = h.v.err;
     weir__free(h.v.v);
-    if (x) {
-        scanned_free(x); /* ps.out is its */
-    } else {
+    if (!x && !e && ps.chain && cache_table(r) && (x = weir__malloc(sizeof(*x) + plen))) {
+        /* What this scan read serves the next ones of its prefix too. */
+        *x = (scanned){.kg = kg, .ps = ps};
+        if (plen)
+            memcpy(x->prefix, prefix, plen);
+        x->ps.prefix = x->prefix;
+        cache_insert(r, x);
+    } else if (!x) {
         pool_scan_reset(&ps);
     }
     return e;

@@ -335,6 +335,27 @@ static int join_timer(weir_ctx *ctx, void *state, int domain, int64_t when)
     return jn->kind == 0 ? interval_timer(ctx, jn, when) : window_timer(ctx, jn, when);
 }
 
+/* The scans join_timer makes for the timer at `when` of the current key,
+ * announced for the timers' prefetch round (timers.c): an interval join's
+ * two sides (their expired prefixes), a window join's window. 0, 1 (the
+ * round is full) or a negative errno. */
+static int join_timer_reads(weir_ctx *ctx, void *state, int domain, int64_t when)
+{
+    join *jn = state;
+    if (domain != WEIR_TIME_EVENT)
+        return 0;
+    if (jn->kind == 0) {
+        int e = 0;
+        for (uint8_t side = 0; side < 2 && !e; side++)
+            e = weir__ns_prefetch_scan(ctx, WEIR__STATE_JOIN, &side, 1);
+        return e;
+    }
+    uint8_t win[16];
+    weir__put_time(win, when + 1);
+    weir__put_time(win + 8, when + 1 - jn->w.size);
+    return weir__ns_prefetch_scan(ctx, WEIR__STATE_JOIN, win, 16);
+}
+
 static weir_stream *make_join(weir_stream *left, weir_stream *right, const char *name, join *spec)
 {
     if (!left || !right)
@@ -374,6 +395,7 @@ static weir_stream *make_join(weir_stream *left, weir_stream *right, const char 
         return NULL;
     }
     out->owned = state;
+    out->from->timer_reads = join_timer_reads;
     return out;
 }
 

@@ -238,13 +238,13 @@ int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t n
     return e < 0 ? e : pf_add(r, ctx, kl, 0);
 }
 
-int weir__ns_prefetch_scan(weir_ctx *ctx, const char *state)
+int weir__ns_prefetch_scan(weir_ctx *ctx, const char *state, const void *ns, size_t nslen)
 {
     weir__prefetch *r = ctx->st ? ctx->st->pf : NULL;
     if (!r || !r->gathering || !ctx->backend->ops->scan_prefetch)
         return 0;
     size_t kl;
-    int e = weir__state_key(ctx, state, NULL, 0, &kl);
+    int e = weir__state_key(ctx, state, ns, nslen, &kl);
     return e < 0 ? e : pf_add(r, ctx, kl, 1);
 }
 

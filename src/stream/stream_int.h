@@ -477,9 +477,10 @@ int weir__ns_scan(weir_ctx *ctx, const char *state,
 typedef struct weir__prefetch weir__prefetch;
 int weir__prefetch_begin(subtask *st);
 int weir__ns_prefetch(weir_ctx *ctx, const char *state, const void *ns, size_t nslen);
-/* The same for a scan of the current key's entries of state (on a backend
- * with scan_prefetch: the scan then finds them fetched; else nothing). */
-int weir__ns_prefetch_scan(weir_ctx *ctx, const char *state);
+/* The same for a scan of the current key's entries of state whose
+ * namespace starts with ns[0..nslen) (on a backend with scan_prefetch:
+ * the scan of exactly that prefix then finds them fetched; else nothing). */
+int weir__ns_prefetch_scan(weir_ctx *ctx, const char *state, const void *ns, size_t nslen);
 int weir__prefetch_wait(subtask *st);
 void weir__prefetch_end(subtask *st);
 void weir__ns_forget(weir_ctx *ctx, const void *key, size_t klen);

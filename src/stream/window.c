@@ -755,7 +755,7 @@ static int win_timer_reads(weir_ctx *ctx, void *state, int domain, int64_t when)
     i128 fire_end = (i128)when + 1, drop_end = fire_end - w->w.allowed_lateness;
     if (w->w.kind == WEIR_WINDOW_SESSION || when >= INT64_MAX - 1 ||
         drop_end - w->w.size < INT64_MIN) /* the timer scans the key's windows */
-        return weir__ns_prefetch_scan(ctx, WEIR__STATE_WINDOWS);
+        return weir__ns_prefetch_scan(ctx, WEIR__STATE_WINDOWS, NULL, 0);
     span s;
     uint8_t ns[16];
     int e = 0;

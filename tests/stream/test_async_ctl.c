@@ -1475,7 +1475,8 @@ static char *q5_output(const char *backend, const char *ckpt, int n, int ordered
  * 1 KiB: the memory backend's output, and records waited for their key's
  * sessions as data (the scan fetched ahead) rather than blocking the
  * subtask; the session timers' scans were fetched in their prefetch
- * rounds (without them this job took eight times as long). */
+ * rounds (without them this job took eight times as long, before scans
+ * kept what they fetched for the scans after them). */
 TEST(session_windows_give_the_memory_backends_output_with_scans_that_answer_later)
 {
     spy_register();
@@ -1484,14 +1485,14 @@ TEST(session_windows_give_the_memory_backends_output_with_scans_that_answer_late
     char dir[] = "/tmp/weir-async-sess-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     atomic_store(&spy_later, 0);
-    char *got =
-        q5_output_of("spyscan:remote:latency://0-1/mem://async-sess?hot_max_bytes=1024&io_threads=16",
-                     dir, n, 0, Q5_KEYS, 15);
+    char *got = q5_output_of(
+        "spyscan:remote:latency://0-1/mem://async-sess?hot_max_bytes=1024&io_threads=16", dir, n, 0,
+        Q5_KEYS, 15);
     if (strcmp(got, want) != 0)
         TEST__FAIL("remote: not the memory backend's output");
     long later = atomic_load(&spy_later);
     printf("  %ld records waited for their sessions' scans\n", later);
-    CHECK_GT(later, 100);
+    CHECK_GT(later, 0);
     free(got);
     free(want);
     char cmd[128];

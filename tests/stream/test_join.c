@@ -240,8 +240,9 @@ TEST(interval_join_with_a_lagging_input)
  * answers up to 0.2 ms late and checkpoints all along: with a hot tier
  * that holds everything (nothing was evicted, so no probe needs the pool),
  * and with one far smaller than the buffers of an input that lags (their
- * runs are what the probes' scans fetch): many probes waited for their
- * scans as data. */
+ * runs are what the probes' scans fetch): probes waited for their scans
+ * as data (most found their key's side at hand: what a scan fetched
+ * serves the scans after it until a checkpoint writes a newer run). */
 TEST(interval_join_on_the_remote_backend_matches_nested_loop)
 {
     spy_register();
@@ -263,7 +264,7 @@ TEST(interval_join_on_the_remote_backend_matches_nested_loop)
     CHECK_EQ(on_runtime(join_main, &b), 0);
     long later = atomic_load(&spy_later);
     printf("  %ld probes waited for their scans\n", later);
-    CHECK_GT(later, 100);
+    CHECK_GT(later, 0);
 }
 
 TEST(window_join_matches_nested_loop)
