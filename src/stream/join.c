@@ -22,7 +22,8 @@
  * entries of its key to be fetched (weir__ctl_scan) and waits as data
  * while the subtask goes on; the key gate keeps a key's records in order,
  * so each pair is still found once, by the later of its two records. The
- * timers' scans read synchronously.
+ * timers' scans are fetched in the timers' prefetch rounds
+ * (join_timer_reads).
  *
  * Window join. Records are buffered per window under the namespace
  * [end][start][side][seq]; when the window fires (event-time timer at
