@@ -486,6 +486,9 @@ typedef struct remote {
     struct scanned **buckets, *oldest, *newest;
     size_t ncache, cache_bytes;
     uint64_t scans_served;
+    /* Scans walking now (a scan's callback may read): while one walks,
+     * nothing it walks - hot entries, the cache's - is evicted or freed. */
+    int scanning;
 } remote;
 
 static void list_init(hmeta *h)
@@ -554,6 +557,8 @@ static void drop_entry(remote *r, int kg, hmeta *m)
 
 static void evict(remote *r)
 {
+    if (r->scanning)
+        return; /* the next call after the scan evicts */
     while (r->budget && r->bytes > r->budget && !list_empty(&r->clean)) {
         hmeta *m = r->clean.prev; /* the least recently used */
         r->cold[m->kg - r->base.first_kg] = 1;
@@ -1231,6 +1236,8 @@ static int cache_table(remote *r)
 static void scans_take(remote *r)
 {
     rshared *sh = r->sh;
+    if (r->scanning)
+        return; /* they wait on the stack: inserting could free what a scan walks */
     scanned *x = atomic_load_explicit(&sh->scanned, memory_order_relaxed)
                      ? atomic_exchange_explicit(&sh->scanned, NULL, memory_order_acquire)
                      : NULL;
@@ -1284,6 +1291,8 @@ static scanned *scans_find(remote *r, int kg, const void *prefix, size_t plen)
             continue;
         if (chain_is(r->sh, kg, x->ps.chain, x->ps.nchain))
             return x;
+        if (r->scanning)
+            continue; /* a scan walking may hold it */
         cache_unlink(r, x);
         scanned_free(x);
     }
@@ -1351,6 +1360,7 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
     }
     /* Merge: the hot tier's entry of a key wins over the pool's. */
     size_t i = 0, j = 0;
+    r->scanning++;
     while (!e && (i < h.v.n || j < ps.out.n)) {
         int c = i == h.v.n ? 1 : j == ps.out.n ? -1 : sent_cmp(&h.v.v[i], &ps.out.v[j]);
         const sent *s = c <= 0 ? &h.v.v[i] : &ps.out.v[j];
@@ -1361,10 +1371,12 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
         if (!s->tomb)
             e = fn(arg, s->key, s->klen, s->val, s->vlen);
     }
+    r->scanning--;
     if (!e)
         e = h.v.err;
     weir__free(h.v.v);
-    if (!x && !e && ps.chain && cache_table(r) && (x = weir__malloc(sizeof(*x) + plen))) {
+    if (!x && !e && ps.chain && !r->scanning && cache_table(r) &&
+        (x = weir__malloc(sizeof(*x) + plen))) {
         /* What this scan read serves the next ones of its prefix too. */
         *x = (scanned){.kg = kg, .ps = ps};
         if (plen)
