@@ -2,10 +2,9 @@
 /*
  * scan_spy.h - "spyscan:URI", a state backend for tests (test_join.c,
  * test_async_ctl.c): the backend of URI itself, with its scan prefetches
- * that went to the pool (-EINPROGRESS) counted in spy_later and its
- * checkpoints' captures in spy_captures. Its ops are a copy of the first
- * backend's with those two wrapped, so every backend opened through it
- * must be of one kind.
+ * that went to the pool (-EINPROGRESS) counted in spy_later. Its ops are
+ * a copy of the first backend's with that one wrapped, so every backend
+ * opened through it must be of one kind.
  */
 #ifndef WEIR_TESTS_SCAN_SPY_H
 #define WEIR_TESTS_SCAN_SPY_H
@@ -18,11 +17,10 @@
 #include "test.h"
 #include "weir/state.h"
 
-static _Atomic long spy_later, spy_captures;
+static _Atomic long spy_later;
 static weir_state_backend_ops spy_ops;
 static int (*spy_real)(weir_state_backend *, int, const void *, size_t, weir_state_get_cb, void *);
-static int (*spy_real_capture)(weir_state_backend *, uint64_t, const weir_state_entry *, size_t,
-                               weir_state_snapshot **);
+
 static pthread_mutex_t spy_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int spy_prefetch(weir_state_backend *b, int kg, const void *prefix, size_t plen,
@@ -31,15 +29,6 @@ static int spy_prefetch(weir_state_backend *b, int kg, const void *prefix, size_
     int e = spy_real(b, kg, prefix, plen, cb, arg);
     if (e == -EINPROGRESS)
         atomic_fetch_add(&spy_later, 1);
-    return e;
-}
-
-static int spy_capture(weir_state_backend *b, uint64_t id, const weir_state_entry *extra, size_t n,
-                       weir_state_snapshot **out)
-{
-    int e = spy_real_capture(b, id, extra, n, out);
-    if (!e)
-        atomic_fetch_add(&spy_captures, 1);
     return e;
 }
 
@@ -55,8 +44,6 @@ static weir_state_backend *spy_make(void *arg, const char *uri, int ngroups, int
         spy_ops = *b->ops;
         spy_real = b->ops->scan_prefetch;
         spy_ops.scan_prefetch = spy_prefetch;
-        spy_real_capture = b->ops->capture;
-        spy_ops.capture = spy_capture;
     }
     pthread_mutex_unlock(&spy_mu);
     b->ops = &spy_ops;

@@ -1385,6 +1385,11 @@ typedef struct q5_run {
     int ordered;      /* every record at time 0 (no late ones, every timer due at the end) */
     int keys;
     int64_t session; /* > 0: session windows of this gap instead */
+    /* Halfway, a call of next() that emits nothing (the watermarks a
+     * pause brings are then the same in every run compared) and, with
+     * wait_for, more until it reaches 2. */
+    int pause;
+    _Atomic long *wait_for;
     weir_collector *out;
     int result;
     char error[256];
@@ -1393,6 +1398,7 @@ typedef struct q5_run {
 typedef struct q5_src {
     const q5_run *a;
     int i;
+    int paused;
 } q5_src;
 
 static int q5_open(weir_ctx *ctx, void *arg, void **state)
@@ -1407,7 +1413,17 @@ static int q5_open(weir_ctx *ctx, void *arg, void **state)
 static int q5_next(weir_ctx *ctx, void *state)
 {
     q5_src *s = state;
-    for (int k = 0; k < STEP && s->i < s->a->n; k++, s->i++) {
+    int end = s->a->n;
+    if (s->a->pause && s->i <= end / 2 &&
+        (!s->paused || (s->a->wait_for && atomic_load(s->a->wait_for) < 2))) {
+        end /= 2;
+        if (s->i == end) {
+            s->paused = 1;
+            weir_time_sleep(WEIR_MSEC); /* a checkpoint can pass meanwhile */
+            return 0;
+        }
+    }
+    for (int k = 0; k < STEP && s->i < end; k++, s->i++) {
         uint32_t h = (uint32_t)s->i * 2654435761u;
         ev e = {(s->i * 37) % s->a->keys, 1, s->i / 4 + (int64_t)(h >> 26) % 40};
         if (s->a->ordered)
@@ -1417,6 +1433,22 @@ static int q5_next(weir_ctx *ctx, void *state)
             return r;
     }
     return s->i >= s->a->n;
+}
+
+/* Checkpoints completed in the session runs (a pass-through's commit). */
+static _Atomic long q5_commits;
+
+static int pass_on(weir_ctx *ctx, void *state, const weir_rec *in)
+{
+    (void)state;
+    return weir_emit(ctx, in->data, in->len, in->ts);
+}
+
+static int count_commit(weir_ctx *ctx, void *state, uint64_t id)
+{
+    (void)ctx, (void)state, (void)id;
+    atomic_fetch_add(&q5_commits, 1);
+    return 0;
 }
 
 static intptr_t q5_job(void *arg)
@@ -1436,6 +1468,10 @@ static intptr_t q5_job(void *arg)
     weir_window sw = {.kind = WEIR_WINDOW_SESSION, .gap = a->session, .allowed_lateness = 10};
     s = weir_stream_window(s, "count", a->session ? &sw : &hw, sum_ev, NULL);
     CHECK_EQ(weir_stream_collect(weir_stream_side(s), "late", a->out), 0);
+    if (a->session) {
+        static const weir_op_def pass = {.process = pass_on, .commit = count_commit};
+        s = weir_stream_process(s, "commits", &pass, NULL);
+    }
     CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
     a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 2,
                                                  .state_backend = a->backend,
@@ -1447,7 +1483,7 @@ static intptr_t q5_job(void *arg)
 }
 
 static char *q5_output_of(const char *backend, const char *ckpt, int n, int ordered, int keys,
-                          int64_t session)
+                          int64_t session, _Atomic long *wait_for)
 {
     q5_run a = {.backend = backend,
                 .ckpt = ckpt,
@@ -1455,6 +1491,8 @@ static char *q5_output_of(const char *backend, const char *ckpt, int n, int orde
                 .ordered = ordered,
                 .keys = keys,
                 .session = session,
+                .pause = session > 0,
+                .wait_for = wait_for,
                 .out = weir_collector_new()};
     CHECK_EQ(test_run_on_rt(2, q5_job, &a), 0);
     if (a.result)
@@ -1467,7 +1505,7 @@ static char *q5_output_of(const char *backend, const char *ckpt, int n, int orde
 
 static char *q5_output(const char *backend, const char *ckpt, int n, int ordered, int keys)
 {
-    return q5_output_of(backend, ckpt, n, ordered, keys, 0);
+    return q5_output_of(backend, ckpt, n, ordered, keys, 0, NULL);
 }
 
 /* Session windows (a gap of 15, some merging, some late records) on the
@@ -1481,13 +1519,16 @@ TEST(session_windows_give_the_memory_backends_output_with_scans_that_answer_late
 {
     spy_register();
     const int n = 6000;
-    char *want = q5_output_of("memory:", NULL, n, 0, Q5_KEYS, 15);
+    char *want = q5_output_of("memory:", NULL, n, 0, Q5_KEYS, 15, NULL);
     char dir[] = "/tmp/weir-async-sess-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     atomic_store(&spy_later, 0);
+    atomic_store(&q5_commits, 0);
+    /* The second half waits for two checkpoints to complete: it surely
+     * meets runs in the pool and a hot tier that evicted. */
     char *got = q5_output_of(
         "spyscan:remote:latency://0-1/mem://async-sess?hot_max_bytes=1024&io_threads=16", dir, n, 0,
-        Q5_KEYS, 15);
+        Q5_KEYS, 15, &q5_commits);
     if (strcmp(got, want) != 0)
         TEST__FAIL("remote: not the memory backend's output");
     long later = atomic_load(&spy_later);
