@@ -34,9 +34,13 @@ typedef struct ev {
  * (out of order within the bound). */
 typedef struct side_cfg {
     int64_t n, keys, step, jitter, seed;
-    int64_t shift;          /* every timestamp this much earlier: the side lags in event time */
-    int mod_keys;           /* key = id % keys (else a hash of the id) */
-    _Atomic long *wait_for; /* halfway, wait (emitting nothing) until it reaches 2 */
+    int64_t shift; /* every timestamp this much earlier: the side lags in event time */
+    int mod_keys;  /* key = id % keys (else a hash of the id) */
+    /* Halfway, wait (emitting nothing) until the highest checkpoint id
+     * committed, *wait_for, is 2 above *pause_base - what it was when the
+     * first source began to wait, shared so that neither source ends while
+     * the other still waits (30 s at most). */
+    _Atomic long *wait_for, *pause_base;
 } side_cfg;
 
 static ev make_ev(const side_cfg *c, int64_t i)
@@ -50,6 +54,7 @@ static ev make_ev(const side_cfg *c, int64_t i)
 typedef struct side_state {
     const side_cfg *c;
     int64_t i;
+    int64_t give_up; /* the halfway wait's deadline (0: not begun) */
 } side_state;
 
 static int side_open(weir_ctx *ctx, void *arg, void **state)
@@ -65,9 +70,16 @@ static int side_next(weir_ctx *ctx, void *state)
 {
     side_state *s = state;
     int64_t end = s->c->n;
-    if (s->c->wait_for && s->i <= s->c->n / 2 && atomic_load(s->c->wait_for) < 2) {
+    if (s->c->wait_for && s->i <= s->c->n / 2 &&
+        (atomic_load(s->c->pause_base) < 0 ||
+         atomic_load(s->c->wait_for) < atomic_load(s->c->pause_base) + 2) &&
+        (!s->give_up || weir_time_now() < s->give_up)) {
         end = s->c->n / 2;
         if (s->i == end) {
+            long none = -1;
+            atomic_compare_exchange_strong(s->c->pause_base, &none, atomic_load(s->c->wait_for));
+            if (!s->give_up)
+                s->give_up = weir_time_after_ms(30000);
             weir_time_sleep(WEIR_MSEC); /* a checkpoint must be able to pass meanwhile */
             return 0;
         }
@@ -115,7 +127,8 @@ static int64_t (*collect_pairs(weir_collector *c, size_t *n))[2]
     return p;
 }
 
-/* Checkpoints completed (a pass-through's commit, in the remote runs). */
+/* The highest checkpoint id committed (a pass-through's commit hook, in
+ * the remote runs). */
 static _Atomic long join_commits;
 
 static int pass_on(weir_ctx *ctx, void *state, const weir_rec *in)
@@ -126,8 +139,10 @@ static int pass_on(weir_ctx *ctx, void *state, const weir_rec *in)
 
 static int count_commit(weir_ctx *ctx, void *state, uint64_t id)
 {
-    (void)ctx, (void)state, (void)id;
-    atomic_fetch_add(&join_commits, 1);
+    (void)ctx, (void)state;
+    long v = atomic_load(&join_commits);
+    while ((long)id > v && !atomic_compare_exchange_weak(&join_commits, &v, (long)id))
+        ;
     return 0;
 }
 
@@ -140,6 +155,8 @@ typedef struct join_case {
     _Atomic long *wait_for;      /* the sources' halfway wait (side_cfg) */
 } join_case;
 
+static _Atomic long join_pause_base;
+
 static intptr_t join_main(void *arg)
 {
     join_case *jc = arg;
@@ -148,6 +165,8 @@ static intptr_t join_main(void *arg)
     L.shift = jc->lag_left;
     R.shift = jc->lag_right;
     L.wait_for = R.wait_for = jc->wait_for;
+    atomic_store(&join_pause_base, -1);
+    L.pause_base = R.pause_base = &join_pause_base;
     weir_source_def sd = {
         .open = side_open, .next = side_next, .close = free, .max_out_of_orderness = 30};
     weir_job *j = weir_job_new("join");
