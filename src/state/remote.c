@@ -991,9 +991,9 @@ static int prefix_end(const uint8_t *p, size_t pl, uint8_t *out, size_t *ol)
     return 1;
 }
 
-static intptr_t pool_scan_job(void *arg)
+/* One pass of pool_scan_job: -ENOENT when a run was not in the pool. */
+static int pool_scan_once(pool_scan *ps)
 {
-    pool_scan *ps = arg;
     runref **v;
     size_t n;
     int e = chain_copy(ps->sh, ps->kg, &v, &n);
@@ -1091,6 +1091,22 @@ static void pool_scan_reset(pool_scan *ps)
     ps->bytes = 0;
 }
 
+/* The pool part of a scan (on the blocking pool or an I/O thread). A run
+ * that vanished under it (merged away by a persist, then deleted) sends it
+ * round again with the chain as it is now, as cold_lookup does; after a
+ * few rounds the pool has lost a run the chain needs: -EIO, never a scan
+ * without the pool. */
+static intptr_t pool_scan_job(void *arg)
+{
+    pool_scan *ps = arg;
+    int e = -ENOENT;
+    for (int round = 0; round < 4 && e == -ENOENT; round++) {
+        pool_scan_reset(ps);
+        e = pool_scan_once(ps);
+    }
+    return e == -ENOENT ? -EIO : e;
+}
+
 /* ---- scans prefetched ----------------------------------------------------------------------
  * scan_prefetch hands a scan's pool part to the I/O threads; what they
  * fetch comes back to the owner (sh->scanned) and serves the scans of that
@@ -1131,15 +1147,7 @@ static void scan_fetch(rshared *sh, rreq *q)
         *x = (scanned){.kg = q->kg};
         memcpy(x->prefix, q->key, q->klen);
         x->ps = (pool_scan){.sh = sh, .kg = q->kg, .prefix = x->prefix, .plen = q->klen};
-        /* A run that vanished under it: again, with the chain as it is now. */
-        for (int round = 0; round < 4; round++) {
-            pool_scan_reset(&x->ps);
-            if ((e = (int)pool_scan_job(&x->ps)) != -ENOENT)
-                break;
-        }
-        if (e == -ENOENT)
-            e = -EIO;
-        if (e) {
+        if ((e = (int)pool_scan_job(&x->ps)) != 0) {
             scanned_free(x);
         } else {
             atomic_fetch_add_explicit(&sh->scans_fetched, 1, memory_order_relaxed);
@@ -1348,16 +1356,8 @@ static int rm_scan(weir_state_backend *b, int kg, const void *prefix, size_t ple
         ps.out = x->ps.out;
         r->scans_served++;
     }
-    /* A run that vanished under the scan (merged away, then deleted):
-     * again, with the chain as it is now (as cold_lookup does). */
-    for (int round = 0; !x && !e && !hot_whole(r, kg); round++) {
-        pool_scan_reset(&ps);
-        if ((e = (int)weir__blocking_run_shielded(pool_scan_job, &ps)) != -ENOENT)
-            break;
-        /* A run vanished under the scan (or the pool lost one: after a
-         * few rounds, an error rather than a scan without the pool). */
-        e = round < 3 ? 0 : -EIO;
-    }
+    if (!x && !e && !hot_whole(r, kg))
+        e = (int)weir__blocking_run_shielded(pool_scan_job, &ps);
     /* Merge: the hot tier's entry of a key wins over the pool's. */
     size_t i = 0, j = 0;
     r->scanning++;
