@@ -38,6 +38,7 @@
 #include "stream/controller.h"
 #include "stream/stream_int.h"
 #include "test.h"
+#include "commit_ids.h"
 #include "scan_spy.h"
 #include "test_rt.h"
 #include "weir/rt.h"
@@ -1443,25 +1444,6 @@ static int q5_next(weir_ctx *ctx, void *state)
     return s->i >= s->a->n;
 }
 
-/* The highest checkpoint id committed in the session runs (a
- * pass-through's commit hook). */
-static _Atomic long q5_commits;
-
-static int pass_on(weir_ctx *ctx, void *state, const weir_rec *in)
-{
-    (void)state;
-    return weir_emit(ctx, in->data, in->len, in->ts);
-}
-
-static int count_commit(weir_ctx *ctx, void *state, uint64_t id)
-{
-    (void)ctx, (void)state;
-    long v = atomic_load(&q5_commits);
-    while ((long)id > v && !atomic_compare_exchange_weak(&q5_commits, &v, (long)id))
-        ;
-    return 0;
-}
-
 static intptr_t q5_job(void *arg)
 {
     q5_run *a = arg;
@@ -1479,10 +1461,8 @@ static intptr_t q5_job(void *arg)
     weir_window sw = {.kind = WEIR_WINDOW_SESSION, .gap = a->session, .allowed_lateness = 10};
     s = weir_stream_window(s, "count", a->session ? &sw : &hw, sum_ev, NULL);
     CHECK_EQ(weir_stream_collect(weir_stream_side(s), "late", a->out), 0);
-    if (a->session) {
-        static const weir_op_def pass = {.process = pass_on, .commit = count_commit};
-        s = weir_stream_process(s, "commits", &pass, NULL);
-    }
+    if (a->session)
+        s = commit_ids_pass(s);
     CHECK_EQ(weir_stream_collect(s, "out", a->out), 0);
     a->result = weir_job_run(j, &(weir_run_opts){.parallelism = 2,
                                                  .state_backend = a->backend,
@@ -1534,13 +1514,13 @@ TEST(session_windows_give_the_memory_backends_output_with_scans_that_answer_late
     char dir[] = "/tmp/weir-async-sess-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     atomic_store(&spy_later, 0);
-    atomic_store(&q5_commits, 0);
+    atomic_store(&committed_id, 0);
     /* The second half waits for a checkpoint of the first half's state
      * to complete: it surely meets runs in the pool and a hot tier that
      * evicted. */
     char *got = q5_output_of(
         "spyscan:remote:latency://0-1/mem://async-sess?hot_max_bytes=1024&io_threads=16", dir, n, 0,
-        Q5_KEYS, 15, &q5_commits);
+        Q5_KEYS, 15, &committed_id);
     if (strcmp(got, want) != 0)
         TEST__FAIL("remote: not the memory backend's output");
     long later = atomic_load(&spy_later);

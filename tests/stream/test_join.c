@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "commit_ids.h"
 #include "scan_spy.h"
 #include "test_rt.h"
 #include "weir/rt.h"
@@ -127,25 +128,6 @@ static int64_t (*collect_pairs(weir_collector *c, size_t *n))[2]
     return p;
 }
 
-/* The highest checkpoint id committed (a pass-through's commit hook, in
- * the remote runs). */
-static _Atomic long join_commits;
-
-static int pass_on(weir_ctx *ctx, void *state, const weir_rec *in)
-{
-    (void)state;
-    return weir_emit(ctx, in->data, in->len, in->ts);
-}
-
-static int count_commit(weir_ctx *ctx, void *state, uint64_t id)
-{
-    (void)ctx, (void)state;
-    long v = atomic_load(&join_commits);
-    while ((long)id > v && !atomic_compare_exchange_weak(&join_commits, &v, (long)id))
-        ;
-    return 0;
-}
-
 typedef struct join_case {
     int window; /* 0 interval, 1 tumbling window join */
     int64_t lower, upper, size;
@@ -185,10 +167,8 @@ static intptr_t join_main(void *arg)
     out = weir_stream_parallelism(out, jc->par);
     weir_collector *c = weir_collector_new(), *late = weir_collector_new();
     CHECK_EQ(weir_stream_collect(weir_stream_side(out), "late", late), 0);
-    if (jc->backend) {
-        static const weir_op_def pass = {.process = pass_on, .commit = count_commit};
-        out = weir_stream_process(out, "commits", &pass, NULL);
-    }
+    if (jc->backend)
+        out = commit_ids_pass(out);
     CHECK_EQ(weir_stream_collect(out, "out", c), 0);
     char dir[] = "/tmp/weir-test-join-XXXXXX";
     weir_run_opts o = {0};
@@ -292,14 +272,14 @@ TEST(interval_join_on_the_remote_backend_matches_nested_loop)
                    .backend = "spyscan:remote:latency://0-0.2/mem://join-remote?hot_max_bytes=0"};
     CHECK_EQ(on_runtime(join_main, &a), 0);
     CHECK_EQ(atomic_load(&spy_later), 0);
-    atomic_store(&join_commits, 0);
+    atomic_store(&committed_id, 0);
     join_case b = {.lower = -35,
                    .upper = -3,
                    .par = 1,
                    .lag_left = 9000,
                    .backend =
                        "spyscan:remote:latency://0-0.2/mem://join-remote-lag?hot_max_bytes=4096",
-                   .wait_for = &join_commits}; /* the second half meets runs in the pool */
+                   .wait_for = &committed_id}; /* the second half meets runs in the pool */
     CHECK_EQ(on_runtime(join_main, &b), 0);
     long later = atomic_load(&spy_later);
     printf("  %ld probes waited for their scans\n", later);
