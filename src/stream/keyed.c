@@ -187,6 +187,13 @@ static void pf_answer(void *arg, int err, const void *val, size_t vlen)
     pf_unref(r);
 }
 
+/* n reads counted in flight that were not started after all. */
+static void pf_unstarted(weir__prefetch *r, long n)
+{
+    atomic_fetch_sub_explicit(&r->pending, n, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&r->refs, n, memory_order_relaxed);
+}
+
 int weir__prefetch_begin(subtask *st)
 {
     weir__prefetch_end(st);
@@ -295,15 +302,13 @@ int weir__prefetch_wait(subtask *st)
         if (e == -EINPROGRESS)
             continue;
         x->state = PF_NONE;
-        atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&r->refs, 1, memory_order_relaxed);
+        pf_unstarted(r, 1);
     }
     if (b->ops->get_batch) {
         if (b->ops->get_batch(b, r->reads, m, pf_answer) < 0) { /* none started */
             for (size_t i = 0; i < m; i++)
                 ((pf_ent *)r->reads[i].arg)->state = PF_NONE;
-            atomic_fetch_sub_explicit(&r->pending, (long)m, memory_order_relaxed);
-            atomic_fetch_sub_explicit(&r->refs, (long)m, memory_order_relaxed);
+            pf_unstarted(r, (long)m);
         }
     } else {
         for (size_t i = 0; i < m; i++) {
@@ -313,8 +318,7 @@ int weir__prefetch_wait(subtask *st)
                 continue;
             /* Answered at once, without a view: the plain read gets it as fast. */
             ((pf_ent *)q->arg)->state = PF_NONE;
-            atomic_fetch_sub_explicit(&r->pending, 1, memory_order_relaxed);
-            atomic_fetch_sub_explicit(&r->refs, 1, memory_order_relaxed);
+            pf_unstarted(r, 1);
         }
     }
     int e = 0;
