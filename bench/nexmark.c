@@ -65,7 +65,10 @@
  * hot=0.1 latency_ms=1); and the same backend read synchronously, without
  * the async execution controller (state=remote-sync). The state's size
  * comes from a sizing run first (state=sizing: the in-memory backend
- * counting its live entries as the hot tier does; the peak of their sum):
+ * counting its live entries as the hot tier does; the peak of their sum).
+ * For profiling, NEXMARK_STATE_RUNS=remote (a comma list of memory, remote,
+ * remote-sync) runs only those, and NEXMARK_HOT_PERMILLE=N makes the hot
+ * tier N/1000 of the state (default 100; 0: unbounded, no read is cold):
  *
  *   bench=nexmark impl=weir query=q5 state=remote hot=0.1 latency_ms=1 events_per_s=...
  *       parallelism=2 events=... cpu_s=... rss_mb=... ckpts=... ckpt_ms=... out=...
@@ -408,6 +411,16 @@ static int state_job_run(void *arg)
 
 static int in_child(int (*fn)(void *), void *arg);
 
+/* Whether word w is one of the comma list l. */
+static int in_list(const char *l, const char *w)
+{
+    size_t n = strlen(w);
+    for (const char *p = l; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, w, n) && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
 /* q at parallelism p: its state's size, then the lines state=memory,
  * state=remote (hot tier a tenth, pool a directory with 1 ms round trips,
  * checkpoints every second) and state=remote-sync (the same read without
@@ -420,7 +433,18 @@ static int run_state(const char *name, query_fn q, int64_t events, int p)
     int64_t peak = atomic_load(size_peak), nb = atomic_load(size_backends);
     if (status || nb <= 0 || peak <= 0)
         return 1;
-    long hot = (long)(peak / 10 / nb);
+    const char *hp = getenv("NEXMARK_HOT_PERMILLE");
+    long permille = hp && !strcmp(hp, "0") ? 0 : bench_parse_long(hp, 100);
+    if (permille < 0 || permille > 1000) {
+        fprintf(stderr, "nexmark: NEXMARK_HOT_PERMILLE must be 0 to 1000, not \"%s\"\n", hp);
+        return 1;
+    }
+    long hot = permille ? (long)(peak * permille / 1000 / nb) : 0;
+    char hl[32];
+    if (permille)
+        snprintf(hl, sizeof(hl), "hot=%g", (double)permille / 1000);
+    else
+        snprintf(hl, sizeof(hl), "hot=all");
     fprintf(stderr, "nexmark %s: state %.1f MB over %lld backends, hot tier %ld bytes each\n", name,
             (double)peak / 1e6, (long long)nb, hot);
     /* The pool: a directory with 1 ms round trips in the run's checkpoint
@@ -441,21 +465,25 @@ static int run_state(const char *name, query_fn q, int64_t events, int p)
                  sep, hot);
         char scheme[16] = "";
         sscanf(pool, "%15[a-z0-9]", scheme);
-        snprintf(lr, sizeof(lr), "state=remote hot=0.1 pool=%s", scheme);
-        snprintf(ls, sizeof(ls), "state=remote-sync hot=0.1 pool=%s", scheme);
+        snprintf(lr, sizeof(lr), "state=remote %s pool=%s", hl, scheme);
+        snprintf(ls, sizeof(ls), "state=remote-sync %s pool=%s", hl, scheme);
     } else {
         snprintf(remote, sizeof(remote),
                  "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&io_threads=64", hot);
         snprintf(remote_sync, sizeof(remote_sync),
                  "remote:latency://1/file://%%s/pool?hot_max_bytes=%ld&reads=sync", hot);
-        snprintf(lr, sizeof(lr), "state=remote hot=0.1 latency_ms=1");
-        snprintf(ls, sizeof(ls), "state=remote-sync hot=0.1 latency_ms=1");
+        snprintf(lr, sizeof(lr), "state=remote %s latency_ms=1", hl);
+        snprintf(ls, sizeof(ls), "state=remote-sync %s latency_ms=1", hl);
     }
     state_job runs[] = {{name, q, events, p, "memory:", "state=memory"},
                         {name, q, events, p, remote, lr},
                         {name, q, events, p, remote_sync, ls}};
-    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+    const char *only = getenv("NEXMARK_STATE_RUNS"), *modes[] = {"memory", "remote", "remote-sync"};
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        if (only && *only && !in_list(only, modes[i]))
+            continue;
         status |= in_child(state_job_run, &runs[i]);
+    }
     return status;
 }
 
