@@ -28,8 +28,10 @@ static void usage_node(FILE *f)
 {
     fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
           "                 [--http-port P] [--cache-dir D] [--threads N]\n"
-          "       weir node --role=worker --id ID --coordinator HOST:PORT [--slots N]\n"
-          "                 [--data-host H] [--http-port P] [--cache-dir D] [--threads N]\n"
+          "                 [--ha-dir DIR [--ha-allow-unsafe-locks]]\n"
+          "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
+          "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
+          "                 [--threads N]\n"
           "\n"
           "Run a cluster node until SIGTERM or SIGINT.\n"
           "\n"
@@ -41,9 +43,15 @@ static void usage_node(FILE *f)
           "                      bind host (default 127.0.0.1)\n"
           "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
           "                      private temporary directory, removed at exit)\n"
+          "  --ha-dir DIR        high availability: stand for leader in DIR, shared by\n"
+          "                      the coordinators (a directory whose file system honours\n"
+          "                      POSIX locks between processes); a standby keeps its\n"
+          "                      ports closed until it leads\n"
+          "  --ha-allow-unsafe-locks  use an --ha-dir that fails the lock probe anyway\n"
           "worker:\n"
           "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
           "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
+          "  --ha-dir DIR        find the leading coordinator in DIR instead\n"
           "  --slots N           subtasks it runs at once (default 16)\n"
           "  --data-host H       the address other workers reach its channels at\n"
           "                      (default: the one the coordinator sees)\n"
@@ -56,7 +64,8 @@ static void usage_node(FILE *f)
           "\n"
           "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
           "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
-          "\"weir node: http on HOST:PORT\" first.\n"
+          "\"weir node: http on HOST:PORT\" first; a standby coordinator prints \"weir node:\n"
+          "coordinator standing by in DIR\" until it leads.\n"
           "exit: 0 stopped by a signal, 1 failed, 2 bad usage.\n",
           f);
 }
@@ -75,6 +84,13 @@ static void on_listen(void *arg, const char *host, int port)
 {
     (void)arg;
     printf("weir node: coordinator listening on %s:%d\n", host, port);
+    fflush(stdout);
+}
+
+static void on_standby(void *arg, const char *dir)
+{
+    (void)arg;
+    printf("weir node: coordinator standing by in %s\n", dir);
     fflush(stdout);
 }
 
@@ -164,7 +180,8 @@ int weir__cli_node(int argc, char **argv)
     memset(a, 0, sizeof(*a));
     a->co.max_restarts = -1;
     const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL, *cache = NULL,
-               *threads = NULL;
+               *threads = NULL, *ha_dir = NULL;
+    int unsafe_locks = 0;
     a->wo.coordinator = getenv("WEIR_COORDINATOR");
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
@@ -172,6 +189,10 @@ int weir__cli_node(int argc, char **argv)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage_node(stdout);
             return CLI_OK;
+        }
+        if (strcmp(argv[i], "--ha-allow-unsafe-locks") == 0) {
+            unsafe_locks = 1;
+            continue;
         }
         if ((r = value(argv[i], "--role", &i, argc, argv, &role)) ||
             (r = value(argv[i], "--bind-host", &i, argc, argv, &a->co.bind_host)) ||
@@ -183,7 +204,8 @@ int weir__cli_node(int argc, char **argv)
             (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host)) ||
             (r = value(argv[i], "--http-port", &i, argc, argv, &http)) ||
             (r = value(argv[i], "--cache-dir", &i, argc, argv, &cache)) ||
-            (r = value(argv[i], "--threads", &i, argc, argv, &threads))) {
+            (r = value(argv[i], "--threads", &i, argc, argv, &threads)) ||
+            (r = value(argv[i], "--ha-dir", &i, argc, argv, &ha_dir))) {
             if (r < 0)
                 return CLI_USAGE;
             (void)v;
@@ -205,6 +227,11 @@ int weir__cli_node(int argc, char **argv)
         nthreads = (int)n;
     }
     a->co.cache_dir = a->wo.cache_dir = cache;
+    if (ha_dir && !*ha_dir) {
+        fprintf(stderr, "weir node: --ha-dir needs a directory\n");
+        return CLI_USAGE;
+    }
+    a->co.ha_dir = a->wo.ha_dir = ha_dir;
     if (http) {
         if (number("--http-port", http, 0, 65535, &n) < 0)
             return CLI_USAGE;
@@ -223,14 +250,25 @@ int weir__cli_node(int argc, char **argv)
             fprintf(stderr, "weir node: a worker needs --id\n");
             return CLI_USAGE;
         }
-        if (!a->wo.coordinator) {
+        if (unsafe_locks) {
+            fprintf(stderr, "weir node: --ha-allow-unsafe-locks is for the coordinator\n");
+            return CLI_USAGE;
+        }
+        if (ha_dir && a->wo.coordinator && a->wo.coordinator != getenv("WEIR_COORDINATOR")) {
+            fprintf(stderr, "weir node: a worker takes --coordinator or --ha-dir, not both\n");
+            return CLI_USAGE;
+        }
+        if (ha_dir)
+            a->wo.coordinator = NULL; /* the leader file says where */
+        if (!a->wo.coordinator && !ha_dir) {
             fprintf(stderr, "weir node: a worker needs --coordinator HOST:PORT "
-                            "(or WEIR_COORDINATOR)\n");
+                            "(or WEIR_COORDINATOR) or --ha-dir DIR\n");
             return CLI_USAGE;
         }
         char host[256];
         int p;
-        if (weir__cl_split_hostport(a->wo.coordinator, host, sizeof(host), &p) < 0) {
+        if (a->wo.coordinator &&
+            weir__cl_split_hostport(a->wo.coordinator, host, sizeof(host), &p) < 0) {
             fprintf(stderr, "weir node: --coordinator: \"%s\" is not HOST:PORT\n",
                     a->wo.coordinator);
             return CLI_USAGE;
@@ -251,7 +289,13 @@ int weir__cli_node(int argc, char **argv)
                 return CLI_USAGE;
             a->co.port = (int)n;
         }
+        if (unsafe_locks && !ha_dir) {
+            fprintf(stderr, "weir node: --ha-allow-unsafe-locks needs --ha-dir\n");
+            return CLI_USAGE;
+        }
+        a->co.ha_allow_unsafe_locks = unsafe_locks;
         a->co.on_listen = on_listen;
+        a->co.on_standby = on_standby;
     }
     /* SIGINT / SIGTERM blocked in every thread and read from a signalfd
      * (as `weir run` does: run.c, "Interrupts"). */

@@ -130,6 +130,10 @@ struct coord {
     char tmpdir[64]; /* the private cache directory, removed at the end */
     int tmplock;     /* its lock (-1: none) */
     int64_t hb_ms, wd_ms, stall_ms, drain_ms, window_ms;
+    /* The leader's epoch (HA: set before the port opens, then fixed), 0
+     * without HA: stamped on every frame to a worker (weir__coord_post). */
+    uint64_t epoch;
+    struct weir__ha *ha; /* the election (--ha-dir), NULL without */
     /* counters */
     weir_http_server *http; /* NULL: none */
     /* the node's metrics (GET /metrics) */
@@ -149,6 +153,14 @@ static inline int64_t weir__coord_wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* m posted to w's outbox, stamped with the coordinator's epoch: every
+ * coordinator-to-worker frame goes out through here (fencing). */
+static inline int weir__coord_post(wsess *w, weir__cl_msg *m, int cls)
+{
+    m->epoch = w->c->epoch;
+    return weir__cl_post(w->ob, m, cls);
 }
 
 /* Whether the current attempt of J places subtasks on w (mu held). */

@@ -80,7 +80,7 @@ static int cl_send(weir__ckpt_link *l, const weir__ckpt_msg *m)
     pthread_mutex_lock(&J->c->mu);
     for (uint32_t i = 0; i < J->naw; i++)
         if (!J->aw[i]->lost)
-            weir__cl_post(J->aw[i]->ob, &f, WEIR__OUTBOX_CONTROL);
+            weir__coord_post(J->aw[i], &f, WEIR__OUTBOX_CONTROL);
     pthread_mutex_unlock(&J->c->mu);
     return 0;
 }
@@ -313,7 +313,7 @@ static void post_deploys(cjob *J, attempt *a, uint64_t restore_id, uint64_t firs
         }
         int lost = w->lost;
         pthread_mutex_unlock(&c->mu);
-        int e = lost ? -EPIPE : weir__cl_post(w->ob, &m, WEIR__OUTBOX_DEPLOY);
+        int e = lost ? -EPIPE : weir__coord_post(w, &m, WEIR__OUTBOX_DEPLOY);
         if (e) /* its loss (or the overflow verdict) folds the attempt */
             weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 ": Deploy to %s not posted: %s", J->id,
                       w->id, weir_strerror(e));
@@ -345,7 +345,7 @@ static void post_peer_updates(cjob *J, attempt *a)
         m.u.peer_update.peers.n = n;
         pthread_mutex_lock(&c->mu);
         if (!J->aw[x]->lost)
-            weir__cl_post(J->aw[x]->ob, &m, WEIR__OUTBOX_CONTROL);
+            weir__coord_post(J->aw[x], &m, WEIR__OUTBOX_CONTROL);
         pthread_mutex_unlock(&c->mu);
     }
     weir__free(peers);
@@ -362,7 +362,7 @@ static void post_cancels(cjob *J, attempt *a, const char *reason)
         for (uint32_t k = 0; a->plan && k < a->plan->nsubtasks; k++)
             pending |= a->place[k] == x && !a->done[k];
         if (pending && !J->aw[x]->lost)
-            weir__cl_post(J->aw[x]->ob, &m, WEIR__OUTBOX_CONTROL);
+            weir__coord_post(J->aw[x], &m, WEIR__OUTBOX_CONTROL);
     }
     pthread_mutex_unlock(&c->mu);
 }

@@ -22,6 +22,11 @@
  *   job         one per job: runs its attempts (below; coord_job.c);
  *   stop        waits for the stop descriptor and shuts the node down.
  *
+ * With ha_dir the coordinator first stands for leader (ha.h): its ports
+ * stay closed until it holds the directory's lock, and its epoch - fixed
+ * from then on - is stamped on every frame to a worker (weir__coord_post),
+ * then announced in the leader file once it listens.
+ *
  * Everything a coordinator sends a registered worker, its RegisterAck
  * first, goes through the worker session's outbox (outbox.h): posting
  * never waits on the worker. Shared state (the sessions, the jobs) is
@@ -50,6 +55,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -62,6 +68,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/placement.h"
 #include "cluster/plugins.h"
@@ -328,7 +335,7 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
         if (m.kind == WEIR_CLUSTER_HEARTBEAT) {
             weir__cl_msg a = {.kind = WEIR_CLUSTER_HEARTBEAT_ACK};
             a.u.heartbeat_ack.seq = m.u.heartbeat.seq;
-            weir__cl_post(w->ob, &a, WEIR__OUTBOX_CONTROL);
+            weir__coord_post(w, &a, WEIR__OUTBOX_CONTROL);
         } else {
             route(c, w, &m);
         }
@@ -348,7 +355,7 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
  * (the outbox's stall verdict, the heartbeat timeout). */
 static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
 {
-    weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK};
+    weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK, .epoch = c->epoch};
     ack.u.reg_ack =
         (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
                                 WEIR__CL_ACCEPTED, "", WEIR_CLUSTER_HEARTBEAT_MS};
@@ -401,7 +408,7 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
     }
     /* The ack is queued before anything else can be: see above. A post
      * refused (no memory) leaves nothing published. */
-    int e = refusal ? 0 : weir__cl_post(w->ob, &ack, WEIR__OUTBOX_CONTROL);
+    int e = refusal ? 0 : weir__coord_post(w, &ack, WEIR__OUTBOX_CONTROL);
     if (!refusal && e == 0) {
         /* A worker registering again under its id replaces its old
          * session. */
@@ -970,9 +977,9 @@ static intptr_t admit_main(void *arg)
                                                ver, min, why, sizeof(why))) < 0) {
             weir_counter_inc(c->m.refused_version);
             weir__log(WEIR__LOG_WARN, LOG, "connection refused: %s", why);
-            weir__cl_msg r = {.kind = kind == WEIR_CLUSTER_REGISTER
-                                          ? WEIR_CLUSTER_REGISTER_ACK
-                                          : WEIR_CLUSTER_HELLO_CLIENT_ACK};
+            weir__cl_msg r = {.kind = kind == WEIR_CLUSTER_REGISTER ? WEIR_CLUSTER_REGISTER_ACK
+                                                                    : WEIR_CLUSTER_HELLO_CLIENT_ACK,
+                              .epoch = kind == WEIR_CLUSTER_REGISTER ? c->epoch : 0};
             if (kind == WEIR_CLUSTER_REGISTER)
                 r.u.reg_ack = (weir__cl_register_ack){
                     WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, WEIR__CL_REFUSED,
@@ -1157,6 +1164,85 @@ static int frames_pending(coord *c)
     return n;
 }
 
+/* ---- leader election (--ha-dir: ha.h) ---------------------------------------------------- */
+enum { HA_OPEN, HA_TRY, HA_ANNOUNCE, HA_READ };
+
+typedef struct ha_call {
+    coord *c;
+    int op, port;
+    uint64_t epoch;
+    weir__ha_leader leader;
+    char msg[1024];
+} ha_call;
+
+static intptr_t ha_job(void *arg)
+{
+    ha_call *h = arg;
+    coord *c = h->c;
+    switch (h->op) {
+    case HA_OPEN:
+        return weir__ha_open(c->o.ha_dir, c->o.ha_allow_unsafe_locks, &c->ha, h->msg,
+                             sizeof(h->msg));
+    case HA_TRY:
+        return weir__ha_try_lead(c->ha, c->host, &h->epoch, h->msg, sizeof(h->msg));
+    case HA_ANNOUNCE:
+        return weir__ha_announce(c->ha, h->port, h->msg, sizeof(h->msg));
+    default:
+        return weir__ha_read_leader(c->o.ha_dir, &h->leader, h->msg, sizeof(h->msg));
+    }
+}
+
+/* One election call on the blocking pool (file system calls); an error's
+ * text in msg. */
+static int ha_call_run(coord *c, int op, int port, char *msg, size_t cap)
+{
+    ha_call h = {.c = c, .op = op, .port = port};
+    int e = (int)weir__blocking_run_shielded(ha_job, &h);
+    if (e < 0)
+        snprintf(msg, cap, "%s", h.msg);
+    if (op == HA_TRY && e == 1)
+        c->epoch = h.epoch;
+    return e;
+}
+
+/* Stand for leader until this coordinator leads (1) or the stop
+ * descriptor says stop (0), polling the lock every WEIR__HA_POLL_MS with
+ * the control port closed; a negative errno with msg when the election
+ * cannot run (the directory fails the lock probe, say). */
+static int stand_for_leader(coord *c, char *msg, size_t cap)
+{
+    int e = ha_call_run(c, HA_OPEN, 0, msg, cap);
+    if (e < 0)
+        return e;
+    for (int said = 0;;) {
+        if ((e = ha_call_run(c, HA_TRY, 0, msg, cap)) != 0)
+            break;
+        if (!said++) {
+            ha_call h = {.c = c, .op = HA_READ};
+            char who[300] = "not known yet";
+            if (weir__blocking_run_shielded(ha_job, &h) == 0)
+                snprintf(who, sizeof(who), "%s:%d, epoch %" PRIu64, h.leader.host, h.leader.port,
+                         h.leader.epoch);
+            weir__log(WEIR__LOG_INFO, LOG, "standing by in %s: the leader is %s", c->o.ha_dir, who);
+            if (c->o.on_standby)
+                c->o.on_standby(c->o.arg, c->o.ha_dir);
+        }
+        if (c->o.stop_fd >= 0) {
+            int r = weir_io_poll(c->o.stop_fd, POLLIN, weir_time_after_ms(WEIR__HA_POLL_MS));
+            if (r == -ECANCELED)
+                return -ECANCELED;
+            if (r > 0 && weir__cl_wait_stop(c->o.stop_fd, LOG) == 0)
+                return 0;
+        } else if (weir_time_sleep(WEIR__HA_POLL_MS * WEIR_MSEC) < 0) {
+            return -ECANCELED;
+        }
+    }
+    if (e == 1)
+        weir__log(WEIR__LOG_INFO, LOG, "leading from %s with epoch %" PRIu64, c->o.ha_dir,
+                  c->epoch);
+    return e;
+}
+
 int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
 {
     coord *c = weir__calloc(1, sizeof(*c));
@@ -1193,6 +1279,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
              o->advertise_host ? o->advertise_host
              : o->bind_host    ? o->bind_host
                                : "127.0.0.1");
+    if (o->ha_dir && (e = stand_for_leader(c, msg, cap)) <= 0)
+        goto out; /* 0: stopped while standing by */
     if (o->port >= 0 &&
         (c->lfd = weir_net_listen(o->bind_host ? o->bind_host : "0.0.0.0", o->port, NULL)) < 0) {
         e = c->lfd;
@@ -1217,6 +1305,14 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         if (o->http && (e = weir__coord_http_start(c, msg, cap)) < 0) {
             weir_scope_cancel(c->scope);
             weir_scope_join(c->scope, NULL);
+            goto out;
+        }
+        if (c->ha && (e = ha_call_run(c, HA_ANNOUNCE, c->lfd >= 0 ? weir_net_local_port(c->lfd) : 0,
+                                      msg, cap)) < 0) {
+            /* A later leader's epoch is stored: this one must not act. */
+            weir_scope_cancel(c->scope);
+            weir_scope_join(c->scope, NULL);
+            weir__coord_http_stop(c);
             goto out;
         }
         if (o->on_listen && c->lfd >= 0)
@@ -1261,6 +1357,7 @@ out:
     weir__plugin_cache_free(c->cache);
     weir_metrics_free(c->metrics);
     weir__cl_cache_dir_remove(c->tmpdir, c->tmplock);
+    weir__ha_close(c->ha); /* leadership ends with the coordinator */
     pthread_mutex_destroy(&c->mu);
     weir__free(c);
     return e;

@@ -47,6 +47,14 @@ typedef struct weir__coord_opts {
      * host (127.0.0.1 when none is given) and http_port (0: a free one). */
     int http;
     int http_port;
+    /* High availability (docs/cluster.md): with ha_dir, the coordinator
+     * stands for leader in that directory (cluster/ha.h) and opens its
+     * ports only once it leads; on_standby is called once when another
+     * leads. ha_allow_unsafe_locks: a directory that fails the lock probe
+     * is used anyway, with a warning. */
+    const char *ha_dir;
+    int ha_allow_unsafe_locks;
+    void (*on_standby)(void *arg, const char *ha_dir);
     /* Once listening: the port bound (the CLI prints it); the HTTP port
      * (when http). */
     void (*on_listen)(void *arg, const char *host, int port);
@@ -93,6 +101,9 @@ typedef struct weir__worker_opts {
      * the caller must not close it. Else the worker connects to
      * coordinator. */
     int fd_given, fd;
+    /* The coordinators' HA directory (cluster/ha.h): before each session
+     * the worker reads which one leads there (coordinator may be NULL). */
+    const char *ha_dir;
     uint32_t slots;        /* 0: WEIR__WORKER_SLOTS */
     const char *data_host; /* where its subtasks listen; NULL: what the coordinator sees */
     const char *cache_dir; /* NULL: a private temporary directory */

@@ -45,6 +45,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
 #include "rt/rt_int.h"
@@ -115,7 +116,10 @@ struct worker {
     _Atomic int stopping;
     _Atomic int fd; /* the session's socket, -1 between sessions */
     weir_scope *jobs_scope;
-    uint64_t epoch;
+    uint64_t epoch;     /* mu: the epoch bound (the RegisterAck's, or a later frame's) */
+    uint64_t epoch_max; /* mu: the highest ever bound: a coordinator below is superseded */
+    /* With ha_dir: "HOST:PORT" of the leader the file named last (mu). */
+    char leader[WEIR_CLUSTER_HOST_MAX + 16];
     _Atomic uint64_t fenced, sessions;
     /* mu: what /api/v1/worker shows */
     int registered;
@@ -765,9 +769,23 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         snprintf(msg, cap, "the coordinator refused the registration: %s", ack.u.reg_ack.message);
         rc = ack.u.reg_ack.status == WEIR__CL_RETRY ? 0 : -EPERM;
     }
+    pthread_mutex_lock(&wk->mu);
+    if (rc == 1 && ack.epoch < wk->epoch_max) {
+        /* A leader superseded since this worker was admitted by a later
+         * one (it woke from a pause, say): it must not get the worker. */
+        snprintf(msg, cap,
+                 "%s admitted it with epoch %" PRIu64 ", below epoch %" PRIu64
+                 " bound before: a superseded leader",
+                 wk->o.coordinator, ack.epoch, wk->epoch_max);
+        rc = 0;
+    } else if (rc == 1) {
+        wk->epoch = ack.epoch;
+        if (ack.epoch > wk->epoch_max)
+            wk->epoch_max = ack.epoch;
+    }
+    pthread_mutex_unlock(&wk->mu);
     uint32_t hb =
         ack.u.reg_ack.heartbeat_ms ? ack.u.reg_ack.heartbeat_ms : WEIR_CLUSTER_HEARTBEAT_MS;
-    wk->epoch = ack.epoch;
     weir__cl_msg_free(&ack);
     weir__outbox *ob = rc == 1 ? weir__outbox_new(fd, NULL) : NULL;
     if (rc == 1 && !ob) {
@@ -835,14 +853,17 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
             weir_frame_free(&fr);
             break;
         }
-        if (f.epoch < wk->epoch) {
+        pthread_mutex_lock(&wk->mu);
+        uint64_t bound = wk->epoch;
+        if (f.epoch > bound) /* a new leader that kept the connection */
+            wk->epoch = wk->epoch_max = f.epoch;
+        pthread_mutex_unlock(&wk->mu);
+        if (f.epoch < bound) {
             atomic_fetch_add(&wk->fenced, 1);
             weir__log(WEIR__LOG_ERROR, LOG,
                       "dropped a %s of epoch %" PRIu64 " (bound to %" PRIu64 ")",
-                      weir__cl_kind_name(f.kind), f.epoch, wk->epoch);
+                      weir__cl_kind_name(f.kind), f.epoch, bound);
         } else {
-            if (f.epoch > wk->epoch)
-                wk->epoch = f.epoch;
             switch (f.kind) {
             case WEIR_CLUSTER_DEPLOY:
                 on_deploy(wk, ob, &f.u.deploy);
@@ -1038,6 +1059,57 @@ static int given_fd_close(const weir__worker_opts *o, int e)
     return e;
 }
 
+/* ---- finding the leader (ha_dir) --------------------------------------------------------- */
+typedef struct leader_read {
+    const char *dir;
+    weir__ha_leader l;
+    char msg[512];
+} leader_read;
+
+static intptr_t leader_job(void *arg)
+{
+    leader_read *r = arg;
+    return weir__ha_read_leader(r->dir, &r->l, r->msg, sizeof(r->msg));
+}
+
+/* The leader the HA directory names, into host / *port: 1 (go and
+ * register), 0 none to try now (why says so: no leader yet, one that has
+ * not opened its port, one whose epoch is below the one this worker
+ * admitted). */
+static int find_leader(worker *wk, char *host, size_t cap, int *port, char *why, size_t wcap)
+{
+    leader_read r = {.dir = wk->o.ha_dir};
+    int e = (int)weir__blocking_run_shielded(leader_job, &r);
+    if (e == -ENOENT) {
+        snprintf(why, wcap, "no leader in %s yet", wk->o.ha_dir);
+        return 0;
+    }
+    if (e < 0) {
+        snprintf(why, wcap, "%.*s", (int)(wcap > 1 ? wcap - 1 : 0), r.msg);
+        return 0;
+    }
+    pthread_mutex_lock(&wk->mu);
+    uint64_t max = wk->epoch_max;
+    if (r.l.port > 0 && r.l.epoch >= max)
+        snprintf(wk->leader, sizeof(wk->leader), "%s:%d", r.l.host, r.l.port);
+    pthread_mutex_unlock(&wk->mu);
+    if (r.l.port == 0) {
+        snprintf(why, wcap, "the leader in %s (epoch %" PRIu64 ") has not opened its port yet",
+                 wk->o.ha_dir, r.l.epoch);
+        return 0;
+    }
+    if (r.l.epoch < max) {
+        snprintf(why, wcap,
+                 "%s names %s:%d with epoch %" PRIu64 ", below epoch %" PRIu64
+                 " this worker was admitted under",
+                 wk->o.ha_dir, r.l.host, r.l.port, r.l.epoch, max);
+        return 0;
+    }
+    snprintf(host, cap, "%s", r.l.host);
+    *port = r.l.port;
+    return 1;
+}
+
 int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
 {
     char host[WEIR_CLUSTER_HOST_MAX + 1];
@@ -1046,7 +1118,7 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
         snprintf(msg, cap, "the worker id must be 1 to %u bytes", WEIR_CLUSTER_REGISTER_STR_MAX);
         return given_fd_close(o, -EINVAL);
     }
-    if (o->fd_given) {
+    if (o->fd_given || (o->ha_dir && !o->coordinator)) {
         snprintf(host, sizeof(host), "-");
         port = 0;
     } else if (weir__cl_split_hostport(o->coordinator, host, sizeof(host), &port) < 0) {
@@ -1061,6 +1133,10 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
     }
     int fd_left = o->fd_given; /* the given fd, until its session takes it */
     wk->o = *o;
+    if (o->ha_dir && !o->fd_given) {
+        snprintf(wk->leader, sizeof(wk->leader), "the leader in %s", o->ha_dir);
+        wk->o.coordinator = wk->leader;
+    }
     wk->tmplock = -1;
     atomic_store(&wk->fd, -1);
     pthread_mutex_init(&wk->mu, NULL);
@@ -1092,7 +1168,11 @@ int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap)
     while (!atomic_load(&wk->stopping)) {
         char why[512] = "";
         fd_left = 0; /* the session closes it, whatever happens */
-        int rc = session(wk, host, port, why, sizeof(why));
+        int rc = wk->o.ha_dir && !o->fd_given
+                     ? find_leader(wk, host, sizeof(host), &port, why, sizeof(why))
+                     : 1;
+        if (rc == 1)
+            rc = session(wk, host, port, why, sizeof(why));
         if (o->fd_given) { /* its one session */
             if (rc <= 0 && !atomic_load(&wk->stopping)) {
                 snprintf(msg, cap, "%s", why);

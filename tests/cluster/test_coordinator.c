@@ -38,6 +38,7 @@
 #include "base/alloc.h"
 #include "base/be.h"
 #include "cluster/client.h"
+#include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
 #include "cluster/proto.h"
@@ -168,6 +169,7 @@ typedef struct cnode {
     int stop[2];
     weir_task *t;
     _Atomic int port;
+    _Atomic int standby; /* on_standby was called (HA) */
     int rc;
     char msg[512];
     char addr[64];
@@ -189,9 +191,9 @@ static intptr_t coord_main(void *arg)
     return 0;
 }
 
-/* Start a coordinator with n->o as the caller set it (zero: the defaults)
- * on loopback, and wait until it listens. */
-static void coord_start(cnode *n)
+/* Spawn a coordinator with n->o as the caller set it (zero: the
+ * defaults) on loopback. */
+static void coord_spawn(cnode *n)
 {
     CHECK_EQ(pipe2(n->stop, O_NONBLOCK | O_CLOEXEC), 0);
     n->o.bind_host = "127.0.0.1";
@@ -201,12 +203,24 @@ static void coord_start(cnode *n)
     atomic_store(&n->port, 0);
     n->rc = 1;
     n->t = test_spawn(coord_main, n);
+}
+
+/* Wait until n listens. */
+static void coord_wait_listening(cnode *n)
+{
     int64_t deadline = DEADLINE();
     while (!atomic_load(&n->port)) {
         CHECK_LT(weir_time_now(), deadline);
         weir_time_sleep(5 * WEIR_MSEC);
     }
     snprintf(n->addr, sizeof(n->addr), "127.0.0.1:%d", atomic_load(&n->port));
+}
+
+/* Spawn a coordinator and wait until it listens. */
+static void coord_start(cnode *n)
+{
+    coord_spawn(n);
+    coord_wait_listening(n);
 }
 
 /* Stop it: it must end on its own, with 0. */
@@ -1544,6 +1558,180 @@ static intptr_t completed_main(void *arg)
 TEST(a_job_end_reaches_a_client_that_stopped_reading_for_a_while)
 {
     CHECK_EQ(test_run_on_rt(2, completed_main, NULL), 0);
+}
+
+/* ---- 6. high availability: election and fencing ------------------------------------------- */
+
+static void on_standby(void *arg, const char *dir)
+{
+    (void)dir;
+    atomic_store(&((cnode *)arg)->standby, 1);
+}
+
+/* A raw worker's RegisterAck from c: its epoch; then a Heartbeat's ack,
+ * which goes through the session's outbox: its epoch too. */
+static void registers_under_epoch(const cnode *c, const char *id, uint64_t epoch)
+{
+    int fd = raw_connect(c, 0);
+    weir__cl_msg m = register_msg(id, WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 4);
+    raw_send_msg(fd, &m);
+    weir_frame_parser fp;
+    CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+    weir__cl_msg a;
+    raw_recv_msg(fd, &fp, WEIR_CLUSTER_REGISTER_ACK, &a);
+    CHECK_EQ(a.u.reg_ack.status, WEIR__CL_ACCEPTED);
+    CHECK_EQ(a.epoch, epoch);
+    weir__cl_msg_free(&a);
+    weir__cl_msg hb = {.kind = WEIR_CLUSTER_HEARTBEAT};
+    hb.u.heartbeat.seq = 1;
+    raw_send_msg(fd, &hb);
+    raw_recv_msg(fd, &fp, WEIR_CLUSTER_HEARTBEAT_ACK, &a);
+    CHECK_EQ(a.epoch, epoch);
+    weir__cl_msg_free(&a);
+    weir_frame_parser_close(&fp);
+    close(fd);
+}
+
+static intptr_t election_main(void *arg)
+{
+    (void)arg;
+    char dir[64] = "/tmp/weir-test-ha-XXXXXX", msg[512];
+    CHECK(mkdtemp(dir));
+    cnode a = {.o = {.ha_dir = dir, .on_standby = on_standby}};
+    coord_start(&a);
+    CHECK(!atomic_load(&a.standby)); /* the first one leads at once */
+    weir__ha_leader l;
+    CHECK_EQ(weir__ha_read_leader(dir, &l, msg, sizeof(msg)), 0);
+    CHECK_EQ(l.epoch, 1);
+    CHECK_EQ(l.port, atomic_load(&a.port));
+    registers_under_epoch(&a, "w-a", 1);
+    /* The second stands by with its port closed. */
+    cnode b = {.o = {.ha_dir = dir, .on_standby = on_standby}};
+    coord_spawn(&b);
+    int64_t deadline = DEADLINE();
+    while (!atomic_load(&b.standby)) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+    CHECK_EQ(atomic_load(&b.port), 0);
+    /* The leader goes: the standby leads within a poll or two, one epoch
+     * above, and says where in the leader file. */
+    coord_stop(&a);
+    coord_wait_listening(&b);
+    CHECK_EQ(weir__ha_read_leader(dir, &l, msg, sizeof(msg)), 0);
+    while (l.port != atomic_load(&b.port)) { /* announced just after listening */
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(5 * WEIR_MSEC);
+        CHECK_EQ(weir__ha_read_leader(dir, &l, msg, sizeof(msg)), 0);
+    }
+    CHECK_EQ(l.epoch, 2);
+    registers_under_epoch(&b, "w-b", 2);
+    coord_stop(&b);
+    /* A directory that is a file is refused with its name. */
+    char file[128];
+    snprintf(file, sizeof(file), "%s/%s", dir, WEIR__HA_LEADER_FILE);
+    cnode bad = {.o = {.ha_dir = file}};
+    coord_spawn(&bad);
+    CHECK_EQ(weir_task_join(bad.t, NULL, DEADLINE()), 0);
+    CHECK_EQ(bad.rc, -ENOTDIR);
+    CHECK_HAS(bad.msg, "not a directory");
+    close(bad.stop[0]);
+    close(bad.stop[1]);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK_EQ(system(cmd), 0);
+    return 0;
+}
+
+TEST(one_coordinator_leads_the_standby_takes_over_with_the_next_epoch)
+{
+    CHECK_EQ(test_run_on_rt(2, election_main, NULL), 0);
+}
+
+/* A fake coordinator's side of one registration: the Register read, a
+ * RegisterAck of epoch sent. */
+static int fake_coord_accept(int lfd, weir_frame_parser *fp, uint64_t epoch)
+{
+    int fd = weir_io_accept(lfd, NULL, NULL, DEADLINE());
+    CHECK_GE(fd, 0);
+    CHECK_EQ(weir_frame_parser_init(fp, NULL), 0);
+    weir__cl_msg m;
+    raw_recv_msg(fd, fp, WEIR_CLUSTER_REGISTER, &m);
+    weir__cl_msg_free(&m);
+    weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK, .epoch = epoch};
+    ack.u.reg_ack =
+        (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
+                                WEIR__CL_ACCEPTED, "", WEIR_CLUSTER_HEARTBEAT_MS};
+    raw_send_msg(fd, &ack);
+    return fd;
+}
+
+static void send_hb_ack(int fd, uint64_t epoch)
+{
+    weir__cl_msg a = {.kind = WEIR_CLUSTER_HEARTBEAT_ACK, .epoch = epoch};
+    a.u.heartbeat_ack.seq = 1;
+    raw_send_msg(fd, &a);
+}
+
+static intptr_t fencing_main(void *arg)
+{
+    (void)arg;
+    int lfd = weir_net_listen("127.0.0.1", 0, NULL);
+    CHECK_GE(lfd, 0);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", weir_net_local_port(lfd));
+    wnode w;
+    memset(&w, 0, sizeof(w));
+    snprintf(w.id, sizeof(w.id), "fenced");
+    CHECK_EQ(pipe2(w.stop, O_NONBLOCK | O_CLOEXEC), 0);
+    w.o = (weir__worker_opts){.id = w.id,
+                              .coordinator = addr,
+                              .data_host = "127.0.0.1",
+                              .stop_fd = w.stop[0],
+                              .on_registered = on_registered,
+                              .arg = &w};
+    w.t = test_spawn(worker_main, &w);
+    weir_frame_parser fp;
+    int fd = fake_coord_accept(lfd, &fp, 5);
+    /* A frame of a lower epoch is dropped and counted; a higher one
+     * rebinds the worker (a new leader that kept the connection). */
+    send_hb_ack(fd, 4);
+    wait_log("dropped a HeartbeatAck of epoch 4 (bound to 5)", 1);
+    send_hb_ack(fd, 7);
+    send_hb_ack(fd, 6);
+    wait_log("dropped a HeartbeatAck of epoch 6 (bound to 7)", 1);
+    weir_frame_parser_close(&fp);
+    close(fd);
+    /* The worker registers again; a coordinator admitting it with an
+     * epoch below the one it bound is a superseded leader: refused. */
+    fd = fake_coord_accept(lfd, &fp, 3);
+    wait_log("admitted it with epoch 3, below epoch 7 bound before: a superseded leader", 1);
+    raw_expect_closed(fd);
+    weir_frame_parser_close(&fp);
+    close(fd);
+    /* And the next one, of a higher epoch, gets it. */
+    fd = fake_coord_accept(lfd, &fp, 8);
+    int64_t deadline = DEADLINE();
+    while (atomic_load(&w.registered) < 2) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+    CHECK_EQ(write(w.stop[1], "x", 1), 1);
+    CHECK_EQ(weir_task_join(w.t, NULL, DEADLINE()), 0);
+    CHECK_EQ(w.rc, 0);
+    close(w.stop[0]);
+    close(w.stop[1]);
+    weir_frame_parser_close(&fp);
+    close(fd);
+    weir_io_close(lfd);
+    return 0;
+}
+
+TEST(a_worker_drops_frames_below_its_epoch_and_refuses_a_superseded_leader)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, fencing_main, NULL), 0);
+    tee_end();
 }
 
 TEST_MAIN()

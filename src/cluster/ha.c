@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ha.c - leader election over a shared directory and fenced records
+ * (ha.h).
+ *
+ * The leader lock is an open-file-description lock (F_OFD_SETLK): a
+ * write lock on all of leader.lock, owned by the descriptor this process
+ * opened, so no other open and close of the file in the process drops it
+ * (a classic POSIX record lock goes with any close of the file by its
+ * process) and two elections in one process exclude each other as two
+ * processes do. The kernel releases it when the descriptor closes, at the
+ * latest when the process dies. The probe uses a classic record lock and a
+ * forked child: that is what a mount that does not lock between
+ * processes gets wrong.
+ */
+#include "cluster/ha.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+
+#define LOG        "ha"
+#define PROBE_FILE ".lock-probe"
+
+void (*weir__ha_cas_hook)(const char *path);
+
+struct weir__ha {
+    char dir[4096];
+    char leader[4200]; /* dir/active-leader.json */
+    char host[WEIR_CLUSTER_HOST_MAX + 1];
+    int fd; /* leader.lock */
+    int leading;
+    uint64_t epoch;
+};
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int path_in(char *out, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* ---- the probe --------------------------------------------------------------------------- */
+static int rec_lock(int fd, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    return fcntl(fd, F_SETLK, &fl) == 0 ? 0 : -errno;
+}
+
+int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
+{
+    char path[4200];
+    if (path_in(path, sizeof(path), dir, PROBE_FILE) < 0) {
+        snprintf(msg, cap, "%s: the path is too long", dir);
+        return -ENAMETOOLONG;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", path, strerror(-e));
+        return e;
+    }
+    int e = rec_lock(fd, F_WRLCK);
+    if (e == -EAGAIN || e == -EACCES) {
+        close(fd);
+        snprintf(msg, cap,
+                 "%s is locked by another process (a coordinator starting beside this one)", path);
+        return -EAGAIN;
+    }
+    if (e < 0) {
+        close(fd);
+        snprintf(msg, cap, "locking %s: %s", path, strerror(-e));
+        return e;
+    }
+    /* Record locks belong to a process: only another process asking shows
+     * whether the file system excludes it. The child does nothing but
+     * async-signal-safe calls. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int cfd = open(path, O_RDWR | O_CLOEXEC);
+        if (cfd < 0)
+            _exit(3);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        if (fcntl(cfd, F_SETLK, &fl) == 0)
+            _exit(0); /* granted: the lock excludes nothing */
+        _exit(errno == EAGAIN || errno == EACCES ? 1 : 2);
+    }
+    int rc;
+    if (pid < 0) {
+        rc = -errno;
+        snprintf(msg, cap, "fork for the lock probe: %s", strerror(-rc));
+    } else {
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (code == 1) {
+            rc = 0;
+        } else if (code == 0) {
+            rc = 1;
+            snprintf(msg, cap,
+                     "%s does not honour POSIX record locks between processes: a second "
+                     "process was granted the lock this one holds, so every coordinator "
+                     "sharing it would lead. The usual causes are a bind mount of a "
+                     "container runtime, a 9p or virtiofs share, or NFS mounted with nolock; "
+                     "use a local directory or a mount that locks, or etcd "
+                     "(--etcd-endpoints). --ha-allow-unsafe-locks runs anyway",
+                     dir);
+        } else {
+            rc = -EIO;
+            snprintf(msg, cap, "the lock probe on %s could not run (its child exited %d)", path,
+                     code);
+        }
+    }
+    rec_lock(fd, F_UNLCK);
+    close(fd);
+    return rc;
+}
+
+/* ---- fenced records ---------------------------------------------------------------------- */
+/* The epoch stored at path: 0 when there is no record. */
+static int stored_epoch(const char *path, uint64_t *out, char *msg, size_t cap)
+{
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o) {
+        if (access(path, F_OK) != 0 && errno == ENOENT) {
+            *out = 0;
+            return 0;
+        }
+        snprintf(msg, cap, "%s: not a JSON record (%s, line %d)", path, je.text, je.line);
+        return -EBADMSG;
+    }
+    json_t *e = json_object_get(o, "epoch");
+    int rc = 0;
+    if (!json_is_integer(e) || json_integer_value(e) < 0) {
+        snprintf(msg, cap, "%s: its \"epoch\" is missing or not a non-negative integer", path);
+        rc = -EBADMSG;
+    } else {
+        *out = (uint64_t)json_integer_value(e);
+    }
+    json_decref(o);
+    return rc;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* s written to path through path.tmp, fsynced, renamed, the directory
+ * fsynced. */
+static int replace_file(const char *path, const char *s, char *msg, size_t cap)
+{
+    char tmp[4300], dir[4300];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int e = fd < 0 ? -errno : write_all(fd, s, strlen(s));
+    if (!e && fsync(fd) < 0)
+        e = -errno;
+    if (fd >= 0 && close(fd) < 0 && !e)
+        e = -errno;
+    if (!e && rename(tmp, path) < 0)
+        e = -errno;
+    if (e) {
+        snprintf(msg, cap, "writing %s: %s", path, strerror(-e));
+        unlink(tmp);
+        return e;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *stored, char *msg,
+                       size_t cap)
+{
+    char wl[4300];
+    if (snprintf(wl, sizeof(wl), "%s.wlock", path) >= (int)sizeof(wl)) {
+        snprintf(msg, cap, "%s: the path is too long", path);
+        return -ENAMETOOLONG;
+    }
+    /* Created once and never removed: a writer that removed and made it
+     * again could lock a fresh file while another holds the old one. */
+    int lfd = open(wl, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lfd < 0) {
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", wl, strerror(-e));
+        return e;
+    }
+    int e;
+    while ((e = flock(lfd, LOCK_EX)) < 0 && errno == EINTR)
+        ;
+    if (e < 0) {
+        e = -errno;
+        snprintf(msg, cap, "locking %s: %s", wl, strerror(-e));
+        close(lfd);
+        return e;
+    }
+    uint64_t cur = 0;
+    e = stored_epoch(path, &cur, msg, cap);
+    if (!e) {
+        if (stored)
+            *stored = cur;
+        if (epoch == 0) {
+            epoch = cur + 1;
+            if (stored)
+                *stored = epoch;
+        } else if (cur > epoch) {
+            snprintf(msg, cap,
+                     "%s holds epoch %" PRIu64 ", above this writer's %" PRIu64
+                     ": a later leader wrote it",
+                     path, cur, epoch);
+            e = -ESTALE;
+        }
+    }
+    if (!e && weir__ha_cas_hook)
+        weir__ha_cas_hook(path);
+    char *s = NULL;
+    if (!e) {
+        if (json_object_set_new(obj, "epoch", json_integer((json_int_t)epoch)) < 0 ||
+            !(s = json_dumps(obj, JSON_SORT_KEYS | JSON_COMPACT))) {
+            snprintf(msg, cap, "out of memory");
+            e = -ENOMEM;
+        }
+    }
+    if (!e)
+        e = replace_file(path, s, msg, cap);
+    free(s);
+    flock(lfd, LOCK_UN);
+    close(lfd);
+    return e;
+}
+
+/* ---- the election ------------------------------------------------------------------------ */
+int weir__ha_open(const char *dir, int allow_unsafe_locks, weir__ha **out, char *msg, size_t cap)
+{
+    *out = NULL;
+    if (!dir || !*dir || strlen(dir) >= 4000) {
+        snprintf(msg, cap, "--ha-dir: \"%s\" is not a usable directory path", dir ? dir : "");
+        return -EINVAL;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        int e = -errno;
+        snprintf(msg, cap, "--ha-dir %s: %s", dir, strerror(-e));
+        return e;
+    }
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(msg, cap, "--ha-dir %s: not a directory", dir);
+        return -ENOTDIR;
+    }
+    int p = weir__ha_probe_locks(dir, msg, cap);
+    if (p == 1) {
+        if (!allow_unsafe_locks)
+            return -ENOLCK;
+        weir__log(WEIR__LOG_WARN, LOG, "%s (going on: --ha-allow-unsafe-locks)", msg);
+    } else if (p == -EAGAIN) {
+        weir__log(WEIR__LOG_INFO, LOG, "lock probe inconclusive: %s", msg);
+    } else if (p < 0) {
+        return p;
+    }
+    weir__ha *ha = weir__calloc(1, sizeof(*ha));
+    if (!ha) {
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    snprintf(ha->dir, sizeof(ha->dir), "%s", dir);
+    char lock[4200];
+    path_in(lock, sizeof(lock), dir, WEIR__HA_LOCK_FILE);
+    path_in(ha->leader, sizeof(ha->leader), dir, WEIR__HA_LEADER_FILE);
+    if ((ha->fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", lock, strerror(-e));
+        weir__free(ha);
+        return e;
+    }
+    *out = ha;
+    return 0;
+}
+
+static json_t *leader_obj(const weir__ha *ha, int port)
+{
+    return json_pack("{s:s, s:i, s:I}", "host", ha->host, "port", port, "time_ms",
+                     (json_int_t)wall_ms());
+}
+
+int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg, size_t cap)
+{
+    if (ha->leading) {
+        *epoch = ha->epoch;
+        return 1;
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(ha->fd, F_OFD_SETLK, &fl) < 0) {
+        if (errno == EAGAIN || errno == EACCES)
+            return 0;
+        int e = -errno;
+        snprintf(msg, cap, "locking %s/%s: %s", ha->dir, WEIR__HA_LOCK_FILE, strerror(-e));
+        return e;
+    }
+    snprintf(ha->host, sizeof(ha->host), "%s", host);
+    json_t *o = leader_obj(ha, 0);
+    uint64_t ep = 0;
+    int e = o ? weir__ha_cas_write(ha->leader, 0, o, &ep, msg, cap) : -ENOMEM;
+    json_decref(o);
+    if (e < 0) {
+        if (e == -ENOMEM)
+            snprintf(msg, cap, "out of memory");
+        fl.l_type = F_UNLCK;
+        fcntl(ha->fd, F_OFD_SETLK, &fl);
+        return e;
+    }
+    ha->leading = 1;
+    ha->epoch = ep;
+    *epoch = ep;
+    return 1;
+}
+
+int weir__ha_announce(weir__ha *ha, int port, char *msg, size_t cap)
+{
+    if (!ha->leading) {
+        snprintf(msg, cap, "not leading");
+        return -EPERM;
+    }
+    json_t *o = leader_obj(ha, port);
+    if (!o) {
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    int e = weir__ha_cas_write(ha->leader, ha->epoch, o, NULL, msg, cap);
+    json_decref(o);
+    return e;
+}
+
+int weir__ha_read_leader(const char *dir, weir__ha_leader *out, char *msg, size_t cap)
+{
+    char path[4200];
+    if (path_in(path, sizeof(path), dir, WEIR__HA_LEADER_FILE) < 0) {
+        snprintf(msg, cap, "%s: the path is too long", dir);
+        return -ENAMETOOLONG;
+    }
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o) {
+        if (access(path, F_OK) != 0 && errno == ENOENT)
+            return -ENOENT;
+        snprintf(msg, cap, "%s: not a JSON record (%s)", path, je.text);
+        return -EBADMSG;
+    }
+    json_t *h = json_object_get(o, "host"), *p = json_object_get(o, "port"),
+           *e = json_object_get(o, "epoch"), *t = json_object_get(o, "time_ms");
+    int rc = 0;
+    if (!json_is_string(h) || json_string_length(h) == 0 ||
+        json_string_length(h) > WEIR_CLUSTER_HOST_MAX) {
+        snprintf(msg, cap, "%s: \"host\" is not a host name of 1 to %d bytes", path,
+                 WEIR_CLUSTER_HOST_MAX);
+        rc = -EBADMSG;
+    } else if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > 65535) {
+        snprintf(msg, cap, "%s: \"port\" is not a port number", path);
+        rc = -EBADMSG;
+    } else if (!json_is_integer(e) || json_integer_value(e) < 1) {
+        snprintf(msg, cap, "%s: \"epoch\" is not a positive integer", path);
+        rc = -EBADMSG;
+    } else {
+        memset(out, 0, sizeof(*out));
+        snprintf(out->host, sizeof(out->host), "%s", json_string_value(h));
+        out->port = (int)json_integer_value(p);
+        out->epoch = (uint64_t)json_integer_value(e);
+        out->time_ms = json_is_integer(t) ? (int64_t)json_integer_value(t) : 0;
+    }
+    json_decref(o);
+    return rc;
+}
+
+void weir__ha_close(weir__ha *ha)
+{
+    if (!ha)
+        return;
+    close(ha->fd); /* the lock goes with its descriptor */
+    weir__free(ha);
+}
