@@ -142,6 +142,7 @@ struct coord {
         weir_metric_family *lost;  /* workers lost {cause} */
         weir_metric_family *ended; /* jobs ended {state} */
         weir_counter *malformed, *refused_version, *restarts, *submitted;
+        weir_counter *recovered, *recovery_failed; /* HA takeovers */
         weir_counter *bytes_shipped, *ships_deduped, *cache_hits;
         weir_histogram *ckpt_seconds;
         weir__plugin_stats seen; /* the process's plugin counters as last published */
@@ -224,6 +225,10 @@ void weir__coord_job_free(cjob *J);
  * (0, or the error with why: what a submit is refused with); an event's
  * allocations freed. */
 intptr_t weir__coord_job_main(void *arg);
+/* coordinator.c: J's end is final (state, message): with HA its record
+ * moves to the history, unless it was cancelled by this coordinator's own
+ * stop (the next leader runs it on). Called by its fiber, off mu. */
+void weir__coord_job_ended(cjob *J);
 int weir__coord_job_check(cjob *J, char *why, size_t cap);
 void weir__coord_ev_free(ev *x);
 

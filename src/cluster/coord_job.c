@@ -772,6 +772,7 @@ intptr_t weir__coord_job_main(void *arg)
     client *cl = J->submitter;
     J->submitter = NULL;
     pthread_mutex_unlock(&c->mu);
+    weir__coord_job_ended(J);
     /* The state is final before the submitter hears of it (a ListJobs it
      * sends next shows the end). */
     send_completed(cl, &jc);

@@ -643,6 +643,495 @@ void weir__coord_job_free(cjob *J)
     weir__free(J);
 }
 
+static int job_build(coord *c, const weir__cl_submit_job *s, int recovering, cjob **out, char *why,
+                     size_t cap);
+static const char *job_publish(coord *c, cjob *J, client *cl, uint64_t *id);
+
+/* ---- jobs kept in the HA directory (ha.h) ----------------------------------------------- */
+/* What the next leader needs to run J again: its submission. */
+static json_t *job_record(const cjob *J)
+{
+    json_t *args = json_array(), *pl = json_array();
+    for (int i = 1; args && i < J->argc; i++)
+        if (json_array_append_new(args, json_string(J->argv[i])) < 0) {
+            json_decref(args);
+            args = NULL;
+        }
+    for (uint32_t i = 0; pl && i < J->nplugins; i++) {
+        char hex[WEIR__SHA256_HEX_SIZE];
+        if (json_array_append_new(pl, json_pack("{s:s, s:I}", "sha256",
+                                                weir__sha256_hex(J->plugins[i].sha256, hex), "size",
+                                                (json_int_t)J->plugins[i].size)) < 0) {
+            json_decref(pl);
+            pl = NULL;
+        }
+    }
+    if (!args || !pl) {
+        json_decref(args);
+        json_decref(pl);
+        return NULL;
+    }
+    return json_pack(
+        "{s:I, s:s, s:I, s:s?, s:I, s:i, s:b, s:I, s:s?, s:o, s:o, s:I}", "id", (json_int_t)J->id,
+        "name", J->name, "parallelism", (json_int_t)J->par, "checkpoint_dir", J->checkpoint_dir,
+        "checkpoint_interval_ms", (json_int_t)J->interval_ms, "max_restarts", J->max_restarts,
+        "restore", J->restore, "idle_timeout_ms", (json_int_t)J->idle_ms, "state_backend",
+        J->state_backend, "args", args, "plugins", pl, "submitted_ms", (json_int_t)J->submitted_ms);
+}
+
+typedef struct hjob {
+    coord *c;
+    cjob *J;
+    json_t *obj;
+    uint64_t id;
+    char msg[1024];
+} hjob;
+
+static intptr_t b_job_put(void *arg)
+{
+    hjob *h = arg;
+    cjob *J = h->J;
+    for (uint32_t i = 0; i < J->nplugins; i++) {
+        int e = weir__ha_plugin_put(h->c->ha, J->plugins[i].sha256, J->plugins[i].bytes.p,
+                                    J->plugins[i].bytes.n, h->msg, sizeof(h->msg));
+        if (e < 0)
+            return e;
+    }
+    return weir__ha_job_put(h->c->ha, J->id, h->obj, h->msg, sizeof(h->msg));
+}
+
+static intptr_t b_job_end(void *arg)
+{
+    hjob *h = arg;
+    return weir__ha_job_end(h->c->ha, h->id, h->obj, h->msg, sizeof(h->msg));
+}
+
+/* Before J is published: its id taken and its record written, so that a
+ * job is never accepted that the next leader would not know. 0, or a
+ * negative errno with why. */
+static int job_persist(coord *c, cjob *J, char *why, size_t cap)
+{
+    pthread_mutex_lock(&c->mu);
+    J->id = ++c->next_job;
+    pthread_mutex_unlock(&c->mu);
+    J->submitted_ms = (uint64_t)weir__coord_wall_ms();
+    hjob h = {.c = c, .J = J, .obj = job_record(J)};
+    int e = h.obj ? (int)weir__blocking_run_shielded(b_job_put, &h) : -ENOMEM;
+    json_decref(h.obj);
+    if (e < 0)
+        snprintf(why, cap, "the job could not be kept for high availability: %s",
+                 e == -ENOMEM && !h.msg[0] ? "out of memory" : h.msg);
+    return e;
+}
+
+/* Job id ended (state, message): its record goes to the history. A
+ * failure is logged: the next leader would run it again. */
+static void job_forget(coord *c, uint64_t id, const char *name, const char *state,
+                       const char *message)
+{
+    hjob h = {.c = c, .id = id};
+    h.obj = json_pack("{s:I, s:s, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name, "state",
+                      state, "message", message, "ended_ms", (json_int_t)weir__coord_wall_ms());
+    int e = h.obj ? (int)weir__blocking_run_shielded(b_job_end, &h) : -ENOMEM;
+    json_decref(h.obj);
+    if (e < 0)
+        weir__log(WEIR__LOG_ERROR, LOG,
+                  "job %" PRIu64 ": its end could not be recorded in the HA directory (%s): "
+                  "the next leader will run it again",
+                  id, h.msg[0] ? h.msg : weir_strerror(e));
+}
+
+void weir__coord_job_ended(cjob *J)
+{
+    coord *c = J->c;
+    pthread_mutex_lock(&c->mu);
+    /* A job cancelled because this coordinator stops is the next leader's
+     * to run on. */
+    int keep = !c->ha || (c->stopping && J->state == WEIR__CL_JOB_CANCELLED);
+    const char *state = weir__cl_job_state_name(J->state);
+    char message[WEIR_CLUSTER_MESSAGE_MAX];
+    snprintf(message, sizeof(message), "%s", J->message);
+    pthread_mutex_unlock(&c->mu);
+    if (!keep)
+        job_forget(c, J->id, J->name, state, message);
+}
+
+static int hex_byte(const char *p)
+{
+    int v = 0;
+    for (int i = 0; i < 2; i++) {
+        char ch = p[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+typedef struct recovered {
+    weir__cl_submit_job s;
+    char **args;
+    weir__cl_plugin_ref *refs;
+} recovered;
+
+static void recovered_free(recovered *r)
+{
+    weir__free(r->args);
+    weir__free(r->refs);
+}
+
+/* A job record back into the submission it was (views into o). 0, or
+ * -EBADMSG with why naming the field. */
+static int job_unrecord(json_t *o, recovered *r, char *why, size_t cap)
+{
+    memset(r, 0, sizeof(*r));
+    json_t *args = json_object_get(o, "args"), *pl = json_object_get(o, "plugins");
+    json_t *cd = json_object_get(o, "checkpoint_dir"), *sb = json_object_get(o, "state_backend");
+    json_int_t par = json_integer_value(json_object_get(o, "parallelism"));
+    if (!json_is_array(args) || !json_is_array(pl) || json_array_size(pl) == 0 ||
+        json_array_size(pl) > WEIR_CLUSTER_PLUGINS_MAX ||
+        json_array_size(args) > WEIR_CLUSTER_ARGS_MAX || par < 0 || par > 65536 ||
+        (!json_is_null(cd) && !json_is_string(cd)) || (!json_is_null(sb) && !json_is_string(sb))) {
+        snprintf(why, cap,
+                 "its record's args, plugins, parallelism, checkpoint_dir or "
+                 "state_backend is not what a submission has");
+        return -EBADMSG;
+    }
+    size_t na = json_array_size(args), np = json_array_size(pl);
+    r->args = weir__calloc(na ? na : 1, sizeof(char *));
+    r->refs = weir__calloc(np, sizeof(*r->refs));
+    if (!r->args || !r->refs) {
+        snprintf(why, cap, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < na; i++) {
+        if (!json_is_string(json_array_get(args, i))) {
+            snprintf(why, cap, "its record's args[%zu] is not a string", i);
+            return -EBADMSG;
+        }
+        r->args[i] = (char *)json_string_value(json_array_get(args, i));
+    }
+    for (size_t i = 0; i < np; i++) {
+        json_t *p = json_array_get(pl, i), *h = json_object_get(p, "sha256");
+        json_int_t size = json_integer_value(json_object_get(p, "size"));
+        const char *hex = json_string_value(h);
+        if (!hex || strlen(hex) != 2 * WEIR_CLUSTER_SHA256_SIZE || size <= 0 ||
+            (uint64_t)size > WEIR_CLUSTER_PLUGIN_SIZE_MAX) {
+            snprintf(why, cap, "its record's plugins[%zu] has no sha256 or size", i);
+            return -EBADMSG;
+        }
+        for (int k = 0; k < (int)WEIR_CLUSTER_SHA256_SIZE; k++) {
+            int b = hex_byte(hex + 2 * k);
+            if (b < 0) {
+                snprintf(why, cap, "its record's plugins[%zu].sha256 is not hex", i);
+                return -EBADMSG;
+            }
+            r->refs[i].sha256[k] = (uint8_t)b;
+        }
+        r->refs[i].size = (uint64_t)size;
+    }
+    r->s = (weir__cl_submit_job){
+        .parallelism = (uint32_t)par,
+        .checkpoint_dir = (char *)(json_is_string(cd) ? json_string_value(cd) : ""),
+        .checkpoint_interval_ms =
+            (uint64_t)json_integer_value(json_object_get(o, "checkpoint_interval_ms")),
+        .max_restarts = (int32_t)json_integer_value(json_object_get(o, "max_restarts")),
+        .restore = json_is_true(json_object_get(o, "restore")),
+        .idle_timeout_ms = (uint64_t)json_integer_value(json_object_get(o, "idle_timeout_ms")),
+        .state_backend = (char *)(json_is_string(sb) ? json_string_value(sb) : "")};
+    r->s.args.v = r->args;
+    r->s.args.n = (uint32_t)na;
+    r->s.plugins.v = r->refs;
+    r->s.plugins.n = (uint32_t)np;
+    return 0;
+}
+
+typedef struct hplug {
+    coord *c;
+    const weir__cl_plugin_ref *ref;
+    char msg[1024];
+} hplug;
+
+/* A recovered job's plugin from the HA directory into the cache. */
+static intptr_t b_plugin_back(void *arg)
+{
+    hplug *h = arg;
+    uint8_t *bytes;
+    int e = weir__ha_plugin_read(h->c->ha, h->ref->sha256, h->ref->size, &bytes, h->msg,
+                                 sizeof(h->msg));
+    if (e < 0)
+        return e;
+    e = weir__plugin_cache_put(h->c->cache, bytes, h->ref->size, h->ref->sha256, h->msg,
+                               sizeof(h->msg));
+    weir__free(bytes);
+    return e;
+}
+
+typedef struct hload {
+    coord *c;
+    uint64_t *ids;
+    size_t n;
+    uint64_t id;
+    json_t *obj;
+    char msg[1024];
+} hload;
+
+static intptr_t b_jobs_list(void *arg)
+{
+    hload *h = arg;
+    return weir__ha_jobs(h->c->ha, &h->ids, &h->n, h->msg, sizeof(h->msg));
+}
+
+static intptr_t b_job_load(void *arg)
+{
+    hload *h = arg;
+    h->obj = weir__ha_job_load(h->c->ha, h->id, h->msg, sizeof(h->msg));
+    return h->obj ? 0 : -EBADMSG;
+}
+
+/* Run job id of the HA directory again: 1 recovered, 0 it could not be
+ * (logged, counted, moved to the history as needing a resubmit). */
+static int recover_one(coord *c, uint64_t id)
+{
+    hload h = {.c = c, .id = id};
+    char why[WEIR_CLUSTER_MESSAGE_MAX] = "";
+    const char *name = "?";
+    recovered r = {0};
+    cjob *J = NULL;
+    int e = (int)weir__blocking_run_shielded(b_job_load, &h);
+    if (e < 0)
+        snprintf(why, sizeof(why), "%s", h.msg);
+    else if (json_is_string(json_object_get(h.obj, "name")))
+        name = json_string_value(json_object_get(h.obj, "name"));
+    if (!e)
+        e = job_unrecord(h.obj, &r, why, sizeof(why));
+    if (!e && (!r.s.checkpoint_dir[0] || !r.s.checkpoint_interval_ms)) {
+        snprintf(why, sizeof(why),
+                 "it takes no checkpoints, so it cannot go on from where the lost leader left it");
+        e = -ENOENT;
+    }
+    for (uint32_t i = 0; !e && i < r.s.plugins.n; i++) {
+        hplug hp = {.c = c, .ref = &r.s.plugins.v[i]};
+        if ((e = (int)weir__blocking_run_shielded(b_plugin_back, &hp)) < 0)
+            snprintf(why, sizeof(why), "its plugin: %s", hp.msg);
+    }
+    if (!e)
+        e = job_build(c, &r.s, 1, &J, why, sizeof(why));
+    if (!e) {
+        /* Its first attempt here is a restart: the latest completed
+         * checkpoint is restored, new ones are numbered above every id the
+         * directory holds, and it waits for room while workers register. */
+        J->id = id;
+        J->attempt = 1;
+        J->submitted_ms = (uint64_t)json_integer_value(json_object_get(h.obj, "submitted_ms"));
+        uint64_t got;
+        const char *refused = job_publish(c, J, NULL, &got);
+        if (refused) {
+            snprintf(why, sizeof(why), "%s", refused);
+            e = -EAGAIN;
+        }
+    }
+    if (!e) {
+        weir_counter_inc(c->m.recovered);
+        weir__log(WEIR__LOG_INFO, LOG,
+                  "job %" PRIu64 " (%s) recovered: it restarts from its latest completed "
+                  "checkpoint",
+                  id, name);
+    } else {
+        weir_counter_inc(c->m.recovery_failed);
+        weir__log(WEIR__LOG_ERROR, LOG,
+                  "job %" PRIu64 " (%s) was not recovered: %s; it is not running and must be "
+                  "submitted again",
+                  id, name, why);
+        char message[WEIR_CLUSTER_MESSAGE_MAX];
+        snprintf(message, sizeof(message), "not recovered by the new leader: %s", why);
+        pthread_mutex_lock(&c->mu);
+        int stopping = c->stopping; /* then the next leader is to try */
+        pthread_mutex_unlock(&c->mu);
+        if (!stopping)
+            job_forget(c, id, name, "failed", message);
+    }
+    recovered_free(&r);
+    json_decref(h.obj);
+    return e == 0;
+}
+
+/* A new leader's takeover of the jobs its predecessor ran: once worker
+ * registrations have settled (the registered set unchanged for 1 s, at
+ * most 5 s: workers come back within moments of a leader, not at once, and
+ * jobs placed on the first to come would stay there), each job record of
+ * the HA directory is run again. */
+static intptr_t recover_main(void *arg)
+{
+    coord *c = arg;
+    int64_t start = weir_time_now(), changed = start;
+    int last = -1;
+    while (weir_time_now() - changed < 1000 * WEIR_MSEC &&
+           weir_time_now() - start < 5000 * WEIR_MSEC) {
+        int n = weir__coord_workers(c);
+        if (n != last) {
+            last = n;
+            changed = weir_time_now();
+        }
+        if (weir_time_sleep(50 * WEIR_MSEC) < 0)
+            return 0;
+    }
+    hload h = {.c = c};
+    int e = (int)weir__blocking_run_shielded(b_jobs_list, &h);
+    if (e < 0) {
+        weir__log(WEIR__LOG_ERROR, LOG, "the jobs to recover could not be listed: %s", h.msg);
+        return 0;
+    }
+    /* New jobs are numbered above every recovered one. */
+    pthread_mutex_lock(&c->mu);
+    if (h.n && h.ids[h.n - 1] > c->next_job)
+        c->next_job = h.ids[h.n - 1];
+    pthread_mutex_unlock(&c->mu);
+    size_t ok = 0;
+    for (size_t i = 0; i < h.n; i++)
+        ok += (size_t)recover_one(c, h.ids[i]);
+    if (h.n)
+        weir__log(WEIR__LOG_INFO, LOG, "took over %zu of %zu jobs with %d workers registered", ok,
+                  h.n, weir__coord_workers(c));
+    weir__free(h.ids);
+    return 0;
+}
+
+/* A job record from a submission whose plugins are all in the cache:
+ * its plugins opened, its define, plan and placement tried once (a job
+ * that cannot run is refused before it is published; the attempt does it
+ * again). 0 with *out, or a negative errno with why. */
+static int job_build(coord *c, const weir__cl_submit_job *s, int recovering, cjob **out, char *why,
+                     size_t cap)
+{
+    *out = NULL;
+    cjob *J = weir__calloc(1, sizeof(*J));
+    if (!J) {
+        snprintf(why, cap, "the coordinator is out of memory");
+        return -ENOMEM;
+    }
+    J->c = c;
+    J->par = s->parallelism;
+    J->interval_ms = s->checkpoint_interval_ms;
+    J->max_restarts = s->max_restarts;
+    J->restore = s->restore;
+    J->idle_ms = s->idle_timeout_ms;
+    J->nplugins = s->plugins.n;
+    J->plugins = weir__calloc(s->plugins.n, sizeof(*J->plugins));
+    J->argc = (int)s->args.n + 1;
+    J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
+    J->events = weir_chan_new(sizeof(ev), WEIR_CHAN_UNBOUNDED);
+    J->acks = weir_chan_new(sizeof(weir__ckpt_msg), WEIR_CHAN_UNBOUNDED);
+    if (s->checkpoint_dir[0])
+        J->checkpoint_dir = weir__strdup(s->checkpoint_dir);
+    if (s->state_backend[0])
+        J->state_backend = weir__strdup(s->state_backend);
+    int e = J->plugins && J->argv && J->events && J->acks &&
+                    (!s->checkpoint_dir[0] || J->checkpoint_dir) &&
+                    (!s->state_backend[0] || J->state_backend)
+                ? 0
+                : -ENOMEM;
+    for (uint32_t i = 0; !e && i < s->args.n; i++)
+        if (!(J->argv[i + 1] = weir__strdup(s->args.v[i])))
+            e = -ENOMEM;
+    snprintf(why, cap, "the coordinator is out of memory");
+    for (uint32_t i = 0; !e && i < s->plugins.n; i++) {
+        bjob ob = {.c = c,
+                   .sha = s->plugins.v[i].sha256,
+                   .len = s->plugins.v[i].size,
+                   .plugin = i == 0 ? (weir_plugin *)1 : NULL};
+        e = (int)weir__blocking_run_shielded(b_open, &ob);
+        snprintf(why, cap, "%s", ob.msg[0] ? ob.msg : weir_strerror(e));
+        memcpy(J->plugins[i].sha256, s->plugins.v[i].sha256, 32);
+        J->plugins[i].size = s->plugins.v[i].size;
+        J->plugins[i].bytes = (weir__cl_bytes){ob.data, (uint32_t)ob.len};
+        if (i == 0) {
+            J->plugin = ob.plugin;
+            J->argv[0] = ob.path;
+        } else {
+            weir__free(ob.path);
+        }
+    }
+    if (!e) {
+        snprintf(J->name, sizeof(J->name), "%s", weir_plugin_entry(J->plugin)->name);
+        e = weir__coord_job_check(J, why, cap);
+        if (e == -ENOSPC && recovering)
+            e = 0; /* its attempt waits for the workers to come back */
+    }
+    if (e < 0) {
+        weir__coord_job_free(J);
+        return e;
+    }
+    *out = J;
+    return 0;
+}
+
+/* Publish J and start its fiber, its end reported to cl (NULL: nobody).
+ * J->id 0: the next id; else the id it keeps (a recovered job). NULL
+ * (*id says which) or why it was not (J freed). */
+static const char *job_publish(coord *c, cjob *J, client *cl, uint64_t *id)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        weir__coord_job_free(J);
+        return "the coordinator is shutting down";
+    }
+    if (c->njobs == c->jobcap) {
+        /* Forget the oldest ended job, or grow. */
+        size_t drop = c->njobs;
+        if (c->njobs >= MAX_JOBS_KEPT)
+            for (size_t i = 0; i < c->njobs && drop == c->njobs; i++)
+                if (c->jobs[i]->gone)
+                    drop = i;
+        if (drop < c->njobs) {
+            weir__coord_job_free(c->jobs[drop]);
+            memmove(&c->jobs[drop], &c->jobs[drop + 1], (c->njobs - drop - 1) * sizeof(cjob *));
+            c->njobs--;
+        } else {
+            size_t cap = c->jobcap ? c->jobcap * 2 : 16;
+            cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
+            if (v) {
+                c->jobs = v;
+                c->jobcap = cap;
+            }
+        }
+    }
+    if (c->njobs == c->jobcap) {
+        pthread_mutex_unlock(&c->mu);
+        weir__coord_job_free(J);
+        return "the coordinator is out of memory";
+    }
+    if (!J->id)
+        J->id = ++c->next_job;
+    else if (J->id > c->next_job)
+        c->next_job = J->id;
+    J->state = WEIR__CL_JOB_RUNNING;
+    J->submitted_ms = J->submitted_ms ? J->submitted_ms : (uint64_t)weir__coord_wall_ms();
+    J->t0 = weir_time_now();
+    if (cl)
+        atomic_fetch_add(&cl->refs, 1);
+    J->submitter = cl;
+    c->jobs[c->njobs++] = J;
+    weir_task *t = weir_scope_spawn(c->scope, weir__coord_job_main, J,
+                                    &(weir_spawn_opts){.name = "cluster job", .stack_size = FIBER});
+    if (t)
+        weir_counter_inc(c->m.submitted);
+    if (!t) {
+        J->ended = J->gone = 1;
+        J->state = WEIR__CL_JOB_FAILED;
+        snprintf(J->message, sizeof(J->message), "could not start the job's fiber");
+        J->submitter = NULL;
+        if (cl)
+            atomic_fetch_sub(&cl->refs, 1);
+    }
+    /* J is the job fiber's now (it may end, and be forgotten, at once). */
+    *id = J->id;
+    pthread_mutex_unlock(&c->mu);
+    return t ? NULL : "could not start the job";
+}
+
 /* SubmitJob, with the upload of the plugins the cache lacks. Returns < 0
  * when the connection must be dropped (the client broke the protocol). */
 static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job *s)
@@ -707,60 +1196,11 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
         if (e)
             return e < 0 ? e : 0;
     }
-    cjob *J = weir__calloc(1, sizeof(*J));
-    if (!J)
-        return submit_refuse(cl, "the coordinator is out of memory") * 0;
-    J->c = c;
-    J->par = s->parallelism;
-    J->interval_ms = s->checkpoint_interval_ms;
-    J->max_restarts = s->max_restarts;
-    J->restore = s->restore;
-    J->idle_ms = s->idle_timeout_ms;
-    J->nplugins = s->plugins.n;
-    J->plugins = weir__calloc(s->plugins.n, sizeof(*J->plugins));
-    J->argc = (int)s->args.n + 1;
-    J->argv = weir__calloc((size_t)J->argc + 1, sizeof(char *));
-    J->events = weir_chan_new(sizeof(ev), WEIR_CHAN_UNBOUNDED);
-    J->acks = weir_chan_new(sizeof(weir__ckpt_msg), WEIR_CHAN_UNBOUNDED);
-    if (s->checkpoint_dir[0])
-        J->checkpoint_dir = weir__strdup(s->checkpoint_dir);
-    if (s->state_backend[0])
-        J->state_backend = weir__strdup(s->state_backend);
-    e = J->plugins && J->argv && J->events && J->acks &&
-                (!s->checkpoint_dir[0] || J->checkpoint_dir) &&
-                (!s->state_backend[0] || J->state_backend)
-            ? 0
-            : -ENOMEM;
-    for (uint32_t i = 0; !e && i < s->args.n; i++)
-        if (!(J->argv[i + 1] = weir__strdup(s->args.v[i])))
-            e = -ENOMEM;
-    char msg[1024] = "out of memory";
-    for (uint32_t i = 0; !e && i < s->plugins.n; i++) {
-        bjob ob = {.c = c,
-                   .sha = s->plugins.v[i].sha256,
-                   .len = s->plugins.v[i].size,
-                   .plugin = i == 0 ? (weir_plugin *)1 : NULL};
-        e = (int)weir__blocking_run_shielded(b_open, &ob);
-        snprintf(msg, sizeof(msg), "%s", ob.msg[0] ? ob.msg : weir_strerror(e));
-        memcpy(J->plugins[i].sha256, s->plugins.v[i].sha256, 32);
-        J->plugins[i].size = s->plugins.v[i].size;
-        J->plugins[i].bytes = (weir__cl_bytes){ob.data, (uint32_t)ob.len};
-        if (i == 0) {
-            J->plugin = ob.plugin;
-            J->argv[0] = ob.path;
-        } else {
-            weir__free(ob.path);
-        }
-    }
-    if (e) {
-        weir__coord_job_free(J);
-        return submit_refuse(cl, "%s", msg) * 0;
-    }
-    snprintf(J->name, sizeof(J->name), "%s", weir_plugin_entry(J->plugin)->name);
-    /* Define, plan and place once now, so that a job that cannot run is
-     * refused before it is published (the attempt does it again). */
+    cjob *J;
     char why[WEIR_CLUSTER_MESSAGE_MAX];
-    if ((e = weir__coord_job_check(J, why, sizeof(why))) < 0) {
+    if (job_build(c, s, 0, &J, why, sizeof(why)) < 0)
+        return submit_refuse(cl, "%s", why) * 0;
+    if (c->ha && job_persist(c, J, why, sizeof(why)) < 0) {
         weir__coord_job_free(J);
         return submit_refuse(cl, "%s", why) * 0;
     }
@@ -772,64 +1212,14 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
         weir__coord_job_free(J);
         return -ECANCELED;
     }
-    pthread_mutex_lock(&c->mu);
-    if (c->stopping) {
-        pthread_mutex_unlock(&c->mu);
-        weir__coord_job_free(J);
-        refuse_locked(cl, "the coordinator is shutting down");
-        weir_mutex_unlock(cl->wl);
-        return 0;
-    }
-    if (c->njobs == c->jobcap) {
-        /* Forget the oldest ended job, or grow. */
-        size_t drop = c->njobs;
-        if (c->njobs >= MAX_JOBS_KEPT)
-            for (size_t i = 0; i < c->njobs && drop == c->njobs; i++)
-                if (c->jobs[i]->gone)
-                    drop = i;
-        if (drop < c->njobs) {
-            weir__coord_job_free(c->jobs[drop]);
-            memmove(&c->jobs[drop], &c->jobs[drop + 1], (c->njobs - drop - 1) * sizeof(cjob *));
-            c->njobs--;
-        } else {
-            size_t cap = c->jobcap ? c->jobcap * 2 : 16;
-            cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
-            if (v) {
-                c->jobs = v;
-                c->jobcap = cap;
-            }
-        }
-    }
-    if (c->njobs == c->jobcap) {
-        pthread_mutex_unlock(&c->mu);
-        weir__coord_job_free(J);
-        refuse_locked(cl, "the coordinator is out of memory");
-        weir_mutex_unlock(cl->wl);
-        return 0;
-    }
-    J->id = ++c->next_job;
-    J->state = WEIR__CL_JOB_RUNNING;
-    J->submitted_ms = (uint64_t)weir__coord_wall_ms();
-    J->t0 = weir_time_now();
-    atomic_fetch_add(&cl->refs, 1);
-    J->submitter = cl;
-    c->jobs[c->njobs++] = J;
-    weir_task *t = weir_scope_spawn(c->scope, weir__coord_job_main, J,
-                                    &(weir_spawn_opts){.name = "cluster job", .stack_size = FIBER});
-    if (t)
-        weir_counter_inc(c->m.submitted);
-    if (!t) {
-        J->ended = J->gone = 1;
-        J->state = WEIR__CL_JOB_FAILED;
-        snprintf(J->message, sizeof(J->message), "could not start the job's fiber");
-        J->submitter = NULL;
-        atomic_fetch_sub(&cl->refs, 1);
-    }
-    /* J is the job fiber's now (it may end, and be forgotten, at once). */
-    uint64_t id = J->id;
-    pthread_mutex_unlock(&c->mu);
-    if (!t) {
-        refuse_locked(cl, "could not start the job");
+    uint64_t id = 0, kept = J->id;
+    char name[sizeof(J->name)];
+    snprintf(name, sizeof(name), "%s", J->name);
+    const char *refused = job_publish(c, J, cl, &id);
+    if (refused) {
+        if (kept) /* its record must not make the next leader run it */
+            job_forget(c, kept, name, "failed", refused);
+        refuse_locked(cl, "%s", refused);
         weir_mutex_unlock(cl->wl);
         return 0;
     }
@@ -1115,6 +1505,13 @@ static int metrics_init(coord *c)
                                          "Job restarts after a worker was lost.");
     c->m.submitted =
         weir_metrics_counter(m, "weir_coordinator_jobs_submitted_total", "Jobs accepted.");
+    c->m.recovered =
+        weir_metrics_counter(m, "weir_coordinator_jobs_recovered_total",
+                             "Jobs a new leader took over from the HA directory and runs again.");
+    c->m.recovery_failed =
+        weir_metrics_counter(m, "weir_coordinator_job_recoveries_failed_total",
+                             "Jobs of the HA directory a new leader could not run again (each "
+                             "needs a resubmit: the log says why).");
     c->m.bytes_shipped = weir_metrics_counter(m, "weir_coordinator_plugin_bytes_shipped_total",
                                               "Plugin bytes sent in Deploys.");
     c->m.ships_deduped =
@@ -1315,6 +1712,10 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
             weir__coord_http_stop(c);
             goto out;
         }
+        if (c->ha &&
+            !weir_scope_spawn(c->scope, recover_main, c,
+                              &(weir_spawn_opts){.name = "cluster recovery", .stack_size = FIBER}))
+            weir__log(WEIR__LOG_ERROR, LOG, "could not start the recovery of the jobs");
         if (o->on_listen && c->lfd >= 0)
             o->on_listen(o->arg, c->host, weir_net_local_port(c->lfd));
         if (o->on_ready)

@@ -15,10 +15,12 @@
  */
 #include "cluster/ha.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -252,6 +254,15 @@ int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *
     if (!e && weir__ha_cas_hook)
         weir__ha_cas_hook(path);
     char *s = NULL;
+    if (!e && !obj) { /* the record's removal, fenced the same way */
+        if (unlink(path) < 0 && errno != ENOENT) {
+            e = -errno;
+            snprintf(msg, cap, "removing %s: %s", path, strerror(-e));
+        }
+        flock(lfd, LOCK_UN);
+        close(lfd);
+        return e;
+    }
     if (!e) {
         if (json_object_set_new(obj, "epoch", json_integer((json_int_t)epoch)) < 0 ||
             !(s = json_dumps(obj, JSON_SORT_KEYS | JSON_COMPACT))) {
@@ -312,6 +323,201 @@ int weir__ha_open(const char *dir, int allow_unsafe_locks, weir__ha **out, char 
     }
     *out = ha;
     return 0;
+}
+
+/* ---- jobs and plugins -------------------------------------------------------------------- */
+static int sub_path(const weir__ha *ha, char *out, size_t cap, const char *sub, const char *name)
+{
+    int n = snprintf(out, cap, "%s/%s/%s", ha->dir, sub, name);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+static int sub_dir(const weir__ha *ha, const char *sub, char *msg, size_t cap)
+{
+    char d[4200];
+    snprintf(d, sizeof(d), "%s/%s", ha->dir, sub);
+    if (mkdir(d, 0700) < 0 && errno != EEXIST) {
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", d, strerror(-e));
+        return e;
+    }
+    return 0;
+}
+
+int weir__ha_plugin_put(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], const void *bytes,
+                        size_t len, char *msg, size_t cap)
+{
+    char hex[WEIR__SHA256_HEX_SIZE], name[WEIR__SHA256_HEX_SIZE + 8], path[4300];
+    snprintf(name, sizeof(name), "%s.so", weir__sha256_hex(sha, hex));
+    int e = sub_dir(ha, "plugins", msg, cap);
+    if (e < 0)
+        return e;
+    sub_path(ha, path, sizeof(path), "plugins", name);
+    struct stat st;
+    if (stat(path, &st) == 0 && (size_t)st.st_size == len)
+        return 0; /* named by content: the same bytes */
+    char tmp[4400];
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    e = fd < 0 ? -errno : write_all(fd, bytes, len);
+    if (!e && fsync(fd) < 0)
+        e = -errno;
+    if (fd >= 0 && close(fd) < 0 && !e)
+        e = -errno;
+    if (!e && rename(tmp, path) < 0)
+        e = -errno;
+    if (e) {
+        snprintf(msg, cap, "writing %s: %s", path, strerror(-e));
+        unlink(tmp);
+    }
+    return e;
+}
+
+int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uint64_t size,
+                         uint8_t **out, char *msg, size_t cap)
+{
+    char hex[WEIR__SHA256_HEX_SIZE], name[WEIR__SHA256_HEX_SIZE + 8], path[4300];
+    snprintf(name, sizeof(name), "%s.so", weir__sha256_hex(sha, hex));
+    sub_path(ha, path, sizeof(path), "plugins", name);
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", path, strerror(-e));
+        return e;
+    }
+    struct stat st;
+    uint8_t *b = NULL;
+    int e = fstat(fd, &st) < 0 ? -errno : 0;
+    if (!e && (uint64_t)st.st_size != size) {
+        snprintf(msg, cap, "%s: %lld bytes, not the %" PRIu64 " the job names", path,
+                 (long long)st.st_size, size);
+        e = -EBADMSG;
+    } else if (!e && !(b = weir__malloc(size ? size : 1))) {
+        snprintf(msg, cap, "out of memory");
+        e = -ENOMEM;
+    }
+    for (size_t got = 0; !e && got < size;) {
+        ssize_t n = read(fd, b + got, size - got);
+        if (n <= 0) {
+            e = n < 0 ? -errno : -EIO;
+            snprintf(msg, cap, "reading %s: %s", path, n < 0 ? strerror(errno) : "cut short");
+        } else {
+            got += (size_t)n;
+        }
+    }
+    close(fd);
+    uint8_t h[WEIR__SHA256_SIZE];
+    if (!e && (weir__sha256(b, size, h) < 0 || memcmp(h, sha, sizeof(h)) != 0)) {
+        snprintf(msg, cap, "%s: its bytes do not hash to its name", path);
+        e = -EBADMSG;
+    }
+    if (e) {
+        weir__free(b);
+        return e;
+    }
+    *out = b;
+    return 0;
+}
+
+int weir__ha_job_put(weir__ha *ha, uint64_t id, json_t *obj, char *msg, size_t cap)
+{
+    char name[32], path[4300];
+    snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
+    int e = sub_dir(ha, "jobs", msg, cap);
+    if (e < 0)
+        return e;
+    sub_path(ha, path, sizeof(path), "jobs", name);
+    return weir__ha_cas_write(path, ha->epoch, obj, NULL, msg, cap);
+}
+
+int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t cap)
+{
+    char name[32], path[4300];
+    snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
+    int e = sub_dir(ha, "history", msg, cap);
+    if (e < 0)
+        return e;
+    sub_path(ha, path, sizeof(path), "history", name);
+    if ((e = weir__ha_cas_write(path, ha->epoch, hist, NULL, msg, cap)) < 0)
+        return e;
+    sub_path(ha, path, sizeof(path), "jobs", name);
+    return weir__ha_cas_write(path, ha->epoch, NULL, NULL, msg, cap);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int weir__ha_jobs(weir__ha *ha, uint64_t **ids, size_t *n, char *msg, size_t cap)
+{
+    char d[4200];
+    snprintf(d, sizeof(d), "%s/jobs", ha->dir);
+    *ids = NULL;
+    *n = 0;
+    DIR *dir = opendir(d);
+    if (!dir) {
+        if (errno == ENOENT)
+            return 0;
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", d, strerror(-e));
+        return e;
+    }
+    size_t cap_ids = 0;
+    int e = 0;
+    for (struct dirent *de; !e && (de = readdir(dir));) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(de->d_name, &end, 10);
+        if (errno || end == de->d_name || strcmp(end, ".json") != 0 || v == 0)
+            continue; /* its .wlock and .tmp, and anything else */
+        if (*n == cap_ids) {
+            size_t nc = cap_ids ? cap_ids * 2 : 16;
+            uint64_t *nv = weir__realloc(*ids, nc * sizeof(*nv));
+            if (!nv) {
+                snprintf(msg, cap, "out of memory");
+                e = -ENOMEM;
+                break;
+            }
+            *ids = nv;
+            cap_ids = nc;
+        }
+        (*ids)[(*n)++] = v;
+    }
+    closedir(dir);
+    if (e) {
+        weir__free(*ids);
+        *ids = NULL;
+        *n = 0;
+        return e;
+    }
+    if (*n)
+        qsort(*ids, *n, sizeof(**ids), cmp_u64);
+    return 0;
+}
+
+json_t *weir__ha_job_load(weir__ha *ha, uint64_t id, char *msg, size_t cap)
+{
+    char name[32], path[4300];
+    snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
+    sub_path(ha, path, sizeof(path), "jobs", name);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o)
+        snprintf(msg, cap, "%s: not a JSON record (%s)", path, je.text);
+    else if (!json_is_object(o)) {
+        snprintf(msg, cap, "%s: not a JSON object", path);
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
+uint64_t weir__ha_epoch(const weir__ha *ha)
+{
+    return ha->leading ? ha->epoch : 0;
 }
 
 static json_t *leader_obj(const weir__ha *ha, int port)

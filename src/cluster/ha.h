@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/sha256.h"
 #include "weir/cluster.h"
 
 #define WEIR__HA_POLL_MS     200
@@ -91,9 +92,33 @@ void weir__ha_close(weir__ha *ha);
  * fenced record: 0 written, -ESTALE refused (the stored record's epoch is
  * above epoch: *stored says it), or a negative errno with msg. epoch 0:
  * one above the stored one (what an election does), returned in *stored.
- * stored may be NULL. */
+ * stored may be NULL. obj NULL: the record is removed, under the same
+ * check. */
 int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *stored, char *msg,
                        size_t cap);
+
+/* ---- what a leader keeps of its jobs (DIR/jobs, DIR/history, DIR/plugins) ----
+ * A running job's record (DIR/jobs/ID.json, its submission as the
+ * coordinator encodes it) and its plugins (DIR/plugins/SHA256.so, named by
+ * content) are written at submit, so that the next leader can run it
+ * again; its end moves the record to DIR/history/ID.json. Records are
+ * fenced by the leader's epoch. */
+int weir__ha_plugin_put(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], const void *bytes,
+                        size_t len, char *msg, size_t cap);
+/* The plugin's bytes (weir__malloc'd), checked against sha and size:
+ * -EBADMSG when they are not its. */
+int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uint64_t size,
+                         uint8_t **out, char *msg, size_t cap);
+/* Write job id's record (obj; "epoch" set here). The leader's only. */
+int weir__ha_job_put(weir__ha *ha, uint64_t id, json_t *obj, char *msg, size_t cap);
+/* Job id ended: hist written to its history record, its job record removed. */
+int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t cap);
+/* The ids of the job records, ascending (weir__free *ids). */
+int weir__ha_jobs(weir__ha *ha, uint64_t **ids, size_t *n, char *msg, size_t cap);
+/* Job id's record (json_decref it), or NULL with msg. */
+json_t *weir__ha_job_load(weir__ha *ha, uint64_t id, char *msg, size_t cap);
+/* The epoch this process leads with, 0 while it does not. */
+uint64_t weir__ha_epoch(const weir__ha *ha);
 
 /* Test hook: called inside the critical section of every fenced write,
  * between the read and the rename (NULL: none). */

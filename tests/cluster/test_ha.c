@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "cluster/ha.h"
 #include "test.h"
 
@@ -294,6 +295,90 @@ TEST(malformed_leader_files_are_refused_naming_the_field)
     CHECK_EQ(weir__ha_cas_write(path, 9, o, NULL, msg, sizeof(msg)), -EBADMSG);
     CHECK_HAS(msg, "epoch");
     json_decref(o);
+    rm_rf(d);
+}
+
+TEST(job_records_and_plugins_are_kept_by_the_leader_and_fenced)
+{
+    char *d = tmpdir(), msg[1024] = "";
+    weir__ha *a, *b;
+    uint64_t e = 0;
+    CHECK_EQ(weir__ha_open(d, 0, &a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_open(d, 0, &b, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_try_lead(a, "a", &e, msg, sizeof(msg)), 1);
+    /* Plugins by content: read back whole, and checked. */
+    static const char so[] = "not really an ELF, but bytes";
+    uint8_t sha[WEIR__SHA256_SIZE], *back = NULL;
+    CHECK_EQ(weir__sha256(so, sizeof(so), sha), 0);
+    CHECK_EQ(weir__ha_plugin_put(a, sha, so, sizeof(so), msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_plugin_put(a, sha, so, sizeof(so), msg, sizeof(msg)), 0); /* again: kept */
+    CHECK_EQ(weir__ha_plugin_read(a, sha, sizeof(so), &back, msg, sizeof(msg)), 0);
+    CHECK(memcmp(back, so, sizeof(so)) == 0);
+    weir__free(back);
+    CHECK_EQ(weir__ha_plugin_read(a, sha, sizeof(so) + 1, &back, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "not the");
+    uint8_t other[WEIR__SHA256_SIZE];
+    memcpy(other, sha, sizeof(other));
+    other[0] ^= 1;
+    CHECK_EQ(weir__ha_plugin_read(a, other, sizeof(so), &back, msg, sizeof(msg)), -ENOENT);
+    /* A plugin file whose bytes changed under its name is refused. */
+    char hex[WEIR__SHA256_HEX_SIZE], name[128];
+    snprintf(name, sizeof(name), "plugins/%s.so", weir__sha256_hex(sha, hex));
+    char text[sizeof(so)];
+    memcpy(text, so, sizeof(so));
+    text[0] = 'N';
+    text[sizeof(text) - 1] = '\0';
+    put_file(d, name, text);
+    CHECK_EQ(weir__ha_plugin_read(a, sha, sizeof(so) - 1, &back, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "do not hash to its name");
+    /* Job records: listed in id order, read back, moved to the history. */
+    uint64_t *ids;
+    size_t n;
+    CHECK_EQ(weir__ha_jobs(a, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(n, 0);
+    for (uint64_t id = 12; id >= 10; id--) {
+        json_t *o = json_pack("{s:I}", "id", (json_int_t)id);
+        CHECK_EQ(weir__ha_job_put(a, id, o, msg, sizeof(msg)), 0);
+        json_decref(o);
+    }
+    put_file(d, "jobs/notes.txt", "ignored");
+    CHECK_EQ(weir__ha_jobs(a, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(n, 3);
+    CHECK_EQ(ids[0], 10);
+    CHECK_EQ(ids[2], 12);
+    weir__free(ids);
+    json_t *o = weir__ha_job_load(a, 11, msg, sizeof(msg));
+    CHECK(o);
+    CHECK_EQ(json_integer_value(json_object_get(o, "epoch")), 1);
+    json_decref(o);
+    CHECK(!weir__ha_job_load(a, 99, msg, sizeof(msg)));
+    json_t *h = json_pack("{s:s}", "state", "succeeded");
+    CHECK_EQ(weir__ha_job_end(a, 11, h, msg, sizeof(msg)), 0);
+    json_decref(h);
+    CHECK_EQ(weir__ha_jobs(a, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(ids[1], 12);
+    weir__free(ids);
+    char p[600];
+    snprintf(p, sizeof(p), "%s/history/11.json", d);
+    CHECK_EQ(access(p, F_OK), 0);
+    /* A new leader rewrites a record; the old one can then neither
+     * rewrite nor remove it. */
+    uint64_t old_epoch = weir__ha_epoch(a);
+    CHECK_EQ(old_epoch, 1);
+    weir__ha_close(a);
+    CHECK_EQ(weir__ha_try_lead(b, "b", &e, msg, sizeof(msg)), 1);
+    CHECK_EQ(e, 2);
+    o = json_pack("{s:I}", "id", (json_int_t)12);
+    CHECK_EQ(weir__ha_job_put(b, 12, o, msg, sizeof(msg)), 0);
+    json_decref(o);
+    snprintf(p, sizeof(p), "%s/jobs/12.json", d);
+    o = json_object();
+    CHECK_EQ(weir__ha_cas_write(p, old_epoch, o, NULL, msg, sizeof(msg)), -ESTALE);
+    json_decref(o);
+    CHECK_EQ(weir__ha_cas_write(p, old_epoch, NULL, NULL, msg, sizeof(msg)), -ESTALE);
+    CHECK_EQ(access(p, F_OK), 0);
+    weir__ha_close(b);
     rm_rf(d);
 }
 

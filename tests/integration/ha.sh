@@ -1,23 +1,33 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# ha.sh WEIR_COMMAND
+# ha.sh WEIR_COMMAND JOB_EO_PLUGIN
 #
 # Two coordinators and two workers on loopback sharing one --ha-dir,
 # started here:
 #
 #   - the first coordinator leads (epoch 1), the second stands by with its
 #     ports closed, the workers find the leader through the directory;
-#   - SIGKILL of the leader: the standby leads with epoch 2, announces its
-#     port in active-leader.json, and both workers register with it and
-#     are bound to epoch 2 (/api/v1/worker);
-#   - a third coordinator, started while one leads, stands by; SIGTERM of
-#     a standby ends it at once with exit 0;
+#   - a job (tests/job/job_eo.c: a keyed count into the exactly-once file
+#     sink) is submitted and kept in the directory (jobs/1.json, its
+#     plugin under plugins/);
+#   - SIGKILL of the leader once a checkpoint completed: the standby
+#     leads with epoch 2, announces its port in active-leader.json, both
+#     workers register with it and are bound to epoch 2 (/api/v1/worker),
+#     and it runs the job on from its latest completed checkpoint to the
+#     end: the output is exactly an uninterrupted `weir run`'s, the job's
+#     record moves to history/ as succeeded;
+#   - a job without checkpoints, its leader SIGKILLed: the next leader
+#     (epoch 3) does not run it again - nothing to go on from - and its
+#     record moves to history/ as failed, saying why;
+#   - a coordinator started while one leads stands by; SIGTERM of a
+#     standby ends it at once with exit 0;
 #   - bad usage (exit 2) and an --ha-dir that is a file (exit 1, named).
 #
 # Every wait polls for its event (a line, a file's content) with a
 # generous deadline; nothing sleeps for a fixed time to assume it.
 set -eu
 weir=$1
+plugin=$2
 tmp=$(mktemp -d /tmp/weir-ha-XXXXXX)
 pids=""
 cleanup() {
@@ -109,6 +119,26 @@ for w in x y; do
     wait_for 20 worker_epoch_is $w 1 || fail "worker $w is not bound to epoch 1"
 done
 
+# ---- a job, kept in the directory ----
+n=400000
+"$weir" run "$plugin" --parallelism 2 --no-progress --quiet --checkpoint-dir "$tmp/ref-ckpt" \
+    --checkpoint-interval-ms 100 -- "$tmp/ref" $n || fail "the reference run failed"
+cat "$tmp"/ref/part-* | sort >"$tmp/want"
+"$weir" submit "$plugin" --coordinator "127.0.0.1:$port_a" --parallelism 2 \
+    --checkpoint-dir "$tmp/ckpt" --checkpoint-interval-ms 100 -- "$tmp/out" $n \
+    >"$tmp/submit.out" 2>"$tmp/submit.log" &
+sub=$!
+pids="$pids $sub"
+wait_for 20 test -f "$ha/jobs/1.json" || fail "the job's record is not in $ha/jobs"
+ls "$ha/plugins/"*.so >/dev/null 2>&1 || fail "the job's plugin is not in $ha/plugins"
+has_completed() {
+    for f in "$tmp"/ckpt/COMPLETED-*; do
+        [ -e "$f" ] && return 0
+    done
+    return 1
+}
+wait_for 60 has_completed || fail "no checkpoint of the job completed"
+
 # ---- the leader is killed: the standby takes over ----
 t0=$(date +%s%N)
 # shellcheck disable=SC2154 # set by start_coordinator's eval
@@ -123,14 +153,45 @@ for w in x y; do
     wait_for 20 worker_epoch_is $w 2 || fail "worker $w is not bound to epoch 2"
 done
 echo "ha.sh: takeover in $(((t1 - t0) / 1000000)) ms (leader SIGKILLed to the standby listening)"
+# The client's connection went with the leader: it says so and fails.
+rc=0
+wait "$sub" || rc=$?
+[ $rc -ne 0 ] || fail "weir submit succeeded though its coordinator was killed"
+wait_for 20 grep -q "job 1 (.*) recovered" "$tmp/b.log" || fail "b did not recover the job"
+wait_for 120 grep -q '"state":"succeeded"' "$ha/history/1.json" || fail "the recovered job did not succeed"
+[ ! -f "$ha/jobs/1.json" ] || fail "the ended job's record is still in $ha/jobs"
+cat "$tmp"/out/part-* 2>/dev/null | sort >"$tmp/got"
+cmp -s "$tmp/got" "$tmp/want" ||
+    fail "the output differs from weir run's: $(wc -l <"$tmp/got") lines," \
+        "$(comm -23 "$tmp/got" "$tmp/want" | wc -l) extra," \
+        "$(comm -13 "$tmp/got" "$tmp/want" | wc -l) missing"
 
-# ---- a standby ends cleanly on SIGTERM ----
+# ---- a job without checkpoints cannot be taken over ----
 start_coordinator c
 wait_for 20 grep -q "standing by" "$tmp/c.out" || fail "coordinator c did not stand by"
+"$weir" submit "$plugin" --coordinator "127.0.0.1:$port_b" --parallelism 2 -- "$tmp/out2" 100000000 \
+    >"$tmp/submit2.out" 2>"$tmp/submit2.log" &
+pids="$pids $!"
+wait_for 20 test -f "$ha/jobs/2.json" || fail "job 2's record is not in $ha/jobs"
+wait_for 20 grep -q "job 2 attempt 0 running" "$tmp/b.log" || fail "job 2 did not start"
 # shellcheck disable=SC2154
-kill -TERM "$c_c"
+kill -KILL "$c_b"
+wait_for 20 grep -q listening "$tmp/c.out" || fail "coordinator c did not take over"
+port_c=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/c.out")
+wait_for 20 leader_is 3 "$port_c" || fail "active-leader.json does not name c with epoch 3"
+wait_for 20 grep -q "job 2 (eo) was not recovered: it takes no checkpoints" "$tmp/c.log" ||
+    fail "c did not refuse to run job 2 again"
+wait_for 20 grep -q '"state":"failed"' "$ha/history/2.json" || fail "job 2's end is not recorded"
+grep -q "takes no checkpoints" "$ha/history/2.json" || fail "job 2's record does not say why"
+[ ! -f "$ha/jobs/2.json" ] || fail "job 2's record is still in $ha/jobs"
+
+# ---- a standby ends cleanly on SIGTERM ----
+start_coordinator d
+wait_for 20 grep -q "standing by" "$tmp/d.out" || fail "coordinator d did not stand by"
+# shellcheck disable=SC2154
+kill -TERM "$c_d"
 rc=0
-wait "$c_c" || rc=$?
+wait "$c_d" || rc=$?
 [ $rc -eq 0 ] || fail "a standby stopped by SIGTERM exited $rc"
-leader_is 2 "$port_b" || fail "the standby's exit changed the leader file"
+leader_is 3 "$port_c" || fail "the standby's exit changed the leader file"
 echo "ha.sh: ok"
