@@ -726,12 +726,14 @@ static int job_persist(coord *c, cjob *J, char *why, size_t cap)
 
 /* Job id ended (state, message): its record goes to the history. A
  * failure is logged: the next leader would run it again. */
-static void job_forget(coord *c, uint64_t id, const char *name, const char *state,
-                       const char *message)
+static void job_forget(coord *c, uint64_t id, const char *name, uint32_t par, uint64_t submitted_ms,
+                       const char *state, const char *message)
 {
     hjob h = {.c = c, .id = id};
-    h.obj = json_pack("{s:I, s:s, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name, "state",
-                      state, "message", message, "ended_ms", (json_int_t)weir__coord_wall_ms());
+    h.obj =
+        json_pack("{s:I, s:s, s:I, s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name,
+                  "parallelism", (json_int_t)par, "submitted_ms", (json_int_t)submitted_ms, "state",
+                  state, "message", message, "ended_ms", (json_int_t)weir__coord_wall_ms());
     int e = h.obj ? (int)weir__blocking_run_shielded(b_job_end, &h) : -ENOMEM;
     json_decref(h.obj);
     if (e < 0)
@@ -753,7 +755,7 @@ void weir__coord_job_ended(cjob *J)
     snprintf(message, sizeof(message), "%s", J->message);
     pthread_mutex_unlock(&c->mu);
     if (!keep)
-        job_forget(c, J->id, J->name, state, message);
+        job_forget(c, J->id, J->name, J->par, J->submitted_ms, state, message);
 }
 
 static int hex_byte(const char *p)
@@ -870,6 +872,7 @@ static intptr_t b_plugin_back(void *arg)
 
 typedef struct hload {
     coord *c;
+    int which; /* WEIR__HA_JOBS, WEIR__HA_HISTORY */
     uint64_t *ids;
     size_t n;
     uint64_t id;
@@ -880,21 +883,99 @@ typedef struct hload {
 static intptr_t b_jobs_list(void *arg)
 {
     hload *h = arg;
-    return weir__ha_jobs(h->c->ha, &h->ids, &h->n, h->msg, sizeof(h->msg));
+    return weir__ha_jobs(h->c->ha, h->which, &h->ids, &h->n, h->msg, sizeof(h->msg));
 }
 
 static intptr_t b_job_load(void *arg)
 {
     hload *h = arg;
-    h->obj = weir__ha_job_load(h->c->ha, h->id, h->msg, sizeof(h->msg));
+    h->obj = weir__ha_job_load(h->c->ha, h->which, h->id, h->msg, sizeof(h->msg));
     return h->obj ? 0 : -EBADMSG;
+}
+
+static uint8_t state_of(const char *name)
+{
+    static const uint8_t v[] = {WEIR__CL_JOB_SUCCEEDED, WEIR__CL_JOB_FAILED,
+                                WEIR__CL_JOB_CANCELLED};
+    for (size_t i = 0; i < sizeof(v); i++)
+        if (name && strcmp(name, weir__cl_job_state_name(v[i])) == 0)
+            return v[i];
+    return WEIR__CL_JOB_FAILED;
+}
+
+/* An ended job, only to be listed (ListJobs, the HTTP API). */
+static void job_add_ended(coord *c, uint64_t id, const char *name, uint32_t par,
+                          uint64_t submitted_ms, uint64_t ended_ms, uint8_t state,
+                          const char *message)
+{
+    cjob *J = weir__calloc(1, sizeof(*J));
+    if (!J)
+        return; /* only the listing loses it */
+    J->c = c;
+    J->id = id;
+    snprintf(J->name, sizeof(J->name), "%s", name ? name : "?");
+    snprintf(J->message, sizeof(J->message), "%s", message ? message : "");
+    J->state = state;
+    J->par = par;
+    J->submitted_ms = submitted_ms;
+    J->ended_ms = ended_ms;
+    J->ended = J->gone = 1;
+    pthread_mutex_lock(&c->mu);
+    if (c->njobs == c->jobcap) {
+        size_t cap = c->jobcap ? c->jobcap * 2 : 16;
+        cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
+        if (v) {
+            c->jobs = v;
+            c->jobcap = cap;
+        }
+    }
+    if (c->njobs < c->jobcap) {
+        c->jobs[c->njobs++] = J;
+        J = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (J)
+        weir__coord_job_free(J);
+}
+
+/* The ended jobs of the history (the newest MAX_JOBS_KEPT / 2), so that
+ * ListJobs and the HTTP API show them on the new leader too. */
+static void history_reload(coord *c)
+{
+    hload h = {.c = c, .which = WEIR__HA_HISTORY};
+    if (weir__blocking_run_shielded(b_jobs_list, &h) < 0) {
+        weir__log(WEIR__LOG_WARN, LOG, "the jobs' history could not be read: %s", h.msg);
+        return;
+    }
+    size_t first = h.n > MAX_JOBS_KEPT / 2 ? h.n - MAX_JOBS_KEPT / 2 : 0;
+    for (size_t i = first; i < h.n; i++) {
+        hload l = {.c = c, .which = WEIR__HA_HISTORY, .id = h.ids[i]};
+        if (weir__blocking_run_shielded(b_job_load, &l) < 0) {
+            weir__log(WEIR__LOG_WARN, LOG, "history of job %" PRIu64 " skipped: %s", l.id, l.msg);
+            continue;
+        }
+        job_add_ended(c, l.id, json_string_value(json_object_get(l.obj, "name")),
+                      (uint32_t)json_integer_value(json_object_get(l.obj, "parallelism")),
+                      (uint64_t)json_integer_value(json_object_get(l.obj, "submitted_ms")),
+                      (uint64_t)json_integer_value(json_object_get(l.obj, "ended_ms")),
+                      state_of(json_string_value(json_object_get(l.obj, "state"))),
+                      json_string_value(json_object_get(l.obj, "message")));
+        json_decref(l.obj);
+    }
+    if (h.n) {
+        pthread_mutex_lock(&c->mu);
+        if (h.ids[h.n - 1] > c->next_job) /* ids are never used again */
+            c->next_job = h.ids[h.n - 1];
+        pthread_mutex_unlock(&c->mu);
+    }
+    weir__free(h.ids);
 }
 
 /* Run job id of the HA directory again: 1 recovered, 0 it could not be
  * (logged, counted, moved to the history as needing a resubmit). */
 static int recover_one(coord *c, uint64_t id)
 {
-    hload h = {.c = c, .id = id};
+    hload h = {.c = c, .which = WEIR__HA_JOBS, .id = id};
     char why[WEIR_CLUSTER_MESSAGE_MAX] = "";
     const char *name = "?";
     recovered r = {0};
@@ -949,12 +1030,38 @@ static int recover_one(coord *c, uint64_t id)
         pthread_mutex_lock(&c->mu);
         int stopping = c->stopping; /* then the next leader is to try */
         pthread_mutex_unlock(&c->mu);
-        if (!stopping)
-            job_forget(c, id, name, "failed", message);
+        uint64_t submitted = (uint64_t)json_integer_value(json_object_get(h.obj, "submitted_ms"));
+        if (!stopping) {
+            job_forget(c, id, name, r.s.parallelism, submitted, "failed", message);
+            job_add_ended(c, id, name, r.s.parallelism, submitted, (uint64_t)weir__coord_wall_ms(),
+                          WEIR__CL_JOB_FAILED, message);
+        }
     }
     recovered_free(&r);
     json_decref(h.obj);
     return e == 0;
+}
+
+/* Before a new leader opens its port: job ids continue above every id
+ * the directory knows (running and ended), so a submit that comes while
+ * the takeover waits for workers never takes a kept job's id. 0 or a
+ * negative errno with msg. */
+static int ha_reserve_ids(coord *c, char *msg, size_t cap)
+{
+    for (int which = WEIR__HA_JOBS; which <= WEIR__HA_HISTORY; which++) {
+        hload h = {.c = c, .which = which};
+        int e = (int)weir__blocking_run_shielded(b_jobs_list, &h);
+        if (e < 0) {
+            snprintf(msg, cap, "%s", h.msg);
+            return e;
+        }
+        pthread_mutex_lock(&c->mu);
+        if (h.n && h.ids[h.n - 1] > c->next_job)
+            c->next_job = h.ids[h.n - 1];
+        pthread_mutex_unlock(&c->mu);
+        weir__free(h.ids);
+    }
+    return 0;
 }
 
 /* A new leader's takeover of the jobs its predecessor ran: once worker
@@ -977,7 +1084,8 @@ static intptr_t recover_main(void *arg)
         if (weir_time_sleep(50 * WEIR_MSEC) < 0)
             return 0;
     }
-    hload h = {.c = c};
+    history_reload(c);
+    hload h = {.c = c, .which = WEIR__HA_JOBS};
     int e = (int)weir__blocking_run_shielded(b_jobs_list, &h);
     if (e < 0) {
         weir__log(WEIR__LOG_ERROR, LOG, "the jobs to recover could not be listed: %s", h.msg);
@@ -1218,7 +1326,7 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     const char *refused = job_publish(c, J, cl, &id);
     if (refused) {
         if (kept) /* its record must not make the next leader run it */
-            job_forget(c, kept, name, "failed", refused);
+            job_forget(c, kept, name, s->parallelism, 0, "failed", refused);
         refuse_locked(cl, "%s", refused);
         weir_mutex_unlock(cl->wl);
         return 0;
@@ -1678,6 +1786,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
                                : "127.0.0.1");
     if (o->ha_dir && (e = stand_for_leader(c, msg, cap)) <= 0)
         goto out; /* 0: stopped while standing by */
+    if (c->ha && (e = ha_reserve_ids(c, msg, cap)) < 0)
+        goto out;
     if (o->port >= 0 &&
         (c->lfd = weir_net_listen(o->bind_host ? o->bind_host : "0.0.0.0", o->port, NULL)) < 0) {
         e = c->lfd;

@@ -451,10 +451,15 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int weir__ha_jobs(weir__ha *ha, uint64_t **ids, size_t *n, char *msg, size_t cap)
+static const char *which_dir(int which)
+{
+    return which == WEIR__HA_HISTORY ? "history" : "jobs";
+}
+
+int weir__ha_jobs(weir__ha *ha, int which, uint64_t **ids, size_t *n, char *msg, size_t cap)
 {
     char d[4200];
-    snprintf(d, sizeof(d), "%s/jobs", ha->dir);
+    snprintf(d, sizeof(d), "%s/%s", ha->dir, which_dir(which));
     *ids = NULL;
     *n = 0;
     DIR *dir = opendir(d);
@@ -498,11 +503,11 @@ int weir__ha_jobs(weir__ha *ha, uint64_t **ids, size_t *n, char *msg, size_t cap
     return 0;
 }
 
-json_t *weir__ha_job_load(weir__ha *ha, uint64_t id, char *msg, size_t cap)
+json_t *weir__ha_job_load(weir__ha *ha, int which, uint64_t id, char *msg, size_t cap)
 {
     char name[32], path[4300];
     snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
-    sub_path(ha, path, sizeof(path), "jobs", name);
+    sub_path(ha, path, sizeof(path), which_dir(which), name);
     json_error_t je;
     json_t *o = json_load_file(path, 0, &je);
     if (!o)

@@ -113,10 +113,11 @@ int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uin
 int weir__ha_job_put(weir__ha *ha, uint64_t id, json_t *obj, char *msg, size_t cap);
 /* Job id ended: hist written to its history record, its job record removed. */
 int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t cap);
-/* The ids of the job records, ascending (weir__free *ids). */
-int weir__ha_jobs(weir__ha *ha, uint64_t **ids, size_t *n, char *msg, size_t cap);
+enum { WEIR__HA_JOBS, WEIR__HA_HISTORY }; /* which records */
+/* The ids of the job (or history) records, ascending (weir__free *ids). */
+int weir__ha_jobs(weir__ha *ha, int which, uint64_t **ids, size_t *n, char *msg, size_t cap);
 /* Job id's record (json_decref it), or NULL with msg. */
-json_t *weir__ha_job_load(weir__ha *ha, uint64_t id, char *msg, size_t cap);
+json_t *weir__ha_job_load(weir__ha *ha, int which, uint64_t id, char *msg, size_t cap);
 /* The epoch this process leads with, 0 while it does not. */
 uint64_t weir__ha_epoch(const weir__ha *ha);
 

@@ -334,7 +334,7 @@ TEST(job_records_and_plugins_are_kept_by_the_leader_and_fenced)
     /* Job records: listed in id order, read back, moved to the history. */
     uint64_t *ids;
     size_t n;
-    CHECK_EQ(weir__ha_jobs(a, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_jobs(a, WEIR__HA_JOBS, &ids, &n, msg, sizeof(msg)), 0);
     CHECK_EQ(n, 0);
     for (uint64_t id = 12; id >= 10; id--) {
         json_t *o = json_pack("{s:I}", "id", (json_int_t)id);
@@ -342,26 +342,32 @@ TEST(job_records_and_plugins_are_kept_by_the_leader_and_fenced)
         json_decref(o);
     }
     put_file(d, "jobs/notes.txt", "ignored");
-    CHECK_EQ(weir__ha_jobs(a, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_jobs(a, WEIR__HA_JOBS, &ids, &n, msg, sizeof(msg)), 0);
     CHECK_EQ(n, 3);
     CHECK_EQ(ids[0], 10);
     CHECK_EQ(ids[2], 12);
     weir__free(ids);
-    json_t *o = weir__ha_job_load(a, 11, msg, sizeof(msg));
+    json_t *o = weir__ha_job_load(a, WEIR__HA_JOBS, 11, msg, sizeof(msg));
     CHECK(o);
     CHECK_EQ(json_integer_value(json_object_get(o, "epoch")), 1);
     json_decref(o);
-    CHECK(!weir__ha_job_load(a, 99, msg, sizeof(msg)));
+    CHECK(!weir__ha_job_load(a, WEIR__HA_JOBS, 99, msg, sizeof(msg)));
     json_t *h = json_pack("{s:s}", "state", "succeeded");
     CHECK_EQ(weir__ha_job_end(a, 11, h, msg, sizeof(msg)), 0);
     json_decref(h);
-    CHECK_EQ(weir__ha_jobs(a, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_jobs(a, WEIR__HA_JOBS, &ids, &n, msg, sizeof(msg)), 0);
     CHECK_EQ(n, 2);
     CHECK_EQ(ids[1], 12);
     weir__free(ids);
+    CHECK_EQ(weir__ha_jobs(a, WEIR__HA_HISTORY, &ids, &n, msg, sizeof(msg)), 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(ids[0], 11);
+    weir__free(ids);
+    o = weir__ha_job_load(a, WEIR__HA_HISTORY, 11, msg, sizeof(msg));
+    CHECK(o);
+    CHECK_STR(json_string_value(json_object_get(o, "state")), "succeeded");
+    json_decref(o);
     char p[600];
-    snprintf(p, sizeof(p), "%s/history/11.json", d);
-    CHECK_EQ(access(p, F_OK), 0);
     /* A new leader rewrites a record; the old one can then neither
      * rewrite nor remove it. */
     uint64_t old_epoch = weir__ha_epoch(a);

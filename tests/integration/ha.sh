@@ -18,7 +18,8 @@
 #     record moves to history/ as succeeded;
 #   - a job without checkpoints, its leader SIGKILLed: the next leader
 #     (epoch 3) does not run it again - nothing to go on from - and its
-#     record moves to history/ as failed, saying why;
+#     record moves to history/ as failed, saying why, and the new leader
+#     lists both jobs (weir jobs) from the history;
 #   - a coordinator started while one leads stands by; SIGTERM of a
 #     standby ends it at once with exit 0;
 #   - bad usage (exit 2) and an --ha-dir that is a file (exit 1, named).
@@ -184,6 +185,11 @@ wait_for 20 grep -q "job 2 (eo) was not recovered: it takes no checkpoints" "$tm
 wait_for 20 grep -q '"state":"failed"' "$ha/history/2.json" || fail "job 2's end is not recorded"
 grep -q "takes no checkpoints" "$ha/history/2.json" || fail "job 2's record does not say why"
 [ ! -f "$ha/jobs/2.json" ] || fail "job 2's record is still in $ha/jobs"
+# The new leader lists the jobs its predecessors ran, from the history.
+wait_for 20 sh -c "'$weir' jobs --coordinator 127.0.0.1:$port_c | grep -q '^ *1  eo  *succeeded'" ||
+    fail "c's job list lacks job 1: $("$weir" jobs --coordinator "127.0.0.1:$port_c" 2>&1)"
+"$weir" jobs --coordinator "127.0.0.1:$port_c" | grep -q '^ *2  eo  *failed .*not recovered' ||
+    fail "c's job list lacks job 2: $("$weir" jobs --coordinator "127.0.0.1:$port_c" 2>&1)"
 
 # ---- a standby ends cleanly on SIGTERM ----
 start_coordinator d
