@@ -26,48 +26,51 @@
 
 static void usage_node(FILE *f)
 {
-    fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
-          "                 [--http-port P] [--cache-dir D] [--threads N]\n"
-          "                 [--ha-dir DIR [--ha-allow-unsafe-locks]]\n"
-          "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
-          "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
-          "                 [--threads N]\n"
-          "\n"
-          "Run a cluster node until SIGTERM or SIGINT.\n"
-          "\n"
-          "coordinator:\n"
-          "  --bind-host H       the address to listen on (default 0.0.0.0)\n"
-          "  --port P            the port (default 0: a free one, printed)\n"
-          "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
-          "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
-          "                      bind host (default 127.0.0.1)\n"
-          "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
-          "                      private temporary directory, removed at exit)\n"
-          "  --ha-dir DIR        high availability: stand for leader in DIR, shared by\n"
-          "                      the coordinators (a directory whose file system honours\n"
-          "                      POSIX locks between processes); a standby keeps its\n"
-          "                      ports closed until it leads\n"
-          "  --ha-allow-unsafe-locks  use an --ha-dir that fails the lock probe anyway\n"
-          "worker:\n"
-          "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
-          "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
-          "  --ha-dir DIR        find the leading coordinator in DIR instead\n"
-          "  --slots N           subtasks it runs at once (default 16)\n"
-          "  --data-host H       the address other workers reach its channels at\n"
-          "                      (default: the one the coordinator sees)\n"
-          "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
-          "                      (127.0.0.1; 0: a free one)\n"
-          "both:\n"
-          "  --threads N         scheduler threads of the node's runtime (default\n"
-          "                      WEIR_THREADS, else the online cores); give nodes that\n"
-          "                      share a machine their share of its cores\n"
-          "\n"
-          "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
-          "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
-          "\"weir node: http on HOST:PORT\" first; a standby coordinator prints \"weir node:\n"
-          "coordinator standing by in DIR\" until it leads.\n"
-          "exit: 0 stopped by a signal, 1 failed, 2 bad usage.\n",
-          f);
+    fputs(
+        "usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
+        "                 [--http-port P] [--cache-dir D] [--threads N]\n"
+        "                 [--ha-dir DIR [--ha-allow-unsafe-locks]] [--max-pending-connections N]\n"
+        "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
+        "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
+        "                 [--threads N]\n"
+        "\n"
+        "Run a cluster node until SIGTERM or SIGINT.\n"
+        "\n"
+        "coordinator:\n"
+        "  --bind-host H       the address to listen on (default 0.0.0.0)\n"
+        "  --port P            the port (default 0: a free one, printed)\n"
+        "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
+        "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
+        "                      bind host (default 127.0.0.1)\n"
+        "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
+        "                      private temporary directory, removed at exit)\n"
+        "  --ha-dir DIR        high availability: stand for leader in DIR, shared by\n"
+        "                      the coordinators (a directory whose file system honours\n"
+        "                      POSIX locks between processes); a standby keeps its\n"
+        "                      ports closed until it leads\n"
+        "  --ha-allow-unsafe-locks  use an --ha-dir that fails the lock probe anyway\n"
+        "  --max-pending-connections N  connections admitted at once before their first\n"
+        "                      frame (default 64); a flood beyond evicts its own\n"
+        "worker:\n"
+        "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
+        "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
+        "  --ha-dir DIR        find the leading coordinator in DIR instead\n"
+        "  --slots N           subtasks it runs at once (default 16)\n"
+        "  --data-host H       the address other workers reach its channels at\n"
+        "                      (default: the one the coordinator sees)\n"
+        "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
+        "                      (127.0.0.1; 0: a free one)\n"
+        "both:\n"
+        "  --threads N         scheduler threads of the node's runtime (default\n"
+        "                      WEIR_THREADS, else the online cores); give nodes that\n"
+        "                      share a machine their share of its cores\n"
+        "\n"
+        "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
+        "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
+        "\"weir node: http on HOST:PORT\" first; a standby coordinator prints \"weir node:\n"
+        "coordinator standing by in DIR\" until it leads.\n"
+        "exit: 0 stopped by a signal, 1 failed, 2 bad usage.\n",
+        f);
 }
 
 typedef struct node_args {
@@ -180,7 +183,7 @@ int weir__cli_node(int argc, char **argv)
     memset(a, 0, sizeof(*a));
     a->co.max_restarts = -1;
     const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL, *cache = NULL,
-               *threads = NULL, *ha_dir = NULL;
+               *threads = NULL, *ha_dir = NULL, *pending = NULL;
     int unsafe_locks = 0;
     a->wo.coordinator = getenv("WEIR_COORDINATOR");
     for (int i = 0; i < argc; i++) {
@@ -205,7 +208,8 @@ int weir__cli_node(int argc, char **argv)
             (r = value(argv[i], "--http-port", &i, argc, argv, &http)) ||
             (r = value(argv[i], "--cache-dir", &i, argc, argv, &cache)) ||
             (r = value(argv[i], "--threads", &i, argc, argv, &threads)) ||
-            (r = value(argv[i], "--ha-dir", &i, argc, argv, &ha_dir))) {
+            (r = value(argv[i], "--ha-dir", &i, argc, argv, &ha_dir)) ||
+            (r = value(argv[i], "--max-pending-connections", &i, argc, argv, &pending))) {
             if (r < 0)
                 return CLI_USAGE;
             (void)v;
@@ -241,9 +245,9 @@ int weir__cli_node(int argc, char **argv)
         a->co.on_http = a->wo.on_http = on_http;
     }
     if (a->worker) {
-        if (port || a->co.bind_host || a->co.advertise_host) {
-            fprintf(stderr, "weir node: --port, --bind-host and --advertise-host are for the "
-                            "coordinator\n");
+        if (port || a->co.bind_host || a->co.advertise_host || pending) {
+            fprintf(stderr, "weir node: --port, --bind-host, --advertise-host and "
+                            "--max-pending-connections are for the coordinator\n");
             return CLI_USAGE;
         }
         if (!a->wo.id || !*a->wo.id) {
@@ -294,6 +298,11 @@ int weir__cli_node(int argc, char **argv)
             return CLI_USAGE;
         }
         a->co.ha_allow_unsafe_locks = unsafe_locks;
+        if (pending) {
+            if (number("--max-pending-connections", pending, 1, 65536, &n) < 0)
+                return CLI_USAGE;
+            a->co.max_pending_connections = (int)n;
+        }
         a->co.on_listen = on_listen;
         a->co.on_standby = on_standby;
     }

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "cluster/admission.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
 #include "weir/cluster.h"
@@ -134,6 +135,17 @@ struct coord {
      * without HA: stamped on every frame to a worker (weir__coord_post). */
     uint64_t epoch;
     struct weir__ha *ha; /* the election (--ha-dir), NULL without */
+    /* Admissions (admission.h), under mu: the connections accepted whose
+     * first frame has not arrived, each with its socket (shut down to
+     * interrupt it); at most 3 * adm_cap. */
+    weir__adm_entry *adm;
+    int *adm_fd;
+    size_t nadm, adm_cap;
+    uint64_t adm_seq;
+    /* the rate limit of admission log lines (mu) */
+    int64_t adm_log_window;
+    int adm_logged, adm_quiet;
+    char adm_quiet_addr[64];
     /* counters */
     weir_http_server *http; /* NULL: none */
     /* the node's metrics (GET /metrics) */
@@ -143,6 +155,7 @@ struct coord {
         weir_metric_family *ended; /* jobs ended {state} */
         weir_counter *malformed, *refused_version, *restarts, *submitted;
         weir_counter *recovered, *recovery_failed; /* HA takeovers */
+        weir_counter *adm_refused, *adm_evicted, *accept_failures;
         weir_counter *bytes_shipped, *ships_deduped, *cache_hits;
         weir_histogram *ckpt_seconds;
         weir__plugin_stats seen; /* the process's plugin counters as last published */

@@ -68,6 +68,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "cluster/admission.h"
 #include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/placement.h"
@@ -529,6 +530,9 @@ static intptr_t watchdog_main(void *arg)
 
 /* ---- clients ------------------------------------------------------------------------------- */
 #define CLIENT_WRITE_MS 10000 /* a client that takes none of a frame for this long is dropped */
+/* An admission's deadline is this plus the heartbeat timeout (room for a
+ * TLS handshake, then the first frame). */
+#define ADMIT_HANDSHAKE_MS 5000
 
 void weir__coord_client_unref(client *cl)
 {
@@ -1444,7 +1448,111 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
 typedef struct admit_arg {
     coord *c;
     int fd;
+    uint64_t seq; /* its admission (0: untracked, weir__coord_admit's) */
 } admit_arg;
+
+/* A line about an admission refused or evicted, at most 5 in full per
+ * 10 s, then one summary (mu held). The counters are the exact record. */
+static void adm_log_locked(coord *c, const char *what, const char *addr)
+{
+    int64_t now = weir_time_now();
+    if (now - c->adm_log_window >= 10000 * WEIR_MSEC) {
+        if (c->adm_quiet)
+            weir__log(WEIR__LOG_WARN, LOG,
+                      "%d more connections refused or evicted before their first frame in "
+                      "10 s (the last from %s)",
+                      c->adm_quiet, c->adm_quiet_addr);
+        c->adm_log_window = now;
+        c->adm_logged = c->adm_quiet = 0;
+    }
+    if (c->adm_logged < 5) {
+        c->adm_logged++;
+        weir__log(WEIR__LOG_WARN, LOG, "connection from %s %s (%zu admissions at once at most)",
+                  addr, what, c->adm_cap);
+    } else {
+        c->adm_quiet++;
+        snprintf(c->adm_quiet_addr, sizeof(c->adm_quiet_addr), "%s", addr);
+    }
+}
+
+/* The index of admission seq, or nadm. */
+static size_t adm_find_locked(coord *c, uint64_t seq)
+{
+    size_t i = 0;
+    while (i < c->nadm && c->adm[i].seq != seq)
+        i++;
+    return i;
+}
+
+/* Take the newcomer fd from peer into the admissions: its seq, or 0 when
+ * it is refused (fd closed). An eviction shuts the victim's socket down:
+ * its fiber's read fails, and it lets go. */
+static uint64_t adm_take(coord *c, int fd, const weir_net_addr *peer)
+{
+    uint64_t key = weir__adm_addr_key(&peer->ss);
+    char addr[WEIR_NET_ADDRSTRLEN];
+    pthread_mutex_lock(&c->mu);
+    size_t victim = 0;
+    int v = weir__adm_choose(c->adm, c->nadm, key, c->adm_cap, &victim);
+    if (v == WEIR__ADM_EVICT) {
+        c->adm[victim].interrupted = 1;
+        shutdown(c->adm_fd[victim], SHUT_RDWR);
+        weir_counter_inc(c->m.adm_evicted);
+        weir_net_addr peer_v;
+        if (weir_net_peer_addr(c->adm_fd[victim], &peer_v) < 0 ||
+            weir_net_addr_format(&peer_v, addr, sizeof(addr)) < 0)
+            snprintf(addr, sizeof(addr), "?");
+        adm_log_locked(c, "evicted before its first frame by a newcomer", addr);
+    }
+    uint64_t seq = 0;
+    if (v != WEIR__ADM_REFUSE && c->nadm < 3 * c->adm_cap) {
+        seq = ++c->adm_seq;
+        c->adm[c->nadm] = (weir__adm_entry){key, seq, WEIR__ADM_ACCEPTED, 0};
+        c->adm_fd[c->nadm++] = fd;
+    } else {
+        weir_counter_inc(c->m.adm_refused);
+        if (weir_net_addr_format(peer, addr, sizeof(addr)) < 0)
+            snprintf(addr, sizeof(addr), "?");
+        adm_log_locked(c, "refused: too many connections are being admitted", addr);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!seq)
+        weir_io_close(fd);
+    return seq;
+}
+
+/* Admission seq got as far as progress; 0, or -ECONNABORTED when it was
+ * interrupted (evicted). */
+static int adm_progress(coord *c, uint64_t seq, int progress)
+{
+    if (!seq)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    size_t i = adm_find_locked(c, seq);
+    int e = i == c->nadm || c->adm[i].interrupted ? -ECONNABORTED : 0;
+    if (!e)
+        c->adm[i].progress = progress;
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+/* Admission seq is over (its first frame arrived, or it failed): 0, or
+ * -ECONNABORTED when it had been interrupted. */
+static int adm_done(coord *c, uint64_t seq)
+{
+    if (!seq)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    size_t i = adm_find_locked(c, seq);
+    int e = i == c->nadm || c->adm[i].interrupted ? -ECONNABORTED : 0;
+    if (i < c->nadm) {
+        c->nadm--;
+        c->adm[i] = c->adm[c->nadm];
+        c->adm_fd[i] = c->adm_fd[c->nadm];
+    }
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
 
 static intptr_t admit_main(void *arg)
 {
@@ -1456,7 +1564,14 @@ static intptr_t admit_main(void *arg)
     weir_frame_parser_init(&fp, &(weir_frame_limits){.max_frame = WEIR_CLUSTER_FRAME_MAX,
                                                      .max_first = WEIR_CLUSTER_FIRST_FRAME_MAX});
     weir_frame f = {0};
-    ssize_t n = weir_frame_read(fd, &fp, &f, weir_time_after_ms(c->hb_ms + 5000));
+    /* The whole admission - the first frame's every byte - has one
+     * deadline: a peer sending a byte at a time is bounded too. */
+    int64_t deadline = weir_time_after_ms(ADMIT_HANDSHAKE_MS + c->hb_ms);
+    ssize_t n = weir_io_poll(fd, POLLIN, deadline);
+    if (n >= 0 && (n = adm_progress(c, aa.seq, WEIR__ADM_BEGUN)) == 0)
+        n = weir_frame_read(fd, &fp, &f, deadline);
+    if (adm_done(c, aa.seq) < 0) /* evicted: its socket is shut down */
+        n = n > 0 ? -ECONNABORTED : n;
     int owned = 0; /* the fd went to a client, which closes it */
     if (n > 0) {
         uint32_t ver = 0, min = 0;
@@ -1503,7 +1618,7 @@ static intptr_t admit_main(void *arg)
                 owned = 1;
             }
         }
-    } else if (n < 0 && n != -ECANCELED) {
+    } else if (n < 0 && n != -ECANCELED && n != -ECONNABORTED) {
         weir_counter_inc(c->m.malformed);
         weir__log(WEIR__LOG_INFO, LOG, "connection dropped before its first frame: %s",
                   n == -EMSGSIZE ? "the frame's length is over the 64 KiB first-frame cap"
@@ -1516,31 +1631,46 @@ static intptr_t admit_main(void *arg)
     return 0;
 }
 
+/* The accept loop only accepts: each connection's first frame is read by
+ * an admission fiber of its own, under the admissions' cap. */
 static intptr_t accept_main(void *arg)
 {
     coord *c = arg;
     int64_t backoff = 10;
+    long failed = 0; /* accepts failed in a row (out of descriptors, memory) */
     for (;;) {
-        int fd = weir_net_accept(c->lfd, NULL, WEIR_FOREVER);
+        weir_net_addr peer = {0};
+        int fd = weir_net_accept(c->lfd, &peer, WEIR_FOREVER);
         if (fd == -ECANCELED)
             return 0;
         if (fd < 0) {
             /* Out of descriptors or memory: the connection waits in the
              * backlog; try again later rather than spin. */
+            weir_counter_inc(c->m.accept_failures);
+            if (!failed++)
+                weir__log(WEIR__LOG_WARN, LOG, "accepting a connection: %s (backing off)",
+                          weir_net_strerror(fd));
             if (weir_time_sleep(backoff * WEIR_MSEC) < 0)
                 return 0;
             backoff = backoff < 1000 ? backoff * 2 : 1000;
             continue;
         }
+        if (failed)
+            weir__log(WEIR__LOG_INFO, LOG, "accepting again after %ld failed accepts", failed);
+        failed = 0;
         backoff = 10;
         weir_net_set_nodelay(fd, 1);
+        uint64_t seq = adm_take(c, fd, &peer);
+        if (!seq)
+            continue; /* refused: closed */
         admit_arg *aa = weir__malloc(sizeof(*aa));
         if (aa)
-            *aa = (admit_arg){c, fd};
+            *aa = (admit_arg){c, fd, seq};
         if (!aa || !weir_scope_spawn(
                        c->scope, admit_main, aa,
                        &(weir_spawn_opts){.name = "cluster connection", .stack_size = FIBER})) {
             weir__free(aa);
+            adm_done(c, seq);
             weir_io_close(fd);
         }
     }
@@ -1550,7 +1680,7 @@ int weir__coord_admit(weir__coord *c, int fd)
 {
     admit_arg *aa = weir__malloc(sizeof(*aa));
     if (aa)
-        *aa = (admit_arg){c, fd};
+        *aa = (admit_arg){c, fd, 0};
     if (!aa ||
         !weir_scope_spawn(c->scope, admit_main, aa,
                           &(weir_spawn_opts){.name = "cluster connection", .stack_size = FIBER})) {
@@ -1613,6 +1743,15 @@ static int metrics_init(coord *c)
                                          "Job restarts after a worker was lost.");
     c->m.submitted =
         weir_metrics_counter(m, "weir_coordinator_jobs_submitted_total", "Jobs accepted.");
+    c->m.adm_refused = weir_metrics_counter(
+        m, "weir_coordinator_admission_refusals_total",
+        "Connections refused before their first frame: too many were being admitted at once.");
+    c->m.adm_evicted = weir_metrics_counter(
+        m, "weir_coordinator_admission_evictions_total",
+        "Connections closed before their first frame to admit a newcomer (admission.h).");
+    c->m.accept_failures =
+        weir_metrics_counter(m, "weir_coordinator_accept_failures_total",
+                             "Accepts that failed for want of descriptors or memory.");
     c->m.recovered =
         weir_metrics_counter(m, "weir_coordinator_jobs_recovered_total",
                              "Jobs a new leader took over from the HA directory and runs again.");
@@ -1763,6 +1902,8 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     c->stall_ms = o->stall_ms ? o->stall_ms : WEIR__OUTBOX_STALL_MS;
     c->drain_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 120000;
     c->window_ms = o->restart_window_ms > 0 ? o->restart_window_ms : 600000;
+    c->adm_cap =
+        o->max_pending_connections > 0 ? (size_t)o->max_pending_connections : WEIR__ADM_MAX_PENDING;
     if (c->o.max_restarts < 0)
         c->o.max_restarts = 10;
     pthread_mutex_init(&c->mu, NULL);
@@ -1776,7 +1917,9 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     }
     if ((e = weir__plugin_cache_open(dir, &c->cache, msg, cap)) < 0)
         goto out;
-    if ((e = metrics_init(c)) < 0) {
+    if ((e = metrics_init(c)) < 0 || !(c->adm = weir__calloc(3 * c->adm_cap, sizeof(*c->adm))) ||
+        !(c->adm_fd = weir__calloc(3 * c->adm_cap, sizeof(*c->adm_fd)))) {
+        e = -ENOMEM;
         snprintf(msg, cap, "out of memory");
         goto out;
     }
@@ -1869,6 +2012,8 @@ out:
     weir_metrics_free(c->metrics);
     weir__cl_cache_dir_remove(c->tmpdir, c->tmplock);
     weir__ha_close(c->ha); /* leadership ends with the coordinator */
+    weir__free(c->adm);
+    weir__free(c->adm_fd);
     pthread_mutex_destroy(&c->mu);
     weir__free(c);
     return e;

@@ -38,6 +38,9 @@ typedef struct weir__coord_opts {
     int64_t drain_timeout_ms;                            /* a restart's drain (0: 120 s) */
     int64_t restart_window_ms; /* restarts forgiven after this clean (0: 10 min) */
     int max_restarts;          /* with checkpoints (-1: 10); without: always 0 */
+    /* Connections admitted at once before their first frame (admission.h;
+     * 0: WEIR__ADM_MAX_PENDING). */
+    int max_pending_connections;
     uint32_t default_parallelism;
     /* A job's failure is its submitter's to report (weir run prints it):
      * logged at info, not warn. */

@@ -38,6 +38,7 @@
 #include "base/alloc.h"
 #include "base/be.h"
 #include "cluster/client.h"
+#include "cluster/coord_int.h"
 #include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
@@ -1732,6 +1733,111 @@ TEST(a_worker_drops_frames_below_its_epoch_and_refuses_a_superseded_leader)
     tee_begin();
     CHECK_EQ(test_run_on_rt(2, fencing_main, NULL), 0);
     tee_end();
+}
+
+/* ---- 7. admission control ----------------------------------------------------------------- */
+
+/* A connection to c from source address src (any 127/8 address is
+ * loopback's), blocking connect, then non-blocking. */
+static int raw_connect_from(const cnode *c, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_GE(fd, 0);
+    struct sockaddr_in s = {.sin_family = AF_INET};
+    CHECK_EQ(inet_pton(AF_INET, src, &s.sin_addr), 1);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&s, sizeof(s)), 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    CHECK_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+    return fd;
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 2; /* . and .. */
+}
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SLOW 4
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define SLOW 4
+#endif
+#endif
+#ifndef SLOW
+#define SLOW 1
+#endif
+
+static intptr_t flood_main(void *arg)
+{
+    (void)arg;
+    enum { CAP = 16, SILENT = 900, DRIP = 100 };
+    int base = open_fds();
+    atomic_store(&ready_coord, NULL);
+    cnode c = {.o = {.max_pending_connections = CAP, .on_ready = on_coord_ready}};
+    coord_start(&c);
+    coord *co = (coord *)atomic_load(&ready_coord);
+    CHECK(co);
+    int coord_fds = open_fds() - base;
+    /* 1000 connections from 127.0.0.1: most send nothing, some one byte of
+     * a frame and then nothing. */
+    static int fds[SILENT + DRIP];
+    for (int i = 0; i < SILENT + DRIP; i++) {
+        fds[i] = raw_connect_from(&c, "127.0.0.1");
+        if (i >= SILENT)
+            CHECK_EQ(send(fds[i], "\0", 1, MSG_NOSIGNAL), 1);
+    }
+    /* The coordinator took them all, and holds at most 3 * CAP: the rest
+     * were evicted (shut down, then closed by their fibers) or refused. */
+    int64_t deadline = DEADLINE();
+    while (weir_counter_value(co->m.adm_refused) + weir_counter_value(co->m.adm_evicted) <
+           SILENT + DRIP - 3 * CAP) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(10 * WEIR_MSEC);
+    }
+    CHECK_GT(weir_counter_value(co->m.adm_evicted), 0);
+    int held;
+    while ((held = open_fds() - base - coord_fds - (SILENT + DRIP)) > 3 * CAP) {
+        if (weir_time_now() > deadline)
+            TEST__FAIL("the coordinator holds %d descriptors for the flood, over %d", held,
+                       3 * CAP);
+        weir_time_sleep(10 * WEIR_MSEC);
+    }
+    /* Three workers from another address get in, each within 2 s. */
+    for (int w = 0; w < 3; w++) {
+        int64_t t0 = weir_time_now();
+        int fd = raw_connect_from(&c, "127.0.0.2");
+        char id[16];
+        snprintf(id, sizeof(id), "w%d", w);
+        weir__cl_msg m =
+            register_msg(id, WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 4);
+        raw_send_msg(fd, &m);
+        weir_frame_parser fp;
+        CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+        weir__cl_msg a;
+        raw_recv_msg(fd, &fp, WEIR_CLUSTER_REGISTER_ACK, &a);
+        CHECK_EQ(a.u.reg_ack.status, WEIR__CL_ACCEPTED);
+        weir__cl_msg_free(&a);
+        weir_frame_parser_close(&fp);
+        CHECK_LT(weir_time_now() - t0, 2000 * SLOW * WEIR_MSEC);
+        close(fd);
+    }
+    for (int i = 0; i < SILENT + DRIP; i++)
+        close(fds[i]);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_flood_of_silent_connections_holds_few_descriptors_and_workers_still_get_in)
+{
+    CHECK_EQ(test_run_on_rt(2, flood_main, NULL), 0);
 }
 
 TEST_MAIN()
