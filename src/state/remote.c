@@ -133,16 +133,17 @@ typedef struct loaded {
 
 typedef struct rshared {
     _Atomic int refs;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_mutex_t mu;  /* the chains */
+    pthread_mutex_t qmu; /* the queue of reads, the threads */
+    pthread_cond_t cv;   /* with qmu: a read queued, or stop */
     weir__storage *pool;
     int first_kg, end_kg;
     chain *chains;                     /* [end_kg - first_kg], under mu */
     _Atomic uint64_t durable;          /* the newest capture whose run is in the pool */
-    rreq *head, *tail;                 /* queued reads, under mu */
+    rreq *head, *tail;                 /* queued reads, under qmu */
     _Atomic(loaded *) done;            /* reads answered, for write-through (a lock-free stack) */
     _Atomic(struct scanned *) scanned; /* scans prefetched, for the owner (likewise) */
-    int stop;                          /* under mu */
+    int stop;                          /* under qmu */
     pthread_t *threads;
     int nthreads, want_threads;
     uint64_t nonce;
@@ -200,6 +201,7 @@ static void shared_unref(rshared *sh)
     weir__storage_close(sh->pool);
     weir__free(sh->threads);
     pthread_mutex_destroy(&sh->mu);
+    pthread_mutex_destroy(&sh->qmu);
     pthread_cond_destroy(&sh->cv);
     weir__free(sh);
 }
@@ -399,10 +401,10 @@ static void scan_fetch(rshared *sh, rreq *q);
 static void *io_main(void *arg)
 {
     rshared *sh = arg;
-    pthread_mutex_lock(&sh->mu);
+    pthread_mutex_lock(&sh->qmu);
     for (;;) {
         while (!sh->head && !sh->stop)
-            pthread_cond_wait(&sh->cv, &sh->mu);
+            pthread_cond_wait(&sh->cv, &sh->qmu);
         rreq *q = sh->head;
         if (!q)
             break; /* stopped, nothing queued */
@@ -410,7 +412,7 @@ static void *io_main(void *arg)
         if (!sh->head)
             sh->tail = NULL;
         int stop = sh->stop;
-        pthread_mutex_unlock(&sh->mu);
+        pthread_mutex_unlock(&sh->qmu);
         if (stop) {
             q->cb(q->arg, -ECANCELED, NULL, 0);
         } else if (q->scan) {
@@ -425,9 +427,9 @@ static void *io_main(void *arg)
             weir__free(val);
         }
         weir__free(q);
-        pthread_mutex_lock(&sh->mu);
+        pthread_mutex_lock(&sh->qmu);
     }
-    pthread_mutex_unlock(&sh->mu);
+    pthread_mutex_unlock(&sh->qmu);
     return NULL;
 }
 
@@ -774,7 +776,10 @@ static rreq *req_new(int kg, const void *key, size_t klen, weir_state_get_cb cb,
 static int enqueue(remote *r, rreq *first, rreq *last)
 {
     rshared *sh = r->sh;
-    pthread_mutex_lock(&sh->mu);
+    int n = 1;
+    for (rreq *q = first; q != last; q = q->next)
+        n++;
+    pthread_mutex_lock(&sh->qmu);
     int e = start_threads(sh);
     if (!e) {
         if (sh->tail)
@@ -782,9 +787,15 @@ static int enqueue(remote *r, rreq *first, rreq *last)
         else
             sh->head = first;
         sh->tail = last;
-        pthread_cond_broadcast(&sh->cv);
+        /* One thread woken per read (a broadcast woke every idle one, all
+         * but one of them to find the queue empty again). */
+        if (n >= sh->nthreads)
+            pthread_cond_broadcast(&sh->cv);
+        else
+            while (n--)
+                pthread_cond_signal(&sh->cv);
     }
-    pthread_mutex_unlock(&sh->mu);
+    pthread_mutex_unlock(&sh->qmu);
     return e;
 }
 
@@ -2127,10 +2138,10 @@ static void rm_free(weir_state_backend *b)
                   b->first_kg, b->end_kg, st.hot_bytes, st.budget, st.evictions, st.cold_reads,
                   st.blocks_read, st.run_bytes, st.merges, st.max_chain);
     }
-    pthread_mutex_lock(&sh->mu);
+    pthread_mutex_lock(&sh->qmu);
     sh->stop = 1; /* queued reads are answered -ECANCELED */
     pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
+    pthread_mutex_unlock(&sh->qmu);
     for (int i = 0; i < sh->nthreads; i++)
         pthread_join(sh->threads[i], NULL);
     cache_free(r);
@@ -2316,6 +2327,7 @@ int weir__remote_open(const char *uri, int ngroups, int first_kg, int end_kg,
     }
     atomic_init(&sh->refs, 1);
     pthread_mutex_init(&sh->mu, NULL);
+    pthread_mutex_init(&sh->qmu, NULL);
     pthread_cond_init(&sh->cv, NULL);
     sh->pool = st;
     sh->first_kg = first_kg;
