@@ -80,11 +80,12 @@
  * it in, so every chain covers every change. The engine's timers ride in
  * the handle itself (they are rewritten whole at every checkpoint).
  *
- * What this first version leaves for later, said so where it matters:
- * chains are not compacted yet (each checkpoint adds one run to each
- * group it touched; reads skip runs by range and bloom filter, about 1%
- * false positives), and runs no checkpoint refers to any more are not
- * deleted from the pool.
+ * Each checkpoint adds one run to each group it touched; past CHAIN_MAX
+ * runs a persist merges a group's adjacent pair with the fewest entries
+ * (compact), so a cold read looks at about CHAIN_MAX runs at most, skipping
+ * runs by range and bloom filter (about 1% false positives). Runs no
+ * checkpoint refers to any more are deleted from the pool when the
+ * engine prunes checkpoints (weir__remote_gc).
  */
 #include <errno.h>
 #include <inttypes.h>
