@@ -101,6 +101,11 @@ typedef struct weir__remote_stat {
     uint64_t max_chain;     /* the longest chain of runs of a group */
     uint64_t scans_fetched; /* scans' pool parts prefetched on the I/O threads */
     uint64_t scans_served;  /* scans that a prefetch served (no round trip) */
+    uint64_t round_trips;   /* ranged gets of the pool */
+    uint64_t block_hits;    /* blocks a read found in the block cache */
+    uint64_t block_shared;  /* reads that waited for another's fetch of their block */
+    uint64_t block_seeded;  /* blocks a persist put in the cache */
+    size_t block_bytes;     /* the block cache's bytes now */
 } weir__remote_stat;
 /* Delete from the pool of backend uri (nothing unless it is "remote:")
  * the runs that the handles of checkpoints gone[] (in the checkpoint
