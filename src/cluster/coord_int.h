@@ -134,7 +134,9 @@ struct coord {
     /* The leader's epoch (HA: set before the port opens, then fixed), 0
      * without HA: stamped on every frame to a worker (weir__coord_post). */
     uint64_t epoch;
-    struct weir__ha *ha; /* the election (--ha-dir), NULL without */
+    struct weir__ha *ha;   /* the election (--ha-dir), NULL without */
+    uint64_t *recover_ids; /* the job records a new leader found: it recovers these */
+    size_t nrecover;
     /* Admissions (admission.h), under mu: the connections accepted whose
      * first frame has not arrived, each with its socket (shut down to
      * interrupt it); at most 3 * adm_cap. */

@@ -704,6 +704,18 @@ static intptr_t b_job_put(void *arg)
     return weir__ha_job_put(h->c->ha, J->id, h->obj, h->msg, sizeof(h->msg));
 }
 
+static intptr_t b_job_reput(void *arg)
+{
+    hjob *h = arg;
+    return weir__ha_job_put(h->c->ha, h->id, h->obj, h->msg, sizeof(h->msg));
+}
+
+static intptr_t b_job_remove(void *arg)
+{
+    hjob *h = arg;
+    return weir__ha_job_remove(h->c->ha, h->id, h->msg, sizeof(h->msg));
+}
+
 static intptr_t b_job_end(void *arg)
 {
     hjob *h = arg;
@@ -795,6 +807,20 @@ static int job_unrecord(json_t *o, recovered *r, char *why, size_t cap)
     json_t *args = json_object_get(o, "args"), *pl = json_object_get(o, "plugins");
     json_t *cd = json_object_get(o, "checkpoint_dir"), *sb = json_object_get(o, "state_backend");
     json_int_t par = json_integer_value(json_object_get(o, "parallelism"));
+    static const char *const nonneg[] = {"checkpoint_interval_ms", "idle_timeout_ms",
+                                         "submitted_ms"};
+    for (size_t i = 0; i < sizeof(nonneg) / sizeof(nonneg[0]); i++) {
+        json_t *v = json_object_get(o, nonneg[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            snprintf(why, cap, "its record's %s is not a non-negative integer", nonneg[i]);
+            return -EBADMSG;
+        }
+    }
+    json_t *mr = json_object_get(o, "max_restarts");
+    if (!json_is_integer(mr) || json_integer_value(mr) < -1 || json_integer_value(mr) > 1000000) {
+        snprintf(why, cap, "its record's max_restarts is not -1 or a count");
+        return -EBADMSG;
+    }
     if (!json_is_array(args) || !json_is_array(pl) || json_array_size(pl) == 0 ||
         json_array_size(pl) > WEIR_CLUSTER_PLUGINS_MAX ||
         json_array_size(args) > WEIR_CLUSTER_ARGS_MAX || par < 0 || par > 65536 ||
@@ -984,10 +1010,23 @@ static int recover_one(coord *c, uint64_t id)
     const char *name = "?";
     recovered r = {0};
     cjob *J = NULL;
+    /* Its end recorded but its record not removed (the old leader died
+     * between the two): it ended, it is not run again. */
+    hload hist = {.c = c, .which = WEIR__HA_HISTORY, .id = id};
+    if (weir__blocking_run_shielded(b_job_load, &hist) == 0) {
+        json_decref(hist.obj);
+        hjob rm = {.c = c, .id = id};
+        if (weir__blocking_run_shielded(b_job_remove, &rm) < 0)
+            weir__log(WEIR__LOG_WARN, LOG, "job %" PRIu64 " ended: its record: %s", id, rm.msg);
+        return 0;
+    }
     int e = (int)weir__blocking_run_shielded(b_job_load, &h);
     if (e < 0)
         snprintf(why, sizeof(why), "%s", h.msg);
-    else if (json_is_string(json_object_get(h.obj, "name")))
+    else if (json_integer_value(json_object_get(h.obj, "id")) != (json_int_t)id) {
+        snprintf(why, sizeof(why), "its record's id is not %" PRIu64, id);
+        e = -EBADMSG;
+    } else if (json_is_string(json_object_get(h.obj, "name")))
         name = json_string_value(json_object_get(h.obj, "name"));
     if (!e)
         e = job_unrecord(h.obj, &r, why, sizeof(why));
@@ -1000,6 +1039,13 @@ static int recover_one(coord *c, uint64_t id)
         hplug hp = {.c = c, .ref = &r.s.plugins.v[i]};
         if ((e = (int)weir__blocking_run_shielded(b_plugin_back, &hp)) < 0)
             snprintf(why, sizeof(why), "its plugin: %s", hp.msg);
+    }
+    if (!e) {
+        /* The record is this leader's now: a superseded one can no
+         * longer remove it. */
+        hjob put = {.c = c, .id = id, .obj = h.obj};
+        if ((e = (int)weir__blocking_run_shielded(b_job_reput, &put)) < 0)
+            snprintf(why, sizeof(why), "%s", put.msg);
     }
     if (!e)
         e = job_build(c, &r.s, 1, &J, why, sizeof(why));
@@ -1063,7 +1109,12 @@ static int ha_reserve_ids(coord *c, char *msg, size_t cap)
         if (h.n && h.ids[h.n - 1] > c->next_job)
             c->next_job = h.ids[h.n - 1];
         pthread_mutex_unlock(&c->mu);
-        weir__free(h.ids);
+        if (which == WEIR__HA_JOBS) { /* what the takeover recovers: no job submitted here */
+            c->recover_ids = h.ids;
+            c->nrecover = h.n;
+        } else {
+            weir__free(h.ids);
+        }
     }
     return 0;
 }
@@ -1089,24 +1140,14 @@ static intptr_t recover_main(void *arg)
             return 0;
     }
     history_reload(c);
-    hload h = {.c = c, .which = WEIR__HA_JOBS};
-    int e = (int)weir__blocking_run_shielded(b_jobs_list, &h);
-    if (e < 0) {
-        weir__log(WEIR__LOG_ERROR, LOG, "the jobs to recover could not be listed: %s", h.msg);
-        return 0;
-    }
-    /* New jobs are numbered above every recovered one. */
-    pthread_mutex_lock(&c->mu);
-    if (h.n && h.ids[h.n - 1] > c->next_job)
-        c->next_job = h.ids[h.n - 1];
-    pthread_mutex_unlock(&c->mu);
-    size_t ok = 0;
-    for (size_t i = 0; i < h.n; i++)
-        ok += (size_t)recover_one(c, h.ids[i]);
-    if (h.n)
+    /* The jobs listed before the port opened: a job submitted to this
+     * leader since has its own record there, and is not recovered. */
+    size_t ok = 0, n = c->nrecover;
+    for (size_t i = 0; i < n; i++)
+        ok += (size_t)recover_one(c, c->recover_ids[i]);
+    if (n)
         weir__log(WEIR__LOG_INFO, LOG, "took over %zu of %zu jobs with %d workers registered", ok,
-                  h.n, weir__coord_workers(c));
-    weir__free(h.ids);
+                  n, weir__coord_workers(c));
     return 0;
 }
 
@@ -1321,6 +1362,9 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
      * once (its directories are another run's), writes its JobCompleted
      * under the same lock, so the client always reads the ack first. */
     if (weir_mutex_lock(cl->wl, WEIR_FOREVER) < 0) { /* cancelled: the coordinator stops */
+        if (J->id) /* never acknowledged: the next leader must not run it */
+            job_forget(c, J->id, J->name, J->par, J->submitted_ms, "failed",
+                       "the coordinator stopped before it was accepted");
         weir__coord_job_free(J);
         return -ECANCELED;
     }
@@ -2014,6 +2058,7 @@ out:
     weir__ha_close(c->ha); /* leadership ends with the coordinator */
     weir__free(c->adm);
     weir__free(c->adm_fd);
+    weir__free(c->recover_ids);
     pthread_mutex_destroy(&c->mu);
     weir__free(c);
     return e;

@@ -59,10 +59,33 @@ static int path_in(char *out, size_t cap, const char *dir, const char *name)
 }
 
 /* ---- the probe --------------------------------------------------------------------------- */
-static int rec_lock(int fd, short type)
+/* The parent's lock on the probe file is an open-file-description lock:
+ * another probe in the same process (an embedder's second coordinator)
+ * cannot drop it by closing the file, and it conflicts with the child's
+ * classic record lock as another process's would. */
+static int ofd_lock(int fd, short type)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-    return fcntl(fd, F_SETLK, &fl) == 0 ? 0 : -errno;
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+}
+
+/* fsync of the directory holding path (its new or removed entry made
+ * durable). */
+static int sync_parent(const char *path)
+{
+    char dir[4300];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    int e = fsync(dfd) < 0 ? -errno : 0;
+    close(dfd);
+    return e;
 }
 
 int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
@@ -78,7 +101,7 @@ int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
         snprintf(msg, cap, "%s: %s", path, strerror(-e));
         return e;
     }
-    int e = rec_lock(fd, F_WRLCK);
+    int e = ofd_lock(fd, F_WRLCK);
     if (e == -EAGAIN || e == -EACCES) {
         close(fd);
         snprintf(msg, cap,
@@ -109,10 +132,16 @@ int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
         snprintf(msg, cap, "fork for the lock probe: %s", strerror(-rc));
     } else {
         int st = 0;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        pid_t w;
+        while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
             ;
-        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        if (code == 1) {
+        /* No status (SIGCHLD ignored: the child was reaped for us) proves
+         * nothing either way. */
+        int code = w != pid ? -2 : WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (code == -2) {
+            rc = -EAGAIN;
+            snprintf(msg, cap, "the lock probe's child left no exit status (SIGCHLD ignored?)");
+        } else if (code == 1) {
             rc = 0;
         } else if (code == 0) {
             rc = 1;
@@ -121,8 +150,8 @@ int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
                      "process was granted the lock this one holds, so every coordinator "
                      "sharing it would lead. The usual causes are a bind mount of a "
                      "container runtime, a 9p or virtiofs share, or NFS mounted with nolock; "
-                     "use a local directory or a mount that locks, or etcd "
-                     "(--etcd-endpoints). --ha-allow-unsafe-locks runs anyway",
+                     "use a local directory or a mount that locks. "
+                     "--ha-allow-unsafe-locks runs anyway",
                      dir);
         } else {
             rc = -EIO;
@@ -130,7 +159,7 @@ int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
                      code);
         }
     }
-    rec_lock(fd, F_UNLCK);
+    ofd_lock(fd, F_UNLCK);
     close(fd);
     return rc;
 }
@@ -180,14 +209,8 @@ static int write_all(int fd, const char *p, size_t n)
  * fsynced. */
 static int replace_file(const char *path, const char *s, char *msg, size_t cap)
 {
-    char tmp[4300], dir[4300];
+    char tmp[4300];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = '\0';
-    else
-        snprintf(dir, sizeof(dir), ".");
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     int e = fd < 0 ? -errno : write_all(fd, s, strlen(s));
     if (!e && fsync(fd) < 0)
@@ -201,12 +224,9 @@ static int replace_file(const char *path, const char *s, char *msg, size_t cap)
         unlink(tmp);
         return e;
     }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
+    if ((e = sync_parent(path)) < 0)
+        snprintf(msg, cap, "syncing the directory of %s: %s", path, strerror(-e));
+    return e;
 }
 
 int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *stored, char *msg,
@@ -236,6 +256,8 @@ int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *
     }
     uint64_t cur = 0;
     e = stored_epoch(path, &cur, msg, cap);
+    if (e == -EBADMSG && !obj) /* a record no one can read may still go */
+        e = 0;
     if (!e) {
         if (stored)
             *stored = cur;
@@ -258,6 +280,8 @@ int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *
         if (unlink(path) < 0 && errno != ENOENT) {
             e = -errno;
             snprintf(msg, cap, "removing %s: %s", path, strerror(-e));
+        } else if ((e = sync_parent(path)) < 0) {
+            snprintf(msg, cap, "syncing the directory of %s: %s", path, strerror(-e));
         }
         flock(lfd, LOCK_UN);
         close(lfd);
@@ -336,7 +360,13 @@ static int sub_dir(const weir__ha *ha, const char *sub, char *msg, size_t cap)
 {
     char d[4200];
     snprintf(d, sizeof(d), "%s/%s", ha->dir, sub);
-    if (mkdir(d, 0700) < 0 && errno != EEXIST) {
+    if (mkdir(d, 0700) == 0) {
+        int e = sync_parent(d);
+        if (e < 0)
+            snprintf(msg, cap, "syncing %s: %s", ha->dir, strerror(-e));
+        return e;
+    }
+    if (errno != EEXIST) {
         int e = -errno;
         snprintf(msg, cap, "%s: %s", d, strerror(-e));
         return e;
@@ -353,9 +383,12 @@ int weir__ha_plugin_put(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], cons
     if (e < 0)
         return e;
     sub_path(ha, path, sizeof(path), "plugins", name);
-    struct stat st;
-    if (stat(path, &st) == 0 && (size_t)st.st_size == len)
-        return 0; /* named by content: the same bytes */
+    uint8_t *have = NULL;
+    char why[256];
+    if (weir__ha_plugin_read(ha, sha, len, &have, why, sizeof(why)) == 0) {
+        weir__free(have);
+        return 0; /* named by content, and checked: the same bytes */
+    }
     char tmp[4400];
     snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -366,6 +399,8 @@ int weir__ha_plugin_put(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], cons
         e = -errno;
     if (!e && rename(tmp, path) < 0)
         e = -errno;
+    if (!e)
+        e = sync_parent(path);
     if (e) {
         snprintf(msg, cap, "writing %s: %s", path, strerror(-e));
         unlink(tmp);
@@ -445,6 +480,14 @@ int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t 
     return weir__ha_cas_write(path, ha->epoch, NULL, NULL, msg, cap);
 }
 
+int weir__ha_job_remove(weir__ha *ha, uint64_t id, char *msg, size_t cap)
+{
+    char name[32], path[4300];
+    snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
+    sub_path(ha, path, sizeof(path), "jobs", name);
+    return weir__ha_cas_write(path, ha->epoch, NULL, NULL, msg, cap);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -473,11 +516,16 @@ int weir__ha_jobs(weir__ha *ha, int which, uint64_t **ids, size_t *n, char *msg,
     size_t cap_ids = 0;
     int e = 0;
     for (struct dirent *de; !e && (de = readdir(dir));) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(de->d_name, &end, 10);
-        if (errno || end == de->d_name || strcmp(end, ".json") != 0 || v == 0)
-            continue; /* its .wlock and .tmp, and anything else */
+        /* Only what this file writes: a canonical decimal id, 1 to
+         * WEIR__HA_ID_MAX, then ".json" (its .wlock and .tmp, and
+         * anything else, are not records). */
+        const char *p = de->d_name;
+        uint64_t v = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9' && digits < 16)
+            v = v * 10 + (uint64_t)(*p++ - '0'), digits++;
+        if (!digits || de->d_name[0] == '0' || strcmp(p, ".json") != 0 || v > WEIR__HA_ID_MAX)
+            continue;
         if (*n == cap_ids) {
             size_t nc = cap_ids ? cap_ids * 2 : 16;
             uint64_t *nv = weir__realloc(*ids, nc * sizeof(*nv));
@@ -508,6 +556,12 @@ json_t *weir__ha_job_load(weir__ha *ha, int which, uint64_t id, char *msg, size_
     char name[32], path[4300];
     snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
     sub_path(ha, path, sizeof(path), which_dir(which), name);
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_size > (off_t)WEIR__HA_RECORD_MAX) {
+        snprintf(msg, cap, "%s: %lld bytes, over the %u a record may have", path,
+                 (long long)st.st_size, WEIR__HA_RECORD_MAX);
+        return NULL;
+    }
     json_error_t je;
     json_t *o = json_load_file(path, 0, &je);
     if (!o)

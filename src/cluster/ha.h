@@ -111,9 +111,13 @@ int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uin
                          uint8_t **out, char *msg, size_t cap);
 /* Write job id's record (obj; "epoch" set here). The leader's only. */
 int weir__ha_job_put(weir__ha *ha, uint64_t id, json_t *obj, char *msg, size_t cap);
+/* Job id's record removed (fenced). */
+int weir__ha_job_remove(weir__ha *ha, uint64_t id, char *msg, size_t cap);
+#define WEIR__HA_RECORD_MAX (4u << 20) /* bytes a job record read back may have */
 /* Job id ended: hist written to its history record, its job record removed. */
 int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t cap);
-enum { WEIR__HA_JOBS, WEIR__HA_HISTORY }; /* which records */
+enum { WEIR__HA_JOBS, WEIR__HA_HISTORY };  /* which records */
+#define WEIR__HA_ID_MAX 999999999999999ull /* job ids a record's name may carry */
 /* The ids of the job (or history) records, ascending (weir__free *ids). */
 int weir__ha_jobs(weir__ha *ha, int which, uint64_t **ids, size_t *n, char *msg, size_t cap);
 /* Job id's record (json_decref it), or NULL with msg. */

@@ -159,6 +159,8 @@ rc=0
 wait "$sub" || rc=$?
 [ $rc -ne 0 ] || fail "weir submit succeeded though its coordinator was killed"
 wait_for 20 grep -q "job 1 (.*) recovered" "$tmp/b.log" || fail "b did not recover the job"
+wait_for 20 grep -q "job 1 attempt 1 running: .* restored from checkpoint [1-9]" "$tmp/b.log" ||
+    fail "the recovered job did not restore a checkpoint"
 wait_for 120 grep -q '"state":"succeeded"' "$ha/history/1.json" || fail "the recovered job did not succeed"
 [ ! -f "$ha/jobs/1.json" ] || fail "the ended job's record is still in $ha/jobs"
 cat "$tmp"/out/part-* 2>/dev/null | sort >"$tmp/got"
@@ -180,11 +182,25 @@ kill -KILL "$c_b"
 wait_for 20 grep -q listening "$tmp/c.out" || fail "coordinator c did not take over"
 port_c=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/c.out")
 wait_for 20 leader_is 3 "$port_c" || fail "active-leader.json does not name c with epoch 3"
+# A job submitted while c still waits for the workers to settle (1 s
+# after the last registration) is its own, numbered above the kept ones,
+# and not taken for one to recover.
+for w in x y; do
+    wait_for 30 registered_with $w "127.0.0.1:$port_c" || fail "worker $w did not register with c"
+done
+"$weir" submit "$plugin" --coordinator "127.0.0.1:$port_c" --parallelism 2 \
+    --checkpoint-dir "$tmp/ckpt3" --checkpoint-interval-ms 100 -- "$tmp/out3" $n \
+    >"$tmp/submit3.out" 2>"$tmp/submit3.log" || fail "job 3: weir submit failed"
+grep -q "job 3 submitted" "$tmp/submit3.log" || fail "the job submitted to c is not job 3"
+wait_for 60 grep -q '"state":"succeeded"' "$ha/history/3.json" || fail "job 3's end is not recorded"
 wait_for 20 grep -q "job 2 (eo) was not recovered: it takes no checkpoints" "$tmp/c.log" ||
     fail "c did not refuse to run job 2 again"
 wait_for 20 grep -q '"state":"failed"' "$ha/history/2.json" || fail "job 2's end is not recorded"
 grep -q "takes no checkpoints" "$ha/history/2.json" || fail "job 2's record does not say why"
 [ ! -f "$ha/jobs/2.json" ] || fail "job 2's record is still in $ha/jobs"
+wait_for 20 grep -q "took over 0 of 1 jobs" "$tmp/c.log" || fail "c's takeover did not end"
+grep -q "job 3 (eo)" "$tmp/c.log" && fail "c took the job submitted to it for one to recover"
+grep -q '"state":"succeeded"' "$ha/history/3.json" || fail "job 3's record was overwritten"
 # The new leader lists the jobs its predecessors ran, from the history.
 wait_for 20 sh -c "'$weir' jobs --coordinator 127.0.0.1:$port_c | grep -q '^ *1  eo  *succeeded'" ||
     fail "c's job list lacks job 1: $("$weir" jobs --coordinator "127.0.0.1:$port_c" 2>&1)"
