@@ -215,7 +215,7 @@ int weir__coord_http_start(coord *c, char *msg, size_t cap)
         return -errno;
     }
     int e = 0;
-    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, c, WEIR_HTTP_PUBLIC)) ||
+    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/workers", h_workers, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs", h_jobs, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs/:id", h_job, c, 0)) ||

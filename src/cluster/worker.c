@@ -1034,7 +1034,7 @@ static int http_start(worker *wk, char *msg, size_t cap)
         return -errno;
     }
     int e;
-    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, wk, WEIR_HTTP_PUBLIC)) ||
+    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, wk, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/worker", h_worker, wk, 0)) ||
         (e = weir_http_route(s, "GET", "/metrics", h_metrics, wk, 0)) ||
         (e = weir_http_server_start(s))) {
