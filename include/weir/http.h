@@ -551,11 +551,19 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
  * Authentication. When a bearer token is configured (the option, or the
  * environment variable named by auth_env, WEIR_AUTH_TOKEN by default, read
  * when the server is made) every request must carry "Authorization: Bearer
- * <token>" or gets 401 before any handler runs, whatever its method and
- * whether or not its path is routed (OPTIONS too: an unauthenticated
- * client gets the same answer for every path, so it cannot probe which
- * routes exist). Only routes registered with the WEIR_HTTP_PUBLIC flag
- * pass without it. An empty or unset variable leaves auth off.
+ * <token>" or gets 401 (with "WWW-Authenticate: Bearer realm="weir"" and a
+ * JSON body saying what is missing or wrong, never the token) before it is
+ * routed, so before any handler runs, whatever its method and whether or
+ * not its path is routed (OPTIONS too: an unauthenticated client gets the
+ * same answer for every path, so it cannot probe which routes exist). No
+ * route is exempt: the check is the server's, not a route's, and there is
+ * no flag to opt out of it. The token is compared in constant time; an
+ * Authorization value over WEIR_HTTP_MAX_AUTH_FIELD bytes, or a second
+ * Authorization field, is a 401 too. Unset (or auth_env ""): no auth. A
+ * variable set but empty, or a token longer than WEIR_HTTP_MAX_TOKEN or
+ * holding a byte outside visible ASCII (0x21..0x7e), is a configuration
+ * error: weir_http_server_new() fails with EINVAL, and
+ * weir_http_server_auth_problem() says why.
  *
  * Static files. weir_http_route_static() serves a directory under a
  * wildcard pattern: the tail is percent-decoded, "." and ".." segments and
@@ -622,9 +630,13 @@ typedef int (*weir_http_handler)(weir_http_req *req, weir_http_res *res, void *a
 
 /* Route flags. */
 enum {
-    WEIR_HTTP_PUBLIC = 1,     /* no bearer token needed */
     WEIR_HTTP_STATIC_SPA = 2, /* static: extensionless misses serve index.html */
 };
+
+/* Bearer auth bounds: the configured token's bytes, and the Authorization
+ * field value a request may send (longer is 401 without a comparison). */
+#define WEIR_HTTP_MAX_TOKEN      1024
+#define WEIR_HTTP_MAX_AUTH_FIELD 2048
 
 typedef struct weir_http_server_opts {
     const char *host;          /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */
@@ -637,8 +649,8 @@ typedef struct weir_http_server_opts {
     int64_t write_timeout_ms;  /* one response written: 30 s */
     int max_conns;             /* open connections; more are answered 503 and closed: 10000 */
     const char *auth_env;      /* env var holding the bearer token: NULL = "WEIR_AUTH_TOKEN",
-                                  "" = none */
-    const char *auth_token;    /* a token given directly (wins over auth_env) */
+                                  "" = none; unset: no auth, set but empty: EINVAL */
+    const char *auth_token;    /* a token given directly (wins over auth_env; "": EINVAL) */
     struct weir_metrics *metrics; /* request metrics go here (NULL: none) */
     size_t stack_size;         /* connection fibers: 0 = 64 KiB */
     int listeners;             /* accept loops: 0 = one per scheduler thread */
@@ -655,20 +667,29 @@ typedef struct weir_http_server_stats {
     uint64_t timeouts;  /* connections closed by a header, body or write deadline */
 } weir_http_server_stats;
 
-/* A server with no routes; NULL with errno (ENOMEM, EINVAL for bad options).
- * Needs no runtime until it is started. */
+/* A server with no routes; NULL with errno (ENOMEM, EINVAL for bad options,
+ * a bad token among them). Needs no runtime until it is started. */
 weir_http_server *weir_http_server_new(const weir_http_server_opts *opts);
 
-/* Add a route: method NULL or "*" for any method, flags WEIR_HTTP_PUBLIC.
- * 0, -EINVAL for a malformed pattern (not starting with '/', an empty
- * ":" name, "*" not last, too many parameters), -EBUSY once started. */
+/* Why weir_http_server_new(opts) would refuse its bearer token (opts NULL:
+ * the defaults, so $WEIR_AUTH_TOKEN): a static text to follow the token's
+ * source in a message ("set but empty (...)", "longer than 1024 bytes",
+ * "holds a byte that is not visible ASCII ..."), never quoting the token;
+ * NULL when it is fine or none is configured. For a program to report the
+ * problem when it starts, before it makes its server. */
+const char *weir_http_server_auth_problem(const weir_http_server_opts *opts);
+
+/* Add a route: method NULL or "*" for any method; flags 0 (none are
+ * defined: -EINVAL otherwise). 0, -EINVAL for a malformed pattern (not
+ * starting with '/', an empty ":" name, "*" not last, too many
+ * parameters), -EBUSY once started. */
 int weir_http_route(weir_http_server *s, const char *method, const char *pattern,
                     weir_http_handler h, void *arg, int flags);
 /* Serve files under dir for GET and HEAD; the pattern ends in "*". The
- * directory is opened now (-ENOENT, -ENOTDIR...). flags: WEIR_HTTP_STATIC_SPA,
- * WEIR_HTTP_PUBLIC. */
+ * directory is opened now (-ENOENT, -ENOTDIR...). flags: 0 or
+ * WEIR_HTTP_STATIC_SPA (-EINVAL for others). */
 int weir_http_route_static(weir_http_server *s, const char *pattern, const char *dir, int flags);
-/* GET path renders the registry in the Prometheus text format. */
+/* GET path renders the registry in the Prometheus text format; flags 0. */
 int weir_http_route_metrics(weir_http_server *s, const char *path, struct weir_metrics *m,
                             int flags);
 

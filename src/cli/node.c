@@ -22,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "cluster/node.h"
+#include "weir/http.h"
 #include "weir/rt.h"
 
 static void usage_node(FILE *f)
@@ -64,6 +65,10 @@ static void usage_node(FILE *f)
         "  --threads N         scheduler threads of the node's runtime (default\n"
         "                      WEIR_THREADS, else the online cores); give nodes that\n"
         "                      share a machine their share of its cores\n"
+        "\n"
+        "With WEIR_AUTH_TOKEN set in the environment every HTTP route (the health\n"
+        "check too) needs \"Authorization: Bearer $WEIR_AUTH_TOKEN\" and answers 401\n"
+        "without it; set but empty is refused at start.\n"
         "\n"
         "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
         "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
@@ -243,6 +248,13 @@ int weir__cli_node(int argc, char **argv)
         a->co.http_port = (int)n;
         a->wo.http_port = (uint16_t)n;
         a->co.on_http = a->wo.on_http = on_http;
+        /* Now, not when the server starts: a standby coordinator would
+         * find out only when it came to lead. */
+        const char *why = weir_http_server_auth_problem(NULL);
+        if (why) {
+            fprintf(stderr, "weir node: WEIR_AUTH_TOKEN: %s\n", why);
+            return CLI_USAGE;
+        }
     }
     if (a->worker) {
         if (port || a->co.bind_host || a->co.advertise_host || pending) {

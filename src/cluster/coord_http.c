@@ -18,7 +18,8 @@
  *
  * Every handler copies what it shows under the coordinator's mutex and
  * builds the JSON outside it. The bearer token of weir's HTTP server
- * (WEIR_AUTH_TOKEN) applies to every route but /api/v1/health.
+ * (WEIR_AUTH_TOKEN, read by the server itself) applies to every route, the
+ * health check included: the server checks it before routing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -208,6 +209,11 @@ static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
 int weir__coord_http_start(coord *c, char *msg, size_t cap)
 {
     const char *host = c->o.bind_host ? c->o.bind_host : "127.0.0.1";
+    const char *why = weir_http_server_auth_problem(NULL);
+    if (why) {
+        snprintf(msg, cap, "WEIR_AUTH_TOKEN: %s", why);
+        return -EINVAL;
+    }
     weir_http_server *s = weir_http_server_new(
         &(weir_http_server_opts){.host = host, .port = c->o.http_port, .listeners = 1});
     if (!s) {
@@ -215,7 +221,7 @@ int weir__coord_http_start(coord *c, char *msg, size_t cap)
         return -errno;
     }
     int e = 0;
-    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, c, WEIR_HTTP_PUBLIC)) ||
+    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/workers", h_workers, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs", h_jobs, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs/:id", h_job, c, 0)) ||

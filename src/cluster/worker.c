@@ -1025,8 +1025,15 @@ static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
     return weir_http_res_send(res, 200, "text/plain; version=0.0.4", text, (size_t)n);
 }
 
+/* The bearer token (WEIR_AUTH_TOKEN) is the HTTP server's: it guards every
+ * route, /api/v1/health included. */
 static int http_start(worker *wk, char *msg, size_t cap)
 {
+    const char *why = weir_http_server_auth_problem(NULL);
+    if (why) {
+        snprintf(msg, cap, "WEIR_AUTH_TOKEN: %s", why);
+        return -EINVAL;
+    }
     weir_http_server *s = weir_http_server_new(
         &(weir_http_server_opts){.host = "127.0.0.1", .port = wk->o.http_port, .listeners = 1});
     if (!s) {
@@ -1034,7 +1041,7 @@ static int http_start(worker *wk, char *msg, size_t cap)
         return -errno;
     }
     int e;
-    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, wk, WEIR_HTTP_PUBLIC)) ||
+    if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, wk, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/worker", h_worker, wk, 0)) ||
         (e = weir_http_route(s, "GET", "/metrics", h_metrics, wk, 0)) ||
         (e = weir_http_server_start(s))) {

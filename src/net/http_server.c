@@ -7,7 +7,8 @@
  * default, each loop pinned to its thread) and every accepted connection
  * gets a fiber, spawned on the accepting thread. A connection fiber reads
  * into a 16 KiB buffer and feeds weir_http_parse(); the head is routed and
- * authenticated as soon as it is complete (an unauthenticated or unroutable
+ * authenticated as soon as it is complete, before it is routed (with a
+ * bearer token configured no route is exempt; an unauthenticated or unroutable
  * request with a body is answered without reading the body, and the
  * connection closed); the body is collected up to max_body; at DONE the
  * handler runs and its answer is serialized straight into the connection's
@@ -149,6 +150,7 @@ typedef struct conn {
     weir_http_req req;
     int early_status; /* an answer decided at HEAD (401, 404, 405, 417...) */
     const char *early_msg;
+    int auth_invalid; /* the 401 is for a wrong token (not a missing one) */
     char allow[96];
     int64_t t0;
 } conn;
@@ -506,6 +508,46 @@ static int init_metrics(weir_http_server *s)
     return s->m_dur && s->m_conns ? 0 : -errno;
 }
 
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
+/* The token the options configure: opts.auth_token, else the variable
+ * opts.auth_env names (WEIR_AUTH_TOKEN by default, none when ""), else
+ * NULL (no auth). An empty string is returned as it is: a problem. */
+static const char *auth_token_of(const weir_http_server_opts *o)
+{
+    if (o->auth_token)
+        return o->auth_token;
+    const char *env = o->auth_env ? o->auth_env : "WEIR_AUTH_TOKEN";
+    return *env ? getenv(env) : NULL;
+}
+
+/* What is wrong with a configured token (a static text), or NULL. Visible
+ * ASCII only: a token that a header field cannot carry as it is (a space,
+ * a control character, a trailing newline from a file) could never match,
+ * and refusing it at start says so instead of answering 401 forever. */
+static const char *token_problem(const char *tok)
+{
+    if (!tok)
+        return NULL;
+    if (!*tok)
+        return "set but empty (unset it to serve without a token)";
+    size_t n = 0;
+    for (; tok[n]; n++) {
+        if (n >= WEIR_HTTP_MAX_TOKEN)
+            return "longer than " STR(WEIR_HTTP_MAX_TOKEN) " bytes";
+        if ((unsigned char)tok[n] <= 0x20 || (unsigned char)tok[n] >= 0x7f)
+            return "holds a byte that is not visible ASCII (a space, a control character...)";
+    }
+    return NULL;
+}
+
+const char *weir_http_server_auth_problem(const weir_http_server_opts *opts)
+{
+    weir_http_server_opts o = opts ? *opts : (weir_http_server_opts){0};
+    return token_problem(auth_token_of(&o));
+}
+
 weir_http_server *weir_http_server_new(const weir_http_server_opts *opts)
 {
     weir_http_server_opts o = opts ? *opts : (weir_http_server_opts){0};
@@ -540,17 +582,16 @@ weir_http_server *weir_http_server_new(const weir_http_server_opts *opts)
     int bad = weir_http_parser_init(&probe, WEIR_HTTP_REQUEST, &o.limits);
     if (!bad)
         weir_http_parser_close(&probe);
-    const char *tok = o.auth_token;
-    if (!tok) {
-        const char *env = o.auth_env ? o.auth_env : "WEIR_AUTH_TOKEN";
-        tok = *env ? getenv(env) : NULL;
-    }
+    const char *tok = auth_token_of(&o);
+    if (!bad && token_problem(tok))
+        bad = -EINVAL;
     s->host = strdup(o.host ? o.host : "127.0.0.1");
-    s->token = tok && *tok ? strdup(tok) : NULL;
+    s->token = tok && !bad ? strdup(tok) : NULL;
     s->wg = weir_waitgroup_new();
     s->o.host = s->host;
     s->o.auth_token = s->token;
-    int e = bad ? bad : (!s->host || (tok && *tok && !s->token) || !s->wg) ? -ENOMEM : 0;
+    s->o.auth_env = "";
+    int e = bad ? bad : (!s->host || (tok && !s->token) || !s->wg) ? -ENOMEM : 0;
     if (!e && s->o.metrics)
         e = init_metrics(s);
     if (e) {
@@ -656,7 +697,9 @@ int weir_http_route(weir_http_server *s, const char *method, const char *pattern
     if (!h)
         return -EINVAL;
     route *r;
-    int e = add_route(s, ROUTE_HANDLER, method, pattern, flags & WEIR_HTTP_PUBLIC, &r);
+    if (flags)
+        return -EINVAL; /* none defined: no route is exempt from the token */
+    int e = add_route(s, ROUTE_HANDLER, method, pattern, 0, &r);
     if (e)
         return e;
     r->h = h;
@@ -666,7 +709,8 @@ int weir_http_route(weir_http_server *s, const char *method, const char *pattern
 
 int weir_http_route_static(weir_http_server *s, const char *pattern, const char *dir, int flags)
 {
-    if (!dir || !pattern || !*pattern || pattern[strlen(pattern) - 1] != '*')
+    if (!dir || !pattern || !*pattern || pattern[strlen(pattern) - 1] != '*' ||
+        (flags & ~WEIR_HTTP_STATIC_SPA))
         return -EINVAL;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -684,8 +728,10 @@ int weir_http_route_static(weir_http_server *s, const char *pattern, const char 
 int weir_http_route_metrics(weir_http_server *s, const char *path, struct weir_metrics *m,
                             int flags)
 {
+    if (flags)
+        return -EINVAL;
     route *r;
-    int e = add_route(s, ROUTE_METRICS, "GET", path, flags, &r);
+    int e = add_route(s, ROUTE_METRICS, "GET", path, 0, &r);
     if (!e)
         r->m = m;
     return e;
@@ -826,30 +872,47 @@ static void route_request(conn *c)
     c->early_status = path_matched ? 405 : 404;
 }
 
-/* Does the request carry the token? Only public routes are exempt. Asked
- * after routing (a public route must be known), but its answer replaces
- * routing's: without the token an existing path and an unknown one get the
- * same 401, whatever the method, so nobody without the token can probe
- * which routes exist. OPTIONS is no exception: the 204 the server answers
- * itself lists the path's methods, and a CORS preflight gains nothing from
- * it (the server sends no Access-Control-* fields, so a browser refuses the
- * cross-origin request either way). */
-static int authorized(conn *c)
+/* Does the request carry the token? NULL when it does (or no token is
+ * configured), else why not: the 401's message, which names what is wrong
+ * but never what the token is. No route is exempt and the answer does not
+ * depend on routing: without the token an existing path and an unknown
+ * one get the same 401, whatever the method, so nobody without the token
+ * can probe which routes exist. OPTIONS is no exception: the 204 the
+ * server answers itself lists the path's methods, and a CORS preflight
+ * gains nothing from it (the server sends no Access-Control-* fields, so a
+ * browser refuses the cross-origin request either way). *invalid: a
+ * bearer token was presented and is wrong (error="invalid_token"). */
+static const char *auth_refusal(conn *c, int *invalid)
 {
     weir_http_server *s = c->s;
-    if (!s->token || (c->rt && (c->rt->flags & WEIR_HTTP_PUBLIC)))
-        return 1;
-    const weir_http_str *a = weir_http_header_get(&c->p, "authorization");
-    if (!a || a->len < 7)
-        return 0;
+    *invalid = 0;
+    if (!s->token)
+        return NULL;
+    ssize_t i = weir_http_find(c->p.headers, c->p.nheaders, "authorization", 0);
+    if (i < 0)
+        return "missing bearer token (Authorization: Bearer <token>)";
+    /* Two fields: which one counts is where a proxy and we could disagree. */
+    if (weir_http_find(c->p.headers, c->p.nheaders, "authorization", (size_t)i + 1) >= 0)
+        return "more than one Authorization field";
+    const weir_http_str *a = &c->p.headers[i].value;
+    if (a->len > WEIR_HTTP_MAX_AUTH_FIELD) {
+        *invalid = 1;
+        return "wrong bearer token";
+    }
     static const char scheme[] = "bearer ";
-    for (size_t i = 0; i < 7; i++)
-        if (lower(a->p[i]) != scheme[i])
-            return 0;
+    if (a->len < 7)
+        return "Authorization is not \"Bearer <token>\"";
+    for (size_t k = 0; k < 7; k++)
+        if (lower(a->p[k]) != scheme[k])
+            return "Authorization is not \"Bearer <token>\"";
     size_t off = 7;
     while (off < a->len && a->p[off] == ' ')
         off++;
-    return ct_equal(a->p + off, a->len - off, s->token, s->token_len);
+    if (!ct_equal(a->p + off, a->len - off, s->token, s->token_len)) {
+        *invalid = 1;
+        return "wrong bearer token";
+    }
+    return NULL;
 }
 
 /* ---- the connection ------------------------------------------------------------------- */
@@ -918,7 +981,9 @@ static void answer_plain(conn *c, int status, const char *msg, int close)
     r->done = 0;
     r->close = r->close || close;
     if (status == 401)
-        weir_http_put_header(&r->hdr, "WWW-Authenticate", "Bearer realm=\"weir\"");
+        weir_http_put_header(&r->hdr, "WWW-Authenticate",
+                             c->auth_invalid ? "Bearer realm=\"weir\", error=\"invalid_token\""
+                                             : "Bearer realm=\"weir\"");
     if (status == 405 || (status == 204 && c->allow[0]))
         weir_http_put_header(&r->hdr, "Allow", c->allow[0] ? c->allow : "OPTIONS");
     if (status == 204)
@@ -1125,6 +1190,7 @@ static void on_head(conn *c, int body_buffered)
     c->rt = NULL;
     c->early_status = 0;
     c->early_msg = NULL;
+    c->auth_invalid = 0;
     c->blen = 0;
     q->method = p->method;
     q->target = p->target;
@@ -1138,6 +1204,16 @@ static void on_head(conn *c, int body_buffered)
     q->server = s;
     if (s->m_req[0])
         weir_counter_inc(s->m_req[method_index(p->method)]);
+    /* The token first, before the target is even looked at: every request
+     * whose head is complete passes here, and with a token configured none
+     * goes on without it (no route, no handler, no 404 or 405 that would
+     * tell what exists). Only what the parser refuses before a head is
+     * complete (400, 413, 414, 431...) is answered without this check. */
+    q->path = q->query = (weir_http_str){"", 0};
+    if ((c->early_msg = auth_refusal(c, &c->auth_invalid))) {
+        c->early_status = 401;
+        return;
+    }
     /* origin-form "/p?q"; absolute-form "http://host/p?q"; "*" for OPTIONS. */
     const char *t = p->target.p, *end = t + p->target.len;
     if (p->target.len > 7 &&
@@ -1167,19 +1243,13 @@ routed_path:
             c->early_status = 400;
             return;
         }
-        c->early_status = 204; /* "OPTIONS *": still behind the token, below */
+        c->early_status = 204; /* "OPTIONS *": behind the token, above */
     } else if (q->path.len == 0 || q->path.p[0] != '/') {
         c->early_status = 400;
         c->early_msg = "request target must be a path starting with /";
         return;
     } else {
         route_request(c);
-    }
-    if (!authorized(c)) {
-        c->rt = NULL;
-        c->early_status = 401;
-        c->early_msg = "missing or wrong bearer token";
-        return;
     }
     const weir_http_str *ex = weir_http_header_get(p, "expect");
     if (ex && !c->early_status) {

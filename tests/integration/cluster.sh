@@ -21,6 +21,10 @@
 #                cancelled everywhere, and what the sink committed is a
 #                prefix of the reference (no line twice, none made up)
 #
+# Every node runs with WEIR_AUTH_TOKEN set, so every HTTP request here
+# presents it (api); basic also checks the coordinator's 401s without it,
+# and every case that a node refuses an empty token at start.
+#
 # No case sleeps for a fixed time to assume something happened: each
 # polls for the event (a line in a log, a COMPLETED marker) with a
 # generous deadline.
@@ -38,12 +42,22 @@ cleanup() {
 trap cleanup EXIT INT TERM
 [ -z "${KEEP:-}" ] || trap - EXIT
 
+# A token for the nodes' HTTP servers, presented by every request here.
+WEIR_AUTH_TOKEN=cluster-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export WEIR_AUTH_TOKEN
+# api PATH [curl flags]: GET http://$http$PATH with the token.
+api() {
+    p=$1
+    shift
+    curl -s -m 5 -H "Authorization: Bearer $WEIR_AUTH_TOKEN" "$@" "http://$http$p"
+}
+
 fail() {
     echo "cluster.sh: FAIL: $*" >&2
     # What the coordinator is doing, for a hang: its jobs and its threads.
     if [ -n "${http:-}" ]; then
         echo "--- /api/v1/jobs" >&2
-        curl -s -m 5 "http://$http/api/v1/jobs" >&2 || true
+        api /api/v1/jobs >&2 || true
         echo >&2
     fi
     if [ -n "${cpid:-}" ] && command -v gdb >/dev/null 2>&1; then
@@ -111,6 +125,19 @@ for t in 0 257 x; do
     fi
 done
 
+# A token set but empty is a configuration error at start, not "no auth";
+# so is one a header cannot carry. Both roles, before anything listens.
+for role in "--role=coordinator --port 0" "--role=worker --id z --coordinator 127.0.0.1:1"; do
+    for t in "" "two words"; do
+        # shellcheck disable=SC2086 # $role is several words
+        if WEIR_AUTH_TOKEN=$t "$weir" node $role --http-port 0 >/dev/null 2>"$tmp/empty.err"; then
+            fail "$role took WEIR_AUTH_TOKEN='$t'"
+        elif [ $? -ne 2 ] || ! grep -q "WEIR_AUTH_TOKEN: " "$tmp/empty.err"; then
+            fail "$role, WEIR_AUTH_TOKEN='$t': not refused at start: $(cat "$tmp/empty.err")"
+        fi
+    done
+done
+
 n=600000
 # The reference: an uninterrupted weir run.
 "$weir" run "$plugin" --parallelism 3 --no-progress --quiet --checkpoint-dir "$tmp/ref-ckpt" \
@@ -158,13 +185,29 @@ for c in $cases; do
         [ "$last" = "$fin" ] || fail "basic: the newest part is of checkpoint '$last', not the final $fin"
         # The HTTP API tells the same story.
         id=$(sed -n 's/.*job \([0-9]*\) submitted.*/\1/p' "$tmp/basic.submit.log")
-        curl -sf "http://$http/api/v1/jobs/$id" | grep -q '"state":"succeeded"' ||
+        api "/api/v1/jobs/$id" -f | grep -q '"state":"succeeded"' ||
             fail "basic: /api/v1/jobs/$id does not say succeeded"
-        curl -sf "http://$http/api/v1/workers" | grep -q '"id":"a"' ||
+        api /api/v1/workers -f | grep -q '"id":"a"' ||
             fail "basic: /api/v1/workers does not list worker a"
-        curl -sf "http://$http/metrics" | grep -q 'weir_coordinator_jobs_ended_total{state="succeeded"} 1' ||
+        api /metrics -f | grep -q 'weir_coordinator_jobs_ended_total{state="succeeded"} 1' ||
             fail "basic: /metrics does not count the job"
-        curl -sf "http://$http/api/v1/health" | grep -q '"status":"ok"' || fail "basic: not healthy"
+        api /api/v1/health -f | grep -q '"status":"ok"' || fail "basic: not healthy"
+        # Without the token (or with another, or another scheme) every
+        # route is 401, the health check too, and so is an unknown path.
+        for p in /api/v1/health /api/v1/jobs "/api/v1/jobs/$id" /api/v1/workers /metrics /nope; do
+            code=$(curl -s -m 5 -o "$tmp/401.body" -D "$tmp/401.head" -w '%{http_code}' "http://$http$p")
+            [ "$code" = 401 ] || fail "basic: $p without the token: $code, not 401"
+            grep -qi '^WWW-Authenticate: Bearer' "$tmp/401.head" || fail "basic: $p: no WWW-Authenticate"
+            grep -q 'missing bearer token' "$tmp/401.body" || fail "basic: $p: $(cat "$tmp/401.body")"
+            for h in "Authorization: Bearer wrong-$WEIR_AUTH_TOKEN" "Authorization: Basic eDp5"; do
+                code=$(curl -s -m 5 -o "$tmp/401.body" -w '%{http_code}' -H "$h" "http://$http$p")
+                [ "$code" = 401 ] || fail "basic: $p with a wrong token: $code, not 401"
+                ! grep -q "$WEIR_AUTH_TOKEN" "$tmp/401.body" || fail "basic: $p: the 401 echoes the token"
+            done
+        done
+        [ "$(api /api/v1/health -o /dev/null -w '%{http_code}')" = 200 ] ||
+            fail "basic: the health check with the token is not 200"
+        ! grep -q "$WEIR_AUTH_TOKEN" "$tmp"/*.log "$tmp"/*.out || fail "basic: a log holds the token"
         ;;
     kill | kill2)
         submit $c $n --checkpoint-dir "$tmp/$c-ckpt" --checkpoint-interval-ms 100
@@ -189,7 +232,7 @@ for c in $cases; do
         wait $sub || fail "$c: weir submit failed"
         check_output "$tmp/$c" $c
         grep -q "restart" "$tmp/$c.submit.log" || fail "$c: the summary does not count restarts"
-        curl -sf "http://$http/metrics" | grep -q 'weir_coordinator_workers_lost_total{cause="' ||
+        api /metrics -f | grep -q 'weir_coordinator_workers_lost_total{cause="' ||
             fail "$c: /metrics does not count the lost worker"
         ;;
     stop)

@@ -24,6 +24,9 @@
 #     standby ends it at once with exit 0;
 #   - bad usage (exit 2) and an --ha-dir that is a file (exit 1, named).
 #
+# The nodes run with WEIR_AUTH_TOKEN set: the workers' HTTP servers are
+# asked with it, and once without (401, the health check too).
+#
 # Every wait polls for its event (a line, a file's content) with a
 # generous deadline; nothing sleeps for a fixed time to assume it.
 set -eu
@@ -37,6 +40,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 [ -z "${KEEP:-}" ] || trap - EXIT
+
+WEIR_AUTH_TOKEN=ha-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export WEIR_AUTH_TOKEN
 
 fail() {
     echo "ha.sh: FAIL: $*" >&2
@@ -84,7 +90,8 @@ leader_is() { [ "$(leader_field epoch)" = "$1" ] && [ "$(leader_field port)" = "
 registered_with() { grep -q "registered with $2" "$tmp/$1.out"; }
 worker_epoch_is() {
     port=$(sed -n 's/.*http on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/$1.out")
-    curl -s -m 5 "http://127.0.0.1:$port/api/v1/worker" | grep -q "\"epoch\": *$2[,}]"
+    curl -s -m 5 -H "Authorization: Bearer $WEIR_AUTH_TOKEN" "http://127.0.0.1:$port/api/v1/worker" |
+        grep -q "\"epoch\": *$2[,}]"
 }
 
 # ---- bad usage and a bad directory ----
@@ -119,6 +126,15 @@ for w in x y; do
     wait_for 20 registered_with $w "127.0.0.1:$port_a" || fail "worker $w did not register with a"
     wait_for 20 worker_epoch_is $w 1 || fail "worker $w is not bound to epoch 1"
 done
+# A worker's HTTP routes without the token: 401, the health check too.
+wport=$(sed -n 's/.*http on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/x.out")
+for p in /api/v1/health /api/v1/worker /metrics; do
+    code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$wport$p")
+    [ "$code" = 401 ] || fail "worker x: $p without the token: $code, not 401"
+done
+code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $WEIR_AUTH_TOKEN" \
+    "http://127.0.0.1:$wport/api/v1/health")
+[ "$code" = 200 ] || fail "worker x: the health check with the token: $code, not 200"
 
 # ---- a job, kept in the directory ----
 n=400000

@@ -369,7 +369,7 @@ static weir_http_server *make_server(const weir_http_server_opts *o)
     CHECK_EQ(weir_http_route(s, "GET", "/silent", h_silent, NULL, 0), 0);
     CHECK_EQ(weir_http_route(s, "GET", "/twice", h_twice, NULL, 0), 0);
     CHECK_EQ(weir_http_route(s, "GET", "/slow", h_slow, (void *)(intptr_t)300, 0), 0);
-    CHECK_EQ(weir_http_route(s, "GET", "/health", h_hello, NULL, WEIR_HTTP_PUBLIC), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/health", h_hello, NULL, 0), 0);
     CHECK_EQ(weir_http_route(s, "GET", "/big", h_big, (void *)(intptr_t)(64 << 10), 0), 0);
     CHECK_EQ(weir_http_route(s, "GET", "/huge", h_big, (void *)(intptr_t)(8 << 20), 0), 0);
     CHECK_EQ(weir_http_route(s, NULL, "/any", h_any, NULL, 0), 0);
@@ -531,6 +531,11 @@ static intptr_t routes_main(void *arg)
                              h_hello, NULL, 0),
              -EINVAL);
     CHECK_EQ(weir_http_route_static(b, "/s", "/tmp", 0), -EINVAL);
+    /* No flag opts a route out of the token (there is none to give). */
+    CHECK_EQ(weir_http_route(b, "GET", "/a", h_hello, NULL, 1), -EINVAL);
+    CHECK_EQ(weir_http_route(b, "GET", "/a", h_hello, NULL, WEIR_HTTP_STATIC_SPA), -EINVAL);
+    CHECK_EQ(weir_http_route_static(b, "/s/*", "/tmp", 1), -EINVAL);
+    CHECK_EQ(weir_http_route_metrics(b, "/m", NULL, 1), -EINVAL);
     CHECK_EQ(weir_http_route_static(b, "/s/*", "/nonexistent-dir-weir", 0), -ENOENT);
     CHECK_EQ(weir_http_server_port(b), -ENOTCONN);
     CHECK_EQ(weir_http_server_stop(b, after_ms(10)), 0); /* stopped before started: */
@@ -877,6 +882,106 @@ static void raw_no_date(int port, const char *line, const char *extra, char *out
     }
 }
 
+/* GET /hello with the given Authorization value(s) ("" none), its reply. */
+static void get_auth(int port, const char *const *values, size_t n, reply *r)
+{
+    size_t len = 64;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(values[i]) + 20;
+    char *q = malloc(len);
+    CHECK(q != NULL);
+    size_t o = (size_t)snprintf(q, len, "GET /hello HTTP/1.1\r\nHost: x\r\n");
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(q + o, len - o, "Authorization: %s\r\n", values[i]);
+    o += (size_t)snprintf(q + o, len - o, "\r\n");
+    CHECK_EQ(exchange(port, q, o, r, NULL), 0);
+    free(q);
+}
+
+/* The server's token is "s3cret-token". */
+static void auth_edges(int port)
+{
+    int runs = handler_runs;
+    reply r;
+    /* No field: 401 saying so, with the challenge and no error code. */
+    get_auth(port, NULL, 0, &r);
+    CHECK_EQ(r.status, 401);
+    CHECK(strstr(r.head, "WWW-Authenticate: Bearer realm=\"weir\"\n") != NULL);
+    CHECK(strstr(r.head, "Content-Type: application/json") != NULL);
+    CHECK(strstr(r.body, "missing bearer token") != NULL);
+    CHECK(strstr(r.body, "\"status\":401") != NULL || strstr(r.body, "\"status\": 401") != NULL);
+    /* A wrong one: said to be wrong, neither it nor the token echoed. */
+    const char *wrong[] = {"Bearer n0t-the-0ne"};
+    get_auth(port, wrong, 1, &r);
+    CHECK_EQ(r.status, 401);
+    CHECK(strstr(r.head, "error=\"invalid_token\"") != NULL);
+    CHECK(strstr(r.body, "wrong bearer token") != NULL);
+    CHECK(strstr(r.body, "n0t-the-0ne") == NULL && strstr(r.body, "s3cret") == NULL);
+    CHECK(strstr(r.head, "s3cret") == NULL);
+    /* Other schemes, and shapes that are not "Bearer <token>". */
+    static const char *const shapes[] = {
+        "Basic czNjcmV0LXRva2Vu",
+        "Basic s3cret-token",
+        "Token s3cret-token",
+        "s3cret-token",
+        "Bearer",
+        "Bearer ",
+        "Bearers3cret-token",
+        "Bearer s3cret-toke",
+        "Bearer s3cret-tokeN",
+        "Bearer\ts3cret-token",
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        get_auth(port, &shapes[i], 1, &r);
+        CHECK_EQ(r.status, 401);
+        CHECK(strstr(r.head, "WWW-Authenticate: Bearer") != NULL);
+    }
+    /* Two fields, even both right: which one counts is ambiguous. */
+    const char *two[] = {"Bearer s3cret-token", "Bearer s3cret-token"};
+    get_auth(port, two, 2, &r);
+    CHECK_EQ(r.status, 401);
+    CHECK(strstr(r.body, "more than one") != NULL);
+    const char *two_b[] = {"Bearer wrong", "Bearer s3cret-token"};
+    get_auth(port, two_b, 2, &r);
+    CHECK_EQ(r.status, 401);
+    /* Over the bound: 401 without a comparison, even when the token is
+     * there after padding; far over it, the parser's 431. No crash either
+     * way, and no handler. */
+    size_t big = WEIR_HTTP_MAX_AUTH_FIELD + 100;
+    char *v = malloc(big + 32);
+    CHECK(v != NULL);
+    memcpy(v, "Bearer ", 7);
+    memset(v + 7, ' ', big);
+    strcpy(v + 7 + big, "s3cret-token");
+    const char *padded[] = {v};
+    get_auth(port, padded, 1, &r);
+    CHECK_EQ(r.status, 401);
+    memset(v + 7, 'x', big);
+    v[7 + big] = '\0';
+    get_auth(port, padded, 1, &r);
+    CHECK_EQ(r.status, 401);
+    free(v);
+    v = malloc(WEIR_HTTP_MAX_HEADER_LINE + 64);
+    CHECK(v != NULL);
+    memcpy(v, "Bearer ", 7);
+    memset(v + 7, 'x', WEIR_HTTP_MAX_HEADER_LINE);
+    v[7 + WEIR_HTTP_MAX_HEADER_LINE] = '\0';
+    const char *huge[] = {v};
+    get_auth(port, huge, 1, &r);
+    CHECK_EQ(r.status, 431);
+    free(v);
+    CHECK_EQ(handler_runs, runs);
+    /* A malformed target without the token is still a 401: the token is
+     * asked for before the target is looked at. */
+    CHECK_EQ(get_status(port, "GET nopath HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
+    /* Right, and the handler runs (once per request). */
+    const char *right[] = {"Bearer s3cret-token"};
+    get_auth(port, right, 1, &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "Hello, World!");
+    CHECK_EQ(handler_runs, runs + 1);
+}
+
 static intptr_t auth_main(void *arg)
 {
     (void)arg;
@@ -911,7 +1016,11 @@ static intptr_t auth_main(void *arg)
     CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: bearer  "
                               "s3cret-token\r\n\r\n"),
              200);
-    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* public */
+    /* No route is exempt: a health check needs the token like the rest. */
+    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
+    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "s3cret-token\r\n\r\n"),
+             200);
     /* With the token, OPTIONS says what the path allows. */
     reply ro;
     q = "OPTIONS /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret-token\r\n\r\n";
@@ -955,16 +1064,81 @@ static intptr_t auth_main(void *arg)
     CHECK_EQ(get_status(port, "OPTIONS /any HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                               "s3cret-token\r\n\r\n"),
              200);
+    auth_edges(port);
     finish(s);
 
-    /* The explicit token wins; an empty variable means no auth. */
-    setenv("WEIR_AUTH_TOKEN", "", 1);
+    /* No token configured: nothing changes, an Authorization field included
+     * (it is the handler's to read). */
+    unsetenv("WEIR_AUTH_TOKEN");
+    CHECK(weir_http_server_auth_problem(NULL) == NULL);
     s = make_server(NULL);
+    port = weir_http_server_port(s);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200);
+    CHECK_EQ(get_status(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 200);
+    CHECK_EQ(
+        get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Basic eDp5\r\n\r\n"),
+        200);
+    CHECK_EQ(get_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"), 404);
+    finish(s);
+
+    /* WEIR_AUTH_TOKEN is the default variable; the explicit token wins over
+     * it, and auth_env "" does not look. */
+    setenv("WEIR_AUTH_TOKEN", "from-env", 1);
+    s = make_server(NULL);
+    port = weir_http_server_port(s);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "from-env\r\n\r\n"),
+             200);
+    finish(s);
+    s = make_server(&(weir_http_server_opts){.auth_token = "t"});
+    port = weir_http_server_port(s);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              "from-env\r\n\r\n"),
+             401);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n\r\n"),
+             200);
+    finish(s);
+    s = make_server(&(weir_http_server_opts){.auth_env = ""});
     CHECK_EQ(get_status(weir_http_server_port(s), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200);
     finish(s);
+
+    /* A token that cannot work is a configuration error, not "auth off":
+     * set but empty, too long, or holding a byte a header cannot carry as
+     * it is. The reason never quotes the token. */
+    setenv("WEIR_AUTH_TOKEN", "", 1);
+    const char *why = weir_http_server_auth_problem(NULL);
+    CHECK(why != NULL && strstr(why, "empty") != NULL);
+    errno = 0;
+    CHECK(weir_http_server_new(NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
     unsetenv("WEIR_AUTH_TOKEN");
-    s = make_server(&(weir_http_server_opts){.auth_token = "t"});
-    CHECK_EQ(get_status(weir_http_server_port(s), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 401);
+    char long_tok[WEIR_HTTP_MAX_TOKEN + 2];
+    memset(long_tok, 'k', sizeof(long_tok) - 1);
+    long_tok[sizeof(long_tok) - 1] = '\0';
+    static const char *const bad[] = {"",        "with space",        "new\nline",    "tab\t",
+                                      "del\x7f", "\xc3\xa9t\xc3\xa9", "trailing-cr\r"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) + 1; i++) {
+        const char *t = i < sizeof(bad) / sizeof(bad[0]) ? bad[i] : long_tok;
+        weir_http_server_opts o = {.auth_token = t};
+        why = weir_http_server_auth_problem(&o);
+        CHECK(why != NULL);
+        CHECK(!*t || strstr(why, t) == NULL);
+        errno = 0;
+        CHECK(weir_http_server_new(&o) == NULL);
+        CHECK_EQ(errno, EINVAL);
+    }
+    CHECK(strstr(weir_http_server_auth_problem(&(weir_http_server_opts){.auth_token = long_tok}),
+                 "1024") != NULL);
+    /* The longest token there may be works, and its field is in bounds. */
+    long_tok[WEIR_HTTP_MAX_TOKEN] = '\0';
+    s = make_server(&(weir_http_server_opts){.auth_token = long_tok});
+    char *q2 = malloc(WEIR_HTTP_MAX_TOKEN + 128);
+    CHECK(q2 != NULL);
+    snprintf(q2, WEIR_HTTP_MAX_TOKEN + 128,
+             "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", long_tok);
+    CHECK_EQ(get_status(weir_http_server_port(s), q2), 200);
+    free(q2);
     finish(s);
     return 0;
 }
@@ -1372,7 +1546,10 @@ static intptr_t curl_main(void *arg)
     /* Without the token. */
     j = curl("-w", "|%{http_code}", u1, NULL);
     CHECK(strstr(j->out, "|401") != NULL);
-    CHECK(strstr(j->out, "missing or wrong bearer token") != NULL);
+    CHECK(strstr(j->out, "missing bearer token") != NULL);
+    j = curl("-H", "Authorization: Bearer nope", "-w", "|%{http_code}", u1, NULL);
+    CHECK(strstr(j->out, "|401") != NULL);
+    CHECK(strstr(j->out, "wrong bearer token") != NULL);
 
     /* JSON POST, chunked PUT upload, a 100-continue body. */
     snprintf(u3, sizeof(u3), "%s/sum", base);
