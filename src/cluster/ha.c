@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/afile.h"
 #include "base/alloc.h"
 #include "base/log.h"
 
@@ -69,23 +70,26 @@ static int ofd_lock(int fd, short type)
     return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
 }
 
+/* The directory part of path (dir[cap]) and its last name. */
+static const char *split_path(const char *path, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) {
+        snprintf(dir, cap, ".");
+        return path;
+    }
+    *(slash == dir ? slash + 1 : slash) = '\0';
+    return strrchr(path, '/') + 1;
+}
+
 /* fsync of the directory holding path (its new or removed entry made
  * durable). */
 static int sync_parent(const char *path)
 {
     char dir[4300];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = '\0';
-    else
-        snprintf(dir, sizeof(dir), ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return -errno;
-    int e = fsync(dfd) < 0 ? -errno : 0;
-    close(dfd);
-    return e;
+    split_path(path, dir, sizeof(dir));
+    return weir__fsync_dir(dir);
 }
 
 int weir__ha_probe_locks(const char *dir, char *msg, size_t cap)
@@ -190,42 +194,15 @@ static int stored_epoch(const char *path, uint64_t *out, char *msg, size_t cap)
     return rc;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* s written to path through path.tmp, fsynced, renamed, the directory
- * fsynced. */
+/* s written to path atomically (base/afile.h: a temporary file fsynced,
+ * renamed, the directory fsynced). */
 static int replace_file(const char *path, const char *s, char *msg, size_t cap)
 {
-    char tmp[4300];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int e = fd < 0 ? -errno : write_all(fd, s, strlen(s));
-    if (!e && fsync(fd) < 0)
-        e = -errno;
-    if (fd >= 0 && close(fd) < 0 && !e)
-        e = -errno;
-    if (!e && rename(tmp, path) < 0)
-        e = -errno;
-    if (e) {
+    char dir[4300];
+    const char *name = split_path(path, dir, sizeof(dir));
+    int e = weir__file_write_atomic(dir, name, s, strlen(s));
+    if (e < 0)
         snprintf(msg, cap, "writing %s: %s", path, strerror(-e));
-        unlink(tmp);
-        return e;
-    }
-    if ((e = sync_parent(path)) < 0)
-        snprintf(msg, cap, "syncing the directory of %s: %s", path, strerror(-e));
     return e;
 }
 
@@ -389,22 +366,10 @@ int weir__ha_plugin_put(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], cons
         weir__free(have);
         return 0; /* named by content, and checked: the same bytes */
     }
-    char tmp[4400];
-    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    e = fd < 0 ? -errno : write_all(fd, bytes, len);
-    if (!e && fsync(fd) < 0)
-        e = -errno;
-    if (fd >= 0 && close(fd) < 0 && !e)
-        e = -errno;
-    if (!e && rename(tmp, path) < 0)
-        e = -errno;
-    if (!e)
-        e = sync_parent(path);
-    if (e) {
+    char dir[4300];
+    split_path(path, dir, sizeof(dir));
+    if ((e = weir__file_write_atomic(dir, name, bytes, len)) < 0)
         snprintf(msg, cap, "writing %s: %s", path, strerror(-e));
-        unlink(tmp);
-    }
     return e;
 }
 
