@@ -22,6 +22,9 @@
 #     lists both jobs (weir jobs) from the history;
 #   - a coordinator started while one leads stands by; SIGTERM of a
 #     standby ends it at once with exit 0;
+#   - SIGTERM of the leader under a checkpointed job: it exits 0 and
+#     leaves the job's record, the next leader runs the job on to exactly
+#     `weir run`'s output;
 #   - bad usage (exit 2) and an --ha-dir that is a file (exit 1, named).
 #
 # The nodes run with WEIR_AUTH_TOKEN set: the workers' HTTP servers are
@@ -232,4 +235,31 @@ rc=0
 wait "$c_d" || rc=$?
 [ $rc -eq 0 ] || fail "a standby stopped by SIGTERM exited $rc"
 leader_is 3 "$port_c" || fail "the standby's exit changed the leader file"
+
+# ---- SIGTERM of the leader: its job is the next leader's ----
+start_coordinator e
+wait_for 20 grep -q "standing by" "$tmp/e.out" || fail "coordinator e did not stand by"
+"$weir" submit "$plugin" --coordinator "127.0.0.1:$port_c" --parallelism 2 \
+    --checkpoint-dir "$tmp/ckpt4" --checkpoint-interval-ms 100 -- "$tmp/out4" $n \
+    >"$tmp/submit4.out" 2>"$tmp/submit4.log" &
+pids="$pids $!"
+wait_for 20 test -f "$ha/jobs/4.json" || fail "job 4's record is not in $ha/jobs"
+has_completed4() {
+    for f in "$tmp"/ckpt4/COMPLETED-*; do
+        [ -e "$f" ] && return 0
+    done
+    return 1
+}
+wait_for 60 has_completed4 || fail "no checkpoint of job 4 completed"
+# shellcheck disable=SC2154
+kill -TERM "$c_c"
+rc=0
+wait "$c_c" || rc=$?
+[ $rc -eq 0 ] || fail "the leader stopped by SIGTERM exited $rc"
+[ -f "$ha/jobs/4.json" ] || fail "the stopped leader dropped job 4's record"
+wait_for 20 grep -q listening "$tmp/e.out" || fail "coordinator e did not take over"
+wait_for 30 grep -q "job 4 (eo) recovered" "$tmp/e.log" || fail "e did not recover job 4"
+wait_for 120 grep -q '"state":"succeeded"' "$ha/history/4.json" || fail "job 4 did not succeed"
+cat "$tmp"/out4/part-* 2>/dev/null | sort >"$tmp/got4"
+cmp -s "$tmp/got4" "$tmp/want" || fail "job 4's output differs from weir run's"
 echo "ha.sh: ok"
