@@ -12,8 +12,9 @@
  * number, no coordinator, a plugin that cannot be read or is not a weir
  * job) - found before anything is sent.
  *
- * The coordinator is --coordinator HOST:PORT, or WEIR_COORDINATOR when the
- * flag is not given. Interrupting `weir submit` stops the waiting, not the
+ * The coordinator is --coordinator HOST:PORT, the one leading in an HA
+ * directory (--ha-dir DIR: its active-leader.json), or WEIR_COORDINATOR
+ * when neither flag is given. Interrupting `weir submit` stops the waiting, not the
  * job: `weir cancel` does that.
  */
 #include <errno.h>
@@ -25,6 +26,7 @@
 
 #include "cli/cli.h"
 #include "cluster/client.h"
+#include "cluster/ha.h"
 #include "weir/rt.h"
 #include "weir/state.h"
 
@@ -35,6 +37,8 @@
 static const char coordinator_help[] =
     "  --coordinator HOST:PORT     the cluster's coordinator (default: $WEIR_COORDINATOR);\n"
     "                              an IPv6 address in brackets: [::1]:7000\n"
+    "  --ha-dir DIR                instead, the coordinator leading in the cluster's HA\n"
+    "                              directory (its active-leader.json)\n"
     "  -h, --help                  this help\n";
 
 static void usage_submit(FILE *f)
@@ -108,6 +112,7 @@ static void usage_cancel(FILE *f)
 
 enum {
     F_COORD,
+    F_HADIR,
     F_PAR,
     F_DIR,
     F_INTERVAL,
@@ -120,6 +125,7 @@ enum {
 };
 static const weir__cli_flag submit_flags[] = {
     {"--coordinator", F_COORD, 1},
+    {"--ha-dir", F_HADIR, 1},
     {"--parallelism", F_PAR, 1},
     {"--checkpoint-dir", F_DIR, 1},
     {"--checkpoint-interval-ms", F_INTERVAL, 1},
@@ -134,6 +140,7 @@ static const weir__cli_flag submit_flags[] = {
 /* jobs and cancel: the coordinator and help only. */
 static const weir__cli_flag coord_flags[] = {
     {"--coordinator", F_COORD, 1},
+    {"--ha-dir", F_HADIR, 1},
     {"--help", F_HELP, 0},
     {"-h", F_HELP, 0},
 };
@@ -148,10 +155,31 @@ typedef struct cmd_state {
 } cmd_state;
 static cmd_state g;
 
-/* The coordinator given, or WEIR_COORDINATOR, checked. CLI_OK or CLI_USAGE
- * (printed). */
-static int pick_coordinator(const char *cmd, const char *flag)
+/* The coordinator given, the one leading in the HA directory, or
+ * WEIR_COORDINATOR, checked. CLI_OK, CLI_USAGE or CLI_FAILED (no leader
+ * to be found; printed). */
+static int pick_coordinator(const char *cmd, const char *flag, const char *ha_dir)
 {
+    static char leader[WEIR_CLUSTER_HOST_MAX + 16];
+    if (flag && ha_dir) {
+        weir__cli_errf(cmd, "--coordinator or --ha-dir, not both");
+        return CLI_USAGE;
+    }
+    if (ha_dir) {
+        weir__ha_leader l;
+        char msg[1024];
+        int e = weir__ha_read_leader(ha_dir, &l, msg, sizeof(msg));
+        if (e == -ENOENT || (!e && l.port == 0)) {
+            weir__cli_errf(cmd, "no coordinator leads in %s yet", ha_dir);
+            return CLI_FAILED;
+        }
+        if (e < 0) {
+            weir__cli_errf(cmd, "--ha-dir: %s", msg);
+            return CLI_FAILED;
+        }
+        snprintf(leader, sizeof(leader), strchr(l.host, ':') ? "[%s]:%d" : "%s:%d", l.host, l.port);
+        flag = leader;
+    }
     const char *env = getenv("WEIR_COORDINATOR");
     g.coordinator = flag ? flag : env && *env ? env : NULL;
     if (!g.coordinator) {
@@ -243,7 +271,7 @@ static int submit_main(int argc, char **argv)
 
 int weir__cli_submit(int argc, char **argv)
 {
-    const char *cmd = "submit", *coord = NULL;
+    const char *cmd = "submit", *coord = NULL, *ha_dir = NULL;
     g = (cmd_state){.cmd = cmd, .so.max_restarts = -1};
     int i = 0;
     for (; i < argc; i++) {
@@ -270,6 +298,9 @@ int weir__cli_submit(int argc, char **argv)
             return CLI_OK;
         case F_COORD:
             coord = val;
+            break;
+        case F_HADIR:
+            ha_dir = val;
             break;
         case F_PAR:
             if (weir__cli_parse_num(cmd, f->name, val, 1, WEIR_KEY_GROUPS, &v))
@@ -339,7 +370,7 @@ int weir__cli_submit(int argc, char **argv)
         weir__cli_errf(cmd, "--restore without --checkpoint-dir: nothing to restore from");
         return CLI_USAGE;
     }
-    int rc = pick_coordinator(cmd, coord);
+    int rc = pick_coordinator(cmd, coord, ha_dir);
     if (rc != CLI_OK)
         return rc;
     g.so.argc = argc - i;
@@ -432,7 +463,7 @@ static int jobs_main(int argc, char **argv)
  * CLI_USAGE (printed) or -1 for --help. */
 static int parse_coord_only(const char *cmd, int argc, char **argv, const char **positional)
 {
-    const char *coord = NULL;
+    const char *coord = NULL, *ha_dir = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-' || a[1] == '\0' || (positional && a[1] >= '0' && a[1] <= '9')) {
@@ -450,9 +481,12 @@ static int parse_coord_only(const char *cmd, int argc, char **argv, const char *
             return CLI_USAGE;
         if (f->id == F_HELP)
             return -1;
-        coord = val;
+        if (f->id == F_HADIR)
+            ha_dir = val;
+        else
+            coord = val;
     }
-    return pick_coordinator(cmd, coord);
+    return pick_coordinator(cmd, coord, ha_dir);
 }
 
 int weir__cli_jobs(int argc, char **argv)

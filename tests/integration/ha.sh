@@ -98,6 +98,16 @@ worker_epoch_is() {
 }
 
 # ---- bad usage and a bad directory ----
+if "$weir" jobs --ha-dir "$ha" 2>"$tmp/usage.err"; then
+    fail "weir jobs found a leader in an empty directory"
+elif [ $? -ne 1 ] || ! grep -q "no coordinator leads in $ha yet" "$tmp/usage.err"; then
+    fail "weir jobs --ha-dir with no leader: $(cat "$tmp/usage.err")"
+fi
+if "$weir" jobs --ha-dir "$ha" --coordinator 127.0.0.1:1 2>"$tmp/usage.err"; then
+    fail "weir jobs took both --ha-dir and --coordinator"
+elif [ $? -ne 2 ]; then
+    fail "weir jobs --ha-dir --coordinator: not bad usage: $(cat "$tmp/usage.err")"
+fi
 if "$weir" node --role=worker --id z --coordinator 127.0.0.1:1 --ha-dir "$ha" 2>"$tmp/usage.err"; then
     fail "a worker took both --coordinator and --ha-dir"
 elif [ $? -ne 2 ] || ! grep -q "not both" "$tmp/usage.err"; then
@@ -220,9 +230,10 @@ grep -q "takes no checkpoints" "$ha/history/2.json" || fail "job 2's record does
 wait_for 20 grep -q "took over 0 of 1 jobs" "$tmp/c.log" || fail "c's takeover did not end"
 grep -q "job 3 (eo)" "$tmp/c.log" && fail "c took the job submitted to it for one to recover"
 grep -q '"state":"succeeded"' "$ha/history/3.json" || fail "job 3's record was overwritten"
-# The new leader lists the jobs its predecessors ran, from the history.
-wait_for 20 sh -c "'$weir' jobs --coordinator 127.0.0.1:$port_c | grep -q '^ *1  eo  *succeeded'" ||
-    fail "c's job list lacks job 1: $("$weir" jobs --coordinator "127.0.0.1:$port_c" 2>&1)"
+# The new leader lists the jobs its predecessors ran, from the history
+# (weir jobs finds it through the directory).
+wait_for 20 sh -c "'$weir' jobs --ha-dir '$ha' | grep -q '^ *1  eo  *succeeded'" ||
+    fail "c's job list lacks job 1: $("$weir" jobs --ha-dir "$ha" 2>&1)"
 "$weir" jobs --coordinator "127.0.0.1:$port_c" | grep -q '^ *2  eo  *failed .*not recovered' ||
     fail "c's job list lacks job 2: $("$weir" jobs --coordinator "127.0.0.1:$port_c" 2>&1)"
 
@@ -239,7 +250,7 @@ leader_is 3 "$port_c" || fail "the standby's exit changed the leader file"
 # ---- SIGTERM of the leader: its job is the next leader's ----
 start_coordinator e
 wait_for 20 grep -q "standing by" "$tmp/e.out" || fail "coordinator e did not stand by"
-"$weir" submit "$plugin" --coordinator "127.0.0.1:$port_c" --parallelism 2 \
+"$weir" submit "$plugin" --ha-dir "$ha" --parallelism 2 \
     --checkpoint-dir "$tmp/ckpt4" --checkpoint-interval-ms 100 -- "$tmp/out4" $n \
     >"$tmp/submit4.out" 2>"$tmp/submit4.log" &
 pids="$pids $!"
