@@ -44,7 +44,8 @@ static const char coordinator_help[] =
 static void usage_submit(FILE *f)
 {
     fprintf(f,
-            "usage: weir submit JOB.so --coordinator HOST:PORT [flags] [--] [job args...]\n"
+            "usage: weir submit JOB.so (--coordinator HOST:PORT | --ha-dir DIR) [flags]\n"
+            "                   [--] [job args...]\n"
             "\n"
             "Submit the job plugin JOB.so to a cluster: the coordinator is sent the\n"
             "plugin's hash and ABI identity, and its bytes only when it does not hold them\n"
@@ -81,7 +82,7 @@ static void usage_submit(FILE *f)
 static void usage_jobs(FILE *f)
 {
     fprintf(f,
-            "usage: weir jobs --coordinator HOST:PORT\n"
+            "usage: weir jobs (--coordinator HOST:PORT | --ha-dir DIR)\n"
             "\n"
             "List the coordinator's jobs: id, name, state, parallelism, when submitted and\n"
             "ended (UTC), and why a job failed.\n"
@@ -96,7 +97,7 @@ static void usage_jobs(FILE *f)
 static void usage_cancel(FILE *f)
 {
     fprintf(f,
-            "usage: weir cancel JOB_ID --coordinator HOST:PORT\n"
+            "usage: weir cancel JOB_ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
             "\n"
             "Cancel a job of the cluster (its id as weir submit --detach and weir jobs print\n"
             "it). The coordinator stops its subtasks; a weir submit waiting for it reports\n"

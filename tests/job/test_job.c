@@ -584,11 +584,11 @@ TEST(cli_cluster_usage)
     unsetenv("WEIR_COORDINATOR");
     cli_result *r = cli("submit", "--help", NULL);
     CHECK_EQ(r->code, 0);
-    CHECK_HAS(r->out, "usage: weir submit JOB.so --coordinator HOST:PORT");
+    CHECK_HAS(r->out, "usage: weir submit JOB.so (--coordinator HOST:PORT | --ha-dir DIR)");
     CHECK_HAS(r->out, "--detach");
     r = cli("jobs", "-h", NULL);
     CHECK_EQ(r->code, 0);
-    CHECK_HAS(r->out, "usage: weir jobs --coordinator HOST:PORT");
+    CHECK_HAS(r->out, "usage: weir jobs (--coordinator HOST:PORT | --ha-dir DIR)");
     r = cli("cancel", "--help", NULL);
     CHECK_EQ(r->code, 0);
     CHECK_HAS(r->out, "usage: weir cancel JOB_ID");
