@@ -137,6 +137,8 @@ struct coord {
     struct weir__ha *ha;   /* the election (--ha-dir), NULL without */
     uint64_t *recover_ids; /* the job records a new leader found: it recovers these */
     size_t nrecover;
+    uint64_t *history_ids; /* and the history it found: it lists these */
+    size_t nhistory;
     /* Admissions (admission.h), under mu: the connections accepted whose
      * first frame has not arrived, each with its socket (shut down to
      * interrupt it); at most 3 * adm_cap. */

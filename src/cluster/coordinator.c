@@ -933,6 +933,33 @@ static uint8_t state_of(const char *name)
     return WEIR__CL_JOB_FAILED;
 }
 
+/* Room for one more job in c->jobs (mu held): the oldest ended job
+ * forgotten once MAX_JOBS_KEPT are kept, else the array grown. 0, or
+ * -ENOMEM. */
+static int jobs_room_locked(coord *c)
+{
+    if (c->njobs < c->jobcap)
+        return 0;
+    size_t drop = c->njobs;
+    if (c->njobs >= MAX_JOBS_KEPT)
+        for (size_t i = 0; i < c->njobs && drop == c->njobs; i++)
+            if (c->jobs[i]->gone)
+                drop = i;
+    if (drop < c->njobs) {
+        weir__coord_job_free(c->jobs[drop]);
+        memmove(&c->jobs[drop], &c->jobs[drop + 1], (c->njobs - drop - 1) * sizeof(cjob *));
+        c->njobs--;
+        return 0;
+    }
+    size_t cap = c->jobcap ? c->jobcap * 2 : 16;
+    cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    c->jobs = v;
+    c->jobcap = cap;
+    return 0;
+}
+
 /* An ended job, only to be listed (ListJobs, the HTTP API). */
 static void job_add_ended(coord *c, uint64_t id, const char *name, uint32_t par,
                           uint64_t submitted_ms, uint64_t ended_ms, uint8_t state,
@@ -951,15 +978,7 @@ static void job_add_ended(coord *c, uint64_t id, const char *name, uint32_t par,
     J->ended_ms = ended_ms;
     J->ended = J->gone = 1;
     pthread_mutex_lock(&c->mu);
-    if (c->njobs == c->jobcap) {
-        size_t cap = c->jobcap ? c->jobcap * 2 : 16;
-        cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
-        if (v) {
-            c->jobs = v;
-            c->jobcap = cap;
-        }
-    }
-    if (c->njobs < c->jobcap) {
+    if (jobs_room_locked(c) == 0) {
         c->jobs[c->njobs++] = J;
         J = NULL;
     }
@@ -972,14 +991,12 @@ static void job_add_ended(coord *c, uint64_t id, const char *name, uint32_t par,
  * ListJobs and the HTTP API show them on the new leader too. */
 static void history_reload(coord *c)
 {
-    hload h = {.c = c, .which = WEIR__HA_HISTORY};
-    if (weir__blocking_run_shielded(b_jobs_list, &h) < 0) {
-        weir__log(WEIR__LOG_WARN, LOG, "the jobs' history could not be read: %s", h.msg);
-        return;
-    }
-    size_t first = h.n > MAX_JOBS_KEPT / 2 ? h.n - MAX_JOBS_KEPT / 2 : 0;
-    for (size_t i = first; i < h.n; i++) {
-        hload l = {.c = c, .which = WEIR__HA_HISTORY, .id = h.ids[i]};
+    /* The history as it was before the port opened (ha_reserve_ids): a job
+     * of this leader that ended since is listed already. */
+    size_t n = c->nhistory;
+    size_t first = n > MAX_JOBS_KEPT / 2 ? n - MAX_JOBS_KEPT / 2 : 0;
+    for (size_t i = first; i < n; i++) {
+        hload l = {.c = c, .which = WEIR__HA_HISTORY, .id = c->history_ids[i]};
         if (weir__blocking_run_shielded(b_job_load, &l) < 0) {
             weir__log(WEIR__LOG_WARN, LOG, "history of job %" PRIu64 " skipped: %s", l.id, l.msg);
             continue;
@@ -992,13 +1009,6 @@ static void history_reload(coord *c)
                       json_string_value(json_object_get(l.obj, "message")));
         json_decref(l.obj);
     }
-    if (h.n) {
-        pthread_mutex_lock(&c->mu);
-        if (h.ids[h.n - 1] > c->next_job) /* ids are never used again */
-            c->next_job = h.ids[h.n - 1];
-        pthread_mutex_unlock(&c->mu);
-    }
-    weir__free(h.ids);
 }
 
 /* Run job id of the HA directory again: 1 recovered, 0 it could not be
@@ -1112,8 +1122,9 @@ static int ha_reserve_ids(coord *c, char *msg, size_t cap)
         if (which == WEIR__HA_JOBS) { /* what the takeover recovers: no job submitted here */
             c->recover_ids = h.ids;
             c->nrecover = h.n;
-        } else {
-            weir__free(h.ids);
+        } else { /* what it lists as ended: none of its own */
+            c->history_ids = h.ids;
+            c->nhistory = h.n;
         }
     }
     return 0;
@@ -1231,27 +1242,7 @@ static const char *job_publish(coord *c, cjob *J, client *cl, uint64_t *id)
         weir__coord_job_free(J);
         return "the coordinator is shutting down";
     }
-    if (c->njobs == c->jobcap) {
-        /* Forget the oldest ended job, or grow. */
-        size_t drop = c->njobs;
-        if (c->njobs >= MAX_JOBS_KEPT)
-            for (size_t i = 0; i < c->njobs && drop == c->njobs; i++)
-                if (c->jobs[i]->gone)
-                    drop = i;
-        if (drop < c->njobs) {
-            weir__coord_job_free(c->jobs[drop]);
-            memmove(&c->jobs[drop], &c->jobs[drop + 1], (c->njobs - drop - 1) * sizeof(cjob *));
-            c->njobs--;
-        } else {
-            size_t cap = c->jobcap ? c->jobcap * 2 : 16;
-            cjob **v = weir__realloc(c->jobs, cap * sizeof(*v));
-            if (v) {
-                c->jobs = v;
-                c->jobcap = cap;
-            }
-        }
-    }
-    if (c->njobs == c->jobcap) {
+    if (jobs_room_locked(c) < 0) {
         pthread_mutex_unlock(&c->mu);
         weir__coord_job_free(J);
         return "the coordinator is out of memory";
@@ -2059,6 +2050,7 @@ out:
     weir__free(c->adm);
     weir__free(c->adm_fd);
     weir__free(c->recover_ids);
+    weir__free(c->history_ids);
     pthread_mutex_destroy(&c->mu);
     weir__free(c);
     return e;

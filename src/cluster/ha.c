@@ -380,33 +380,16 @@ int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uin
     snprintf(name, sizeof(name), "%s.so", weir__sha256_hex(sha, hex));
     sub_path(ha, path, sizeof(path), "plugins", name);
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = -errno;
-        snprintf(msg, cap, "%s: %s", path, strerror(-e));
-        return e;
-    }
-    struct stat st;
     uint8_t *b = NULL;
-    int e = fstat(fd, &st) < 0 ? -errno : 0;
-    if (!e && (uint64_t)st.st_size != size) {
-        snprintf(msg, cap, "%s: %lld bytes, not the %" PRIu64 " the job names", path,
-                 (long long)st.st_size, size);
+    size_t len = 0;
+    int e = weir__file_read_all(path, (size_t)size, &b, &len);
+    if (e == -EFBIG || (!e && len != size)) {
+        snprintf(msg, cap, "%s: not the %" PRIu64 " bytes the job names (%s)", path, size,
+                 e ? "more" : "fewer");
         e = -EBADMSG;
-    } else if (!e && !(b = weir__malloc(size ? size : 1))) {
-        snprintf(msg, cap, "out of memory");
-        e = -ENOMEM;
+    } else if (e) {
+        snprintf(msg, cap, "%s: %s", path, strerror(-e));
     }
-    for (size_t got = 0; !e && got < size;) {
-        ssize_t n = read(fd, b + got, size - got);
-        if (n <= 0) {
-            e = n < 0 ? -errno : -EIO;
-            snprintf(msg, cap, "reading %s: %s", path, n < 0 ? strerror(errno) : "cut short");
-        } else {
-            got += (size_t)n;
-        }
-    }
-    close(fd);
     uint8_t h[WEIR__SHA256_SIZE];
     if (!e && (weir__sha256(b, size, h) < 0 || memcmp(h, sha, sizeof(h)) != 0)) {
         snprintf(msg, cap, "%s: its bytes do not hash to its name", path);
@@ -441,8 +424,7 @@ int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t 
     sub_path(ha, path, sizeof(path), "history", name);
     if ((e = weir__ha_cas_write(path, ha->epoch, hist, NULL, msg, cap)) < 0)
         return e;
-    sub_path(ha, path, sizeof(path), "jobs", name);
-    return weir__ha_cas_write(path, ha->epoch, NULL, NULL, msg, cap);
+    return weir__ha_job_remove(ha, id, msg, cap);
 }
 
 int weir__ha_job_remove(weir__ha *ha, uint64_t id, char *msg, size_t cap)

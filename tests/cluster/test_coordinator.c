@@ -387,10 +387,10 @@ static weir__cl_msg register_msg(const char *id, uint32_t version, uint32_t min,
     return m;
 }
 
-/* A fake worker's connection, registered and accepted. */
-static int fake_worker(const cnode *c, const char *id, int rcvbuf, weir_frame_parser *fp)
+/* Register as worker id on fd (fp initialised here) and check the
+ * RegisterAck accepts it: its epoch. */
+static uint64_t register_raw(int fd, const char *id, weir_frame_parser *fp)
 {
-    int fd = raw_connect(c, rcvbuf);
     weir__cl_msg m = register_msg(id, WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 4);
     raw_send_msg(fd, &m);
     CHECK_EQ(weir_frame_parser_init(fp, NULL), 0);
@@ -398,7 +398,16 @@ static int fake_worker(const cnode *c, const char *id, int rcvbuf, weir_frame_pa
     raw_recv_msg(fd, fp, WEIR_CLUSTER_REGISTER_ACK, &a);
     if (a.u.reg_ack.status != WEIR__CL_ACCEPTED)
         TEST__FAIL("register refused: %s", a.u.reg_ack.message);
+    uint64_t epoch = a.epoch;
     weir__cl_msg_free(&a);
+    return epoch;
+}
+
+/* A fake worker's connection, registered and accepted. */
+static int fake_worker(const cnode *c, const char *id, int rcvbuf, weir_frame_parser *fp)
+{
+    int fd = raw_connect(c, rcvbuf);
+    register_raw(fd, id, fp);
     return fd;
 }
 
@@ -1573,16 +1582,10 @@ static void on_standby(void *arg, const char *dir)
  * which goes through the session's outbox: its epoch too. */
 static void registers_under_epoch(const cnode *c, const char *id, uint64_t epoch)
 {
-    int fd = raw_connect(c, 0);
-    weir__cl_msg m = register_msg(id, WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 4);
-    raw_send_msg(fd, &m);
     weir_frame_parser fp;
-    CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
+    int fd = raw_connect(c, 0);
+    CHECK_EQ(register_raw(fd, id, &fp), epoch);
     weir__cl_msg a;
-    raw_recv_msg(fd, &fp, WEIR_CLUSTER_REGISTER_ACK, &a);
-    CHECK_EQ(a.u.reg_ack.status, WEIR__CL_ACCEPTED);
-    CHECK_EQ(a.epoch, epoch);
-    weir__cl_msg_free(&a);
     weir__cl_msg hb = {.kind = WEIR_CLUSTER_HEARTBEAT};
     hb.u.heartbeat.seq = 1;
     raw_send_msg(fd, &hb);
@@ -1816,15 +1819,8 @@ static intptr_t flood_main(void *arg)
         int fd = raw_connect_from(&c, "127.0.0.2");
         char id[16];
         snprintf(id, sizeof(id), "w%d", w);
-        weir__cl_msg m =
-            register_msg(id, WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT, 4);
-        raw_send_msg(fd, &m);
         weir_frame_parser fp;
-        CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
-        weir__cl_msg a;
-        raw_recv_msg(fd, &fp, WEIR_CLUSTER_REGISTER_ACK, &a);
-        CHECK_EQ(a.u.reg_ack.status, WEIR__CL_ACCEPTED);
-        weir__cl_msg_free(&a);
+        register_raw(fd, id, &fp);
         weir_frame_parser_close(&fp);
         CHECK_LT(weir_time_now() - t0, 2000 * SLOW * WEIR_MSEC);
         close(fd);
