@@ -112,6 +112,11 @@ struct cjob {
     weir_job *cur; /* the attempt's job: its checkpoint counters */
     uint32_t restarts;
     uint64_t ckpt_done_before; /* checkpoints completed by earlier attempts */
+    /* A job a new leader took over (recover_one): its first attempt here
+     * restores restore_id and numbers checkpoints above id_floor, as its
+     * HA record says; until it has room it is parked, not failed. */
+    uint64_t restore_id, id_floor;
+    int recovered;
     int64_t t0;
 };
 

@@ -552,8 +552,15 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     int outcome = A_OK;
     int e = attempt_prepare(J, a);
     if (e == -ENOSPC && J->attempt > 0) {
-        /* A restart waits for room (workers registering) for a while. */
-        int64_t deadline = weir_time_after_ms(180000);
+        /* A restart waits for room (workers registering) for a while; a
+         * job a new leader took over is parked until there is room (or it
+         * is cancelled): the workers it ran on come back in their time. */
+        int parked = J->recovered == 1;
+        int64_t deadline = parked ? WEIR_FOREVER : weir_time_after_ms(180000);
+        if (parked)
+            weir__log(WEIR__LOG_WARN, LOG,
+                      "job %" PRIu64 " parked: %s; it runs once workers with room register", J->id,
+                      a->why);
         while (e == -ENOSPC && weir_time_now() < deadline) {
             attempt_free(J, a);
             ev x;
@@ -584,7 +591,11 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                        .idle_timeout_ms = (int64_t)J->idle_ms,
                        .state_backend = J->state_backend,
                        .restore = restore};
-    weir__deploy d = {.link = make_clink, .id_floor = *max_id, .arg = J};
+    /* A taken-over job's first attempt restores what its record names. */
+    weir__deploy d = {.link = make_clink,
+                      .id_floor = *max_id,
+                      .restore_id = restore && J->recovered == 1 ? J->restore_id : 0,
+                      .arg = J};
     run *r = NULL;
     if ((e = weir__job_coord_begin(a->j, a->plan, &o, &d, &r)) < 0) {
         snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
@@ -674,7 +685,7 @@ intptr_t weir__coord_job_main(void *arg)
     coord *c = J->c;
     int restarts = 0, burst = 0;
     int64_t last_restart = 0;
-    uint64_t max_id = 0;
+    uint64_t max_id = J->id_floor;
     totals t = {0};
     attempt a = {0};
     char cause[WEIR_CLUSTER_MESSAGE_MAX] = "";
@@ -687,6 +698,8 @@ intptr_t weir__coord_job_main(void *arg)
          * attempt does when the submitter asked (weir run --restore). */
         int restore = J->attempt > 0 ? checkpoints : J->restore && J->checkpoint_dir;
         outcome = run_attempt(J, restore, &max_id, &a, &t, cause, sizeof(cause));
+        if (J->recovered)
+            J->recovered = 2; /* its later attempts restore the latest */
         rin = a.rin;
         rout = a.rout;
         if (outcome != A_LOST) {

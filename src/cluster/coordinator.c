@@ -1050,6 +1050,26 @@ static int recover_one(coord *c, uint64_t id)
         if ((e = (int)weir__blocking_run_shielded(b_plugin_back, &hp)) < 0)
             snprintf(why, sizeof(why), "its plugin: %s", hp.msg);
     }
+    /* The restore point and the first id this leader numbers, recorded
+     * before any frame leaves: above every checkpoint on record (one the
+     * lost leader began and never completed included) and above the ids an
+     * earlier takeover recorded. */
+    uint64_t done = 0, floor = 0;
+    if (!e && (e = weir__ckpt_scan(r.s.checkpoint_dir, &done, &floor, why, sizeof(why))) == 0) {
+        json_int_t before = json_integer_value(json_object_get(h.obj, "checkpoint_floor"));
+        if (before > 0 && (uint64_t)before > floor)
+            floor = (uint64_t)before;
+        if (floor >= (uint64_t)INT64_MAX / 2) {
+            snprintf(why, sizeof(why), "its checkpoint ids are exhausted (%" PRIu64 ")", floor);
+            e = -ERANGE;
+        } else if (json_object_set_new(h.obj, "restore_checkpoint",
+                                       json_integer((json_int_t)done)) < 0 ||
+                   json_object_set_new(h.obj, "checkpoint_floor", json_integer((json_int_t)floor)) <
+                       0) {
+            snprintf(why, sizeof(why), "the coordinator is out of memory");
+            e = -ENOMEM;
+        }
+    }
     if (!e) {
         /* The record is this leader's now: a superseded one can no
          * longer remove it. */
@@ -1065,6 +1085,9 @@ static int recover_one(coord *c, uint64_t id)
          * directory holds, and it waits for room while workers register. */
         J->id = id;
         J->attempt = 1;
+        J->restore_id = done;
+        J->id_floor = floor;
+        J->recovered = 1;
         J->submitted_ms = (uint64_t)json_integer_value(json_object_get(h.obj, "submitted_ms"));
         uint64_t got;
         const char *refused = job_publish(c, J, NULL, &got);
@@ -1076,9 +1099,9 @@ static int recover_one(coord *c, uint64_t id)
     if (!e) {
         weir_counter_inc(c->m.recovered);
         weir__log(WEIR__LOG_INFO, LOG,
-                  "job %" PRIu64 " (%s) recovered: it restarts from its latest completed "
-                  "checkpoint",
-                  id, name);
+                  "job %" PRIu64 " (%s) recovered: it restarts from checkpoint %" PRIu64
+                  ", numbering new ones from %" PRIu64,
+                  id, name, done, floor + 1);
     } else {
         weir_counter_inc(c->m.recovery_failed);
         weir__log(WEIR__LOG_ERROR, LOG,

@@ -117,19 +117,50 @@ uint64_t weir__ckpt_id_in(const char *name, const char *prefix, const char *suff
 }
 
 /* ---- restore ------------------------------------------------------------------------------ */
-static uint64_t latest_completed(run *r)
+/* The highest id of the names in s that start with prefix (then the id,
+ * then suffix): COMPLETED markers, or chk-N/ directories. 0: none (or the
+ * listing failed: e, when not NULL, says so). */
+static uint64_t highest_id(weir__storage *s, const char *prefix, const char *suffix, int *e)
 {
     weir__names ns;
     uint64_t best = 0;
-    if (weir__storage_list(r->store, "COMPLETED-", &ns) < 0)
+    int le = weir__storage_list(s, prefix, &ns);
+    if (e)
+        *e = le < 0 ? le : 0;
+    if (le < 0)
         return 0;
     for (size_t i = 0; i < ns.n; i++) {
-        uint64_t id = weir__ckpt_id_in(ns.v[i], "COMPLETED-", "");
+        uint64_t id = weir__ckpt_id_in(ns.v[i], prefix, suffix);
         if (id > best)
             best = id;
     }
     weir__names_free(&ns);
     return best;
+}
+
+static uint64_t latest_completed(run *r)
+{
+    return highest_id(r->store, "COMPLETED-", "", NULL);
+}
+
+int weir__ckpt_scan(const char *dir, uint64_t *completed, uint64_t *highest, char *why, size_t cap)
+{
+    weir__storage *s;
+    *completed = *highest = 0;
+    int e = weir__storage_open(dir, &s);
+    if (e < 0) {
+        snprintf(why, cap, "checkpoint directory \"%s\": %s", dir, weir_strerror(e));
+        return e;
+    }
+    *completed = highest_id(s, "COMPLETED-", "", &e);
+    if (!e)
+        *highest = highest_id(s, "chk-", "/", &e);
+    if (*completed > *highest)
+        *highest = *completed;
+    weir__storage_close(s);
+    if (e < 0)
+        snprintf(why, cap, "checkpoint directory \"%s\": listing it: %s", dir, weir_strerror(e));
+    return e;
 }
 
 /* Remove every checkpoint directory above id `done`, the latest completed

@@ -95,4 +95,10 @@ void weir__job_coord_finished(run *r, uint32_t chain, uint32_t sub);
  * coordinator triggered, or the id it numbered after. */
 uint64_t weir__job_coord_end(run *r);
 
+/* What checkpoint directory dir (a storage URI) holds: the latest
+ * completed checkpoint's id and the highest id of any checkpoint there,
+ * finished or not (0: none). A cluster's new leader reads both before it
+ * runs a job again. 0, or a negative errno with why. Must run in a task. */
+int weir__ckpt_scan(const char *dir, uint64_t *completed, uint64_t *highest, char *why, size_t cap);
+
 #endif

@@ -25,6 +25,11 @@
 #   - SIGTERM of the leader under a checkpointed job: it exits 0 and
 #     leaves the job's record, the next leader runs the job on to exactly
 #     `weir run`'s output;
+#   - the leader and a worker SIGKILLed together under a checkpointed job
+#     that needs both workers' slots: the next leader records the restore
+#     point and its first checkpoint id in the job's record, parks the job
+#     until the worker is back, then runs it on to `weir run`'s output,
+#     its checkpoints numbered above the recorded floor;
 #   - bad usage (exit 2) and an --ha-dir that is a file (exit 1, named).
 #
 # The nodes run with WEIR_AUTH_TOKEN set: the workers' HTTP servers are
@@ -273,4 +278,50 @@ wait_for 30 grep -q "job 4 (eo) recovered" "$tmp/e.log" || fail "e did not recov
 wait_for 120 grep -q '"state":"succeeded"' "$ha/history/4.json" || fail "job 4 did not succeed"
 cat "$tmp"/out4/part-* 2>/dev/null | sort >"$tmp/got4"
 cmp -s "$tmp/got4" "$tmp/want" || fail "job 4's output differs from weir run's"
+
+# ---- the leader and a worker SIGKILLed together: the job is parked ----
+# Job 5's four subtasks fill both workers' slots. With y gone the new
+# leader has room for half of them: it records the restore point and the
+# first new checkpoint id in the job's record, parks the job, and runs it
+# once y is back (the same id, a new process).
+start_coordinator f
+wait_for 20 grep -q "standing by" "$tmp/f.out" || fail "coordinator f did not stand by"
+port_e=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/e.out")
+for w in x y; do
+    wait_for 30 registered_with $w "127.0.0.1:$port_e" || fail "worker $w did not register with e"
+done
+"$weir" submit "$plugin" --ha-dir "$ha" --parallelism 2 \
+    --checkpoint-dir "$tmp/ckpt5" --checkpoint-interval-ms 100 -- "$tmp/out5" $n \
+    >"$tmp/submit5.out" 2>"$tmp/submit5.log" &
+pids="$pids $!"
+wait_for 20 test -f "$ha/jobs/5.json" || fail "job 5's record is not in $ha/jobs"
+has_completed5() {
+    for f in "$tmp"/ckpt5/COMPLETED-*; do
+        [ -e "$f" ] && return 0
+    done
+    return 1
+}
+wait_for 60 has_completed5 || fail "no checkpoint of job 5 completed"
+# shellcheck disable=SC2154
+kill -KILL "$c_e" "$w_y"
+wait_for 20 grep -q listening "$tmp/f.out" || fail "coordinator f did not take over"
+wait_for 30 grep -q "job 5 parked: " "$tmp/f.log" || fail "f did not park job 5"
+grep -q "job 5 attempt 1 running" "$tmp/f.log" && fail "job 5 ran without room"
+restored=$(sed -n 's/.*"restore_checkpoint": *\([0-9]*\).*/\1/p' "$ha/jobs/5.json")
+floor=$(sed -n 's/.*"checkpoint_floor": *\([0-9]*\).*/\1/p' "$ha/jobs/5.json")
+if [ -z "$restored" ] || [ -z "$floor" ] || [ "$restored" -lt 1 ] || [ "$floor" -lt "$restored" ]; then
+    fail "job 5's record lacks its restore point ($restored) and checkpoint floor ($floor)"
+fi
+[ -e "$tmp/ckpt5/COMPLETED-$restored" ] || fail "job 5's restore point $restored never completed"
+start_worker y
+wait_for 120 grep -q "job 5 attempt 1 running: .* restored from checkpoint $restored\$" "$tmp/f.log" ||
+    fail "job 5 did not run from checkpoint $restored once y came back"
+wait_for 120 grep -q '"state":"succeeded"' "$ha/history/5.json" || fail "job 5 did not succeed"
+for f in "$tmp"/ckpt5/COMPLETED-*; do
+    id=${f##*-}
+    [ "$id" -le "$restored" ] || [ "$id" -gt "$floor" ] ||
+        fail "f numbered checkpoint $id at or below its recorded floor $floor"
+done
+cat "$tmp"/out5/part-* 2>/dev/null | sort >"$tmp/got5"
+cmp -s "$tmp/got5" "$tmp/want" || fail "job 5's output differs from weir run's"
 echo "ha.sh: ok"
