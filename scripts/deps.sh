@@ -36,6 +36,11 @@ pkgs=(
   nginx-light libnginx-mod-http-echo curl libcurl4-openssl-dev
   # the Redis store's tests start a real server (tests/state/test_storage_redis.c)
   redis-server
+  # the etcd election's tests start a real etcd (tests/cluster/test_etcd.c,
+  # tests/integration/ha_etcd.sh); etcdctl is the tests' independent reader
+  etcd-server etcd-client
+  # TLS tests generate their certificates with the openssl command
+  openssl
   # aarch64 context switch: cross compiler, its C library headers (only a
   # Recommends of the compiler) + qemu user emulation (scripts/test-aarch64.sh)
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user

@@ -403,36 +403,86 @@ int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uin
     return 0;
 }
 
-int weir__ha_job_put(weir__ha *ha, uint64_t id, json_t *obj, char *msg, size_t cap)
+/*
+ * A job record's write is fenced by the directory's leader too, not only
+ * by the record's own epoch: a record that does not exist yet holds no
+ * epoch, so a superseded leader could otherwise still add one. The writer
+ * holds a shared flock on the leader file's .wlock across its write, and
+ * refuses when the leader file names a later epoch than its own; an
+ * election's write of the leader file holds the same lock exclusively.
+ * So a new leader either bumps the epoch first (and the old one's write is
+ * refused) or after (and lists what the old one wrote). Returns the
+ * descriptor to hand to fence_leave, or a negative errno with msg.
+ */
+static int fence_enter(weir__ha *ha, char *msg, size_t cap)
+{
+    char wl[4300];
+    snprintf(wl, sizeof(wl), "%s.wlock", ha->leader);
+    int lfd = open(wl, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lfd < 0) {
+        int e = -errno;
+        snprintf(msg, cap, "%s: %s", wl, strerror(-e));
+        return e;
+    }
+    int e;
+    while ((e = flock(lfd, LOCK_SH)) < 0 && errno == EINTR)
+        ;
+    uint64_t cur = 0;
+    if (e < 0) {
+        e = -errno;
+        snprintf(msg, cap, "locking %s: %s", wl, strerror(-e));
+    } else if ((e = stored_epoch(ha->leader, &cur, msg, cap)) == 0 && cur > ha->epoch) {
+        snprintf(msg, cap,
+                 "%s names epoch %" PRIu64 ", above this coordinator's %" PRIu64
+                 ": another coordinator leads now",
+                 ha->leader, cur, ha->epoch);
+        e = -ESTALE;
+    }
+    if (e < 0) {
+        close(lfd);
+        return e;
+    }
+    return lfd;
+}
+
+static void fence_leave(int lfd)
+{
+    flock(lfd, LOCK_UN);
+    close(lfd);
+}
+
+/* A record of DIR/SUB (its job id's), fenced; obj NULL: removed. */
+static int job_record_write(weir__ha *ha, const char *sub, uint64_t id, json_t *obj, char *msg,
+                            size_t cap)
 {
     char name[32], path[4300];
     snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
-    int e = sub_dir(ha, "jobs", msg, cap);
+    int e = obj ? sub_dir(ha, sub, msg, cap) : 0;
     if (e < 0)
         return e;
-    sub_path(ha, path, sizeof(path), "jobs", name);
-    return weir__ha_cas_write(path, ha->epoch, obj, NULL, msg, cap);
+    sub_path(ha, path, sizeof(path), sub, name);
+    int lfd = fence_enter(ha, msg, cap);
+    if (lfd < 0)
+        return lfd;
+    e = weir__ha_cas_write(path, ha->epoch, obj, NULL, msg, cap);
+    fence_leave(lfd);
+    return e;
+}
+
+int weir__ha_job_put(weir__ha *ha, uint64_t id, json_t *obj, char *msg, size_t cap)
+{
+    return job_record_write(ha, "jobs", id, obj, msg, cap);
 }
 
 int weir__ha_job_end(weir__ha *ha, uint64_t id, json_t *hist, char *msg, size_t cap)
 {
-    char name[32], path[4300];
-    snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
-    int e = sub_dir(ha, "history", msg, cap);
-    if (e < 0)
-        return e;
-    sub_path(ha, path, sizeof(path), "history", name);
-    if ((e = weir__ha_cas_write(path, ha->epoch, hist, NULL, msg, cap)) < 0)
-        return e;
-    return weir__ha_job_remove(ha, id, msg, cap);
+    int e = job_record_write(ha, "history", id, hist, msg, cap);
+    return e < 0 ? e : weir__ha_job_remove(ha, id, msg, cap);
 }
 
 int weir__ha_job_remove(weir__ha *ha, uint64_t id, char *msg, size_t cap)
 {
-    char name[32], path[4300];
-    snprintf(name, sizeof(name), "%" PRIu64 ".json", id);
-    sub_path(ha, path, sizeof(path), "jobs", name);
-    return weir__ha_cas_write(path, ha->epoch, NULL, NULL, msg, cap);
+    return job_record_write(ha, "jobs", id, NULL, msg, cap);
 }
 
 static int cmp_u64(const void *a, const void *b)

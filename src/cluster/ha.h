@@ -31,6 +31,14 @@
  * cannot both pass the check on stale reads: a superseded coordinator
  * never overwrites its successor's record.
  *
+ * Job records (weir__ha_job_put / _end / _remove) are fenced by the
+ * leader file as well: a record that does not exist yet holds no epoch,
+ * so each write holds a shared flock on the leader file's .wlock and is
+ * refused (-ESTALE) when the leader file names a later epoch than the
+ * writer's. An election writes the leader file under the same lock,
+ * exclusively, so a superseded coordinator cannot add a record after its
+ * successor has listed the directory either.
+ *
  * Every function here does file system calls and may block briefly: call
  * them on the blocking pool from a fiber (the coordinator does).
  */

@@ -388,4 +388,39 @@ TEST(job_records_and_plugins_are_kept_by_the_leader_and_fenced)
     rm_rf(d);
 }
 
+TEST(a_superseded_leader_cannot_add_a_record_either)
+{
+    /* A record that does not exist yet holds no epoch of its own: the
+     * leader file's epoch fences it. Here a later leader (another host's,
+     * whose lock this one could not see) has written the leader file. */
+    char *d = tmpdir(), msg[1024] = "", p[600];
+    weir__ha *a;
+    uint64_t e = 0;
+    CHECK_EQ(weir__ha_open(d, 0, &a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__ha_try_lead(a, "a", &e, msg, sizeof(msg)), 1);
+    json_t *o = json_pack("{s:I}", "id", (json_int_t)7);
+    CHECK_EQ(weir__ha_job_put(a, 7, o, msg, sizeof(msg)), 0);
+    json_decref(o);
+    put_file(d, "active-leader.json",
+             "{\"host\":\"elsewhere\",\"port\":7000,\"epoch\":5,\"time_ms\":1}");
+    o = json_pack("{s:I}", "id", (json_int_t)8);
+    CHECK_EQ(weir__ha_job_put(a, 8, o, msg, sizeof(msg)), -ESTALE);
+    CHECK_HAS(msg, "another coordinator leads now");
+    CHECK_HAS(msg, "epoch 5");
+    json_decref(o);
+    snprintf(p, sizeof(p), "%s/jobs/8.json", d);
+    CHECK(access(p, F_OK) < 0);
+    /* Nor end or remove one it wrote while it led. */
+    json_t *h = json_pack("{s:s}", "state", "succeeded");
+    CHECK_EQ(weir__ha_job_end(a, 7, h, msg, sizeof(msg)), -ESTALE);
+    json_decref(h);
+    CHECK_EQ(weir__ha_job_remove(a, 7, msg, sizeof(msg)), -ESTALE);
+    snprintf(p, sizeof(p), "%s/jobs/7.json", d);
+    CHECK_EQ(access(p, F_OK), 0);
+    snprintf(p, sizeof(p), "%s/history/7.json", d);
+    CHECK(access(p, F_OK) < 0);
+    weir__ha_close(a);
+    rm_rf(d);
+}
+
 TEST_MAIN()
