@@ -79,6 +79,20 @@ int weir__cli_flag_next(const char *cmd, const weir__cli_flag *flags, size_t n, 
     return CLI_OK;
 }
 
+void weir__cli_finding(weir__cli_findings *f, int error, const char *fmt, ...)
+{
+    fprintf(stderr, "weir %s: %s: ", f->cmd, error ? "error" : "warning");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (error)
+        f->errors++;
+    else
+        f->warnings++;
+}
+
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm)
 {
     if (wm == WEIR_WATERMARK_MIN)

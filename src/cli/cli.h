@@ -75,6 +75,19 @@ typedef struct weir__cli_flag {
 int weir__cli_flag_next(const char *cmd, const weir__cli_flag *flags, size_t n, int job_args,
                         int argc, char **argv, int *i, const weir__cli_flag **f, const char **val);
 
+/*
+ * A configuration check's findings (weir run / lint's flags, weir node's
+ * settings): each is one line on stderr, "weir CMD: error: ..." or "weir
+ * CMD: warning: ...", counted here. Errors refuse (run and node do not
+ * start, lint exits 1); warnings print and pass.
+ */
+typedef struct weir__cli_findings {
+    const char *cmd;
+    int errors, warnings;
+} weir__cli_findings;
+void weir__cli_finding(weir__cli_findings *f, int error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);
 
@@ -100,5 +113,9 @@ int weir__cli_cancel(int argc, char **argv);
 
 /* `weir node` (node.c): argv after "node". Returns the exit code. */
 int weir__cli_node(int argc, char **argv);
+/* `weir lint --role=...` (node.c): argv after "lint", a `weir node` command
+ * line's flags, checked as `weir node` checks them at start without
+ * starting anything. 0 clean (warnings allowed), 1 an error, 2 bad usage. */
+int weir__cli_node_lint(int argc, char **argv);
 
 #endif /* WEIR_CLI_H */

@@ -9,9 +9,17 @@
  * port it bound, when asked for port 0), a worker "weir node: worker ID
  * registered with HOST:PORT" each time it registers. Exit codes: 0 stopped
  * by a signal, 1 failed (the port is taken, the coordinator refused this
- * worker's version), 2 bad usage.
+ * worker's version), 2 bad usage (settings refused included).
+ *
+ * Settings: the coordinator's liveness and outbound settings are checked
+ * before the node starts (check_coord: a zero outbound bound refuses to
+ * start, a timeout that defeats another warns), and `weir lint
+ * --role=...` runs the same parser and checks on a command line without
+ * starting anything (docs/cluster.md, "Settings and lint").
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +39,7 @@ static void usage_node(FILE *f)
         "usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
         "                 [--http-port P] [--cache-dir D] [--threads N]\n"
         "                 [--ha-dir DIR [--ha-allow-unsafe-locks]] [--max-pending-connections N]\n"
+        "                 [liveness and outbound settings]\n"
         "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
         "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
         "                 [--threads N]\n"
@@ -52,6 +61,16 @@ static void usage_node(FILE *f)
         "  --ha-allow-unsafe-locks  use an --ha-dir that fails the lock probe anyway\n"
         "  --max-pending-connections N  connections admitted at once before their first\n"
         "                      frame (default 64); a flood beyond evicts its own\n"
+        "  --heartbeat-timeout-ms M  a worker silent this long is lost (default 2000)\n"
+        "  --watchdog-interval-ms M  how often liveness is judged (default 100)\n"
+        "  --outbound-stall-timeout-ms M  a worker whose queued frames make no progress\n"
+        "                      this long is lost (default 10000; 0 or less: never)\n"
+        "  --restart-drain-timeout-ms M  a restart waits this long for survivors to\n"
+        "                      drain, then fails the job (default 120000)\n"
+        "  --max-outbound-control-frames N, --max-outbound-control-bytes N,\n"
+        "  --max-outbound-bulk-bytes N  what one worker's session may queue: control\n"
+        "                      frames (default 10000 and 64 MiB) and deploys (1 GiB);\n"
+        "                      past a bound the worker is lost, and 0 is refused\n"
         "worker:\n"
         "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
         "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
@@ -74,7 +93,10 @@ static void usage_node(FILE *f)
         "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
         "\"weir node: http on HOST:PORT\" first; a standby coordinator prints \"weir node:\n"
         "coordinator standing by in DIR\" until it leads.\n"
-        "exit: 0 stopped by a signal, 1 failed, 2 bad usage.\n",
+        "\n"
+        "The settings are checked at start: an error refuses to start, a warning is\n"
+        "printed. `weir lint --role=coordinator ...` checks a command line the same way.\n"
+        "exit: 0 stopped by a signal, 1 failed, 2 bad usage or settings refused.\n",
         f);
 }
 
@@ -149,174 +171,428 @@ static int run_node(int threads)
     return (int)rc;
 }
 
-static int value(const char *arg, const char *name, int *i, int argc, char **argv, const char **out)
+/* ---- flags -------------------------------------------------------------------------- */
+
+enum {
+    N_ROLE,
+    N_BIND,
+    N_PORT,
+    N_ADVERTISE,
+    N_ID,
+    N_COORD,
+    N_SLOTS,
+    N_DATA,
+    N_HTTP,
+    N_CACHE,
+    N_THREADS,
+    N_HA,
+    N_UNSAFE,
+    N_PENDING,
+    /* The coordinator's settings (coord_settings) from here on. */
+    N_HEARTBEAT,
+    N_WATCHDOG,
+    N_STALL,
+    N_DRAIN,
+    N_CTL_FRAMES,
+    N_CTL_BYTES,
+    N_BULK_BYTES,
+    N_HELP
+};
+static const weir__cli_flag node_flags[] = {
+    {"--role", N_ROLE, 1},
+    {"--bind-host", N_BIND, 1},
+    {"--port", N_PORT, 1},
+    {"--advertise-host", N_ADVERTISE, 1},
+    {"--id", N_ID, 1},
+    {"--coordinator", N_COORD, 1},
+    {"--slots", N_SLOTS, 1},
+    {"--data-host", N_DATA, 1},
+    {"--http-port", N_HTTP, 1},
+    {"--cache-dir", N_CACHE, 1},
+    {"--threads", N_THREADS, 1},
+    {"--ha-dir", N_HA, 1},
+    {"--ha-allow-unsafe-locks", N_UNSAFE, 0},
+    {"--max-pending-connections", N_PENDING, 1},
+    {"--heartbeat-timeout-ms", N_HEARTBEAT, 1},
+    {"--watchdog-interval-ms", N_WATCHDOG, 1},
+    {"--outbound-stall-timeout-ms", N_STALL, 1},
+    {"--restart-drain-timeout-ms", N_DRAIN, 1},
+    {"--max-outbound-control-frames", N_CTL_FRAMES, 1},
+    {"--max-outbound-control-bytes", N_CTL_BYTES, 1},
+    {"--max-outbound-bulk-bytes", N_BULK_BYTES, 1},
+    {"--help", N_HELP, 0},
+    {"-h", N_HELP, 0},
+};
+
+#define DAY_MS 86400000
+/* Each coordinator setting's range. The outbound bounds take 0, which the
+ * check refuses with its reason rather than the parser with a range. */
+static const struct {
+    int id;
+    int64_t lo, hi;
+} ranges[] = {
+    {N_HEARTBEAT, 1, DAY_MS},
+    {N_WATCHDOG, 1, DAY_MS},
+    {N_STALL, -DAY_MS, DAY_MS},
+    {N_DRAIN, 1, DAY_MS},
+    {N_CTL_FRAMES, 0, 1000000000},
+    {N_CTL_BYTES, 0, (int64_t)1 << 40},
+    {N_BULK_BYTES, 0, (int64_t)1 << 40},
+};
+
+/* The coordinator's liveness and outbound settings, each as given or its
+ * default (docs/cluster.md, "Settings and lint"). */
+typedef struct coord_settings {
+    int64_t heartbeat_ms, watchdog_ms, stall_ms, drain_ms; /* stall <= 0: no stall verdict */
+    int64_t ctl_frames, ctl_bytes, bulk_bytes;
+} coord_settings;
+
+static int64_t *setting(coord_settings *s, int id)
 {
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return 0;
-    if (arg[n] == '=') {
-        *out = arg + n + 1;
-        return 1;
+    switch (id) {
+    case N_HEARTBEAT:
+        return &s->heartbeat_ms;
+    case N_WATCHDOG:
+        return &s->watchdog_ms;
+    case N_STALL:
+        return &s->stall_ms;
+    case N_DRAIN:
+        return &s->drain_ms;
+    case N_CTL_FRAMES:
+        return &s->ctl_frames;
+    case N_CTL_BYTES:
+        return &s->ctl_bytes;
+    case N_BULK_BYTES:
+        return &s->bulk_bytes;
     }
-    if (arg[n] != 0)
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "weir node: %s needs a value\n", name);
-        return -1;
-    }
-    *out = argv[++*i];
-    return 1;
+    return NULL;
 }
 
-static int number(const char *flag, const char *s, long lo, long hi, long *out)
+/* A parsed command line. */
+typedef struct node_cmdline {
+    const char *cmd; /* "node" or "lint": what messages start with */
+    const char *role, *port, *slots, *http, *threads, *pending;
+    int unsafe_locks;
+    int nthreads;
+    int coord_flags; /* coordinator settings given */
+    coord_settings set;
+} node_cmdline;
+
+/*
+ * The liveness and outbound checks (seed: the coordinator's settings
+ * lint): a zero bound is an error (the node refuses to start), a timeout
+ * that defeats another a warning. The same at `weir node` start and in
+ * `weir lint --role=coordinator`.
+ */
+static void check_coord(const coord_settings *s, weir__cli_findings *f)
 {
-    char *end;
-    errno = 0;
-    long v = s && *s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || errno || *end || v < lo || v > hi) {
-        fprintf(stderr, "weir node: %s: \"%s\" is not a number in %ld..%ld\n", flag, s ? s : "", lo,
-                hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    static const struct {
+        const char *flag, *what;
+        size_t off;
+        int64_t dflt;
+    } bounds[] = {
+        {"--max-outbound-control-frames", "control frame", offsetof(coord_settings, ctl_frames),
+         WEIR_CLUSTER_BACKLOG_FRAMES},
+        {"--max-outbound-control-bytes", "control frame", offsetof(coord_settings, ctl_bytes),
+         WEIR_CLUSTER_BACKLOG_BYTES},
+        {"--max-outbound-bulk-bytes", "deploy", offsetof(coord_settings, bulk_bytes),
+         WEIR__OUTBOX_DEPLOY_BYTES},
+    };
+    for (size_t i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++)
+        if (*(const int64_t *)((const char *)s + bounds[i].off) == 0)
+            weir__cli_finding(f, 1,
+                              "%s 0 refuses every %s to a worker, and a refused frame costs the "
+                              "worker its connection: every worker would be lost at its first "
+                              "(give 1 or more; default %" PRId64 ")",
+                              bounds[i].flag, bounds[i].what, bounds[i].dflt);
+    if (s->bulk_bytes > 0 && s->bulk_bytes < (int64_t)WEIR_CLUSTER_FRAME_MAX)
+        weir__cli_finding(f, 0,
+                          "--max-outbound-bulk-bytes %" PRId64 " is below one largest frame (%u "
+                          "bytes): a deploy carries its plugins' bytes, and two queued back to "
+                          "back for a healthy worker can reach the bound and cost it its "
+                          "connection",
+                          s->bulk_bytes, WEIR_CLUSTER_FRAME_MAX);
+    if (s->watchdog_ms > s->heartbeat_ms)
+        weir__cli_finding(f, 0,
+                          "--watchdog-interval-ms %" PRId64 " is longer than "
+                          "--heartbeat-timeout-ms %" PRId64 ": the watchdog judges silence "
+                          "once a period, so the effective heartbeat timeout is its period",
+                          s->watchdog_ms, s->heartbeat_ms);
+    if (s->heartbeat_ms < 2 * (int64_t)WEIR_CLUSTER_HEARTBEAT_MS)
+        weir__cli_finding(f, 0,
+                          "--heartbeat-timeout-ms %" PRId64 " is under two heartbeats (a worker "
+                          "heartbeats every %u ms): one late heartbeat gets a healthy worker "
+                          "declared lost",
+                          s->heartbeat_ms, WEIR_CLUSTER_HEARTBEAT_MS);
+    if (s->stall_ms <= 0)
+        return; /* the stall verdict is off: only the bounds matter */
+    if (s->stall_ms <= s->heartbeat_ms)
+        weir__cli_finding(f, 0,
+                          "--outbound-stall-timeout-ms %" PRId64 " is at or below "
+                          "--heartbeat-timeout-ms %" PRId64 ": the stall verdict is for a "
+                          "worker that heartbeats but has stopped reading, and this short it "
+                          "also takes one whose reader is held up for less than the heartbeat "
+                          "timeout tolerates",
+                          s->stall_ms, s->heartbeat_ms);
+    if (s->stall_ms >= s->drain_ms)
+        weir__cli_finding(f, 0,
+                          "--outbound-stall-timeout-ms %" PRId64 " is at or above "
+                          "--restart-drain-timeout-ms %" PRId64 ": a survivor that stops "
+                          "reading during a restart's drain fails the job at the drain "
+                          "deadline instead of being declared lost and folded into the restart",
+                          s->stall_ms, s->drain_ms);
+    if (s->watchdog_ms > s->stall_ms)
+        weir__cli_finding(f, 0,
+                          "--watchdog-interval-ms %" PRId64 " is longer than "
+                          "--outbound-stall-timeout-ms %" PRId64 ": the watchdog judges stalls "
+                          "once a period, so the effective stall timeout is its period",
+                          s->watchdog_ms, s->stall_ms);
 }
 
-int weir__cli_node(int argc, char **argv)
+/* Parse argv into a (g_node) and l. CLI_OK, CLI_USAGE (printed), or -1 for
+ * --help. Settings checks are check_node's. */
+static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
 {
-    node_args *a = &g_node;
+    const char *cmd = l->cmd;
     memset(a, 0, sizeof(*a));
     a->co.max_restarts = -1;
-    const char *role = NULL, *port = NULL, *slots = NULL, *http = NULL, *cache = NULL,
-               *threads = NULL, *ha_dir = NULL, *pending = NULL;
-    int unsafe_locks = 0;
+    l->set = (coord_settings){WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS,
+                              WEIR_CLUSTER_WATCHDOG_MS,
+                              WEIR__OUTBOX_STALL_MS,
+                              120000,
+                              WEIR_CLUSTER_BACKLOG_FRAMES,
+                              WEIR_CLUSTER_BACKLOG_BYTES,
+                              WEIR__OUTBOX_DEPLOY_BYTES};
+    const char *ha_dir = NULL, *cache = NULL;
     a->wo.coordinator = getenv("WEIR_COORDINATOR");
+    int coord_given = 0;
     for (int i = 0; i < argc; i++) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage_node(stdout);
-            return CLI_OK;
-        }
-        if (strcmp(argv[i], "--ha-allow-unsafe-locks") == 0) {
-            unsafe_locks = 1;
-            continue;
-        }
-        if ((r = value(argv[i], "--role", &i, argc, argv, &role)) ||
-            (r = value(argv[i], "--bind-host", &i, argc, argv, &a->co.bind_host)) ||
-            (r = value(argv[i], "--port", &i, argc, argv, &port)) ||
-            (r = value(argv[i], "--advertise-host", &i, argc, argv, &a->co.advertise_host)) ||
-            (r = value(argv[i], "--id", &i, argc, argv, &a->wo.id)) ||
-            (r = value(argv[i], "--coordinator", &i, argc, argv, &a->wo.coordinator)) ||
-            (r = value(argv[i], "--slots", &i, argc, argv, &slots)) ||
-            (r = value(argv[i], "--data-host", &i, argc, argv, &a->wo.data_host)) ||
-            (r = value(argv[i], "--http-port", &i, argc, argv, &http)) ||
-            (r = value(argv[i], "--cache-dir", &i, argc, argv, &cache)) ||
-            (r = value(argv[i], "--threads", &i, argc, argv, &threads)) ||
-            (r = value(argv[i], "--ha-dir", &i, argc, argv, &ha_dir)) ||
-            (r = value(argv[i], "--max-pending-connections", &i, argc, argv, &pending))) {
-            if (r < 0)
-                return CLI_USAGE;
-            (void)v;
-            continue;
-        }
-        fprintf(stderr, "weir node: unknown argument \"%s\" (weir node --help)\n", argv[i]);
-        return CLI_USAGE;
-    }
-    if (!role || (strcmp(role, "coordinator") != 0 && strcmp(role, "worker") != 0)) {
-        fprintf(stderr, "weir node: --role must be coordinator or worker\n");
-        return CLI_USAGE;
-    }
-    a->worker = strcmp(role, "worker") == 0;
-    long n;
-    int nthreads = 0; /* the runtime's default */
-    if (threads) {
-        if (number("--threads", threads, 1, 256, &n) < 0)
+        const weir__cli_flag *f;
+        const char *v;
+        if (argv[i][0] != '-' || !argv[i][1]) {
+            weir__cli_errf(cmd, "unexpected argument \"%s\" (weir node --help)", argv[i]);
             return CLI_USAGE;
-        nthreads = (int)n;
+        }
+        if (weir__cli_flag_next(cmd, node_flags, sizeof(node_flags) / sizeof(node_flags[0]), 0,
+                                argc, argv, &i, &f, &v))
+            return CLI_USAGE;
+        int64_t *set = setting(&l->set, f->id);
+        if (set) {
+            for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++)
+                if (ranges[k].id == f->id &&
+                    weir__cli_parse_num(cmd, f->name, v, ranges[k].lo, ranges[k].hi, set))
+                    return CLI_USAGE;
+            l->coord_flags++;
+            continue;
+        }
+        switch (f->id) {
+        case N_HELP:
+            return -1;
+        case N_ROLE:
+            l->role = v;
+            break;
+        case N_BIND:
+            a->co.bind_host = v;
+            coord_given = 1;
+            break;
+        case N_PORT:
+            l->port = v;
+            break;
+        case N_ADVERTISE:
+            a->co.advertise_host = v;
+            coord_given = 1;
+            break;
+        case N_ID:
+            a->wo.id = v;
+            break;
+        case N_COORD:
+            a->wo.coordinator = v;
+            break;
+        case N_SLOTS:
+            l->slots = v;
+            break;
+        case N_DATA:
+            a->wo.data_host = v;
+            break;
+        case N_HTTP:
+            l->http = v;
+            break;
+        case N_CACHE:
+            cache = v;
+            break;
+        case N_THREADS:
+            l->threads = v;
+            break;
+        case N_HA:
+            ha_dir = v;
+            break;
+        case N_UNSAFE:
+            l->unsafe_locks = 1;
+            break;
+        case N_PENDING:
+            l->pending = v;
+            break;
+        }
     }
+    if (!l->role || (strcmp(l->role, "coordinator") != 0 && strcmp(l->role, "worker") != 0)) {
+        weir__cli_errf(cmd, "--role must be coordinator or worker");
+        return CLI_USAGE;
+    }
+    a->worker = strcmp(l->role, "worker") == 0;
+    int64_t n;
+    if (l->threads && weir__cli_parse_num(cmd, "--threads", l->threads, 1, 256, &n))
+        return CLI_USAGE;
+    l->nthreads = l->threads ? (int)n : 0; /* 0: the runtime's default */
     a->co.cache_dir = a->wo.cache_dir = cache;
     if (ha_dir && !*ha_dir) {
-        fprintf(stderr, "weir node: --ha-dir needs a directory\n");
+        weir__cli_errf(cmd, "--ha-dir needs a directory");
         return CLI_USAGE;
     }
     a->co.ha_dir = a->wo.ha_dir = ha_dir;
-    if (http) {
-        if (number("--http-port", http, 0, 65535, &n) < 0)
+    if (l->http) {
+        if (weir__cli_parse_num(cmd, "--http-port", l->http, 0, 65535, &n))
             return CLI_USAGE;
         a->co.http = a->wo.http = 1;
         a->co.http_port = (int)n;
         a->wo.http_port = (uint16_t)n;
         a->co.on_http = a->wo.on_http = on_http;
-        /* Now, not when the server starts: a standby coordinator would
-         * find out only when it came to lead. */
-        const char *why = weir_http_server_auth_problem(NULL);
-        if (why) {
-            fprintf(stderr, "weir node: WEIR_AUTH_TOKEN: %s\n", why);
-            return CLI_USAGE;
-        }
     }
     if (a->worker) {
-        if (port || a->co.bind_host || a->co.advertise_host || pending) {
-            fprintf(stderr, "weir node: --port, --bind-host, --advertise-host and "
-                            "--max-pending-connections are for the coordinator\n");
+        if (l->port || coord_given || l->pending || l->coord_flags) {
+            weir__cli_errf(cmd, "--port, --bind-host, --advertise-host, "
+                                "--max-pending-connections and the liveness and outbound "
+                                "settings are for the coordinator");
             return CLI_USAGE;
         }
         if (!a->wo.id || !*a->wo.id) {
-            fprintf(stderr, "weir node: a worker needs --id\n");
+            weir__cli_errf(cmd, "a worker needs --id");
             return CLI_USAGE;
         }
-        if (unsafe_locks) {
-            fprintf(stderr, "weir node: --ha-allow-unsafe-locks is for the coordinator\n");
+        if (l->unsafe_locks) {
+            weir__cli_errf(cmd, "--ha-allow-unsafe-locks is for the coordinator");
             return CLI_USAGE;
         }
         if (ha_dir && a->wo.coordinator && a->wo.coordinator != getenv("WEIR_COORDINATOR")) {
-            fprintf(stderr, "weir node: a worker takes --coordinator or --ha-dir, not both\n");
+            weir__cli_errf(cmd, "a worker takes --coordinator or --ha-dir, not both");
             return CLI_USAGE;
         }
         if (ha_dir)
             a->wo.coordinator = NULL; /* the leader file says where */
         if (!a->wo.coordinator && !ha_dir) {
-            fprintf(stderr, "weir node: a worker needs --coordinator HOST:PORT "
-                            "(or WEIR_COORDINATOR) or --ha-dir DIR\n");
+            weir__cli_errf(cmd, "a worker needs --coordinator HOST:PORT (or WEIR_COORDINATOR) "
+                                "or --ha-dir DIR");
             return CLI_USAGE;
         }
         char host[256];
         int p;
         if (a->wo.coordinator &&
             weir__cl_split_hostport(a->wo.coordinator, host, sizeof(host), &p) < 0) {
-            fprintf(stderr, "weir node: --coordinator: \"%s\" is not HOST:PORT\n",
-                    a->wo.coordinator);
+            weir__cli_errf(cmd, "--coordinator: \"%s\" is not HOST:PORT", a->wo.coordinator);
             return CLI_USAGE;
         }
-        if (slots) {
-            if (number("--slots", slots, 1, 4096, &n) < 0)
+        if (l->slots) {
+            if (weir__cli_parse_num(cmd, "--slots", l->slots, 1, 4096, &n))
                 return CLI_USAGE;
             a->wo.slots = (uint32_t)n;
         }
         a->wo.on_registered = on_registered;
     } else {
-        if (a->wo.id || slots || a->wo.data_host) {
-            fprintf(stderr, "weir node: --id, --slots and --data-host are for workers\n");
+        if (a->wo.id || l->slots || a->wo.data_host) {
+            weir__cli_errf(cmd, "--id, --slots and --data-host are for workers");
             return CLI_USAGE;
         }
-        if (port) {
-            if (number("--port", port, 0, 65535, &n) < 0)
+        if (l->port) {
+            if (weir__cli_parse_num(cmd, "--port", l->port, 0, 65535, &n))
                 return CLI_USAGE;
             a->co.port = (int)n;
         }
-        if (unsafe_locks && !ha_dir) {
-            fprintf(stderr, "weir node: --ha-allow-unsafe-locks needs --ha-dir\n");
+        if (l->unsafe_locks && !ha_dir) {
+            weir__cli_errf(cmd, "--ha-allow-unsafe-locks needs --ha-dir");
             return CLI_USAGE;
         }
-        a->co.ha_allow_unsafe_locks = unsafe_locks;
-        if (pending) {
-            if (number("--max-pending-connections", pending, 1, 65536, &n) < 0)
+        a->co.ha_allow_unsafe_locks = l->unsafe_locks;
+        if (l->pending) {
+            if (weir__cli_parse_num(cmd, "--max-pending-connections", l->pending, 1, 65536, &n))
                 return CLI_USAGE;
             a->co.max_pending_connections = (int)n;
         }
+        const coord_settings *s = &l->set;
+        a->co.heartbeat_timeout_ms = s->heartbeat_ms;
+        a->co.watchdog_ms = s->watchdog_ms;
+        a->co.stall_ms =
+            s->stall_ms > 0 ? s->stall_ms : -1; /* the coordinator's 0 is the default */
+        a->co.drain_timeout_ms = s->drain_ms;
+        a->co.max_outbound_control_frames = (uint64_t)s->ctl_frames;
+        a->co.max_outbound_control_bytes = (uint64_t)s->ctl_bytes;
+        a->co.max_outbound_bulk_bytes = (uint64_t)s->bulk_bytes;
         a->co.on_listen = on_listen;
         a->co.on_standby = on_standby;
+    }
+    return CLI_OK;
+}
+
+/* What the node would take badly: the token (both roles, when it serves
+ * HTTP) and the coordinator's settings. */
+static void check_node(const node_args *a, const node_cmdline *l, weir__cli_findings *f)
+{
+    if (a->co.http) {
+        const char *why = weir_http_server_auth_problem(NULL);
+        if (why)
+            weir__cli_finding(f, 1, "WEIR_AUTH_TOKEN: %s", why);
+    }
+    if (!a->worker)
+        check_coord(&l->set, f);
+}
+
+int weir__cli_node_lint(int argc, char **argv)
+{
+    node_cmdline l = {.cmd = "lint"};
+    int rc = parse_node(argc, argv, &g_node, &l);
+    if (rc < 0) {
+        usage_node(stdout);
+        return CLI_OK;
+    }
+    if (rc != CLI_OK)
+        return rc;
+    weir__cli_findings f = {.cmd = "lint"};
+    check_node(&g_node, &l, &f);
+    if (f.errors) {
+        fprintf(stderr, "weir lint: %d error%s\n", f.errors, f.errors == 1 ? "" : "s");
+        return CLI_FAILED;
+    }
+    if (g_node.worker) {
+        printf("ok: worker %s settings%s\n", g_node.wo.id, f.warnings ? ", with warnings" : "");
+    } else {
+        const coord_settings *s = &l.set;
+        printf("ok: coordinator settings (heartbeat timeout %" PRId64 " ms, watchdog %" PRId64
+               " ms, stall timeout %" PRId64 " ms, restart drain %" PRId64 " ms)%s\n",
+               s->heartbeat_ms, s->watchdog_ms, s->stall_ms > 0 ? s->stall_ms : 0, s->drain_ms,
+               f.warnings ? ", with warnings" : "");
+    }
+    return CLI_OK;
+}
+
+int weir__cli_node(int argc, char **argv)
+{
+    node_args *a = &g_node;
+    node_cmdline l = {.cmd = "node"};
+    int rc = parse_node(argc, argv, a, &l);
+    if (rc < 0) {
+        usage_node(stdout);
+        return CLI_OK;
+    }
+    if (rc != CLI_OK)
+        return rc;
+    /* Now, not when the coordinator starts: a standby would find out only
+     * when it came to lead. Warnings are printed and the node starts. */
+    weir__cli_findings f = {.cmd = "node"};
+    check_node(a, &l, &f);
+    if (f.errors) {
+        fprintf(stderr,
+                "weir node: not started: %d error%s (weir lint --role=%s checks a "
+                "command line)\n",
+                f.errors, f.errors == 1 ? "" : "s", l.role);
+        return CLI_USAGE;
     }
     /* SIGINT / SIGTERM blocked in every thread and read from a signalfd
      * (as `weir run` does: run.c, "Interrupts"). */
@@ -329,7 +605,7 @@ int weir__cli_node(int argc, char **argv)
         sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
     a->co.stop_fd = a->wo.stop_fd = sfd;
-    int rc = run_node(nthreads);
+    rc = run_node(l.nthreads);
     if (sfd >= 0)
         close(sfd);
     if (rc != CLI_OK)

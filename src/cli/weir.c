@@ -38,6 +38,7 @@ static const char usage_main[] =
     "commands:\n"
     "  run JOB.so [flags] [--] [job args...]   load a job plugin and run it\n"
     "  lint JOB.so [flags] [--] [job args...]  check a plugin, its graph and the flags\n"
+    "  lint --role=coordinator [node flags]    check a cluster node's settings\n"
     "  node --role=coordinator|worker ...      run a cluster node (docs/cluster.md)\n"
     "  version                                 print weir's version and ABI identity\n"
     "  submit JOB.so [flags] [--] [args...]    submit a job to a cluster's coordinator\n"
@@ -83,11 +84,17 @@ static void usage_lint(FILE *f)
 {
     fprintf(f,
             "usage: weir lint JOB.so [flags] [--] [job args...]\n"
+            "       weir lint --role=coordinator|worker [weir node flags]\n"
             "\n"
             "Check without running: the plugin loads and passes the ABI gate, the job's\n"
             "graph builds from the job arguments, and the flags make sense (parallelism\n"
             "range, checkpoint directory writable, interval sane, restore has something\n"
             "to restore). Warnings print but do not fail.\n"
+            "\n"
+            "With --role first, it checks a `weir node` command line instead (paste one\n"
+            "in with `node` replaced by `lint`): the coordinator's liveness and outbound\n"
+            "settings, as the node checks them at start (docs/cluster.md, \"Settings and\n"
+            "lint\"); weir node --help lists the flags.\n"
             "\n%s\n"
             "exit: 0 ok (\"ok\" is printed), 1 a problem found, 2 bad usage or a plugin\n"
             "that cannot be loaded or is refused.\n",
@@ -219,27 +226,6 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
 
 /* ---- configuration checks (run refuses on an error, lint reports) ---------------------- */
 
-typedef struct findings {
-    const char *cmd;
-    int errors, warnings;
-} findings;
-
-static void finding(findings *f, int error, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void finding(findings *f, int error, const char *fmt, ...)
-{
-    fprintf(stderr, "weir %s: %s: ", f->cmd, error ? "error" : "warning");
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    if (error)
-        f->errors++;
-    else
-        f->warnings++;
-}
-
 /* The latest COMPLETED-<id> in dir (0: none). */
 static uint64_t latest_completed(const char *dir)
 {
@@ -260,24 +246,25 @@ static uint64_t latest_completed(const char *dir)
 
 /* What weir_job_run would take badly or silently ignore. Every message says
  * what to change. */
-static void check_config(const cli_opts *o, findings *f)
+static void check_config(const cli_opts *o, weir__cli_findings *f)
 {
     const weir_run_opts *r = &o->run;
     const char *dir = r->checkpoint_dir;
     if (r->checkpoint_interval_ms > 0 && !dir)
-        finding(f, 1,
-                "--checkpoint-interval-ms %" PRId64 " without --checkpoint-dir: "
-                "checkpoints need a directory",
-                r->checkpoint_interval_ms);
+        weir__cli_finding(f, 1,
+                          "--checkpoint-interval-ms %" PRId64 " without --checkpoint-dir: "
+                          "checkpoints need a directory",
+                          r->checkpoint_interval_ms);
     if (r->restore && !dir)
-        finding(f, 1, "--restore without --checkpoint-dir: nothing to restore from");
+        weir__cli_finding(f, 1, "--restore without --checkpoint-dir: nothing to restore from");
     if (dir) {
         struct stat st;
         if (stat(dir, &st) == 0) {
             if (!S_ISDIR(st.st_mode))
-                finding(f, 1, "checkpoint directory %s is not a directory", dir);
+                weir__cli_finding(f, 1, "checkpoint directory %s is not a directory", dir);
             else if (access(dir, W_OK | X_OK) != 0)
-                finding(f, 1, "checkpoint directory %s is not writable: %s", dir, strerror(errno));
+                weir__cli_finding(f, 1, "checkpoint directory %s is not writable: %s", dir,
+                                  strerror(errno));
         } else if (errno == ENOENT) {
             /* weir_job_run creates the last component: its parent must exist. */
             char parent[PATH_MAX];
@@ -293,43 +280,44 @@ static void check_config(const cli_opts *o, findings *f)
             else
                 *slash = '\0';
             if (access(parent, W_OK | X_OK) != 0)
-                finding(f, 1, "checkpoint directory %s cannot be created (%s: %s)", dir, parent,
-                        strerror(errno));
+                weir__cli_finding(f, 1, "checkpoint directory %s cannot be created (%s: %s)", dir,
+                                  parent, strerror(errno));
         } else {
-            finding(f, 1, "checkpoint directory %s: %s", dir, strerror(errno));
+            weir__cli_finding(f, 1, "checkpoint directory %s: %s", dir, strerror(errno));
         }
         if (r->checkpoint_interval_ms == 0 && !r->restore)
-            finding(f, 0,
-                    "--checkpoint-dir without --checkpoint-interval-ms: no checkpoint "
-                    "will be taken");
+            weir__cli_finding(f, 0,
+                              "--checkpoint-dir without --checkpoint-interval-ms: no checkpoint "
+                              "will be taken");
         if (r->restore && latest_completed(dir) == 0)
-            finding(f, 0, "--restore: no completed checkpoint in %s yet, the job starts afresh",
-                    dir);
+            weir__cli_finding(
+                f, 0, "--restore: no completed checkpoint in %s yet, the job starts afresh", dir);
     }
     if (r->checkpoint_interval_ms > 0 && r->checkpoint_interval_ms < 10)
-        finding(f, 0,
-                "--checkpoint-interval-ms %" PRId64 " is very short: the job may spend "
-                "more time checkpointing than working",
-                r->checkpoint_interval_ms);
+        weir__cli_finding(f, 0,
+                          "--checkpoint-interval-ms %" PRId64 " is very short: the job may spend "
+                          "more time checkpointing than working",
+                          r->checkpoint_interval_ms);
     if (r->state_backend) {
         weir_state_backend *b;
         int e = weir_state_backend_open(r->state_backend, WEIR_KEY_GROUPS, 0, 0, &b);
         if (e)
-            finding(f, 1, "--state-backend %s: %s", r->state_backend,
-                    e == -ENOENT ? "no backend has that scheme"
-                                 : "a malformed URI, or one its backend refused");
+            weir__cli_finding(f, 1, "--state-backend %s: %s", r->state_backend,
+                              e == -ENOENT ? "no backend has that scheme"
+                                           : "a malformed URI, or one its backend refused");
         else
             weir_state_backend_free(b);
         if (!e && strstr(r->state_backend, "mem://") && dir)
-            finding(f, 0,
-                    "--state-backend %s keeps its pool in this process's memory: a "
-                    "checkpoint's state is gone when the process ends",
-                    r->state_backend);
+            weir__cli_finding(f, 0,
+                              "--state-backend %s keeps its pool in this process's memory: a "
+                              "checkpoint's state is gone when the process ends",
+                              r->state_backend);
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores > 0 && r->parallelism > 4 * cores)
-        finding(f, 0, "--parallelism %d is more than 4x the %ld cores: subtasks will mostly wait",
-                r->parallelism, cores);
+        weir__cli_finding(
+            f, 0, "--parallelism %d is more than 4x the %ld cores: subtasks will mostly wait",
+            r->parallelism, cores);
 }
 
 /* ---- commands ---------------------------------------------------------------------------- */
@@ -360,40 +348,41 @@ static int run_main(int argc, char **argv)
 /* lint: the job's graph. It is defined twice and the two compared: every
  * process that loads the job defines it, and they must agree on the
  * operators (names, kinds, order). */
-static void lint_job(findings *f)
+static void lint_job(weir__cli_findings *f)
 {
     const char *name = weir_plugin_entry(g.p)->name;
     char msg[1024];
     weir_job *j = NULL, *again = NULL;
     if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &j, msg, sizeof(msg)) != 0) {
-        finding(f, 1, "%s", msg);
+        weir__cli_finding(f, 1, "%s", msg);
         return;
     }
     int n = weir_job_ops(j), sources = 0, sinks = 0;
     if (n == 0)
-        finding(f, 1, "job %s defines no operators", name);
+        weir__cli_finding(f, 1, "job %s defines no operators", name);
     for (int i = 0; i < n; i++) {
         sources += weir_job_op_kind(j, i) == WEIR_OP_SOURCE;
         sinks += weir_job_op_kind(j, i) == WEIR_OP_SINK;
     }
     if (n > 0 && sinks == 0)
-        finding(f, 0, "job %s has no sink: its results go nowhere", name);
+        weir__cli_finding(f, 0, "job %s has no sink: its results go nowhere", name);
     if (weir_plugin_define(g.p, g.o.job_argc, g.o.job_argv, &again, msg, sizeof(msg)) != 0) {
-        finding(f, 1,
-                "job %s: defined a second time it fails (%s): every process that loads "
-                "the job defines it",
-                name, msg);
+        weir__cli_finding(f, 1,
+                          "job %s: defined a second time it fails (%s): every process that loads "
+                          "the job defines it",
+                          name, msg);
     } else if (weir_job_ops(again) != n) {
-        finding(f, 1, "job %s is not deterministic: %d operators, then %d when defined again", name,
-                n, weir_job_ops(again));
+        weir__cli_finding(f, 1,
+                          "job %s is not deterministic: %d operators, then %d when defined again",
+                          name, n, weir_job_ops(again));
     } else {
         for (int i = 0; i < n; i++)
             if (strcmp(weir_job_op_name(j, i), weir_job_op_name(again, i)) != 0 ||
                 weir_job_op_kind(j, i) != weir_job_op_kind(again, i)) {
-                finding(f, 1,
-                        "job %s is not deterministic: operator %d is \"%s\", then \"%s\" "
-                        "when defined again (name operators from the job arguments only)",
-                        name, i, weir_job_op_name(j, i), weir_job_op_name(again, i));
+                weir__cli_finding(f, 1,
+                                  "job %s is not deterministic: operator %d is \"%s\", then \"%s\" "
+                                  "when defined again (name operators from the job arguments only)",
+                                  name, i, weir_job_op_name(j, i), weir_job_op_name(again, i));
                 break;
             }
     }
@@ -408,6 +397,9 @@ static void lint_job(findings *f)
 static int cmd_run_or_lint(const char *cmd, int argc, char **argv)
 {
     int lint = strcmp(cmd, "lint") == 0;
+    /* A node's settings: the same command line as `weir node`'s. */
+    if (lint && argc > 0 && strncmp(argv[0], "--role", 6) == 0)
+        return weir__cli_node_lint(argc, argv);
     int rc = parse_args(cmd, argc, argv, &g.o);
     if (rc < 0) {
         (lint ? usage_lint : usage_run)(stdout);
@@ -423,7 +415,7 @@ static int cmd_run_or_lint(const char *cmd, int argc, char **argv)
         free(g.o.job_argv);
         return CLI_USAGE;
     }
-    findings f = {.cmd = cmd};
+    weir__cli_findings f = {.cmd = cmd};
     check_config(&g.o, &f);
     if (!lint) {
         if (f.errors) {

@@ -10,6 +10,8 @@
  *   GET /api/v1/jobs/ID    one job: state, operators and their
  *                          parallelism, each subtask and its worker,
  *                          checkpoints, restarts
+ *   GET /api/v1/config     the settings in effect: liveness timeouts, the
+ *                          outbound bounds, admission, HA
  *   GET /metrics           Prometheus text: workers lost by cause,
  *                          malformed frames, version refusals, restarts,
  *                          jobs submitted and ended by state, checkpoint
@@ -55,6 +57,31 @@ static int h_health(weir_http_req *req, weir_http_res *res, void *arg)
     return send_json(res, stopping ? 503 : 200,
                      json_pack("{s:s, s:s, s:i, s:i}", "status", stopping ? "stopping" : "ok",
                                "role", "coordinator", "workers", workers, "jobs_running", jobs));
+}
+
+/* Set once at start and read only: no lock. */
+static int h_config(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    coord *c = arg;
+    weir__outbox_limits d = weir__outbox_limits_default();
+    const weir__coord_opts *o = &c->o;
+    json_t *v = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:o}", "heartbeat_timeout_ms",
+        (json_int_t)c->hb_ms, "heartbeat_interval_ms", (json_int_t)WEIR_CLUSTER_HEARTBEAT_MS,
+        "watchdog_interval_ms", (json_int_t)c->wd_ms, "outbound_stall_timeout_ms",
+        (json_int_t)(c->stall_ms > 0 ? c->stall_ms : 0), "restart_drain_timeout_ms",
+        (json_int_t)c->drain_ms, "max_outbound_control_frames",
+        (json_int_t)(o->max_outbound_control_frames ? o->max_outbound_control_frames
+                                                    : d.max_control_frames),
+        "max_outbound_control_bytes",
+        (json_int_t)(o->max_outbound_control_bytes ? o->max_outbound_control_bytes
+                                                   : d.max_control_bytes),
+        "max_outbound_bulk_bytes",
+        (json_int_t)(o->max_outbound_bulk_bytes ? o->max_outbound_bulk_bytes : d.max_deploy_bytes),
+        "max_pending_connections", (int)c->adm_cap, "max_restarts", o->max_restarts, "ha_dir",
+        o->ha_dir ? json_string(o->ha_dir) : json_null());
+    return send_json(res, 200, v);
 }
 
 static int h_workers(weir_http_req *req, weir_http_res *res, void *arg)
@@ -222,6 +249,7 @@ int weir__coord_http_start(coord *c, char *msg, size_t cap)
     }
     int e = 0;
     if ((e = weir_http_route(s, "GET", "/api/v1/health", h_health, c, 0)) ||
+        (e = weir_http_route(s, "GET", "/api/v1/config", h_config, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/workers", h_workers, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs", h_jobs, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs/:id", h_job, c, 0)) ||

@@ -363,6 +363,12 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
     wsess *w = weir__calloc(1, sizeof(*w));
     weir__outbox_limits lim = weir__outbox_limits_default();
     lim.stall_ms = c->stall_ms;
+    if (c->o.max_outbound_control_frames)
+        lim.max_control_frames = c->o.max_outbound_control_frames;
+    if (c->o.max_outbound_control_bytes)
+        lim.max_control_bytes = c->o.max_outbound_control_bytes;
+    if (c->o.max_outbound_bulk_bytes)
+        lim.max_deploy_bytes = c->o.max_outbound_bulk_bytes;
     if (!w || !(w->ob = weir__outbox_new(fd, &lim))) {
         weir__free(w);
         ack.u.reg_ack.status = WEIR__CL_RETRY;

@@ -34,10 +34,14 @@ typedef struct weir__coord_opts {
     int port;                   /* 0: a free one; -1: no listener (weir__coord_admit only) */
     const char *advertise_host; /* what clients are told; NULL: bind host */
     const char *cache_dir;      /* plugin cache; NULL: a private temporary directory */
-    int64_t heartbeat_timeout_ms, watchdog_ms, stall_ms; /* 0: the defaults */
-    int64_t drain_timeout_ms;                            /* a restart's drain (0: 120 s) */
+    /* 0: the defaults; stall_ms < 0: no stall verdict (outbox.h). */
+    int64_t heartbeat_timeout_ms, watchdog_ms, stall_ms;
+    int64_t drain_timeout_ms;  /* a restart's drain (0: 120 s) */
     int64_t restart_window_ms; /* restarts forgiven after this clean (0: 10 min) */
     int max_restarts;          /* with checkpoints (-1: 10); without: always 0 */
+    /* What each worker session's outbox may queue (outbox.h): control
+     * frames by count and bytes, deploys by bytes. 0: the defaults. */
+    uint64_t max_outbound_control_frames, max_outbound_control_bytes, max_outbound_bulk_bytes;
     /* Connections admitted at once before their first frame (admission.h;
      * 0: WEIR__ADM_MAX_PENDING). */
     int max_pending_connections;

@@ -846,6 +846,40 @@ TEST(a_worker_that_never_reads_its_deploy_is_lost_on_the_stall_verdict)
     tee_end();
 }
 
+/* The outbound bounds are the coordinator's to set (weir node
+ * --max-outbound-bulk-bytes): a deploy bound below the job's plugin costs
+ * the worker its session on the overflow verdict, the bound named. */
+static intptr_t bulk_bound_main(void *arg)
+{
+    (void)arg;
+    cnode c = {.o = {.max_restarts = -1, .max_outbound_bulk_bytes = 4096}};
+    coord_start(&c);
+    wnode a;
+    worker_start(&a, "a", &c, 4);
+    weir__client *cl = client_open(&c);
+    char *args[] = {"1000"};
+    weir__client_submit_opts o = count_job(1, args, 1);
+    uint64_t job = submit_ok(cl, &o);
+    char msg[WEIR_CLUSTER_MESSAGE_MAX];
+    int32_t err = wait_job(cl, job, DEADLINE(), msg, sizeof(msg), NULL);
+    printf("job ended: %d %s\n", err, msg);
+    CHECK_NE(err, 0);
+    CHECK_HAS(msg, "worker a lost (overflow: a ");
+    CHECK_HAS(msg, "deploy frame past the bound of 4096 deploy bytes");
+    wait_log("worker lost: a (overflow: a ", 1);
+    weir__client_close(cl);
+    worker_stop(&a);
+    coord_stop(&c);
+    return 0;
+}
+
+TEST(a_deploy_past_the_configured_bulk_bound_costs_the_worker_its_session)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, bulk_bound_main, NULL), 0);
+    tee_end();
+}
+
 /* ---- 4. a plugin ships once ------------------------------------------------------------- */
 
 static intptr_t ships_once_main(void *arg)

@@ -87,7 +87,10 @@ wait_for() {
 
 start_coordinator() {
     rm -f "$tmp/coord.out" # a new coordinator's line, not the last one's
+    # Two settings off their defaults, harmless here: /api/v1/config must
+    # report them.
     WEIR_LOG=info "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 --http-port 0 \
+        --restart-drain-timeout-ms 90000 --max-outbound-bulk-bytes 536870912 \
         >"$tmp/coord.out" 2>"$tmp/coord.log" &
     cpid=$!
     pids="$pids $cpid"
@@ -137,6 +140,16 @@ for role in "--role=coordinator --port 0" "--role=worker --id z --coordinator 12
         fi
     done
 done
+
+# A zero outbound bound is refused at start (every worker would be lost at
+# its first frame), naming the flag; a suspicious timeout only warns.
+if "$weir" node --role=coordinator --port 0 --max-outbound-control-frames 0 \
+    >"$tmp/zero.out" 2>"$tmp/zero.err"; then
+    fail "a coordinator started with --max-outbound-control-frames 0"
+elif [ $? -ne 2 ] || ! grep -q "error: --max-outbound-control-frames 0 refuses" "$tmp/zero.err" ||
+    grep -q listening "$tmp/zero.out"; then
+    fail "--max-outbound-control-frames 0: not refused at start: $(cat "$tmp/zero.err")"
+fi
 
 n=600000
 # The reference: an uninterrupted weir run.
@@ -192,9 +205,15 @@ for c in $cases; do
         api /metrics -f | grep -q 'weir_coordinator_jobs_ended_total{state="succeeded"} 1' ||
             fail "basic: /metrics does not count the job"
         api /api/v1/health -f | grep -q '"status":"ok"' || fail "basic: not healthy"
+        api /api/v1/config -f >"$tmp/config.json" || fail "basic: no /api/v1/config"
+        for kv in '"restart_drain_timeout_ms":90000' '"max_outbound_bulk_bytes":536870912' \
+            '"heartbeat_timeout_ms":2000' '"outbound_stall_timeout_ms":10000'; do
+            grep -q "$kv" "$tmp/config.json" || fail "basic: /api/v1/config lacks $kv: $(cat "$tmp/config.json")"
+        done
         # Without the token (or with another, or another scheme) every
         # route is 401, the health check too, and so is an unknown path.
-        for p in /api/v1/health /api/v1/jobs "/api/v1/jobs/$id" /api/v1/workers /metrics /nope; do
+        for p in /api/v1/health /api/v1/jobs "/api/v1/jobs/$id" /api/v1/workers /api/v1/config \
+            /metrics /nope; do
             code=$(curl -s -m 5 -o "$tmp/401.body" -D "$tmp/401.head" -w '%{http_code}' "http://$http$p")
             [ "$code" = 401 ] || fail "basic: $p without the token: $code, not 401"
             grep -qi '^WWW-Authenticate: Bearer' "$tmp/401.head" || fail "basic: $p: no WWW-Authenticate"

@@ -969,6 +969,103 @@ TEST(cli_lint)
     CHECK_HAS(r->err, "is not a directory");
 }
 
+/* weir lint --role=...: a `weir node` command line checked as the node
+ * checks it at start (docs/cluster.md, "Settings and lint"). */
+TEST(cli_lint_node_settings)
+{
+    /* The defaults are clean. */
+    cli_result *r = cli("lint", "--role=coordinator", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "ok: coordinator settings (heartbeat timeout 2000 ms, watchdog 100 ms, "
+                      "stall timeout 10000 ms, restart drain 120000 ms)");
+    CHECK(strstr(r->err, "warning") == NULL);
+
+    /* A zero bound of each class is an error; the three add up. */
+    r = cli("lint", "--role=coordinator", "--port", "0", "--max-outbound-control-frames", "0",
+            "--max-outbound-control-bytes=0", "--max-outbound-bulk-bytes", "0", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "weir lint: error: --max-outbound-control-frames 0 refuses every control "
+                      "frame to a worker");
+    CHECK_HAS(r->err, "error: --max-outbound-control-bytes 0 refuses");
+    CHECK_HAS(r->err, "error: --max-outbound-bulk-bytes 0 refuses every deploy");
+    CHECK_HAS(r->err, "weir lint: 3 errors");
+    CHECK(strstr(r->out, "ok:") == NULL);
+
+    /* Suspicious timeouts warn and pass, each named. */
+    r = cli("lint", "--role=coordinator", "--heartbeat-timeout-ms", "800", "--watchdog-interval-ms",
+            "900", "--outbound-stall-timeout-ms", "700", "--max-outbound-bulk-bytes", "1048576",
+            NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "with warnings");
+    CHECK_HAS(r->err, "warning: --max-outbound-bulk-bytes 1048576 is below one largest frame");
+    CHECK_HAS(r->err, "warning: --watchdog-interval-ms 900 is longer than --heartbeat-timeout-ms "
+                      "800");
+    CHECK_HAS(r->err, "warning: --heartbeat-timeout-ms 800 is under two heartbeats");
+    CHECK_HAS(r->err, "warning: --outbound-stall-timeout-ms 700 is at or below "
+                      "--heartbeat-timeout-ms 800");
+    CHECK_HAS(r->err, "warning: --watchdog-interval-ms 900 is longer than "
+                      "--outbound-stall-timeout-ms 700");
+    r = cli("lint", "--role=coordinator", "--outbound-stall-timeout-ms", "120000", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->err, "warning: --outbound-stall-timeout-ms 120000 is at or above "
+                      "--restart-drain-timeout-ms 120000");
+    r = cli("lint", "--role=coordinator", "--outbound-stall-timeout-ms", "90000",
+            "--restart-drain-timeout-ms", "90001", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK(strstr(r->err, "warning") == NULL);
+
+    /* With the stall verdict off only the bounds are checked: a stall
+     * timeout cannot then be too short or too long. */
+    r = cli("lint", "--role=coordinator", "--outbound-stall-timeout-ms", "0",
+            "--watchdog-interval-ms", "1000", "--heartbeat-timeout-ms", "1500", NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "stall timeout 0 ms");
+    CHECK(strstr(r->err, "stall") == NULL);
+    r = cli("lint", "--role=coordinator", "--outbound-stall-timeout-ms", "-1",
+            "--max-outbound-bulk-bytes", "0", NULL);
+    CHECK_EQ(r->code, 1);
+    CHECK_HAS(r->err, "--max-outbound-bulk-bytes 0 refuses");
+
+    /* Bad usage is 2: a malformed or out-of-range value, an unknown flag,
+     * a coordinator's setting given to a worker, no role. */
+    r = cli("lint", "--role=coordinator", "--heartbeat-timeout-ms", "soon", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "weir lint: --heartbeat-timeout-ms: \"soon\" is not a number");
+    r = cli("lint", "--role=coordinator", "--watchdog-interval-ms", "0", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--watchdog-interval-ms: 0 is out of range");
+    r = cli("lint", "--role=coordinator", "--max-outbound-control-frames", "-5", NULL);
+    CHECK_EQ(r->code, 2);
+    r = cli("lint", "--role=coordinator", "--heartbeat-timout-ms", "5", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "unknown flag --heartbeat-timout-ms");
+    r = cli("lint", "--role=worker", "--id", "w", "--coordinator", "127.0.0.1:1",
+            "--heartbeat-timeout-ms", "5000", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "are for the coordinator");
+    r = cli("lint", "--role=leader", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "--role must be coordinator or worker");
+
+    /* A worker's command line: parsed as weir node parses it. */
+    r = cli("lint", "--role=worker", "--id", "w", "--coordinator", "127.0.0.1:1", "--slots", "4",
+            NULL);
+    CHECK_EQ(r->code, 0);
+    CHECK_HAS(r->out, "ok: worker w settings");
+    r = cli("lint", "--role=worker", "--id", "w", "--coordinator", "nowhere", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "is not HOST:PORT");
+
+    /* weir node checks the same at start: an error refuses to start (bad
+     * usage) before anything listens; a warning starts (not run here: the
+     * node would then run until a signal). */
+    r = cli("node", "--role=coordinator", "--port", "0", "--max-outbound-bulk-bytes", "0", NULL);
+    CHECK_EQ(r->code, 2);
+    CHECK_HAS(r->err, "weir node: error: --max-outbound-bulk-bytes 0 refuses every deploy");
+    CHECK_HAS(r->err, "weir node: not started: 1 error");
+    CHECK(strstr(r->out, "listening") == NULL);
+}
+
 /* ---- the crash test: weir run SIGKILLed and restored ----------------------------------------- */
 static int cmp_line(const void *a, const void *b)
 {
