@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_etcd.c - leader election through etcd (cluster/etcd.h), against a
+ * real etcd (Debian's etcd-server) started here on loopback in a
+ * temporary directory: the first campaigner leads, a second sees who
+ * does, resigning and a lease left to expire hand over with a higher
+ * epoch, the superseded leader's keepalive reports its lease gone, an
+ * endpoint list fails over past a dead member; and without etcd:
+ * malformed endpoint lists refused by entry, and a fake member answering
+ * malformed, oversized or wrongly typed JSON refused with what is wrong.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster/etcd.h"
+#include "test.h"
+#include "weir/http.h"
+#include "weir/rt.h"
+
+#define ETCD_BIN "/usr/bin/etcd"
+
+static pid_t etcd_pid;
+static char etcd_dir[64];
+static char etcd_url[64];
+
+/* ---- the etcd under test ------------------------------------------------------------- */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t n = sizeof(a);
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void rm_rf(const char *d)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        execl("/bin/rm", "rm", "-rf", d, (char *)NULL);
+        _exit(127);
+    }
+    if (p > 0)
+        waitpid(p, NULL, 0);
+}
+
+static void etcd_stop(void)
+{
+    if (etcd_pid > 0) {
+        kill(etcd_pid, SIGTERM);
+        waitpid(etcd_pid, NULL, 0);
+        etcd_pid = 0;
+    }
+    if (etcd_dir[0]) {
+        rm_rf(etcd_dir);
+        etcd_dir[0] = '\0';
+    }
+}
+
+/* A failed CHECK aborts: take etcd and its directory down first. */
+static void on_abort(int sig)
+{
+    if (etcd_pid > 0) {
+        kill(etcd_pid, SIGKILL);
+        waitpid(etcd_pid, NULL, 0);
+    }
+    if (etcd_dir[0])
+        rm_rf(etcd_dir);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* GET /health answers {"health":"true"} (plain blocking sockets: no runtime). */
+static int etcd_healthy(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {.tv_sec = 1};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int ok = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        const char *q = "GET /health HTTP/1.0\r\n\r\n";
+        if (write(fd, q, strlen(q)) == (ssize_t)strlen(q)) {
+            char buf[2048];
+            size_t n = 0;
+            ssize_t r;
+            while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+                n += (size_t)r;
+            buf[n] = '\0';
+            ok = strstr(buf, "\"health\":\"true\"") != NULL;
+        }
+    }
+    close(fd);
+    return ok;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Start etcd once per test binary (from the main thread, before any
+ * runtime); etcd_url is its client URL. */
+static void etcd_up(void)
+{
+    if (etcd_pid > 0)
+        return;
+    if (access(ETCD_BIN, X_OK) != 0)
+        TEST__FAIL("etcd not found: run scripts/deps.sh (etcd-server)");
+    snprintf(etcd_dir, sizeof(etcd_dir), "/tmp/weir-test-etcd-XXXXXX");
+    CHECK(mkdtemp(etcd_dir));
+    signal(SIGABRT, on_abort);
+    atexit(etcd_stop);
+    int cport = free_port(), pport = free_port();
+    while (pport == cport)
+        pport = free_port();
+    char data[128], log[128], client[64], peer[64], cluster[96];
+    snprintf(data, sizeof(data), "%s/data", etcd_dir);
+    snprintf(log, sizeof(log), "%s/etcd.log", etcd_dir);
+    snprintf(client, sizeof(client), "http://127.0.0.1:%d", cport);
+    snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", pport);
+    snprintf(cluster, sizeof(cluster), "default=%s", peer);
+    snprintf(etcd_url, sizeof(etcd_url), "%s", client);
+    pid_t p = fork();
+    CHECK(p >= 0);
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execl(ETCD_BIN, "etcd", "--name", "default", "--data-dir", data, "--listen-client-urls",
+              client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+              "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, (char *)NULL);
+        _exit(127);
+    }
+    etcd_pid = p;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (etcd_healthy(cport))
+            return;
+        int st;
+        if (waitpid(etcd_pid, &st, WNOHANG) == etcd_pid) {
+            etcd_pid = 0;
+            char cmd[256];
+            snprintf(cmd, sizeof(cmd), "tail -20 '%s' >&2", log);
+            if (system(cmd) != 0)
+                fprintf(stderr, "(no etcd log)\n");
+            TEST__FAIL("etcd exited before it answered (status %d)", st);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (t1.tv_sec - t0.tv_sec > 20)
+            TEST__FAIL("etcd on %s not healthy after 20 s", client);
+        sleep_ms(100);
+    }
+}
+
+/* Run fn(arg) as a fiber on a runtime of two threads. */
+static intptr_t run(weir_task_fn fn, void *arg)
+{
+    weir_rt *rt = weir_rt_new(&(weir_rt_opts){.threads = 2});
+    CHECK(rt != NULL);
+    weir_spawn_opts o = {.name = "main", .stack_size = 256 * 1024, .rt = rt};
+    weir_task *t = weir_task_spawn(fn, arg, &o);
+    CHECK(t != NULL);
+    intptr_t v = -1;
+    CHECK_EQ(weir_task_join(t, &v, weir_time_after_ms(60000)), 0);
+    weir_rt_free(rt);
+    return v;
+}
+
+static weir__etcd *open_ok(const char *eps, int ttl)
+{
+    char msg[512] = "";
+    weir__etcd *e = NULL;
+    int rc = weir__etcd_open(eps, ttl, &e, msg, sizeof(msg));
+    if (rc != 0)
+        TEST__FAIL("weir__etcd_open(%s): %d %s", eps, rc, msg);
+    return e;
+}
+
+static int campaign(weir__etcd *e, const char *key, const char *val, uint64_t *epoch, char *holder,
+                    size_t hcap)
+{
+    char msg[512] = "";
+    int rc = weir__etcd_campaign(e, key, val, epoch, holder, hcap, msg, sizeof(msg));
+    if (rc < 0)
+        fprintf(stderr, "campaign %s: %d %s\n", key, rc, msg);
+    return rc;
+}
+
+/* ---- against etcd ---------------------------------------------------------------------- */
+static intptr_t lead_main(void *arg)
+{
+    (void)arg;
+    const char *key = "/weir/test/lead";
+    weir__etcd *a = open_ok(etcd_url, 10), *b = open_ok(etcd_url, 10);
+    char holder[256] = "", msg[512] = "";
+    uint64_t ea = 0, eb = 0, e2 = 0;
+
+    CHECK_EQ(weir__etcd_leader(b, key, holder, sizeof(holder), &eb, msg, sizeof(msg)), 0);
+    CHECK_EQ(campaign(a, key, "host-a:7000", &ea, holder, sizeof(holder)), 1);
+    CHECK_GT(ea, 0);
+    CHECK_EQ(weir__etcd_epoch(a), ea);
+    CHECK_NE(weir__etcd_lease(a), 0);
+    /* Again while leading: the same leadership. */
+    CHECK_EQ(campaign(a, key, "host-a:7000", &e2, NULL, 0), 1);
+    CHECK_EQ(e2, ea);
+
+    CHECK_EQ(campaign(b, key, "host-b:7001", &eb, holder, sizeof(holder)), 0);
+    CHECK_STR(holder, "host-a:7000");
+    CHECK_EQ(eb, ea);
+    CHECK_EQ(weir__etcd_epoch(b), 0);
+    holder[0] = '\0';
+    CHECK_EQ(weir__etcd_leader(b, key, holder, sizeof(holder), &eb, msg, sizeof(msg)), 1);
+    CHECK_STR(holder, "host-a:7000");
+    CHECK_EQ(eb, ea);
+    /* A buffer too small is said so. */
+    char tiny[4];
+    CHECK_EQ(weir__etcd_leader(b, key, tiny, sizeof(tiny), NULL, msg, sizeof(msg)), -ENOSPC);
+
+    int ttl = 0;
+    CHECK_EQ(weir__etcd_keepalive(a, &ttl, msg, sizeof(msg)), 0);
+    CHECK_GT(ttl, 0);
+    CHECK_LE(ttl, 10);
+
+    CHECK_EQ(weir__etcd_resign(a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_epoch(a), 0);
+    CHECK_EQ(weir__etcd_lease(a), 0);
+    CHECK_EQ(weir__etcd_leader(b, key, holder, sizeof(holder), &eb, msg, sizeof(msg)), 0);
+    CHECK_EQ(campaign(b, key, "host-b:7001", &eb, holder, sizeof(holder)), 1);
+    CHECK_GT(eb, ea);
+    /* a's lease was revoked: its keepalive says so. */
+    CHECK_EQ(weir__etcd_keepalive(a, NULL, msg, sizeof(msg)), -ESTALE);
+    /* a campaigns again with a new lease and sees b. */
+    CHECK_EQ(campaign(a, key, "host-a:7000", &e2, holder, sizeof(holder)), 0);
+    CHECK_STR(holder, "host-b:7001");
+    CHECK_EQ(e2, eb);
+
+    CHECK_EQ(weir__etcd_resign(b, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_resign(a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_leader(a, key, NULL, 0, NULL, msg, sizeof(msg)), 0);
+    weir__etcd_close(a);
+    weir__etcd_close(b);
+    return 0;
+}
+
+TEST(the_first_campaigner_leads_and_resigning_hands_over)
+{
+    etcd_up();
+    CHECK_EQ(run(lead_main, NULL), 0);
+}
+
+/* Poll c's campaign until it leads (within ms). */
+static int campaign_until(weir__etcd *c, const char *key, const char *val, uint64_t *epoch, int ms)
+{
+    int64_t until = weir_time_after_ms(ms);
+    char holder[256];
+    int rc;
+    while ((rc = campaign(c, key, val, epoch, holder, sizeof(holder))) == 0 &&
+           weir_time_now() < until)
+        weir_time_sleep(200 * WEIR_MSEC);
+    return rc;
+}
+
+static intptr_t expire_main(void *arg)
+{
+    (void)arg;
+    const char *key = "/weir/test/expire";
+    weir__etcd *a = open_ok(etcd_url, 2), *b = open_ok(etcd_url, 10);
+    char holder[256] = "", msg[512] = "";
+    uint64_t ea = 0, eb = 0;
+    CHECK_EQ(campaign(a, key, "a", &ea, holder, sizeof(holder)), 1);
+    CHECK_EQ(campaign(b, key, "b", &eb, holder, sizeof(holder)), 0);
+    CHECK_STR(holder, "a");
+    /* No keepalives: a's lease expires and b takes over. */
+    CHECK_EQ(campaign_until(b, key, "b", &eb, 15000), 1);
+    CHECK_GT(eb, ea);
+    int rc = weir__etcd_keepalive(a, NULL, msg, sizeof(msg));
+    CHECK_EQ(rc, -ESTALE);
+    CHECK_HAS(msg, "expired");
+    CHECK_EQ(weir__etcd_epoch(a), 0);
+    /* a's resign must not remove b's key (nothing to do: a no longer leads). */
+    CHECK_EQ(weir__etcd_resign(a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_leader(a, key, holder, sizeof(holder), NULL, msg, sizeof(msg)), 1);
+    CHECK_STR(holder, "b");
+    CHECK_EQ(weir__etcd_resign(b, msg, sizeof(msg)), 0);
+
+    /* A lease that expired while its holder did not look: the next
+     * campaign gets a new one (etcd refuses the put under the dead one). */
+    const char *key2 = "/weir/test/expire2";
+    weir__etcd *c = open_ok(etcd_url, 2);
+    uint64_t ec = 0, ec2 = 0;
+    CHECK_EQ(campaign(c, key2, "c", &ec, NULL, 0), 1);
+    int64_t old = weir__etcd_lease(c);
+    int64_t until = weir_time_after_ms(15000);
+    while (weir__etcd_leader(b, key2, NULL, 0, NULL, msg, sizeof(msg)) == 1 &&
+           weir_time_now() < until)
+        weir_time_sleep(200 * WEIR_MSEC);
+    CHECK_EQ(weir__etcd_leader(b, key2, NULL, 0, NULL, msg, sizeof(msg)), 0);
+    CHECK_EQ(campaign(c, key2, "c", &ec2, NULL, 0), 1);
+    CHECK_GT(ec2, ec);
+    CHECK_NE(weir__etcd_lease(c), old);
+    CHECK_EQ(weir__etcd_resign(c, msg, sizeof(msg)), 0);
+
+    weir__etcd_close(a);
+    weir__etcd_close(b);
+    weir__etcd_close(c);
+    return 0;
+}
+
+TEST(a_lease_left_to_expire_hands_over_with_a_higher_epoch)
+{
+    etcd_up();
+    CHECK_EQ(run(expire_main, NULL), 0);
+}
+
+static intptr_t failover_main(void *arg)
+{
+    (void)arg;
+    char eps[256], dead[64], msg[512] = "";
+    snprintf(dead, sizeof(dead), "http://127.0.0.1:%d", free_port());
+    snprintf(eps, sizeof(eps), "%s,%s", dead, etcd_url);
+    weir__etcd *e = open_ok(eps, 10);
+    CHECK_STR(weir__etcd_endpoint(e), dead);
+    uint64_t ep = 0;
+    CHECK_EQ(campaign(e, "/weir/test/failover", "x", &ep, NULL, 0), 1);
+    CHECK_STR(weir__etcd_endpoint(e), etcd_url); /* remembered */
+    CHECK_EQ(weir__etcd_keepalive(e, NULL, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_resign(e, msg, sizeof(msg)), 0);
+    weir__etcd_close(e);
+
+    /* Every member dead: the error names one. */
+    snprintf(eps, sizeof(eps), "%s,http://127.0.0.1:%d", dead, free_port());
+    e = open_ok(eps, 10);
+    int rc = weir__etcd_campaign(e, "/weir/test/failover", "x", &ep, NULL, 0, msg, sizeof(msg));
+    CHECK_LT(rc, 0);
+    CHECK_HAS(msg, "http://127.0.0.1:");
+    CHECK_HAS(msg, "/v3/lease/grant");
+    weir__etcd_close(e);
+    return 0;
+}
+
+TEST(an_endpoint_list_fails_over_past_a_dead_member)
+{
+    etcd_up();
+    CHECK_EQ(run(failover_main, NULL), 0);
+}
+
+/* ---- without etcd ---------------------------------------------------------------------- */
+static void refused(const char *eps, const char *needle1, const char *needle2)
+{
+    char msg[512] = "";
+    weir__etcd *e = (weir__etcd *)1;
+    int rc = weir__etcd_open(eps, 10, &e, msg, sizeof(msg));
+    if (rc != -EINVAL)
+        TEST__FAIL("\"%s\" not refused: %d %s", eps, rc, msg);
+    CHECK(e == NULL);
+    CHECK_HAS(msg, needle1);
+    if (needle2)
+        CHECK_HAS(msg, needle2);
+}
+
+TEST(malformed_endpoint_lists_are_refused_naming_the_entry)
+{
+    refused("", "endpoint 1", "empty");
+    refused("127.0.0.1:2379", "\"127.0.0.1:2379\"", "http://");
+    refused("ftp://h:1", "\"ftp://h:1\"", NULL);
+    refused("http://", "no host", NULL);
+    refused("http://h:0", "\"http://h:0\"", "port");
+    refused("http://h:70000", "port", NULL);
+    refused("http://h:12x", "\"http://h:12x\"", NULL);
+    refused("http://a:1,,http://b:2", "endpoint 2", "empty");
+    refused("http://a:1,http://b:2,", "endpoint 3", "empty");
+    refused("http://a:1,https://b:2", "endpoint 2 \"https://b:2\"", "TLS");
+    refused("http://h:1/v3", "\"http://h:1/v3\"", "path");
+    refused("http://user@h:1", "\"http://user@h:1\"", NULL);
+    refused("http://[::1:2379", "IPv6", NULL);
+    refused("http://h:1\r\n", "endpoint 1", NULL);
+    char many[1024] = "";
+    for (int i = 0; i < WEIR__ETCD_ENDPOINTS_MAX + 1; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%shttp://h:%d", i ? "," : "",
+                 i + 1);
+    refused(many, "more than", NULL);
+
+    char msg[512];
+    weir__etcd *e = NULL;
+    CHECK_EQ(weir__etcd_open("http://h:1", 0, &e, msg, sizeof(msg)), -EINVAL);
+    CHECK_HAS(msg, "TTL");
+    CHECK_EQ(weir__etcd_open(NULL, 10, &e, msg, sizeof(msg)), -EINVAL);
+    /* Accepted forms. */
+    const char *good[] = {"http://h", "http://10.0.0.1:2379/", "http://[::1]:2379",
+                          " http://a:1 , http://b-2.example:2 "};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        e = open_ok(good[i], 5);
+        weir__etcd_close(e);
+    }
+    e = open_ok("http://h", 5);
+    CHECK_STR(weir__etcd_endpoint(e), "http://h:2379");
+    weir__etcd_close(e);
+}
+
+/* A fake member: each path answers with what the case sets. */
+static struct {
+    int status;
+    const char *grant, *txn, *range, *keepalive;
+    char *big; /* an oversized answer, when set, for every path */
+} fake;
+
+static int fake_handler(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    if (fake.big)
+        return weir_http_res_send(res, 200, "application/json", fake.big, strlen(fake.big));
+    const char *body = "{}";
+    if (req->path.len == 15 && memcmp(req->path.p, "/v3/lease/grant", 15) == 0)
+        body = fake.grant;
+    else if (req->path.len == 10 && memcmp(req->path.p, "/v3/kv/txn", 10) == 0)
+        body = fake.txn;
+    else if (req->path.len == 12 && memcmp(req->path.p, "/v3/kv/range", 12) == 0)
+        body = fake.range;
+    else if (req->path.len == 19 && memcmp(req->path.p, "/v3/lease/keepalive", 19) == 0)
+        body = fake.keepalive;
+    if (!body)
+        body = "{}";
+    return weir_http_res_send(res, fake.status ? fake.status : 200, "application/json", body,
+                              strlen(body));
+}
+
+#define GRANT_OK "{\"header\":{\"revision\":\"1\"},\"ID\":\"42\",\"TTL\":\"10\"}"
+
+/* A campaign on the fake member fails with rc and a message holding needle. */
+static void campaign_fails(weir__etcd *e, int rc, const char *needle)
+{
+    char msg[512] = "";
+    uint64_t ep = 0;
+    int got = weir__etcd_campaign(e, "/k", "v", &ep, NULL, 0, msg, sizeof(msg));
+    if (got != rc)
+        TEST__FAIL("campaign: %d (%s), expected %d", got, msg, rc);
+    CHECK_HAS(msg, needle);
+}
+
+static intptr_t fake_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = weir_http_server_new(&(weir_http_server_opts){.auth_env = ""});
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "POST", "/*", fake_handler, NULL, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    char url[64], msg[512] = "";
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", weir_http_server_port(s));
+    weir__etcd *e = open_ok(url, 10);
+    weir__etcd_set_timeouts(e, 1000, 2000);
+
+    memset(&fake, 0, sizeof(fake));
+    fake.grant = "{oops";
+    campaign_fails(e, -EBADMSG, "not JSON");
+    fake.grant = "[1,2]";
+    campaign_fails(e, -EBADMSG, "not a JSON object");
+    fake.grant = "{\"ID\":true,\"TTL\":\"10\"}";
+    campaign_fails(e, -EBADMSG, "\"ID\" is not an int64");
+    fake.grant = "{\"ID\":\"12x\",\"TTL\":\"10\"}";
+    campaign_fails(e, -EBADMSG, "\"ID\"");
+    fake.grant = "{\"ID\":\"99999999999999999999\",\"TTL\":\"10\"}";
+    campaign_fails(e, -EBADMSG, "\"ID\"");
+    fake.grant = "{\"ID\":\"42\"}";
+    campaign_fails(e, -EBADMSG, "without an ID and a TTL");
+    char deep[20001];
+    memset(deep, '[', sizeof(deep) - 1);
+    deep[sizeof(deep) - 1] = '\0';
+    fake.grant = deep;
+    campaign_fails(e, -EBADMSG, "too deep");
+    fake.status = 500;
+    fake.grant = "{\"error\":\"boom\",\"code\":13}";
+    campaign_fails(e, -EIO, "HTTP 500: boom");
+    fake.status = 400;
+    fake.grant = "{\"error\":\"bad\\u0001thing\",\"code\":3}";
+    campaign_fails(e, -EINVAL, "HTTP 400: bad?thing");
+    fake.status = 0;
+
+    /* Oversized: refused by the client's cap. */
+    size_t big = WEIR__ETCD_RESPONSE_MAX + 1000;
+    fake.big = malloc(big + 1);
+    CHECK(fake.big);
+    memset(fake.big, ' ', big);
+    fake.big[0] = '{';
+    fake.big[big - 1] = '}';
+    fake.big[big] = '\0';
+    campaign_fails(e, -EMSGSIZE, url);
+    free(fake.big);
+    fake.big = NULL;
+
+    /* The grant is fine from here on; the transaction is not. */
+    fake.grant = GRANT_OK;
+    fake.txn = "{\"header\":{\"revision\":\"5\"},\"succeeded\":\"yes\"}";
+    campaign_fails(e, -EBADMSG, "\"succeeded\" is not a boolean");
+    fake.txn = "{\"succeeded\":true}";
+    campaign_fails(e, -EBADMSG, "header.revision");
+    fake.txn = "{\"header\":{\"revision\":\"5\"}}";
+    campaign_fails(e, -EBADMSG, "range response");
+    fake.txn = "{\"header\":{\"revision\":\"5\"},\"responses\":[{\"response_range\":{\"kvs\":"
+               "[{\"key\":\"L2s=\",\"value\":\"!!!!\",\"create_revision\":\"3\"}]}}]}";
+    campaign_fails(e, -EBADMSG, "\"value\" is not base64");
+    fake.txn = "{\"header\":{\"revision\":\"5\"},\"responses\":[{\"response_range\":{\"kvs\":"
+               "[{\"key\":\"b3RoZXI=\",\"value\":\"dg==\",\"create_revision\":\"3\"}]}}]}";
+    campaign_fails(e, -EBADMSG, "not the key asked for");
+    fake.txn = "{\"header\":{\"revision\":\"5\"},\"responses\":[{\"response_range\":{\"kvs\":"
+               "[{\"key\":\"L2s=\",\"value\":\"dg==\",\"create_revision\":{}}]}}]}";
+    campaign_fails(e, -EBADMSG, "\"create_revision\"");
+    fake.txn = "{\"header\":{\"revision\":\"5\"},\"responses\":[{\"response_range\":{\"kvs\":"
+               "[{\"key\":\"L2s=\",\"value\":\"dg==\",\"create_revision\":\"-3\"}]}}]}";
+    campaign_fails(e, -EBADMSG, "negative");
+    /* A well-formed answer: another lease (7) holds /k with "v". */
+    fake.txn = "{\"header\":{\"revision\":\"5\"},\"responses\":[{\"response_range\":{\"kvs\":"
+               "[{\"key\":\"L2s=\",\"value\":\"dg==\",\"create_revision\":\"3\",\"lease\":"
+               "\"7\"}]}}]}";
+    char holder[8];
+    uint64_t ep = 0;
+    CHECK_EQ(weir__etcd_campaign(e, "/k", "v", &ep, holder, sizeof(holder), msg, sizeof(msg)), 0);
+    CHECK_STR(holder, "v");
+    CHECK_EQ(ep, 3);
+
+    fake.range = "{\"kvs\":{}}";
+    CHECK_EQ(weir__etcd_leader(e, "/k", NULL, 0, NULL, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "\"kvs\" is not an array");
+    fake.range = "{\"kvs\":[7]}";
+    CHECK_EQ(weir__etcd_leader(e, "/k", NULL, 0, NULL, msg, sizeof(msg)), -EBADMSG);
+    fake.range = "{\"kvs\":[{\"key\":\"L2s=\",\"value\":\"dgB2\",\"create_revision\":\"3\"}]}";
+    CHECK_EQ(weir__etcd_leader(e, "/k", holder, sizeof(holder), NULL, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "NUL");
+
+    fake.keepalive = "{\"result\":{\"ID\":\"43\",\"TTL\":\"5\"}}";
+    CHECK_EQ(weir__etcd_keepalive(e, NULL, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "another lease");
+    fake.keepalive = "{\"result\":7}";
+    CHECK_EQ(weir__etcd_keepalive(e, NULL, msg, sizeof(msg)), -EBADMSG);
+    fake.keepalive = "{\"error\":{\"grpc_code\":5,\"message\":\"lease not found\"}}";
+    CHECK_EQ(weir__etcd_keepalive(e, NULL, msg, sizeof(msg)), -ESTALE);
+    CHECK_EQ(weir__etcd_lease(e), 0);
+
+    weir__etcd_close(e);
+    CHECK_EQ(weir_http_server_stop(s, weir_time_after_ms(5000)), 0);
+    weir_http_server_free(s);
+    return 0;
+}
+
+TEST(a_misbehaving_member_gets_a_clear_error)
+{
+    CHECK_EQ(run(fake_main, NULL), 0);
+}
+
+TEST_MAIN()
