@@ -746,8 +746,10 @@ int weir__etcd_keepalive(weir__etcd *e, int *ttl_s, char *msg, size_t cap)
     snprintf(url, sizeof(url), "%s/v3/lease/keepalive", e->ep[e->cur]);
     ctx c = {url, msg, cap};
     int64_t rid, ttl;
+    /* A TTL of 0 (or none) is a lease etcd no longer has, whatever the ID
+     * says: stepping down on it is the safe side. */
     if ((rc = get_i64(&c, v, "ID", &rid)) == 0 && (rc = get_i64(&c, v, "TTL", &ttl)) == 0 &&
-        rid != e->lease)
+        ttl > 0 && rid != e->lease)
         rc = bad(&c, "the keepalive answers for another lease");
     json_decref(v);
     if (rc < 0)

@@ -335,6 +335,12 @@ TEST(a_lease_left_to_expire_hands_over_with_a_higher_epoch)
     CHECK_EQ(run(expire_main, NULL), 0);
 }
 
+static int unavailable(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req, (void)arg;
+    return weir_http_res_error(res, 503, "etcdserver: no leader");
+}
+
 static intptr_t failover_main(void *arg)
 {
     (void)arg;
@@ -350,10 +356,48 @@ static intptr_t failover_main(void *arg)
     CHECK_EQ(weir__etcd_resign(e, msg, sizeof(msg)), 0);
     weir__etcd_close(e);
 
+    /* A member answering 503, and one that takes connections and never
+     * answers (a listening socket nobody accepts on): past both. */
+    weir_http_server *s = weir_http_server_new(&(weir_http_server_opts){.auth_env = ""});
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "POST", "/*", unavailable, NULL, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    int hole = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(hole >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(bind(hole, (struct sockaddr *)&a, sizeof(a)), 0);
+    CHECK_EQ(listen(hole, 16), 0);
+    socklen_t alen = sizeof(a);
+    CHECK_EQ(getsockname(hole, (struct sockaddr *)&a, &alen), 0);
+    snprintf(eps, sizeof(eps), "http://127.0.0.1:%d,http://127.0.0.1:%d,%s",
+             weir_http_server_port(s), ntohs(a.sin_port), etcd_url);
+    e = open_ok(eps, 10);
+    weir__etcd_set_timeouts(e, 300, 3000);
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(campaign(e, "/weir/test/failover", "y", &ep, NULL, 0), 1);
+    CHECK_LT(weir_time_now() - t0, 2 * WEIR_SEC);
+    CHECK_STR(weir__etcd_endpoint(e), etcd_url);
+    CHECK_EQ(weir__etcd_resign(e, msg, sizeof(msg)), 0);
+    weir__etcd_close(e);
+    /* Only those two: the overall deadline ends it, naming a member. */
+    snprintf(eps, sizeof(eps), "http://127.0.0.1:%d,http://127.0.0.1:%d", weir_http_server_port(s),
+             ntohs(a.sin_port));
+    e = open_ok(eps, 10);
+    weir__etcd_set_timeouts(e, 300, 1000);
+    t0 = weir_time_now();
+    int rc = weir__etcd_campaign(e, "/weir/test/failover", "y", &ep, NULL, 0, msg, sizeof(msg));
+    CHECK_LT(rc, 0);
+    CHECK_LT(weir_time_now() - t0, 3 * WEIR_SEC);
+    CHECK_HAS(msg, "http://127.0.0.1:");
+    weir__etcd_close(e);
+    close(hole);
+    CHECK_EQ(weir_http_server_stop(s, weir_time_after_ms(5000)), 0);
+    weir_http_server_free(s);
+
     /* Every member dead: the error names one. */
     snprintf(eps, sizeof(eps), "%s,http://127.0.0.1:%d", dead, free_port());
     e = open_ok(eps, 10);
-    int rc = weir__etcd_campaign(e, "/weir/test/failover", "x", &ep, NULL, 0, msg, sizeof(msg));
+    rc = weir__etcd_campaign(e, "/weir/test/failover", "x", &ep, NULL, 0, msg, sizeof(msg));
     CHECK_LT(rc, 0);
     CHECK_HAS(msg, "http://127.0.0.1:");
     CHECK_HAS(msg, "/v3/lease/grant");
