@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "cluster/etcd.h"
 #include "test.h"
 #include "weir/http.h"
@@ -462,6 +463,20 @@ TEST(malformed_endpoint_lists_are_refused_naming_the_entry)
     e = open_ok("http://h", 5);
     CHECK_STR(weir__etcd_endpoint(e), "http://h:2379");
     weir__etcd_close(e);
+    /* Each allocation of an open failing in turn: -ENOMEM, nothing leaked. */
+    for (long n = 0;; n++) {
+        CHECK_LT(n, 1000);
+        weir__alloc_fail_after(n);
+        e = NULL;
+        int rc = weir__etcd_open("http://a:1,http://b:2", 5, &e, msg, sizeof(msg));
+        weir__alloc_fail_after(-1);
+        if (rc == 0) {
+            weir__etcd_close(e);
+            break;
+        }
+        CHECK_EQ(rc, -ENOMEM);
+        CHECK(e == NULL);
+    }
 }
 
 /* A fake member: each path answers with what the case sets. */
