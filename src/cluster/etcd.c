@@ -455,14 +455,16 @@ static int parse_body(const ctx *c, const char *body, size_t n, int stream, json
 }
 
 /* ---- requests -------------------------------------------------------------------------- */
-/* POST req (not consumed) to path on the members in turn, starting at the
- * one that answered last: on a connection error, a timeout or a 5xx, the
- * next one. A request may so reach etcd twice, which every one here
- * bears: the create-if-absent transaction sent again finds the key under
- * this lease (a campaign that leads), a delete or revoke again is a no-op,
- * a second grant leaves a lease nobody uses, which expires after its TTL. 0 with the answer's
- * object in *out (decref it), or a negative errno with msg. stream: a streamed RPC (keepalive): its
- * first message is taken, unwrapped from {"result"}. */
+/* POST req (not consumed) to path on the members in turn, starting at
+ * the one that answered last: on a connection error, a timeout or a 5xx,
+ * the next one. 0 with the answer's object in *out (decref it), or a
+ * negative errno with msg. stream: a streamed RPC (keepalive): its first
+ * message is taken, unwrapped from {"result"}.
+ *
+ * A request may so reach etcd twice, which every one here bears: the
+ * create-if-absent transaction sent again finds the key under this lease
+ * (a campaign that leads), a delete or a revoke again changes nothing, and
+ * a second grant leaves a lease nobody uses, which expires after its TTL. */
 static int call(weir__etcd *e, const char *path, json_t *req, int stream, json_t **out, char *msg,
                 size_t cap)
 {
