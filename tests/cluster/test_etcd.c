@@ -4,8 +4,10 @@
  * real etcd (Debian's etcd-server) started here on loopback in a
  * temporary directory: the first campaigner leads, a second sees who
  * does, resigning and a lease left to expire hand over with a higher
- * epoch, the superseded leader's keepalive reports its lease gone, an
- * endpoint list fails over past a dead member; and without etcd:
+ * epoch, the superseded leader's keepalive reports its lease gone and
+ * its resign leaves its successor's key alone, a campaign after an
+ * unnoticed expiry gets a new lease, an endpoint list fails over past
+ * dead, failing and silent members; and without etcd:
  * malformed endpoint lists refused by entry, and a fake member answering
  * malformed, oversized or wrongly typed JSON refused with what is wrong.
  */
@@ -322,7 +324,20 @@ static intptr_t expire_main(void *arg)
     CHECK_EQ(campaign(c, key2, "c", &ec2, NULL, 0), 1);
     CHECK_GT(ec2, ec);
     CHECK_NE(weir__etcd_lease(c), old);
+
+    /* c's lease expires again and b takes key2; c, which has not looked,
+     * still believes it leads: its resign must leave b's key alone. */
+    uint64_t eb2 = 0;
+    CHECK_EQ(campaign_until(b, key2, "b", &eb2, 15000), 1);
+    CHECK_GT(eb2, ec2);
+    CHECK_EQ(weir__etcd_epoch(c), ec2);
     CHECK_EQ(weir__etcd_resign(c, msg, sizeof(msg)), 0);
+    char who[16] = "";
+    uint64_t ew = 0;
+    CHECK_EQ(weir__etcd_leader(c, key2, who, sizeof(who), &ew, msg, sizeof(msg)), 1);
+    CHECK_STR(who, "b");
+    CHECK_EQ(ew, eb2);
+    CHECK_EQ(weir__etcd_resign(b, msg, sizeof(msg)), 0);
 
     weir__etcd_close(a);
     weir__etcd_close(b);
