@@ -35,69 +35,77 @@
 
 static void usage_node(FILE *f)
 {
-    fputs(
-        "usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
-        "                 [--http-port P] [--cache-dir D] [--threads N]\n"
-        "                 [--ha-dir DIR [--ha-allow-unsafe-locks]] [--max-pending-connections N]\n"
-        "                 [liveness and outbound settings]\n"
-        "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
-        "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
-        "                 [--threads N]\n"
-        "\n"
-        "Run a cluster node until SIGTERM or SIGINT.\n"
-        "\n"
-        "coordinator:\n"
-        "  --bind-host H       the address to listen on (default 0.0.0.0)\n"
-        "  --port P            the port (default 0: a free one, printed)\n"
-        "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
-        "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
-        "                      bind host (default 127.0.0.1)\n"
-        "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
-        "                      private temporary directory, removed at exit)\n"
-        "  --ha-dir DIR        high availability: stand for leader in DIR, shared by\n"
-        "                      the coordinators (a directory whose file system honours\n"
-        "                      POSIX locks between processes); a standby keeps its\n"
-        "                      ports closed until it leads\n"
-        "  --ha-allow-unsafe-locks  use an --ha-dir that fails the lock probe anyway\n"
-        "  --max-pending-connections N  connections admitted at once before their first\n"
-        "                      frame (default 64); a flood beyond evicts its own\n"
-        "  --heartbeat-timeout-ms M  a worker silent this long is lost (default 2000)\n"
-        "  --watchdog-interval-ms M  how often liveness is judged (default 100)\n"
-        "  --outbound-stall-timeout-ms M  a worker whose queued frames make no progress\n"
-        "                      this long is lost (default 10000; 0 or less: never)\n"
-        "  --restart-drain-timeout-ms M  a restart waits this long for survivors to\n"
-        "                      drain, then fails the job (default 120000)\n"
-        "  --max-outbound-control-frames N, --max-outbound-control-bytes N,\n"
-        "  --max-outbound-bulk-bytes N  what one worker's session may queue: control\n"
-        "                      frames (default 10000 and 64 MiB) and deploys (1 GiB);\n"
-        "                      past a bound the worker is lost, and 0 is refused\n"
-        "worker:\n"
-        "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
-        "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
-        "  --ha-dir DIR        find the leading coordinator in DIR instead\n"
-        "  --slots N           subtasks it runs at once (default 16)\n"
-        "  --data-host H       the address other workers reach its channels at\n"
-        "                      (default: the one the coordinator sees)\n"
-        "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
-        "                      (127.0.0.1; 0: a free one)\n"
-        "both:\n"
-        "  --threads N         scheduler threads of the node's runtime (default\n"
-        "                      WEIR_THREADS, else the online cores); give nodes that\n"
-        "                      share a machine their share of its cores\n"
-        "\n"
-        "With WEIR_AUTH_TOKEN set in the environment every HTTP route (the health\n"
-        "check too) needs \"Authorization: Bearer $WEIR_AUTH_TOKEN\" and answers 401\n"
-        "without it; set but empty is refused at start.\n"
-        "\n"
-        "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
-        "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
-        "\"weir node: http on HOST:PORT\" first; a standby coordinator prints \"weir node:\n"
-        "coordinator standing by in DIR\" until it leads.\n"
-        "\n"
-        "The settings are checked at start: an error refuses to start, a warning is\n"
-        "printed. `weir lint --role=coordinator ...` checks a command line the same way.\n"
-        "exit: 0 stopped by a signal, 1 failed, 2 bad usage or settings refused.\n",
-        f);
+    fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
+          "                 [--http-port P] [--cache-dir D] [--threads N]\n"
+          "                 [--ha-dir DIR [--ha-allow-unsafe-locks]\n"
+          "                  [--etcd-endpoints URL[,URL] [--etcd-cluster NAME]\n"
+          "                   [--etcd-lease-ttl-s N]]] [--max-pending-connections N]\n"
+          "                 [liveness and outbound settings]\n"
+          "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
+          "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
+          "                 [--threads N]\n"
+          "\n"
+          "Run a cluster node until SIGTERM or SIGINT.\n"
+          "\n"
+          "coordinator:\n"
+          "  --bind-host H       the address to listen on (default 0.0.0.0)\n"
+          "  --port P            the port (default 0: a free one, printed)\n"
+          "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
+          "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
+          "                      bind host (default 127.0.0.1)\n"
+          "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
+          "                      private temporary directory, removed at exit)\n"
+          "  --ha-dir DIR        high availability: stand for leader in DIR, shared by\n"
+          "                      the coordinators (a directory whose file system honours\n"
+          "                      POSIX locks between processes); a standby keeps its\n"
+          "                      ports closed until it leads\n"
+          "  --ha-allow-unsafe-locks  use an --ha-dir that fails the lock probe anyway\n"
+          "  --etcd-endpoints URL[,URL]  with --ha-dir: etcd (http://HOST:PORT) decides who\n"
+          "                      leads, by a lease a frozen leader loses; the records\n"
+          "                      stay in --ha-dir\n"
+          "  --etcd-cluster NAME  the leader key's namespace (default weir)\n"
+          "  --etcd-lease-ttl-s N  the lease's TTL (default 10): a leader frozen or cut off\n"
+          "                      this long is replaced\n"
+          "  --max-pending-connections N  connections admitted at once before their first\n"
+          "                      frame (default 64); a flood beyond evicts its own\n"
+          "  --heartbeat-timeout-ms M  a worker silent this long is lost (default 2000)\n"
+          "  --watchdog-interval-ms M  how often liveness is judged (default 100)\n"
+          "  --outbound-stall-timeout-ms M  a worker whose queued frames make no progress\n"
+          "                      this long is lost (default 10000; 0 or less: never)\n"
+          "  --restart-drain-timeout-ms M  a restart waits this long for survivors to\n"
+          "                      drain, then fails the job (default 120000)\n"
+          "  --max-outbound-control-frames N, --max-outbound-control-bytes N,\n"
+          "  --max-outbound-bulk-bytes N  what one worker's session may queue: control\n"
+          "                      frames (default 10000 and 64 MiB) and deploys (1 GiB);\n"
+          "                      past a bound the worker is lost, and 0 is refused\n",
+          f);
+    fputs("worker:\n"
+          "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
+          "  --coordinator H:P   where the coordinator listens (or WEIR_COORDINATOR)\n"
+          "  --ha-dir DIR        find the leading coordinator in DIR instead\n"
+          "  --slots N           subtasks it runs at once (default 16)\n"
+          "  --data-host H       the address other workers reach its channels at\n"
+          "                      (default: the one the coordinator sees)\n"
+          "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
+          "                      (127.0.0.1; 0: a free one)\n"
+          "both:\n"
+          "  --threads N         scheduler threads of the node's runtime (default\n"
+          "                      WEIR_THREADS, else the online cores); give nodes that\n"
+          "                      share a machine their share of its cores\n"
+          "\n"
+          "With WEIR_AUTH_TOKEN set in the environment every HTTP route (the health\n"
+          "check too) needs \"Authorization: Bearer $WEIR_AUTH_TOKEN\" and answers 401\n"
+          "without it; set but empty is refused at start.\n"
+          "\n"
+          "Once ready it prints \"weir node: coordinator listening on HOST:PORT\" or \"weir\n"
+          "node: worker ID registered with HOST:PORT\" on stdout, and with --http-port\n"
+          "\"weir node: http on HOST:PORT\" first; a standby coordinator prints \"weir node:\n"
+          "coordinator standing by in DIR\" until it leads.\n"
+          "\n"
+          "The settings are checked at start: an error refuses to start, a warning is\n"
+          "printed. `weir lint --role=coordinator ...` checks a command line the same way.\n"
+          "exit: 0 stopped by a signal, 1 failed, 2 bad usage or settings refused.\n",
+          f);
 }
 
 typedef struct node_args {
@@ -188,6 +196,9 @@ enum {
     N_HA,
     N_UNSAFE,
     N_PENDING,
+    N_ETCD,
+    N_ETCD_CLUSTER,
+    N_ETCD_TTL,
     /* The coordinator's settings (coord_settings) from here on. */
     N_HEARTBEAT,
     N_WATCHDOG,
@@ -213,6 +224,9 @@ static const weir__cli_flag node_flags[] = {
     {"--ha-dir", N_HA, 1},
     {"--ha-allow-unsafe-locks", N_UNSAFE, 0},
     {"--max-pending-connections", N_PENDING, 1},
+    {"--etcd-endpoints", N_ETCD, 1},
+    {"--etcd-cluster", N_ETCD_CLUSTER, 1},
+    {"--etcd-lease-ttl-s", N_ETCD_TTL, 1},
     {"--heartbeat-timeout-ms", N_HEARTBEAT, 1},
     {"--watchdog-interval-ms", N_WATCHDOG, 1},
     {"--outbound-stall-timeout-ms", N_STALL, 1},
@@ -271,7 +285,7 @@ static int64_t *setting(coord_settings *s, int id)
 /* A parsed command line. */
 typedef struct node_cmdline {
     const char *cmd; /* "node" or "lint": what messages start with */
-    const char *role, *port, *slots, *http, *threads, *pending;
+    const char *role, *port, *slots, *http, *threads, *pending, *etcd_ttl;
     int unsafe_locks;
     int nthreads;
     int coord_flags; /* coordinator settings given */
@@ -432,6 +446,15 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         case N_PENDING:
             l->pending = v;
             break;
+        case N_ETCD:
+            a->co.etcd_endpoints = v;
+            break;
+        case N_ETCD_CLUSTER:
+            a->co.etcd_cluster = v;
+            break;
+        case N_ETCD_TTL:
+            l->etcd_ttl = v;
+            break;
         }
     }
     if (!l->role || (strcmp(l->role, "coordinator") != 0 && strcmp(l->role, "worker") != 0)) {
@@ -458,10 +481,12 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         a->co.on_http = a->wo.on_http = on_http;
     }
     if (a->worker) {
-        if (l->port || coord_given || l->pending || l->coord_flags) {
+        if (l->port || coord_given || l->pending || l->coord_flags || a->co.etcd_endpoints ||
+            a->co.etcd_cluster || l->etcd_ttl) {
             weir__cli_errf(cmd, "--port, --bind-host, --advertise-host, "
-                                "--max-pending-connections and the liveness and outbound "
-                                "settings are for the coordinator");
+                                "--max-pending-connections, the --etcd-* flags and the liveness "
+                                "and outbound settings are for the coordinator (a worker finds "
+                                "the leader in --ha-dir)");
             return CLI_USAGE;
         }
         if (!a->wo.id || !*a->wo.id) {
@@ -511,6 +536,33 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
             return CLI_USAGE;
         }
         a->co.ha_allow_unsafe_locks = l->unsafe_locks;
+        if ((a->co.etcd_cluster || l->etcd_ttl) && !a->co.etcd_endpoints) {
+            weir__cli_errf(cmd, "%s needs --etcd-endpoints",
+                           a->co.etcd_cluster ? "--etcd-cluster" : "--etcd-lease-ttl-s");
+            return CLI_USAGE;
+        }
+        if (a->co.etcd_endpoints && !ha_dir) {
+            weir__cli_errf(cmd, "--etcd-endpoints needs --ha-dir: etcd decides who leads, the "
+                                "jobs' records and the leader file stay in the directory");
+            return CLI_USAGE;
+        }
+        if (a->co.etcd_endpoints && !*a->co.etcd_endpoints) {
+            weir__cli_errf(cmd, "--etcd-endpoints needs at least one http://HOST:PORT");
+            return CLI_USAGE;
+        }
+        if (a->co.etcd_cluster &&
+            (!*a->co.etcd_cluster || strlen(a->co.etcd_cluster) > 64 ||
+             strspn(a->co.etcd_cluster, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_.") != strlen(a->co.etcd_cluster))) {
+            weir__cli_errf(cmd, "--etcd-cluster \"%s\": 1 to 64 letters, digits, '-', '_' or '.'",
+                           a->co.etcd_cluster);
+            return CLI_USAGE;
+        }
+        if (l->etcd_ttl) {
+            if (weir__cli_parse_num(cmd, "--etcd-lease-ttl-s", l->etcd_ttl, 1, 3600, &n))
+                return CLI_USAGE;
+            a->co.etcd_lease_ttl_s = (int)n;
+        }
         if (l->pending) {
             if (weir__cli_parse_num(cmd, "--max-pending-connections", l->pending, 1, 65536, &n))
                 return CLI_USAGE;

@@ -139,8 +139,12 @@ struct coord {
     /* The leader's epoch (HA: set before the port opens, then fixed), 0
      * without HA: stamped on every frame to a worker (weir__coord_post). */
     uint64_t epoch;
-    struct weir__ha *ha;   /* the election (--ha-dir), NULL without */
-    uint64_t *recover_ids; /* the job records a new leader found: it recovers these */
+    struct weir__ha *ha;     /* the election (--ha-dir), NULL without */
+    struct weir__etcd *etcd; /* etcd decides who leads (--etcd-endpoints), NULL without */
+    char etcd_key[300];
+    int step_down[2];        /* a byte: the leadership is lost (pipe; -1: none) */
+    char step_down_why[512]; /* written before the byte */
+    uint64_t *recover_ids;   /* the job records a new leader found: it recovers these */
     size_t nrecover;
     uint64_t *history_ids; /* and the history it found: it lists these */
     size_t nhistory;

@@ -54,6 +54,7 @@
  * job, as under `weir run`.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -69,6 +70,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "cluster/admission.h"
+#include "cluster/etcd.h"
 #include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/placement.h"
@@ -1873,7 +1875,7 @@ static int frames_pending(coord *c)
 }
 
 /* ---- leader election (--ha-dir: ha.h) ---------------------------------------------------- */
-enum { HA_OPEN, HA_TRY, HA_ANNOUNCE, HA_READ };
+enum { HA_OPEN, HA_TRY, HA_LEAD_AT, HA_ANNOUNCE, HA_READ };
 
 typedef struct ha_call {
     coord *c;
@@ -1893,6 +1895,8 @@ static intptr_t ha_job(void *arg)
                              sizeof(h->msg));
     case HA_TRY:
         return weir__ha_try_lead(c->ha, c->host, &h->epoch, h->msg, sizeof(h->msg));
+    case HA_LEAD_AT:
+        return weir__ha_lead_at(c->ha, c->host, h->epoch, h->msg, sizeof(h->msg));
     case HA_ANNOUNCE:
         return weir__ha_announce(c->ha, h->port, h->msg, sizeof(h->msg));
     default:
@@ -1913,17 +1917,92 @@ static int ha_call_run(coord *c, int op, int port, char *msg, size_t cap)
     return e;
 }
 
+/* The lease's keepalive, every third of its TTL, while this coordinator
+ * leads through etcd. A lease etcd says is gone, or no answer for a whole
+ * TTL (etcd drops it then), ends the leadership: the reason and a byte go
+ * to the step-down pipe, which the run loop reads. */
+static intptr_t etcd_keepalive_main(void *arg)
+{
+    coord *c = arg;
+    int ttl = c->o.etcd_lease_ttl_s > 0 ? c->o.etcd_lease_ttl_s : 10;
+    int64_t period = ttl * 1000 / 3, ok = weir_time_now();
+    for (;;) {
+        if (weir_time_sleep(period * WEIR_MSEC) < 0)
+            return 0;
+        char msg[512];
+        int e = weir__etcd_keepalive(c->etcd, NULL, msg, sizeof(msg));
+        if (e == -ECANCELED)
+            return 0;
+        if (e == 0) {
+            ok = weir_time_now();
+            continue;
+        }
+        if (e != -ESTALE && weir_time_now() - ok < (int64_t)ttl * 1000 * WEIR_MSEC) {
+            weir__log(WEIR__LOG_WARN, LOG, "etcd keepalive: %s (retrying)", msg);
+            continue;
+        }
+        snprintf(c->step_down_why, sizeof(c->step_down_why), "%s",
+                 e == -ESTALE ? "etcd says this leader's lease is gone (it expired while the "
+                                "coordinator was frozen or cut off): another leads now"
+                              : "etcd has not answered for a whole lease TTL");
+        weir__log(WEIR__LOG_ERROR, LOG, "stepping down, epoch %" PRIu64 ": %s (%s)", c->epoch,
+                  c->step_down_why, msg);
+        char b = 1;
+        if (write(c->step_down[1], &b, 1) < 0)
+            weir__log(WEIR__LOG_ERROR, LOG, "the step-down pipe: %s", strerror(errno));
+        return 0;
+    }
+}
+
+/* One campaign through etcd: 1 this coordinator leads now (its epoch
+ * etcd's revision, the leader file written with it), 0 another leads, or
+ * a negative errno with msg. */
+static int etcd_try_lead(coord *c, char *msg, size_t cap)
+{
+    char value[WEIR_CLUSTER_HOST_MAX + 64];
+    snprintf(value, sizeof(value), "%s pid %ld", c->host, (long)getpid());
+    uint64_t epoch = 0;
+    int e = weir__etcd_campaign(c->etcd, c->etcd_key, value, &epoch, NULL, 0, msg, cap);
+    if (e != 1)
+        return e;
+    ha_call h = {.c = c, .op = HA_LEAD_AT, .epoch = epoch};
+    if ((e = (int)weir__blocking_run_shielded(ha_job, &h)) < 0) {
+        snprintf(msg, cap, "%s", h.msg);
+        char rmsg[256];
+        weir__etcd_resign(c->etcd, rmsg, sizeof(rmsg)); /* not leading after all */
+        return e;
+    }
+    c->epoch = epoch;
+    return 1;
+}
+
 /* Stand for leader until this coordinator leads (1) or the stop
- * descriptor says stop (0), polling the lock every WEIR__HA_POLL_MS with
- * the control port closed; a negative errno with msg when the election
- * cannot run (the directory fails the lock probe, say). */
+ * descriptor says stop (0), polling the lock (or campaigning in etcd)
+ * every WEIR__HA_POLL_MS with the control port closed; a negative errno
+ * with msg when the election cannot run (the directory fails the lock
+ * probe, etcd's endpoints are malformed, say). */
 static int stand_for_leader(coord *c, char *msg, size_t cap)
 {
     int e = ha_call_run(c, HA_OPEN, 0, msg, cap);
     if (e < 0)
         return e;
-    for (int said = 0;;) {
-        if ((e = ha_call_run(c, HA_TRY, 0, msg, cap)) != 0)
+    if (c->o.etcd_endpoints) {
+        snprintf(c->etcd_key, sizeof(c->etcd_key), "/weir/%s/leader",
+                 c->o.etcd_cluster ? c->o.etcd_cluster : "weir");
+        if ((e = weir__etcd_open(c->o.etcd_endpoints,
+                                 c->o.etcd_lease_ttl_s > 0 ? c->o.etcd_lease_ttl_s : 10, &c->etcd,
+                                 msg, cap)) < 0)
+            return e;
+    }
+    for (int said = 0, warned = 0;;) {
+        e = c->etcd ? etcd_try_lead(c, msg, cap) : ha_call_run(c, HA_TRY, 0, msg, cap);
+        if (e < 0 && c->etcd && e != -ENOMEM && e != -ESTALE) {
+            /* etcd unreachable or answering badly: keep standing by. */
+            if (!warned++)
+                weir__log(WEIR__LOG_WARN, LOG, "campaigning in etcd: %s (retrying)", msg);
+            e = 0;
+        }
+        if (e != 0)
             break;
         if (!said++) {
             ha_call h = {.c = c, .op = HA_READ};
@@ -1946,9 +2025,33 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
         }
     }
     if (e == 1)
-        weir__log(WEIR__LOG_INFO, LOG, "leading from %s with epoch %" PRIu64, c->o.ha_dir,
-                  c->epoch);
+        weir__log(WEIR__LOG_INFO, LOG, "leading from %s with epoch %" PRIu64 "%s%s", c->o.ha_dir,
+                  c->epoch, c->etcd ? ", elected in etcd at " : "",
+                  c->etcd ? weir__etcd_endpoint(c->etcd) : "");
     return e;
+}
+
+/* Until the stop descriptor is readable (0) or the leadership is lost
+ * (1: the step-down pipe). */
+static int wait_stop_or_step_down(coord *c)
+{
+    if (c->step_down[0] < 0) {
+        if (c->o.stop_fd >= 0)
+            weir__cl_wait_stop(c->o.stop_fd, LOG);
+        else
+            weir_time_sleep_until(WEIR_FOREVER);
+        return 0;
+    }
+    for (;;) {
+        int fds[2] = {c->step_down[0], c->o.stop_fd};
+        int i = weir_io_wait_readable_any(fds, c->o.stop_fd >= 0 ? 2 : 1, WEIR_FOREVER);
+        if (i == 0)
+            return 1;
+        if (i == 1 && weir__cl_wait_stop(c->o.stop_fd, LOG) == 0)
+            return 0;
+        if (i < 0 && i != -EINTR)
+            return 0; /* cancelled */
+    }
 }
 
 int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
@@ -1960,6 +2063,7 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
     }
     c->o = *o;
     c->lfd = c->tmplock = -1;
+    c->step_down[0] = c->step_down[1] = -1;
     c->hb_ms =
         o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
     c->wd_ms = o->watchdog_ms > 0 ? o->watchdog_ms : WEIR_CLUSTER_WATCHDOG_MS;
@@ -1991,6 +2095,16 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
              o->advertise_host ? o->advertise_host
              : o->bind_host    ? o->bind_host
                                : "127.0.0.1");
+    if (o->etcd_endpoints && !o->ha_dir) {
+        e = -EINVAL;
+        snprintf(msg, cap, "an etcd election needs the HA directory for the jobs' records");
+        goto out;
+    }
+    if (o->etcd_endpoints && pipe2(c->step_down, O_CLOEXEC | O_NONBLOCK) < 0) {
+        e = -errno;
+        snprintf(msg, cap, "a pipe: %s", strerror(errno));
+        goto out;
+    }
     if (o->ha_dir && (e = stand_for_leader(c, msg, cap)) <= 0)
         goto out; /* 0: stopped while standing by */
     if (c->ha && (e = ha_reserve_ids(c, msg, cap)) < 0)
@@ -2029,6 +2143,14 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
             weir__coord_http_stop(c);
             goto out;
         }
+        if (c->etcd && !weir_scope_spawn(
+                           c->scope, etcd_keepalive_main, c,
+                           &(weir_spawn_opts){.name = "cluster etcd lease", .stack_size = FIBER})) {
+            snprintf(c->step_down_why, sizeof(c->step_down_why),
+                     "could not start the lease's keepalive");
+            char b = 1;
+            (void)!write(c->step_down[1], &b, 1);
+        }
         if (c->ha &&
             !weir_scope_spawn(c->scope, recover_main, c,
                               &(weir_spawn_opts){.name = "cluster recovery", .stack_size = FIBER}))
@@ -2037,25 +2159,32 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
             o->on_listen(o->arg, c->host, weir_net_local_port(c->lfd));
         if (o->on_ready)
             o->on_ready(o->arg, c);
-        /* Until the stop descriptor is readable. */
-        if (o->stop_fd >= 0)
-            weir__cl_wait_stop(o->stop_fd, LOG);
-        else
-            weir_time_sleep_until(WEIR_FOREVER);
-        weir__log(WEIR__LOG_INFO, LOG, "shutting down");
-        /* Shutdown: every job's subtasks are cancelled (not drained); what is
-         * queued for the workers is written within 1000 ms. */
-        pthread_mutex_lock(&c->mu);
-        c->stopping = 1;
-        for (size_t i = 0; i < c->njobs; i++)
-            if (!c->jobs[i]->ended) {
-                ev x = {.kind = EV_CANCEL, .message = weir__strdup("the coordinator stopped")};
-                post_ev_locked(c->jobs[i], &x);
-            }
-        pthread_mutex_unlock(&c->mu);
-        int64_t deadline = weir_time_after_ms(1000);
-        while ((jobs_running(c) || frames_pending(c)) && weir_time_now() < deadline)
-            weir_time_sleep(10 * WEIR_MSEC);
+        if (wait_stop_or_step_down(c)) {
+            /* Superseded: the jobs are the next leader's now. Nothing is
+             * cancelled, recorded or sent; the connections close with the
+             * coordinator, and the workers find the leader in ha_dir. */
+            pthread_mutex_lock(&c->mu);
+            c->stopping = 1;
+            pthread_mutex_unlock(&c->mu);
+            e = -ESTALE;
+            snprintf(msg, cap, "lost the leadership (epoch %" PRIu64 "): %s", c->epoch,
+                     c->step_down_why);
+        } else {
+            weir__log(WEIR__LOG_INFO, LOG, "shutting down");
+            /* Shutdown: every job's subtasks are cancelled (not drained); what
+             * is queued for the workers is written within 1000 ms. */
+            pthread_mutex_lock(&c->mu);
+            c->stopping = 1;
+            for (size_t i = 0; i < c->njobs; i++)
+                if (!c->jobs[i]->ended) {
+                    ev x = {.kind = EV_CANCEL, .message = weir__strdup("the coordinator stopped")};
+                    post_ev_locked(c->jobs[i], &x);
+                }
+            pthread_mutex_unlock(&c->mu);
+            int64_t deadline = weir_time_after_ms(1000);
+            while ((jobs_running(c) || frames_pending(c)) && weir_time_now() < deadline)
+                weir_time_sleep(10 * WEIR_MSEC);
+        }
         weir__coord_http_stop(c);
         if (o->on_ready)
             o->on_ready(o->arg, NULL); /* weir__coord_admit no more */
@@ -2075,6 +2204,18 @@ out:
     weir__plugin_cache_free(c->cache);
     weir_metrics_free(c->metrics);
     weir__cl_cache_dir_remove(c->tmpdir, c->tmplock);
+    if (c->etcd) {
+        /* A leader that stops hands over at once (not a TTL later); one
+         * superseded has nothing left to give up. */
+        char rmsg[256];
+        if (e != -ESTALE && weir__etcd_epoch(c->etcd) &&
+            weir__etcd_resign(c->etcd, rmsg, sizeof(rmsg)) < 0)
+            weir__log(WEIR__LOG_WARN, LOG, "resigning in etcd: %s", rmsg);
+        weir__etcd_close(c->etcd);
+    }
+    for (int i = 0; i < 2; i++)
+        if (c->step_down[i] >= 0)
+            close(c->step_down[i]);
     weir__ha_close(c->ha); /* leadership ends with the coordinator */
     weir__free(c->adm);
     weir__free(c->adm_fd);

@@ -614,6 +614,29 @@ int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg
     return 1;
 }
 
+int weir__ha_lead_at(weir__ha *ha, const char *host, uint64_t epoch, char *msg, size_t cap)
+{
+    if (ha->leading && ha->epoch == epoch)
+        return 0;
+    snprintf(ha->host, sizeof(ha->host), "%s", host);
+    json_t *o = leader_obj(ha, 0);
+    uint64_t stored = 0;
+    int e = o ? weir__ha_cas_write(ha->leader, epoch, o, &stored, msg, cap) : -ENOMEM;
+    json_decref(o);
+    if (e == -ENOMEM)
+        snprintf(msg, cap, "out of memory");
+    else if (e == -ESTALE)
+        snprintf(msg, cap,
+                 "%s names epoch %" PRIu64 ", above this leader's %" PRIu64
+                 ": a later leader, or one elected otherwise (the directory's lock) wrote it",
+                 ha->leader, stored, epoch);
+    if (e < 0)
+        return e;
+    ha->leading = 1;
+    ha->epoch = epoch;
+    return 0;
+}
+
 int weir__ha_announce(weir__ha *ha, int port, char *msg, size_t cap)
 {
     if (!ha->leading) {

@@ -84,6 +84,12 @@ int weir__ha_probe_locks(const char *dir, char *msg, size_t cap);
  * leads until weir__ha_close. */
 int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg, size_t cap);
 
+/* Lead with an epoch decided elsewhere (etcd's revision: etcd.h) instead
+ * of the directory's lock: the leader file written with host, port 0 and
+ * epoch, fenced. 0, -ESTALE (the file names a higher epoch, msg says
+ * which), or another negative errno with msg. */
+int weir__ha_lead_at(weir__ha *ha, const char *host, uint64_t epoch, char *msg, size_t cap);
+
 /* The leader announces where it listens: the leader file rewritten with
  * port (its epoch's, fenced). 0, -ESTALE (a later leader's epoch is
  * stored: this one is superseded), or another negative errno with msg. */

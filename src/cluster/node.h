@@ -61,6 +61,17 @@ typedef struct weir__coord_opts {
      * is used anyway, with a warning. */
     const char *ha_dir;
     int ha_allow_unsafe_locks;
+    /* With ha_dir: etcd decides who leads instead of the directory's lock
+     * (cluster/etcd.h): a lease of etcd_lease_ttl_s seconds (0: 10) kept
+     * alive every third of it, the key /weir/ETCD_CLUSTER/leader (NULL:
+     * "weir") claimed by create-if-absent, its create_revision the epoch.
+     * A leader whose lease is gone (it was frozen, or cut off from etcd
+     * past the TTL) steps down at once: weir__coord_run returns -ESTALE
+     * without cancelling any job, which its successor runs. The records
+     * and the leader file stay in ha_dir. */
+    const char *etcd_endpoints;
+    const char *etcd_cluster;
+    int etcd_lease_ttl_s;
     void (*on_standby)(void *arg, const char *ha_dir);
     /* Once listening: the port bound (the CLI prints it); the HTTP port
      * (when http). */

@@ -715,6 +715,48 @@ static intptr_t heartbeat_main(void *arg)
     return 0;
 }
 
+/* ---- following the leader (ha_dir) ------------------------------------------------------ */
+typedef struct leader_read {
+    const char *dir;
+    weir__ha_leader l;
+    char msg[512];
+} leader_read;
+
+static intptr_t leader_job(void *arg)
+{
+    leader_read *r = arg;
+    return weir__ha_read_leader(r->dir, &r->l, r->msg, sizeof(r->msg));
+}
+
+/* How often a session reads the leader file, and a commit always does. */
+#define LEADER_WATCH_MS 250
+
+/* With ha_dir: whether the leader file names an epoch above the one this
+ * session is bound to - a new leader elected while this session's
+ * coordinator was frozen, say. If so the worker rebinds to it (frames of
+ * the superseded leader are dropped and counted from now on) and says so:
+ * 1. 0 otherwise, or when the file cannot be read. */
+static int leader_moved_on(worker *wk)
+{
+    if (!wk->o.ha_dir || wk->o.fd_given)
+        return 0;
+    leader_read r = {.dir = wk->o.ha_dir};
+    if (weir__blocking_run_shielded(leader_job, &r) != 0)
+        return 0;
+    pthread_mutex_lock(&wk->mu);
+    uint64_t bound = wk->epoch;
+    int moved = r.l.epoch > bound;
+    if (moved)
+        wk->epoch = wk->epoch_max = r.l.epoch;
+    pthread_mutex_unlock(&wk->mu);
+    if (moved)
+        weir__log(WEIR__LOG_WARN, LOG,
+                  "%s names a new leader, epoch %" PRIu64 " above this session's %" PRIu64
+                  ": following it",
+                  wk->o.ha_dir, r.l.epoch, bound);
+    return moved;
+}
+
 /* One session, from connect to its end. 1: registered and ended (go
  * again), 0: could not register (retry later), < 0: give up. */
 static int session(worker *wk, const char *host, int port, char *msg, size_t cap)
@@ -812,11 +854,16 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
      * WORKER_SILENCE_MS (no frame, and no byte of one arriving) has lost
      * its coordinator, partitioned or hung, and ends. The reads wake every
      * 200 ms to see whether the worker is stopping. */
-    int64_t last = weir_time_now();
+    int64_t last = weir_time_now(), watched = last;
     size_t seen = 0;
+    int superseded = 0; /* the leader file names a later leader */
     for (;;) {
         weir__cl_msg f;
         weir_frame fr;
+        if (!superseded && weir_time_now() - watched >= LEADER_WATCH_MS * WEIR_MSEC) {
+            watched = weir_time_now();
+            superseded = leader_moved_on(wk);
+        }
         int64_t silence = last + WORKER_SILENCE_MS * WEIR_MSEC, tick = weir_time_after_ms(200);
         e = weir__cl_recv(fd, &fp, &f, &fr, tick < silence ? tick : silence, why, sizeof(why));
         if (e == -ETIMEDOUT) {
@@ -853,6 +900,12 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
             weir_frame_free(&fr);
             break;
         }
+        /* A commit is the one frame whose effect cannot be taken back:
+         * the leader file is read again first, whatever the last watch. */
+        if (!superseded && f.kind == WEIR_CLUSTER_COMMIT_CHECKPOINT) {
+            watched = weir_time_now();
+            superseded = leader_moved_on(wk);
+        }
         pthread_mutex_lock(&wk->mu);
         uint64_t bound = wk->epoch;
         if (f.epoch > bound) /* a new leader that kept the connection */
@@ -863,6 +916,18 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
             weir__log(WEIR__LOG_ERROR, LOG,
                       "dropped a %s of epoch %" PRIu64 " (bound to %" PRIu64 ")",
                       weir__cl_kind_name(f.kind), f.epoch, bound);
+            if (superseded) {
+                /* Its coordinator is a superseded leader still talking:
+                 * go to the one the leader file names. */
+                snprintf(msg, cap,
+                         "the session with %s ended: a superseded leader (epoch %" PRIu64
+                         " below %" PRIu64 ")",
+                         wk->o.coordinator, f.epoch, bound);
+                weir__log(WEIR__LOG_WARN, LOG, "%s", msg);
+                weir__cl_msg_free(&f);
+                weir_frame_free(&fr);
+                break;
+            }
         } else {
             switch (f.kind) {
             case WEIR_CLUSTER_DEPLOY:
@@ -1067,18 +1132,6 @@ static int given_fd_close(const weir__worker_opts *o, int e)
 }
 
 /* ---- finding the leader (ha_dir) --------------------------------------------------------- */
-typedef struct leader_read {
-    const char *dir;
-    weir__ha_leader l;
-    char msg[512];
-} leader_read;
-
-static intptr_t leader_job(void *arg)
-{
-    leader_read *r = arg;
-    return weir__ha_read_leader(r->dir, &r->l, r->msg, sizeof(r->msg));
-}
-
 /* The leader the HA directory names, into host / *port: 1 (go and
  * register), 0 none to try now (why says so: no leader yet, one that has
  * not opened its port, one whose epoch is below the one this worker

@@ -1772,6 +1772,99 @@ TEST(a_worker_drops_frames_below_its_epoch_and_refuses_a_superseded_leader)
     tee_end();
 }
 
+/* The leader file (HA_DIR/active-leader.json) naming leader at port
+ * with epoch, as a leader writes it. */
+static void put_leader(const char *dir, int port, uint64_t epoch)
+{
+    char path[256], msg[256];
+    snprintf(path, sizeof(path), "%s/active-leader.json", dir);
+    json_t *o =
+        json_pack("{s:s, s:i, s:I}", "host", "127.0.0.1", "port", port, "time_ms", (json_int_t)0);
+    CHECK(o);
+    if (weir__ha_cas_write(path, epoch, o, NULL, msg, sizeof(msg)) != 0)
+        TEST__FAIL("writing the leader file: %s", msg);
+    json_decref(o);
+}
+
+/* A worker in session with a leader that another has superseded - the
+ * HA directory's leader file names a higher epoch, as when a frozen
+ * leader lost its etcd lease - rebinds to the new epoch while it still
+ * reads the old session: the old leader's frames are dropped and
+ * counted, the first one ends the session, and the worker registers
+ * with the leader the file names. A commit is checked against the file
+ * whatever the last look at it. */
+static intptr_t superseded_main(void *arg)
+{
+    (void)arg;
+    char dir[] = "/tmp/weir-test-superseded-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int lfd = weir_net_listen("127.0.0.1", 0, NULL), lfd2 = weir_net_listen("127.0.0.1", 0, NULL);
+    CHECK_GE(lfd, 0);
+    CHECK_GE(lfd2, 0);
+    put_leader(dir, weir_net_local_port(lfd), 5);
+    wnode w;
+    memset(&w, 0, sizeof(w));
+    snprintf(w.id, sizeof(w.id), "follower");
+    CHECK_EQ(pipe2(w.stop, O_NONBLOCK | O_CLOEXEC), 0);
+    w.o = (weir__worker_opts){.id = w.id,
+                              .ha_dir = dir,
+                              .data_host = "127.0.0.1",
+                              .stop_fd = w.stop[0],
+                              .on_registered = on_registered,
+                              .arg = &w};
+    w.t = test_spawn(worker_main, &w);
+    weir_frame_parser fp;
+    int fd = fake_coord_accept(lfd, &fp, 5);
+    send_hb_ack(fd, 5); /* the leader's: taken */
+    /* A new leader, epoch 6, elsewhere: the worker reads it within its
+     * watch and rebinds; the old leader's commit is dropped, and ends
+     * the session. */
+    put_leader(dir, weir_net_local_port(lfd2), 6);
+    wait_log("names a new leader, epoch 6 above this session's 5: following it", 1);
+    weir__cl_msg c = {.kind = WEIR_CLUSTER_COMMIT_CHECKPOINT, .epoch = 5};
+    c.u.checkpoint = (weir__cl_checkpoint){.job = 1, .id = 3};
+    raw_send_msg(fd, &c);
+    wait_log("dropped a CommitCheckpoint of epoch 5 (bound to 6)", 1);
+    wait_log("a superseded leader (epoch 5 below 6)", 1);
+    raw_expect_closed(fd);
+    weir_frame_parser_close(&fp);
+    close(fd);
+    int fd2 = fake_coord_accept(lfd2, &fp, 6);
+    int64_t deadline = DEADLINE();
+    while (atomic_load(&w.registered) < 2) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(5 * WEIR_MSEC);
+    }
+    /* A commit arriving before any watch saw the file move: read at the
+     * commit itself. */
+    put_leader(dir, weir_net_local_port(lfd), 7);
+    c.epoch = 6;
+    raw_send_msg(fd2, &c);
+    wait_log("names a new leader, epoch 7 above this session's 6: following it", 1);
+    wait_log("dropped a CommitCheckpoint of epoch 6 (bound to 7)", 1);
+    raw_expect_closed(fd2);
+    CHECK_EQ(write(w.stop[1], "x", 1), 1);
+    CHECK_EQ(weir_task_join(w.t, NULL, DEADLINE()), 0);
+    CHECK_EQ(w.rc, 0);
+    close(w.stop[0]);
+    close(w.stop[1]);
+    weir_frame_parser_close(&fp);
+    close(fd2);
+    weir_io_close(lfd);
+    weir_io_close(lfd2);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK_EQ(system(cmd), 0);
+    return 0;
+}
+
+TEST(a_worker_follows_the_leader_file_past_a_superseded_leader)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, superseded_main, NULL), 0);
+    tee_end();
+}
+
 /* ---- 7. admission control ----------------------------------------------------------------- */
 
 /* A connection to c from source address src (any 127/8 address is
