@@ -54,6 +54,8 @@ struct weir_tls_ctx {
 };
 
 #define ERR_CAP 768
+/* Most plaintext bytes one SSL_write takes: four full records. */
+#define TLS_WRITE_CHUNK (64u << 10)
 
 struct weir_tls {
     SSL *ssl;
@@ -804,14 +806,22 @@ int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline)
         return -ETIMEDOUT;
     if (len == 0)
         return 0;
-    /* Without partial writes, SSL_write_ex returns when all len bytes are
-     * out (it remembers its progress across WANT_WRITE). */
-    struct rw a = {.buf = (void *)buf, .len = len};
-    int r = run(t, OP_WRITE, do_write, &a, deadline);
-    if (r < 0)
-        return r;
-    if (r == 0)
-        return -EPIPE; /* the peer sent close_notify; cannot happen on write */
+    /* Without partial writes, SSL_write_ex returns when all the bytes given
+     * are out (it remembers its progress across WANT_WRITE, and is called
+     * again with the same bytes). A chunk at a time keeps each hold of the
+     * lock short, so a reader is not held up behind a long write. */
+    const uint8_t *p = buf;
+    while (len > 0) {
+        size_t n = len < TLS_WRITE_CHUNK ? len : TLS_WRITE_CHUNK;
+        struct rw a = {.buf = (void *)p, .len = n};
+        int r = run(t, OP_WRITE, do_write, &a, deadline);
+        if (r < 0)
+            return r;
+        if (r == 0)
+            return -EPIPE; /* close_notify cannot end a write; be safe */
+        p += n;
+        len -= n;
+    }
     return 0;
 }
 
