@@ -501,9 +501,15 @@ static int failure(weir_tls *t, enum op op, int ret, short *events)
         ERR_clear_error();
         return 1; /* close_notify: the caller decides what it means */
     case SSL_ERROR_SYSCALL: {
-        int err = t->io_errno ? t->io_errno : ECONNRESET;
+        int err = t->io_errno;
         ERR_clear_error();
         t->io_errno = 0;
+        if (!err) {
+            /* The socket reached its end without the peer's close_notify. */
+            set_err(t, "%s: the peer closed the connection without a TLS close_notify",
+                    op_name(op));
+            return -ECONNRESET;
+        }
         set_err(t, "%s: the connection was lost (%s)", op_name(op), strerror(err));
         return err == EPIPE ? -EPIPE : err == ENOMEM ? -ENOMEM : -ECONNRESET;
     }

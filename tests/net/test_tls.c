@@ -755,4 +755,44 @@ TEST(peer_closing_mid_frame)
     CHECK_EQ(test_run_main(mid_frame_main, NULL), 0);
 }
 
+/* ---- cancellation, and the end of the stream ------------------------------------------ */
+static intptr_t read_forever(void *arg)
+{
+    char b;
+    return (intptr_t)weir_tls_read(arg, &b, 1, WEIR_FOREVER);
+}
+
+static intptr_t cancel_main(void *arg)
+{
+    (void)arg;
+    struct conn c = {.sctx = server_ctx("server", NULL), .cctx = client_ctx("ca.pem", NULL, 0)};
+    conn_open(&c);
+    expect_ok(&c);
+    /* A reader parked on an idle session is cancelled out of its wait. */
+    weir_task *r = spawn(read_forever, c.srv);
+    weir_time_sleep_until(after_ms(20)); /* parked, most likely; either way */
+    CHECK_EQ(weir_task_cancel(r), 0);
+    intptr_t rv = 0;
+    CHECK_EQ(weir_task_join(r, &rv, WEIR_FOREVER), -ECANCELED); /* it was cancelled */
+    CHECK_EQ(rv, -ECANCELED);                                   /* and its read said so */
+    CHECK_HAS(weir_tls_last_error(c.srv), "cancelled");
+    /* The session still works afterwards. */
+    ping(&c);
+    /* A TCP close without close_notify, at a record boundary: not an end. */
+    CHECK_EQ(shutdown(c.cfd, SHUT_WR), 0);
+    char b;
+    CHECK_EQ(weir_tls_read(c.srv, &b, 1, after_ms(5000)), -ECONNRESET);
+    CHECK_HAS(weir_tls_last_error(c.srv), "without a TLS close_notify");
+    conn_close(&c);
+    weir_tls_ctx_free(c.sctx);
+    weir_tls_ctx_free(c.cctx);
+    return 0;
+}
+
+TEST(cancel_and_unclean_close)
+{
+    make_certs();
+    CHECK_EQ(test_run_main(cancel_main, NULL), 0);
+}
+
 TEST_MAIN()
