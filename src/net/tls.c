@@ -481,9 +481,10 @@ static void set_err(weir_tls *t, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A failed call's errno and message (under mu, right after the call: the
- * error queue is this thread's). Returns 0 for "wait and retry" with
- * *events set. */
+/* What a call that did not succeed means (under mu, right after the call:
+ * the error queue is this thread's): 0 "wait for *events and call again",
+ * 1 the peer's close_notify, or a negative errno with the session's
+ * message set. */
 static int failure(weir_tls *t, enum op op, int ret, short *events)
 {
     int e = SSL_get_error(t->ssl, ret);
@@ -634,15 +635,13 @@ struct rw {
 static int do_read(weir_tls *t, void *arg)
 {
     struct rw *a = arg;
-    int r = SSL_read_ex(t->ssl, a->buf, a->len, &a->done);
-    return r == 1 ? 1 : r;
+    return SSL_read_ex(t->ssl, a->buf, a->len, &a->done); /* 1, or 0 on failure */
 }
 
 static int do_write(weir_tls *t, void *arg)
 {
     struct rw *a = arg;
-    int r = SSL_write_ex(t->ssl, a->buf, a->len, &a->done);
-    return r == 1 ? 1 : r;
+    return SSL_write_ex(t->ssl, a->buf, a->len, &a->done); /* 1, or 0 on failure */
 }
 
 static int do_shutdown(weir_tls *t, void *arg)
