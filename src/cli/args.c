@@ -93,6 +93,78 @@ void weir__cli_finding(weir__cli_findings *f, int error, const char *fmt, ...)
         f->warnings++;
 }
 
+const char weir__cli_tls_client_help[] =
+    "  --tls-ca FILE               TLS to the coordinator: its certificate must chain\n"
+    "                              to this authority (PEM) and name the host connected by\n"
+    "  --tls-client-cert FILE, --tls-client-key FILE\n"
+    "                              this side's certificate and key, for a coordinator\n"
+    "                              that asks for one (--tls-client-ca)\n"
+    "  --tls-no-verify-hostname    accept a certificate that does not name the host\n";
+
+int weir__cli_tls_check(const char *cmd, const weir__cli_tls *t, int server)
+{
+    if (server) {
+        if (t->ca || t->client_cert || t->client_key || t->no_verify_hostname) {
+            weir__cli_errf(cmd, "--tls-ca, --tls-client-cert, --tls-client-key and "
+                                "--tls-no-verify-hostname are for workers and clients (a "
+                                "coordinator takes --tls-cert, --tls-key, --tls-client-ca)");
+            return CLI_USAGE;
+        }
+        if (!t->cert != !t->key) {
+            weir__cli_errf(cmd, "%s without %s: TLS needs both the certificate and its key",
+                           t->cert ? "--tls-cert" : "--tls-key",
+                           t->cert ? "--tls-key" : "--tls-cert");
+            return CLI_USAGE;
+        }
+        if (t->client_ca && !t->cert) {
+            weir__cli_errf(cmd, "--tls-client-ca without --tls-cert and --tls-key: checking "
+                                "clients' certificates needs TLS on");
+            return CLI_USAGE;
+        }
+        return CLI_OK;
+    }
+    if (t->cert || t->key || t->client_ca) {
+        weir__cli_errf(cmd, "--tls-cert, --tls-key and --tls-client-ca are for the coordinator "
+                            "(a worker or a client takes --tls-ca, --tls-client-cert, "
+                            "--tls-client-key)");
+        return CLI_USAGE;
+    }
+    if (!t->client_cert != !t->client_key) {
+        weir__cli_errf(cmd, "%s without %s: a client certificate needs its key",
+                       t->client_cert ? "--tls-client-cert" : "--tls-client-key",
+                       t->client_cert ? "--tls-client-key" : "--tls-client-cert");
+        return CLI_USAGE;
+    }
+    if (!t->ca && (t->client_cert || t->no_verify_hostname)) {
+        weir__cli_errf(cmd,
+                       "%s without --tls-ca: TLS is on only with the authority that "
+                       "signed the coordinator's certificate",
+                       t->client_cert ? "--tls-client-cert" : "--tls-no-verify-hostname");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+int weir__cli_tls_ctx(const char *cmd, const weir__cli_tls *t, int server, weir_tls_ctx **out)
+{
+    *out = NULL;
+    int rc = weir__cli_tls_check(cmd, t, server);
+    if (rc != CLI_OK || (server ? !t->cert : !t->ca))
+        return rc;
+    weir_tls_opts o =
+        server ? (weir_tls_opts){.cert_file = t->cert, .key_file = t->key, .ca_file = t->client_ca}
+               : (weir_tls_opts){.cert_file = t->client_cert,
+                                 .key_file = t->client_key,
+                                 .ca_file = t->ca,
+                                 .no_verify_hostname = t->no_verify_hostname};
+    char msg[1024];
+    if (!(*out = weir_tls_ctx_new(server, &o, msg, sizeof(msg)))) {
+        weir__cli_errf(cmd, "TLS: %s", msg);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm)
 {
     if (wm == WEIR_WATERMARK_MIN)

@@ -20,6 +20,7 @@
 
 #include "weir/job.h"
 #include "weir/stream.h"
+#include "weir/tls.h"
 
 /* Exit codes: the interface of the command (docs/jobs.md). */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
@@ -87,6 +88,29 @@ typedef struct weir__cli_findings {
 } weir__cli_findings;
 void weir__cli_finding(weir__cli_findings *f, int error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/*
+ * TLS flags (docs/cluster.md, "TLS"). A coordinator: --tls-cert and
+ * --tls-key (both, or neither: plain TCP), --tls-client-ca (mutual TLS,
+ * needs the other two). A worker or a client command: --tls-ca turns TLS
+ * on (the authority the coordinator's certificate must chain to);
+ * --tls-client-cert and --tls-client-key (both or neither) and
+ * --tls-no-verify-hostname need it.
+ */
+typedef struct weir__cli_tls {
+    const char *cert, *key, *client_ca;        /* the coordinator's */
+    const char *ca, *client_cert, *client_key; /* a worker's, a client's */
+    int no_verify_hostname;
+} weir__cli_tls;
+/* The usage lines of a worker's or a client's TLS flags. */
+extern const char weir__cli_tls_client_help[];
+/* An incoherent combination for a server (server) or a client side:
+ * CLI_USAGE, printed; else CLI_OK. */
+int weir__cli_tls_check(const char *cmd, const weir__cli_tls *t, int server);
+/* The context t asks for (*out NULL when it asks for none): CLI_OK, or
+ * CLI_USAGE with what is wrong printed (a file that cannot be read, a key
+ * that is not its certificate's). weir_tls_ctx_free it. */
+int weir__cli_tls_ctx(const char *cmd, const weir__cli_tls *t, int server, weir_tls_ctx **out);
 
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);

@@ -40,10 +40,12 @@ static void usage_node(FILE *f)
           "                 [--ha-dir DIR [--ha-allow-unsafe-locks]\n"
           "                  [--etcd-endpoints URL[,URL] [--etcd-cluster NAME]\n"
           "                   [--etcd-lease-ttl-s N]]] [--max-pending-connections N]\n"
-          "                 [liveness and outbound settings]\n"
+          "                 [liveness and outbound settings] [--tls-cert F --tls-key F\n"
+          "                 [--tls-client-ca F]]\n"
           "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
           "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
-          "                 [--threads N]\n"
+          "                 [--threads N] [--tls-ca F [--tls-client-cert F --tls-client-key F]\n"
+          "                 [--tls-no-verify-hostname]]\n"
           "\n"
           "Run a cluster node until SIGTERM or SIGINT.\n"
           "\n"
@@ -77,7 +79,11 @@ static void usage_node(FILE *f)
           "  --max-outbound-control-frames N, --max-outbound-control-bytes N,\n"
           "  --max-outbound-bulk-bytes N  what one worker's session may queue: control\n"
           "                      frames (default 10000 and 64 MiB) and deploys (1 GiB);\n"
-          "                      past a bound the worker is lost, and 0 is refused\n",
+          "                      past a bound the worker is lost, and 0 is refused\n"
+          "  --tls-cert FILE, --tls-key FILE  TLS on the cluster port: this certificate\n"
+          "                      (chain, PEM) and its key\n"
+          "  --tls-client-ca FILE  mutual TLS: every worker and client must present a\n"
+          "                      certificate this authority signed\n",
           f);
     fputs("worker:\n"
           "  --id ID             this worker's id, unique in the cluster (1..255 bytes)\n"
@@ -88,6 +94,11 @@ static void usage_node(FILE *f)
           "                      (default: the one the coordinator sees)\n"
           "  --http-port P       serve /api/v1/health, /api/v1/worker and /metrics on P\n"
           "                      (127.0.0.1; 0: a free one)\n"
+          "  --tls-ca FILE       TLS to the coordinator: its certificate must chain to\n"
+          "                      this authority and name the host connected by\n"
+          "  --tls-client-cert FILE, --tls-client-key FILE  this worker's certificate,\n"
+          "                      for a coordinator with --tls-client-ca\n"
+          "  --tls-no-verify-hostname  accept a certificate that does not name the host\n"
           "both:\n"
           "  --threads N         scheduler threads of the node's runtime (default\n"
           "                      WEIR_THREADS, else the online cores); give nodes that\n"
@@ -199,6 +210,13 @@ enum {
     N_ETCD,
     N_ETCD_CLUSTER,
     N_ETCD_TTL,
+    N_TLS_CERT,
+    N_TLS_KEY,
+    N_TLS_CLIENT_CA,
+    N_TLS_CA,
+    N_TLS_CLIENT_CERT,
+    N_TLS_CLIENT_KEY,
+    N_TLS_NO_VERIFY,
     /* The coordinator's settings (coord_settings) from here on. */
     N_HEARTBEAT,
     N_WATCHDOG,
@@ -227,6 +245,13 @@ static const weir__cli_flag node_flags[] = {
     {"--etcd-endpoints", N_ETCD, 1},
     {"--etcd-cluster", N_ETCD_CLUSTER, 1},
     {"--etcd-lease-ttl-s", N_ETCD_TTL, 1},
+    {"--tls-cert", N_TLS_CERT, 1},
+    {"--tls-key", N_TLS_KEY, 1},
+    {"--tls-client-ca", N_TLS_CLIENT_CA, 1},
+    {"--tls-ca", N_TLS_CA, 1},
+    {"--tls-client-cert", N_TLS_CLIENT_CERT, 1},
+    {"--tls-client-key", N_TLS_CLIENT_KEY, 1},
+    {"--tls-no-verify-hostname", N_TLS_NO_VERIFY, 0},
     {"--heartbeat-timeout-ms", N_HEARTBEAT, 1},
     {"--watchdog-interval-ms", N_WATCHDOG, 1},
     {"--outbound-stall-timeout-ms", N_STALL, 1},
@@ -290,6 +315,7 @@ typedef struct node_cmdline {
     int nthreads;
     int coord_flags; /* coordinator settings given */
     coord_settings set;
+    weir__cli_tls tls;
 } node_cmdline;
 
 /*
@@ -455,6 +481,27 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         case N_ETCD_TTL:
             l->etcd_ttl = v;
             break;
+        case N_TLS_CERT:
+            l->tls.cert = v;
+            break;
+        case N_TLS_KEY:
+            l->tls.key = v;
+            break;
+        case N_TLS_CLIENT_CA:
+            l->tls.client_ca = v;
+            break;
+        case N_TLS_CA:
+            l->tls.ca = v;
+            break;
+        case N_TLS_CLIENT_CERT:
+            l->tls.client_cert = v;
+            break;
+        case N_TLS_CLIENT_KEY:
+            l->tls.client_key = v;
+            break;
+        case N_TLS_NO_VERIFY:
+            l->tls.no_verify_hostname = 1;
+            break;
         }
     }
     if (!l->role || (strcmp(l->role, "coordinator") != 0 && strcmp(l->role, "worker") != 0)) {
@@ -462,6 +509,8 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         return CLI_USAGE;
     }
     a->worker = strcmp(l->role, "worker") == 0;
+    if (weir__cli_tls_check(cmd, &l->tls, !a->worker) != CLI_OK)
+        return CLI_USAGE;
     int64_t n;
     if (l->threads && weir__cli_parse_num(cmd, "--threads", l->threads, 1, 256, &n))
         return CLI_USAGE;
@@ -608,6 +657,10 @@ int weir__cli_node_lint(int argc, char **argv)
         return rc;
     weir__cli_findings f = {.cmd = "lint"};
     check_node(&g_node, &l, &f);
+    weir_tls_ctx *tls = NULL; /* the files load, the key is the certificate's */
+    if (weir__cli_tls_ctx("lint", &l.tls, !g_node.worker, &tls) != CLI_OK)
+        f.errors++;
+    weir_tls_ctx_free(tls);
     if (f.errors) {
         fprintf(stderr, "weir lint: %d error%s\n", f.errors, f.errors == 1 ? "" : "s");
         return CLI_FAILED;
@@ -646,6 +699,10 @@ int weir__cli_node(int argc, char **argv)
                 f.errors, f.errors == 1 ? "" : "s", l.role);
         return CLI_USAGE;
     }
+    weir_tls_ctx *tls;
+    if (weir__cli_tls_ctx("node", &l.tls, !a->worker, &tls) != CLI_OK)
+        return CLI_USAGE;
+    a->co.tls = a->wo.tls = tls;
     /* SIGINT / SIGTERM blocked in every thread and read from a signalfd
      * (as `weir run` does: run.c, "Interrupts"). */
     sigset_t set;
@@ -660,6 +717,7 @@ int weir__cli_node(int argc, char **argv)
     rc = run_node(l.nthreads);
     if (sfd >= 0)
         close(sfd);
+    weir_tls_ctx_free(tls);
     if (rc != CLI_OK)
         fprintf(stderr, "weir node: %s\n", a->msg[0] ? a->msg : "failed");
     return rc;

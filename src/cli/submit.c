@@ -34,12 +34,21 @@
  * included (the coordinator deploys before it accepts). */
 #define SUBMIT_MS 120000
 
-static const char coordinator_help[] =
+static const char coordinator_help_fmt[] =
     "  --coordinator HOST:PORT     the cluster's coordinator (default: $WEIR_COORDINATOR);\n"
     "                              an IPv6 address in brackets: [::1]:7000\n"
     "  --ha-dir DIR                instead, the coordinator leading in the cluster's HA\n"
     "                              directory (its active-leader.json)\n"
+    "%s"
     "  -h, --help                  this help\n";
+
+/* The coordinator's flags, TLS's included, for the usages. */
+static const char *coordinator_flags(void)
+{
+    static char buf[2048];
+    snprintf(buf, sizeof(buf), coordinator_help_fmt, weir__cli_tls_client_help);
+    return buf;
+}
 
 static void usage_submit(FILE *f)
 {
@@ -76,7 +85,7 @@ static void usage_submit(FILE *f)
             "exit: 0 the job finished (--detach: accepted), 1 it failed or was cancelled, the\n"
             "coordinator refused it or the connection failed, 2 bad usage or a plugin that\n"
             "cannot be read or is not a weir job.\n",
-            coordinator_help);
+            coordinator_flags());
 }
 
 static void usage_jobs(FILE *f)
@@ -91,7 +100,7 @@ static void usage_jobs(FILE *f)
             "%s"
             "\n"
             "exit: 0 listed, 1 the connection failed, 2 bad usage.\n",
-            coordinator_help);
+            coordinator_flags());
 }
 
 static void usage_cancel(FILE *f)
@@ -108,7 +117,7 @@ static void usage_cancel(FILE *f)
             "\n"
             "exit: 0 the job is being cancelled (or had already ended), 1 no such job or the\n"
             "connection failed, 2 bad usage.\n",
-            coordinator_help);
+            coordinator_flags());
 }
 
 enum {
@@ -122,8 +131,18 @@ enum {
     F_STATE,
     F_RESTARTS,
     F_DETACH,
+    F_TLS_CA,
+    F_TLS_CERT,
+    F_TLS_KEY,
+    F_TLS_NO_VERIFY,
     F_HELP
 };
+#define TLS_FLAGS                                                                                  \
+    {"--tls-ca", F_TLS_CA, 1}, {"--tls-client-cert", F_TLS_CERT, 1},                               \
+        {"--tls-client-key", F_TLS_KEY, 1},                                                        \
+    {                                                                                              \
+        "--tls-no-verify-hostname", F_TLS_NO_VERIFY, 0                                             \
+    }
 static const weir__cli_flag submit_flags[] = {
     {"--coordinator", F_COORD, 1},
     {"--ha-dir", F_HADIR, 1},
@@ -135,16 +154,35 @@ static const weir__cli_flag submit_flags[] = {
     {"--state-backend", F_STATE, 1},
     {"--max-restarts", F_RESTARTS, 1},
     {"--detach", F_DETACH, 0},
+    TLS_FLAGS,
     {"--help", F_HELP, 0},
     {"-h", F_HELP, 0},
 };
 /* jobs and cancel: the coordinator and help only. */
 static const weir__cli_flag coord_flags[] = {
-    {"--coordinator", F_COORD, 1},
-    {"--ha-dir", F_HADIR, 1},
-    {"--help", F_HELP, 0},
-    {"-h", F_HELP, 0},
+    {"--coordinator", F_COORD, 1}, {"--ha-dir", F_HADIR, 1}, TLS_FLAGS,
+    {"--help", F_HELP, 0},         {"-h", F_HELP, 0},
 };
+
+/* A TLS flag into t: 1 when f was one. */
+static int tls_flag(const weir__cli_flag *f, const char *val, weir__cli_tls *t)
+{
+    switch (f->id) {
+    case F_TLS_CA:
+        t->ca = val;
+        return 1;
+    case F_TLS_CERT:
+        t->client_cert = val;
+        return 1;
+    case F_TLS_KEY:
+        t->client_key = val;
+        return 1;
+    case F_TLS_NO_VERIFY:
+        t->no_verify_hostname = 1;
+        return 1;
+    }
+    return 0;
+}
 
 /* Handed from the command to the runtime's main fiber. */
 typedef struct cmd_state {
@@ -153,6 +191,8 @@ typedef struct cmd_state {
     weir__client_submit_opts so;
     int detach;
     uint64_t job; /* cancel */
+    weir__cli_tls tls;
+    weir_tls_ctx *tls_ctx; /* NULL: plain TCP */
 } cmd_state;
 static cmd_state g;
 
@@ -199,12 +239,25 @@ static int pick_coordinator(const char *cmd, const char *flag, const char *ha_di
     return CLI_OK;
 }
 
+/* The command's main fiber, with the TLS context its flags ask for. */
+static int run_cmd(int (*fn)(int, char **))
+{
+    int rc = weir__cli_tls_ctx(g.cmd, &g.tls, 0, &g.tls_ctx);
+    if (rc != CLI_OK)
+        return rc;
+    char *args[] = {(char *)"weir", NULL};
+    rc = weir_main(fn, 1, args);
+    weir_tls_ctx_free(g.tls_ctx);
+    g.tls_ctx = NULL;
+    return rc;
+}
+
 static int open_client(weir__client **c, char *msg, size_t cap)
 {
     char name[32];
     snprintf(name, sizeof(name), "weir %s", g.cmd);
-    if (weir__client_open(g.coordinator, name, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c, msg,
-                          cap) < 0) {
+    if (weir__client_open(g.coordinator, name, g.tls_ctx,
+                          weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c, msg, cap) < 0) {
         weir__cli_errf(g.cmd, "%s", msg);
         return CLI_FAILED;
     }
@@ -293,6 +346,8 @@ int weir__cli_submit(int argc, char **argv)
                                 1, argc, argv, &i, &f, &val))
             return CLI_USAGE;
         int64_t v;
+        if (tls_flag(f, val, &g.tls))
+            continue;
         switch (f->id) {
         case F_HELP:
             usage_submit(stdout);
@@ -376,8 +431,7 @@ int weir__cli_submit(int argc, char **argv)
         return rc;
     g.so.argc = argc - i;
     g.so.argv = argv + i;
-    char *args[] = {(char *)"weir", NULL};
-    return weir_main(submit_main, 1, args);
+    return run_cmd(submit_main);
 }
 
 /* ---- jobs -------------------------------------------------------------------------------- */
@@ -482,6 +536,8 @@ static int parse_coord_only(const char *cmd, int argc, char **argv, const char *
             return CLI_USAGE;
         if (f->id == F_HELP)
             return -1;
+        if (tls_flag(f, val, &g.tls))
+            continue;
         if (f->id == F_HADIR)
             ha_dir = val;
         else
@@ -500,8 +556,7 @@ int weir__cli_jobs(int argc, char **argv)
     }
     if (rc != CLI_OK)
         return rc;
-    char *args[] = {(char *)"weir", NULL};
-    return weir_main(jobs_main, 1, args);
+    return run_cmd(jobs_main);
 }
 
 /* ---- cancel ------------------------------------------------------------------------------ */
@@ -561,6 +616,5 @@ int weir__cli_cancel(int argc, char **argv)
     if (weir__cli_parse_num(g.cmd, "JOB_ID", id, 1, INT64_MAX, &v))
         return CLI_USAGE;
     g.job = (uint64_t)v;
-    char *args[] = {(char *)"weir", NULL};
-    return weir_main(cancel_main, 1, args);
+    return run_cmd(cancel_main);
 }

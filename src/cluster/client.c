@@ -29,7 +29,8 @@
 
 struct weir__client {
     int fd;
-    int broken; /* a frame or a write broke the exchange: every call is -EPIPE */
+    weir_tls *tls; /* NULL: plain */
+    int broken;    /* a frame or a write broke the exchange: every call is -EPIPE */
     weir_frame_parser parser;
     char peer[WEIR_CLUSTER_HOST_MAX + 16]; /* as given */
 };
@@ -128,7 +129,8 @@ static int send_msg(weir__client *c, const weir__cl_msg *m, int64_t deadline, ch
         return say(c, e, 0, msg, cap, "cannot encode %s: %s", name,
                    why[0] ? why : weir_net_strerror(e));
     }
-    e = weir_frame_write(c->fd, p, len, deadline);
+    e = c->tls ? weir_tls_frame_write(c->tls, p, len, deadline)
+               : weir_frame_write(c->fd, p, len, deadline);
     weir_frame_builder_close(&fb);
     if (e < 0)
         return say(c, e == -ETIMEDOUT || e == -ECANCELED ? e : -EPIPE, 1, msg, cap,
@@ -145,7 +147,11 @@ static int recv_frame(weir__client *c, int want, const char *what, int64_t deadl
                       weir_frame *f, char *msg, size_t cap)
 {
     *f = (weir_frame){0};
-    ssize_t n = weir_frame_read(c->fd, &c->parser, f, deadline);
+    ssize_t n = c->tls ? weir_tls_frame_read(c->tls, &c->parser, f, deadline)
+                       : weir_frame_read(c->fd, &c->parser, f, deadline);
+    if (n == -EPROTO && c->tls)
+        return say(c, -EPROTO, 1, msg, cap, "TLS: %s, while this client waited for %s",
+                   weir_tls_last_error(c->tls), what);
     if (n == 0)
         return say(c, -ECONNRESET, 1, msg, cap,
                    "the connection closed while this client waited for %s", what);
@@ -276,8 +282,8 @@ static weir__client *client_new(const char *peer, char *msg, size_t cap)
     return c;
 }
 
-int weir__client_open(const char *hostport, const char *name, int64_t deadline, weir__client **out,
-                      char *msg, size_t cap)
+int weir__client_open(const char *hostport, const char *name, weir_tls_ctx *tls, int64_t deadline,
+                      weir__client **out, char *msg, size_t cap)
 {
     *out = NULL;
     if (cap)
@@ -298,6 +304,14 @@ int weir__client_open(const char *hostport, const char *name, int64_t deadline, 
     }
     c->fd = fd;
     weir_net_set_nodelay(fd, 1);
+    if (tls) {
+        char tmsg[512];
+        if ((e = weir_tls_connect(tls, fd, host, deadline, &c->tls, tmsg, sizeof(tmsg))) < 0) {
+            say(c, e, 1, msg, cap, "TLS handshake: %s", tmsg);
+            weir__client_close(c);
+            return e;
+        }
+    }
     if ((e = handshake(c, name, deadline, msg, cap)) < 0) {
         weir__client_close(c);
         return e;
@@ -331,6 +345,7 @@ void weir__client_close(weir__client *c)
 {
     if (!c)
         return;
+    weir_tls_free(c->tls);
     if (c->fd >= 0)
         weir_io_close(c->fd);
     weir_frame_parser_close(&c->parser);

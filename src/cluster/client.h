@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "cluster/proto.h"
+#include "weir/tls.h"
 
 /* What a connect and the hello may take, as the CLI waits. */
 #define WEIR__CLIENT_CONNECT_MS 10000
@@ -74,10 +75,12 @@ int weir__client_parse_hostport(const char *hostport, char *host, size_t hcap, i
  * (WEIR__CLIENT_CONNECT_MS) is the CLI's). The versions are checked both
  * ways (weir__cl_version_check) before the rest of the ack is read; a
  * refusal from the coordinator is reported with its message as it sent
- * it. 0 with *out, else the errors above and *out NULL. Fibers only.
+ * it. With tls (a client context), the connection is TLS and the
+ * coordinator's certificate must name the host of hostport. 0 with *out,
+ * else the errors above and *out NULL. Fibers only.
  */
-int weir__client_open(const char *hostport, const char *name, int64_t deadline, weir__client **out,
-                      char *msg, size_t cap);
+int weir__client_open(const char *hostport, const char *name, weir_tls_ctx *tls, int64_t deadline,
+                      weir__client **out, char *msg, size_t cap);
 /* The same over fd, a socket already connected to a coordinator (one end
  * of a socketpair whose other end the coordinator admitted: `weir run`'s
  * embedded cluster), named peer in messages. The client owns fd from the

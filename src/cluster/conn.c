@@ -30,14 +30,15 @@
 #define CACHE_PARENT "/tmp"
 #define CACHE_LOCK   ".lock"
 
-int weir__cl_send(int fd, const weir__cl_msg *m, int64_t deadline)
+int weir__cl_send(const weir__cl_link *l, const weir__cl_msg *m, int64_t deadline)
 {
     weir_frame_builder fb;
     int e = weir__cl_encode(m, &fb, NULL, 0);
     const uint8_t *f;
     size_t len;
     if (!e && !(e = weir_frame_builder_finish(&fb, &f, &len)))
-        e = weir_frame_write(fd, f, len, deadline);
+        e = l->tls ? weir_tls_frame_write(l->tls, f, len, deadline)
+                   : weir_frame_write(l->fd, f, len, deadline);
     weir_frame_builder_close(&fb);
     return e;
 }
@@ -54,14 +55,15 @@ int weir__cl_post(weir__outbox *ob, const weir__cl_msg *m, int cls)
     return e;
 }
 
-int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
+int weir__cl_recv(const weir__cl_link *l, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
                   int64_t deadline, char *why, size_t cap)
 {
     memset(m, 0, sizeof(*m));
     if (cap)
         why[0] = 0;
     weir_frame f = {0};
-    ssize_t n = weir_frame_read(fd, p, &f, deadline);
+    ssize_t n = l->tls ? weir_tls_frame_read(l->tls, p, &f, deadline)
+                       : weir_frame_read(l->fd, p, &f, deadline);
     if (n == 0)
         return 0;
     if (n < 0) {
@@ -69,6 +71,8 @@ int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *fra
             snprintf(why, cap, "a frame longer than the cap");
         else if (n == -EBADMSG)
             snprintf(why, cap, "a frame of length 0");
+        else if (n == -EPROTO && l->tls)
+            snprintf(why, cap, "TLS: %s", weir_tls_last_error(l->tls));
         else
             snprintf(why, cap, "%s", weir_net_strerror((int)n));
         return (int)n;

@@ -39,7 +39,7 @@ struct wsess {
     char id[WEIR_CLUSTER_REGISTER_STR_MAX + 1];
     char host[WEIR_CLUSTER_HOST_MAX + 1]; /* where its subtasks listen */
     uint32_t slots, used;                 /* used: reserved by attempts (mu) */
-    int fd;
+    weir__cl_link link;                   /* its socket (and TLS session) */
     weir__outbox *ob;
     _Atomic int64_t last_seen;
     int lost;        /* mu */
@@ -55,8 +55,8 @@ struct wsess {
 /* ---- a client's connection ----------------------------------------------------------------- */
 struct client {
     coord *c;
-    int fd;
-    weir_mutex *wl; /* one writer at a time: the client fiber, a job's JobCompleted */
+    weir__cl_link link; /* its socket (and TLS session) */
+    weir_mutex *wl;     /* one writer at a time: the client fiber, a job's JobCompleted */
     _Atomic int refs;
     _Atomic int closed;
 };
@@ -168,7 +168,7 @@ struct coord {
         weir_metric_family *ended; /* jobs ended {state} */
         weir_counter *malformed, *refused_version, *restarts, *submitted;
         weir_counter *recovered, *recovery_failed; /* HA takeovers */
-        weir_counter *adm_refused, *adm_evicted, *accept_failures;
+        weir_counter *adm_refused, *adm_evicted, *accept_failures, *tls_failures;
         weir_counter *bytes_shipped, *ships_deduped, *cache_hits;
         weir_histogram *ckpt_seconds;
         weir__plugin_stats seen; /* the process's plugin counters as last published */

@@ -304,7 +304,7 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
     for (;;) {
         weir__cl_msg m;
         weir_frame f;
-        int e = weir__cl_recv(w->fd, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
+        int e = weir__cl_recv(&w->link, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
         if (e == 0) {
             lose(c, w, "closed", "connection closed");
             return;
@@ -356,8 +356,10 @@ static void worker_reader(coord *c, wsess *w, weir_frame_parser *fp)
  * published - a client that submits the moment its worker registered finds
  * that worker. A worker that does not read it is judged as any session is
  * (the outbox's stall verdict, the heartbeat timeout). */
-static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_register *reg)
+static int admit_worker(coord *c, const weir__cl_link *l, weir_frame_parser *fp,
+                        weir__cl_register *reg)
 {
+    int fd = l->fd;
     weir__cl_msg ack = {.kind = WEIR_CLUSTER_REGISTER_ACK, .epoch = c->epoch};
     ack.u.reg_ack =
         (weir__cl_register_ack){WEIR_CLUSTER_PROTO_VERSION, WEIR_CLUSTER_PROTO_MIN_COMPAT,
@@ -371,15 +373,15 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
         lim.max_control_bytes = c->o.max_outbound_control_bytes;
     if (c->o.max_outbound_bulk_bytes)
         lim.max_deploy_bytes = c->o.max_outbound_bulk_bytes;
-    if (!w || !(w->ob = weir__outbox_new(fd, &lim))) {
+    if (!w || !(w->ob = weir__outbox_new(fd, l->tls, &lim))) {
         weir__free(w);
         ack.u.reg_ack.status = WEIR__CL_RETRY;
         ack.u.reg_ack.message = "the coordinator is out of memory";
-        weir__cl_send(fd, &ack, weir_time_after_ms(250));
+        weir__cl_send(l, &ack, weir_time_after_ms(250));
         return 0;
     }
     w->c = c;
-    w->fd = fd;
+    w->link = *l;
     w->slots = reg->slots;
     snprintf(w->id, sizeof(w->id), "%s", reg->worker_id);
     if (reg->data_host[0]) {
@@ -441,7 +443,7 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
         if (refusal) { /* the outbox's writer is idle: nothing was posted */
             ack.u.reg_ack.status = WEIR__CL_RETRY;
             ack.u.reg_ack.message = (char *)refusal;
-            weir__cl_send(fd, &ack, weir_time_after_ms(250));
+            weir__cl_send(l, &ack, weir_time_after_ms(250));
         } else {
             weir__log(WEIR__LOG_WARN, LOG, "worker %s: registration failed: %s", w->id,
                       weir_strerror(e));
@@ -467,7 +469,8 @@ static int admit_worker(coord *c, int fd, weir_frame_parser *fp, weir__cl_regist
 static void session_free(wsess *w)
 {
     weir__outbox_free(w->ob); /* joins its writer */
-    weir_io_close(w->fd);
+    weir_tls_free(w->link.tls);
+    weir_io_close(w->link.fd);
     weir__plugin_shipped_clear(&w->shipped);
     weir__free(w);
 }
@@ -545,7 +548,8 @@ static intptr_t watchdog_main(void *arg)
 void weir__coord_client_unref(client *cl)
 {
     if (atomic_fetch_sub(&cl->refs, 1) == 1) {
-        weir_io_close(cl->fd);
+        weir_tls_free(cl->link.tls);
+        weir_io_close(cl->link.fd);
         weir_mutex_free(cl->wl);
         weir__free(cl);
     }
@@ -560,12 +564,12 @@ static int client_write_locked(client *cl, const weir__cl_msg *m)
 {
     if (atomic_load(&cl->closed))
         return -EPIPE;
-    int e = weir__cl_send(cl->fd, m, weir_time_after_ms(CLIENT_WRITE_MS));
+    int e = weir__cl_send(&cl->link, m, weir_time_after_ms(CLIENT_WRITE_MS));
     if (e) {
         weir__log(WEIR__LOG_INFO, LOG, "client dropped: writing a %s failed: %s",
                   weir__cl_kind_name(m->kind), weir_strerror(e));
         atomic_store(&cl->closed, 1);
-        shutdown(cl->fd, SHUT_RDWR); /* its reader meets the end and lets go */
+        shutdown(cl->link.fd, SHUT_RDWR); /* its reader meets the end and lets go */
     }
     return e;
 }
@@ -580,7 +584,7 @@ int weir__coord_client_send(client *cl, const weir__cl_msg *m)
     int e = weir_mutex_lock(cl->wl, WEIR_FOREVER);
     if (e) {
         atomic_store(&cl->closed, 1);
-        shutdown(cl->fd, SHUT_RDWR);
+        shutdown(cl->link.fd, SHUT_RDWR);
         return e;
     }
     e = client_write_locked(cl, m);
@@ -1334,7 +1338,7 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
             weir__cl_msg u;
             weir_frame f;
             char why[256];
-            e = weir__cl_recv(cl->fd, fp, &u, &f, weir_time_after_ms(60000), why, sizeof(why));
+            e = weir__cl_recv(&cl->link, fp, &u, &f, weir_time_after_ms(60000), why, sizeof(why));
             if (e <= 0) {
                 e = e ? e : -ECONNRESET;
                 break;
@@ -1459,15 +1463,17 @@ static void handle_cancel(client *cl, uint64_t id)
     client_reply(cl, &m);
 }
 
-static void client_loop(coord *c, int fd, weir_frame_parser *fp)
+/* The client's session until it ends. 1: l is the client's (closed with
+ * its last reference), 0: no memory, l is still the caller's. */
+static int client_loop(coord *c, const weir__cl_link *l, weir_frame_parser *fp)
 {
     client *cl = weir__calloc(1, sizeof(*cl));
     if (!cl || !(cl->wl = weir_mutex_new())) {
         weir__free(cl);
-        return;
+        return 0;
     }
     cl->c = c;
-    cl->fd = fd;
+    cl->link = *l;
     atomic_store(&cl->refs, 1);
     weir__cl_msg ack = {.kind = WEIR_CLUSTER_HELLO_CLIENT_ACK};
     ack.u.hello_ack = (weir__cl_hello_client_ack){
@@ -1477,7 +1483,7 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
         weir__cl_msg m;
         weir_frame f;
         char why[256];
-        e = weir__cl_recv(fd, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
+        e = weir__cl_recv(l, fp, &m, &f, WEIR_FOREVER, why, sizeof(why));
         if (e <= 0) {
             if (e == -EBADMSG || e == -EMSGSIZE) {
                 weir_counter_inc(c->m.malformed);
@@ -1506,8 +1512,9 @@ static void client_loop(coord *c, int fd, weir_frame_parser *fp)
         weir_frame_free(&f);
     }
     atomic_store(&cl->closed, 1);
-    shutdown(fd, SHUT_RDWR);
+    shutdown(l->fd, SHUT_RDWR);
     weir__coord_client_unref(cl); /* the fd closes with the last reference */
+    return 1;
 }
 
 /* ---- admission ---------------------------------------------------------------------------- */
@@ -1633,9 +1640,28 @@ static intptr_t admit_main(void *arg)
     /* The whole admission - the first frame's every byte - has one
      * deadline: a peer sending a byte at a time is bounded too. */
     int64_t deadline = weir_time_after_ms(ADMIT_HANDSHAKE_MS + c->hb_ms);
+    weir__cl_link link = {.fd = fd};
+    char tls_why[512] = "";
     ssize_t n = weir_io_poll(fd, POLLIN, deadline);
-    if (n >= 0 && (n = adm_progress(c, aa.seq, WEIR__ADM_BEGUN)) == 0)
-        n = weir_frame_read(fd, &fp, &f, deadline);
+    if (n >= 0 && (n = adm_progress(c, aa.seq, WEIR__ADM_BEGUN)) == 0 && c->o.tls && aa.seq) {
+        /* The handshake has its own deadline inside the admission's. */
+        int64_t hs = weir_time_after_ms(ADMIT_HANDSHAKE_MS);
+        n = weir_tls_accept(c->o.tls, fd, hs < deadline ? hs : deadline, &link.tls, tls_why,
+                            sizeof(tls_why));
+        if (n < 0 && n != -ECANCELED) {
+            weir_counter_inc(c->m.tls_failures);
+            weir_net_addr peer;
+            char addr[WEIR_NET_ADDRSTRLEN] = "?";
+            if (weir_net_peer_addr(fd, &peer) == 0)
+                weir_net_addr_format(&peer, addr, sizeof(addr));
+            weir__log(WEIR__LOG_WARN, LOG, "connection from %s rejected: TLS handshake: %s", addr,
+                      tls_why);
+            n = -ECONNABORTED; /* logged here */
+        }
+    }
+    if (n == 0)
+        n = link.tls ? weir_tls_frame_read(link.tls, &fp, &f, deadline)
+                     : weir_frame_read(fd, &fp, &f, deadline);
     if (adm_done(c, aa.seq) < 0) /* evicted: its socket is shut down */
         n = n > 0 ? -ECONNABORTED : n;
     int owned = 0; /* the fd went to a client, which closes it */
@@ -1667,7 +1693,7 @@ static intptr_t admit_main(void *arg)
                 r.u.hello_ack = (weir__cl_hello_client_ack){WEIR_CLUSTER_PROTO_VERSION,
                                                             WEIR_CLUSTER_PROTO_MIN_COMPAT,
                                                             WEIR__CL_REFUSED, why};
-            weir__cl_send(fd, &r, weir_time_after_ms(250));
+            weir__cl_send(&link, &r, weir_time_after_ms(250));
         } else {
             weir__cl_msg m;
             if ((e = weir__cl_decode(f.data, f.len, &m, why, sizeof(why))) < 0) {
@@ -1675,13 +1701,12 @@ static intptr_t admit_main(void *arg)
                 weir__log(WEIR__LOG_WARN, LOG, "connection dropped: malformed first frame: %s",
                           why);
             } else if (kind == WEIR_CLUSTER_REGISTER) {
-                owned = admit_worker(c, fd, &fp, &m.u.reg);
+                owned = admit_worker(c, &link, &fp, &m.u.reg);
                 weir__cl_msg_free(&m);
             } else {
                 weir__cl_msg_free(&m);
                 weir_frame_free(&f);
-                client_loop(c, fd, &fp);
-                owned = 1;
+                owned = client_loop(c, &link, &fp);
             }
         }
     } else if (n < 0 && n != -ECANCELED && n != -ECONNABORTED) {
@@ -1692,8 +1717,10 @@ static intptr_t admit_main(void *arg)
     }
     weir_frame_free(&f);
     weir_frame_parser_close(&fp);
-    if (!owned)
+    if (!owned) {
+        weir_tls_free(link.tls);
         weir_io_close(fd);
+    }
     return 0;
 }
 
@@ -1818,6 +1845,9 @@ static int metrics_init(coord *c)
     c->m.accept_failures =
         weir_metrics_counter(m, "weir_coordinator_accept_failures_total",
                              "Accepts that failed for want of descriptors or memory.");
+    c->m.tls_failures = weir_metrics_counter(
+        m, "weir_coordinator_handshake_failures_total",
+        "Connections closed because their TLS handshake failed or missed its deadline.");
     c->m.recovered =
         weir_metrics_counter(m, "weir_coordinator_jobs_recovered_total",
                              "Jobs a new leader took over from the HA directory and runs again.");

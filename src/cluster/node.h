@@ -25,6 +25,16 @@
 #include "cluster/outbox.h"
 #include "cluster/proto.h"
 #include "weir/stream.h"
+#include "weir/tls.h"
+
+/* A control-plane connection: its socket and, with TLS, its session
+ * (weir/tls.h). Frames go through the session when there is one. */
+typedef struct weir__cl_link {
+    int fd;
+    weir_tls *tls;
+} weir__cl_link;
+/* A plain socket as a link (a compound literal: valid in its block). */
+#define WEIR__CL_FD(fd_) (&(weir__cl_link){.fd = (fd_), .tls = NULL})
 
 /* ---- the coordinator ------------------------------------------------------------------ */
 typedef struct coord weir__coord; /* a running coordinator (coord_int.h) */
@@ -45,6 +55,11 @@ typedef struct weir__coord_opts {
     /* Connections admitted at once before their first frame (admission.h;
      * 0: WEIR__ADM_MAX_PENDING). */
     int max_pending_connections;
+    /* TLS on the cluster port (weir/tls.h: a server context, the caller's,
+     * alive while the coordinator runs): every accepted connection's
+     * handshake runs on its admission fiber, under the handshake timeout
+     * (5 s) within the admission deadline. NULL: plain TCP. */
+    weir_tls_ctx *tls;
     uint32_t default_parallelism;
     /* A job's failure is its submitter's to report (weir run prints it):
      * logged at info, not warn. */
@@ -122,6 +137,10 @@ typedef struct weir__worker_opts {
     /* The coordinators' HA directory (cluster/ha.h): before each session
      * the worker reads which one leads there (coordinator may be NULL). */
     const char *ha_dir;
+    /* TLS to the coordinator (a client context, the caller's, alive while
+     * the worker runs): the certificate must name the host connected by.
+     * NULL: plain TCP. Not used with fd_given. */
+    weir_tls_ctx *tls;
     uint32_t slots;        /* 0: WEIR__WORKER_SLOTS */
     const char *data_host; /* where its subtasks listen; NULL: what the coordinator sees */
     const char *cache_dir; /* NULL: a private temporary directory */
@@ -149,19 +168,19 @@ int weir__worker_job_view(weir__worker *wk, uint64_t job, void (*fn)(void *arg, 
                           void *arg);
 
 /* ---- frames (conn.c) ------------------------------------------------------------------ */
-/* Encode m and write it whole to fd by deadline. 0 or a negative errno. */
-int weir__cl_send(int fd, const weir__cl_msg *m, int64_t deadline);
+/* Encode m and write it whole to l by deadline. 0 or a negative errno. */
+int weir__cl_send(const weir__cl_link *l, const weir__cl_msg *m, int64_t deadline);
 /* Encode m and post it to ob (class: WEIR__OUTBOX_CONTROL / _DEPLOY). */
 int weir__cl_post(weir__outbox *ob, const weir__cl_msg *m, int cls);
 /*
- * Read one frame from fd through p and decode it into *m (weir__cl_msg_free
+ * Read one frame from l through p and decode it into *m (weir__cl_msg_free
  * it) and, when frame is not NULL, keep the payload there (a decoded
  * message's byte strings point into it; weir_frame_free it after m).
  * 1 a message, 0 the peer closed at a frame boundary, else a negative errno
  * with why: -EBADMSG / -EMSGSIZE (malformed or too large: drop the peer),
  * -ETIMEDOUT, -ECANCELED, or the socket's error.
  */
-int weir__cl_recv(int fd, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
+int weir__cl_recv(const weir__cl_link *l, weir_frame_parser *p, weir__cl_msg *m, weir_frame *frame,
                   int64_t deadline, char *why, size_t cap);
 /*
  * Wait until the stop descriptor says stop: a signalfd's signal (logged

@@ -36,6 +36,7 @@ struct entry {
 
 struct weir__outbox {
     int fd;
+    weir_tls *tls; /* NULL: plain */
     weir__outbox_limits lim;
     pthread_mutex_t mu;
     weir_notify *wake;
@@ -140,7 +141,11 @@ static intptr_t writer(void *arg)
             size_t n = e->len - off;
             if (n > WEIR__OUTBOX_CHUNK)
                 n = WEIR__OUTBOX_CHUNK;
-            ssize_t w = weir_io_send(ob->fd, e->data + off, n, MSG_NOSIGNAL, WEIR_FOREVER);
+            ssize_t w = ob->tls
+                            ? weir_tls_write(ob->tls, e->data + off, n, WEIR_FOREVER)
+                            : weir_io_send(ob->fd, e->data + off, n, MSG_NOSIGNAL, WEIR_FOREVER);
+            if (ob->tls && w == 0)
+                w = (ssize_t)n; /* all of it */
             if (w == -EINTR || w == -EAGAIN)
                 continue;
             if (w <= 0) {
@@ -174,7 +179,7 @@ static intptr_t writer(void *arg)
     }
 }
 
-weir__outbox *weir__outbox_new(int fd, const weir__outbox_limits *limits)
+weir__outbox *weir__outbox_new(int fd, weir_tls *tls, const weir__outbox_limits *limits)
 {
     if (fd < 0) {
         errno = EINVAL;
@@ -186,6 +191,7 @@ weir__outbox *weir__outbox_new(int fd, const weir__outbox_limits *limits)
         return NULL;
     }
     ob->fd = fd;
+    ob->tls = tls;
     ob->lim = limits ? *limits : weir__outbox_limits_default();
     if (!ob->lim.clock) {
         ob->lim.clock = default_clock;

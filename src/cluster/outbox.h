@@ -22,7 +22,8 @@
  * Writing. The writer fiber, spawned on the current runtime by
  * weir__outbox_new() in the outbox's scope, writes the frames in the order
  * they were posted, each in chunks of at most 64 KiB (weir_io_send,
- * MSG_NOSIGNAL). Every chunk the socket takes is progress. A write error
+ * MSG_NOSIGNAL; with a TLS session, weir_tls_write of the whole chunk).
+ * Every chunk the socket takes is progress. A write error
  * stops the outbox with the verdict "write failed: <errno text>".
  *
  * Stall. weir__outbox_check(now), which the node's watchdog calls every
@@ -51,6 +52,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "weir/tls.h"
 
 #define WEIR__OUTBOX_DEPLOY_BYTES (1u << 30)
 #define WEIR__OUTBOX_STALL_MS     10000
@@ -90,9 +93,9 @@ typedef struct weir__outbox weir__outbox;
 /* The default limits (WEIR_CLUSTER_BACKLOG_*, 1 GiB of deploys, 10 s). */
 weir__outbox_limits weir__outbox_limits_default(void);
 
-/* A new outbox writing fd (not owned), its writer spawned on the current
- * runtime; limits NULL: the defaults. Must run in a task. NULL + errno. */
-weir__outbox *weir__outbox_new(int fd, const weir__outbox_limits *limits);
+/* A new outbox writing fd (not owned; through tls, not owned, unless NULL), its writer spawned on
+ * the current runtime; limits NULL: the defaults. Must run in a task. NULL + errno. */
+weir__outbox *weir__outbox_new(int fd, weir_tls *tls, const weir__outbox_limits *limits);
 /* Abort, join the writer (must run in a task) and free. NULL is a no-op. */
 void weir__outbox_free(weir__outbox *ob);
 

@@ -772,6 +772,17 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
         }
         weir_net_set_nodelay(fd, 1);
     }
+    weir__cl_link link = {.fd = fd};
+    if (wk->o.tls && !wk->o.fd_given) {
+        char tmsg[512];
+        int te = weir_tls_connect(wk->o.tls, fd, host, weir_time_after_ms(10000), &link.tls, tmsg,
+                                  sizeof(tmsg));
+        if (te < 0) {
+            snprintf(msg, cap, "connecting to %s: TLS handshake: %.400s", wk->o.coordinator, tmsg);
+            weir_io_close(fd);
+            return 0;
+        }
+    }
     weir__cl_msg m = {.kind = WEIR_CLUSTER_REGISTER};
     m.u.reg = (weir__cl_register){WEIR_CLUSTER_PROTO_VERSION,
                                   WEIR_CLUSTER_PROTO_MIN_COMPAT,
@@ -782,17 +793,21 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     weir_frame_parser fp;
     weir_frame_parser_init(&fp, &(weir_frame_limits){.max_frame = WEIR_CLUSTER_FRAME_MAX,
                                                      .max_first = WEIR_CLUSTER_FRAME_MAX});
-    int e = weir__cl_send(fd, &m, weir_time_after_ms(10000));
+    int e = weir__cl_send(&link, &m, weir_time_after_ms(10000));
     weir__cl_msg ack;
     char why[512] = "";
     if (!e)
-        e = weir__cl_recv(fd, &fp, &ack, NULL, weir_time_after_ms(10000), why, sizeof(why));
+        e = weir__cl_recv(&link, &fp, &ack, NULL, weir_time_after_ms(10000), why, sizeof(why));
     else
         snprintf(why, sizeof(why), "%s", weir_net_strerror(e));
     if (e <= 0) {
-        snprintf(msg, cap, "registering with %s: %s", wk->o.coordinator,
-                 e == 0 ? "the coordinator closed the connection" : why);
+        snprintf(msg, cap, "registering with %s: %s%s", wk->o.coordinator,
+                 e == 0 ? "the coordinator closed the connection" : why,
+                 !link.tls && (e == 0 || e == -ECONNRESET || e == -EMSGSIZE || e == -EBADMSG)
+                     ? " (does it ask for TLS? give the worker --tls-ca)"
+                     : "");
         weir_frame_parser_close(&fp);
+        weir_tls_free(link.tls);
         weir_io_close(fd);
         return 0;
     }
@@ -829,13 +844,14 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     uint32_t hb =
         ack.u.reg_ack.heartbeat_ms ? ack.u.reg_ack.heartbeat_ms : WEIR_CLUSTER_HEARTBEAT_MS;
     weir__cl_msg_free(&ack);
-    weir__outbox *ob = rc == 1 ? weir__outbox_new(fd, NULL) : NULL;
+    weir__outbox *ob = rc == 1 ? weir__outbox_new(fd, link.tls, NULL) : NULL;
     if (rc == 1 && !ob) {
         snprintf(msg, cap, "out of memory");
         rc = 0;
     }
     if (rc != 1) {
         weir_frame_parser_close(&fp);
+        weir_tls_free(link.tls);
         weir_io_close(fd);
         return rc;
     }
@@ -865,7 +881,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
             superseded = leader_moved_on(wk);
         }
         int64_t silence = last + WORKER_SILENCE_MS * WEIR_MSEC, tick = weir_time_after_ms(200);
-        e = weir__cl_recv(fd, &fp, &f, &fr, tick < silence ? tick : silence, why, sizeof(why));
+        e = weir__cl_recv(&link, &fp, &f, &fr, tick < silence ? tick : silence, why, sizeof(why));
         if (e == -ETIMEDOUT) {
             size_t have = fp.have + fp.hdr_have;
             if (atomic_load(&wk->stopping))
@@ -991,6 +1007,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     }
     weir__outbox_free(ob);
     weir_frame_parser_close(&fp);
+    weir_tls_free(link.tls);
     weir_io_close(fd);
     return 1;
 }

@@ -210,7 +210,7 @@ static void fake_expect_submit(fake *f, weir__cl_submit_job *copy)
 static void open_ok(fake *f, weir__client **c)
 {
     char msg[1024];
-    int e = weir__client_open(f->addr, "test client", DEADLINE(), c, msg, sizeof(msg));
+    int e = weir__client_open(f->addr, "test client", NULL, DEADLINE(), c, msg, sizeof(msg));
     if (e)
         TEST__FAIL("open: %d %s", e, msg);
 }
@@ -433,7 +433,7 @@ static intptr_t hello_main(void *arg)
         fake_start(&f, hello_script);
         weir__client *c = (weir__client *)&f;
         char msg[1024];
-        int e = weir__client_open(f.addr, "test client", DEADLINE(), &c, msg, sizeof(msg));
+        int e = weir__client_open(f.addr, "test client", NULL, DEADLINE(), &c, msg, sizeof(msg));
         if (e != want[hello_case].err)
             TEST__FAIL("case %d: %d (%s), want %d", hello_case, e, msg, want[hello_case].err);
         CHECK(c == NULL);
@@ -821,10 +821,10 @@ static intptr_t refused_connect_main(void *arg)
     weir_io_close(lfd); /* nobody listens there now */
     weir__client *c;
     char msg[1024];
-    CHECK_EQ(weir__client_open(addr, "x", DEADLINE(), &c, msg, sizeof(msg)), -ECONNREFUSED);
+    CHECK_EQ(weir__client_open(addr, "x", NULL, DEADLINE(), &c, msg, sizeof(msg)), -ECONNREFUSED);
     CHECK_HAS(msg, "cannot connect: Connection refused");
     CHECK_HAS(msg, addr);
-    CHECK_EQ(weir__client_open("nohostport", "x", DEADLINE(), &c, msg, sizeof(msg)), -EINVAL);
+    CHECK_EQ(weir__client_open("nohostport", "x", NULL, DEADLINE(), &c, msg, sizeof(msg)), -EINVAL);
     CHECK_HAS(msg, "is not HOST:PORT");
 
     /* IPv6, where the machine has it. */
@@ -832,7 +832,8 @@ static intptr_t refused_connect_main(void *arg)
     if (l6 >= 0) {
         snprintf(addr, sizeof(addr), "[::1]:%d", weir_net_local_port(l6));
         weir_io_close(l6);
-        CHECK_EQ(weir__client_open(addr, "x", DEADLINE(), &c, msg, sizeof(msg)), -ECONNREFUSED);
+        CHECK_EQ(weir__client_open(addr, "x", NULL, DEADLINE(), &c, msg, sizeof(msg)),
+                 -ECONNREFUSED);
     }
     return 0;
 }

@@ -359,7 +359,7 @@ static void raw_send_msg(int fd, const weir__cl_msg *m)
 static void raw_recv_msg(int fd, weir_frame_parser *fp, int want, weir__cl_msg *m)
 {
     char why[256];
-    int e = weir__cl_recv(fd, fp, m, NULL, DEADLINE(), why, sizeof(why));
+    int e = weir__cl_recv(WEIR__CL_FD(fd), fp, m, NULL, DEADLINE(), why, sizeof(why));
     if (e != 1)
         TEST__FAIL("recv: %d %s", e, why);
     CHECK_EQ(m->kind, want);
@@ -417,7 +417,7 @@ static weir__client *client_open(const cnode *c)
 {
     weir__client *cl = NULL;
     char msg[1024];
-    int e = weir__client_open(c->addr, "test_coordinator", DEADLINE(), &cl, msg, sizeof(msg));
+    int e = weir__client_open(c->addr, "test_coordinator", NULL, DEADLINE(), &cl, msg, sizeof(msg));
     if (e)
         TEST__FAIL("client open: %d %s", e, msg);
     return cl;
@@ -1288,7 +1288,7 @@ static intptr_t final_flood_main(void *arg)
     weir__cl_msg d;
     weir_frame fr;
     char why[256];
-    int r = weir__cl_recv(fd, &fp, &d, &fr, DEADLINE(), why, sizeof(why));
+    int r = weir__cl_recv(WEIR__CL_FD(fd), &fp, &d, &fr, DEADLINE(), why, sizeof(why));
     if (r != 1)
         TEST__FAIL("recv: %d %s", r, why);
     CHECK_EQ(d.kind, WEIR_CLUSTER_DEPLOY);
@@ -1577,7 +1577,7 @@ static intptr_t completed_main(void *arg)
     for (;;) {
         weir__cl_msg m;
         char why[256];
-        int e = weir__cl_recv(fd, &fp, &m, NULL, deadline, why, sizeof(why));
+        int e = weir__cl_recv(WEIR__CL_FD(fd), &fp, &m, NULL, deadline, why, sizeof(why));
         if (e != 1)
             TEST__FAIL("no JobCompleted after %zu JobLists: %d %s", lists, e, why);
         if (m.kind == WEIR_CLUSTER_JOB_COMPLETED) {

@@ -123,7 +123,7 @@ static intptr_t order_main(void *arg)
     (void)arg;
     int sv[2];
     pair(sv);
-    weir__outbox *ob = weir__outbox_new(sv[0], NULL);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, NULL);
     CHECK(ob != NULL);
     struct reader r = {.fd = sv[1], .n = ORDER_N};
     weir_task *t = test_spawn(read_frames, &r);
@@ -167,7 +167,7 @@ static intptr_t nowait_main(void *arg)
     (void)arg;
     int sv[2];
     pair(sv);
-    weir__outbox *ob = weir__outbox_new(sv[0], NULL);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, NULL);
     CHECK(ob != NULL);
     size_t len = 256u << 10;
     unsigned char *f = make_frame(1, len);
@@ -215,7 +215,7 @@ static intptr_t bounds_main(void *arg)
     /* the frame count */
     int sv[2];
     pair(sv);
-    weir__outbox *ob = weir__outbox_new(sv[0], &lim);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, &lim);
     CHECK(ob != NULL);
     for (int i = 0; i < 3; i++)
         CHECK_EQ(weir__outbox_post(ob, f, 10, WEIR__OUTBOX_CONTROL), 0);
@@ -241,7 +241,7 @@ static intptr_t bounds_main(void *arg)
 
     /* the control bytes */
     pair(sv);
-    CHECK((ob = weir__outbox_new(sv[0], &lim)) != NULL);
+    CHECK((ob = weir__outbox_new(sv[0], NULL, &lim)) != NULL);
     CHECK_EQ(weir__outbox_post(ob, f, 600, WEIR__OUTBOX_CONTROL), 0);
     CHECK_EQ(weir__outbox_post(ob, f, 400, WEIR__OUTBOX_CONTROL), 0); /* exactly 1000 */
     CHECK_EQ(weir__outbox_post(ob, f, 1, WEIR__OUTBOX_CONTROL), -ENOBUFS);
@@ -252,7 +252,7 @@ static intptr_t bounds_main(void *arg)
 
     /* the deploy bytes, a single frame past the bound included */
     pair(sv);
-    CHECK((ob = weir__outbox_new(sv[0], &lim)) != NULL);
+    CHECK((ob = weir__outbox_new(sv[0], NULL, &lim)) != NULL);
     CHECK_EQ(weir__outbox_post(ob, f, 600, WEIR__OUTBOX_DEPLOY), 0);
     CHECK_EQ(weir__outbox_post(ob, f, 600, WEIR__OUTBOX_DEPLOY), 0);
     CHECK_EQ(weir__outbox_post(ob, f, 301, WEIR__OUTBOX_DEPLOY), -ENOBUFS);
@@ -264,7 +264,7 @@ static intptr_t bounds_main(void *arg)
     /* a bound of 0 refuses every frame of its class; bad arguments */
     lim.max_deploy_bytes = 0;
     pair(sv);
-    CHECK((ob = weir__outbox_new(sv[0], &lim)) != NULL);
+    CHECK((ob = weir__outbox_new(sv[0], NULL, &lim)) != NULL);
     CHECK_EQ(weir__outbox_post(ob, f, 0, WEIR__OUTBOX_CONTROL), -EINVAL);
     CHECK_EQ(weir__outbox_post(ob, f, 1, 7), -EINVAL);
     CHECK_EQ(weir__outbox_post(ob, NULL, 1, WEIR__OUTBOX_CONTROL), -EINVAL);
@@ -275,7 +275,7 @@ static intptr_t bounds_main(void *arg)
     close_pair(sv);
 
     errno = 0;
-    CHECK(weir__outbox_new(-1, NULL) == NULL);
+    CHECK(weir__outbox_new(-1, NULL, NULL) == NULL);
     CHECK_EQ(errno, EINVAL);
     return 0;
 }
@@ -302,7 +302,7 @@ static intptr_t stall_fake_main(void *arg)
     atomic_store(&fake_now, 1000 * WEIR_SEC);
     weir__outbox_limits lim = weir__outbox_limits_default();
     lim.clock = fake_clock;
-    weir__outbox *ob = weir__outbox_new(sv[0], &lim);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, &lim);
     CHECK(ob != NULL);
     /* nothing pending: no verdict */
     CHECK_EQ(weir__outbox_check(ob, 2000 * WEIR_SEC), WEIR__OUTBOX_OK);
@@ -346,7 +346,7 @@ static intptr_t stall_real_main(void *arg)
     pair(sv);
     weir__outbox_limits lim = weir__outbox_limits_default();
     lim.stall_ms = 50;
-    weir__outbox *ob = weir__outbox_new(sv[0], &lim);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, &lim);
     CHECK(ob != NULL);
     size_t len = 8u << 20;
     unsigned char *f = make_frame(3, len);
@@ -398,7 +398,7 @@ static intptr_t slow_main(void *arg)
     pair(sv);
     weir__outbox_limits lim = weir__outbox_limits_default();
     lim.stall_ms = 2000; /* a margin for a starved machine: reads come every ~4 ms */
-    weir__outbox *ob = weir__outbox_new(sv[0], &lim);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, &lim);
     CHECK(ob != NULL);
     struct slow r = {.fd = sv[1], .len = 16u << 20};
     unsigned char *f = make_frame(5, r.len);
@@ -437,7 +437,7 @@ static intptr_t write_fail_main(void *arg)
     (void)arg;
     int sv[2];
     pair(sv);
-    weir__outbox *ob = weir__outbox_new(sv[0], NULL);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, NULL);
     CHECK(ob != NULL);
     weir_io_close(sv[1]); /* the peer went away */
     unsigned char f[64] = {1};
@@ -467,7 +467,7 @@ static intptr_t abort_main(void *arg)
     (void)arg;
     int sv[2];
     pair(sv);
-    weir__outbox *ob = weir__outbox_new(sv[0], NULL);
+    weir__outbox *ob = weir__outbox_new(sv[0], NULL, NULL);
     CHECK(ob != NULL);
     size_t len = 1u << 20;
     unsigned char *f = make_frame(4, len);
@@ -546,7 +546,7 @@ static intptr_t free_mt_main(void *arg)
     for (int round = 0; round < 5; round++) {
         int sv[2];
         pair(sv);
-        weir__outbox *ob = weir__outbox_new(sv[0], NULL);
+        weir__outbox *ob = weir__outbox_new(sv[0], NULL, NULL);
         CHECK(ob != NULL);
         struct poster p = {.ob = ob};
         weir_task *a = test_spawn(poster_fn, &p), *b = test_spawn(poster_fn, &p);
@@ -565,7 +565,7 @@ static intptr_t free_mt_main(void *arg)
 
         /* freed straight away, frames queued and posters still running */
         pair(sv);
-        CHECK((ob = weir__outbox_new(sv[0], NULL)) != NULL);
+        CHECK((ob = weir__outbox_new(sv[0], NULL, NULL)) != NULL);
         struct poster q = {.ob = ob};
         for (int i = 0; i < 200; i++)
             CHECK_EQ(weir__outbox_post(ob, &q, sizeof q, WEIR__OUTBOX_CONTROL), 0);
@@ -591,7 +591,7 @@ static intptr_t alloc_main(void *arg)
         pair(sv);
         weir__alloc_fail_after(n);
         errno = 0;
-        weir__outbox *ob = weir__outbox_new(sv[0], NULL);
+        weir__outbox *ob = weir__outbox_new(sv[0], NULL, NULL);
         if (!ob) {
             weir__alloc_fail_after(-1);
             CHECK_EQ(errno, ENOMEM);
