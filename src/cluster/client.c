@@ -345,6 +345,8 @@ void weir__client_close(weir__client *c)
 {
     if (!c)
         return;
+    if (c->tls && !c->broken)
+        weir_tls_shutdown(c->tls, weir_time_after_ms(100)); /* the end, not a reset */
     weir_tls_free(c->tls);
     if (c->fd >= 0)
         weir_io_close(c->fd);

@@ -43,6 +43,18 @@ int weir__cl_send(const weir__cl_link *l, const weir__cl_msg *m, int64_t deadlin
     return e;
 }
 
+void weir__cl_link_close(weir__cl_link *l)
+{
+    if (l->tls) {
+        weir_tls_shutdown(l->tls, weir_time_after_ms(100));
+        weir_tls_free(l->tls);
+        l->tls = NULL;
+    }
+    if (l->fd >= 0)
+        weir_io_close(l->fd);
+    l->fd = -1;
+}
+
 int weir__cl_post(weir__outbox *ob, const weir__cl_msg *m, int cls)
 {
     weir_frame_builder fb;

@@ -469,8 +469,7 @@ static int admit_worker(coord *c, const weir__cl_link *l, weir_frame_parser *fp,
 static void session_free(wsess *w)
 {
     weir__outbox_free(w->ob); /* joins its writer */
-    weir_tls_free(w->link.tls);
-    weir_io_close(w->link.fd);
+    weir__cl_link_close(&w->link);
     weir__plugin_shipped_clear(&w->shipped);
     weir__free(w);
 }
@@ -548,8 +547,7 @@ static intptr_t watchdog_main(void *arg)
 void weir__coord_client_unref(client *cl)
 {
     if (atomic_fetch_sub(&cl->refs, 1) == 1) {
-        weir_tls_free(cl->link.tls);
-        weir_io_close(cl->link.fd);
+        weir__cl_link_close(&cl->link);
         weir_mutex_free(cl->wl);
         weir__free(cl);
     }
@@ -1718,8 +1716,7 @@ static intptr_t admit_main(void *arg)
     weir_frame_free(&f);
     weir_frame_parser_close(&fp);
     if (!owned) {
-        weir_tls_free(link.tls);
-        weir_io_close(fd);
+        weir__cl_link_close(&link);
     }
     return 0;
 }

@@ -33,6 +33,10 @@ typedef struct weir__cl_link {
     int fd;
     weir_tls *tls;
 } weir__cl_link;
+/* Close l: with TLS, close_notify first (best effort, 100 ms: the peer
+ * then reads the end of the stream, not a reset) and the session freed;
+ * then the socket. No one may be using l any more. Fibers only. */
+void weir__cl_link_close(weir__cl_link *l);
 /* A plain socket as a link (a compound literal: valid in its block). */
 #define WEIR__CL_FD(fd_) (&(weir__cl_link){.fd = (fd_), .tls = NULL})
 

@@ -807,8 +807,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                      ? " (does it ask for TLS? give the worker --tls-ca)"
                      : "");
         weir_frame_parser_close(&fp);
-        weir_tls_free(link.tls);
-        weir_io_close(fd);
+        weir__cl_link_close(&link);
         return 0;
     }
     int rc = 1;
@@ -851,8 +850,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     }
     if (rc != 1) {
         weir_frame_parser_close(&fp);
-        weir_tls_free(link.tls);
-        weir_io_close(fd);
+        weir__cl_link_close(&link);
         return rc;
     }
     atomic_store(&wk->fd, fd);
@@ -1007,8 +1005,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     }
     weir__outbox_free(ob);
     weir_frame_parser_close(&fp);
-    weir_tls_free(link.tls);
-    weir_io_close(fd);
+    weir__cl_link_close(&link);
     return 1;
 }
 
