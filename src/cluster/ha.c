@@ -44,6 +44,7 @@ struct weir__ha {
     int fd; /* leader.lock */
     int leading;
     uint64_t epoch;
+    int64_t elected_ms; /* Unix time this process came to lead */
 };
 
 static int64_t wall_ms(void)
@@ -578,8 +579,8 @@ uint64_t weir__ha_epoch(const weir__ha *ha)
 
 static json_t *leader_obj(const weir__ha *ha, int port)
 {
-    return json_pack("{s:s, s:i, s:I}", "host", ha->host, "port", port, "time_ms",
-                     (json_int_t)wall_ms());
+    return json_pack("{s:s, s:i, s:I, s:I}", "host", ha->host, "port", port, "time_ms",
+                     (json_int_t)wall_ms(), "elected_ms", (json_int_t)ha->elected_ms);
 }
 
 int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg, size_t cap)
@@ -597,6 +598,7 @@ int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg
         return e;
     }
     snprintf(ha->host, sizeof(ha->host), "%s", host);
+    ha->elected_ms = wall_ms();
     json_t *o = leader_obj(ha, 0);
     uint64_t ep = 0;
     int e = o ? weir__ha_cas_write(ha->leader, 0, o, &ep, msg, cap) : -ENOMEM;
@@ -619,6 +621,7 @@ int weir__ha_lead_at(weir__ha *ha, const char *host, uint64_t epoch, char *msg, 
     if (ha->leading && ha->epoch == epoch)
         return 0;
     snprintf(ha->host, sizeof(ha->host), "%s", host);
+    ha->elected_ms = wall_ms();
     json_t *o = leader_obj(ha, 0);
     uint64_t stored = 0;
     int e = o ? weir__ha_cas_write(ha->leader, epoch, o, &stored, msg, cap) : -ENOMEM;
@@ -669,7 +672,8 @@ int weir__ha_read_leader(const char *dir, weir__ha_leader *out, char *msg, size_
         return -EBADMSG;
     }
     json_t *h = json_object_get(o, "host"), *p = json_object_get(o, "port"),
-           *e = json_object_get(o, "epoch"), *t = json_object_get(o, "time_ms");
+           *e = json_object_get(o, "epoch"), *t = json_object_get(o, "time_ms"),
+           *el = json_object_get(o, "elected_ms");
     int rc = 0;
     if (!json_is_string(h) || json_string_length(h) == 0 ||
         json_string_length(h) > WEIR_CLUSTER_HOST_MAX) {
@@ -688,6 +692,7 @@ int weir__ha_read_leader(const char *dir, weir__ha_leader *out, char *msg, size_
         out->port = (int)json_integer_value(p);
         out->epoch = (uint64_t)json_integer_value(e);
         out->time_ms = json_is_integer(t) ? (int64_t)json_integer_value(t) : 0;
+        out->elected_ms = json_is_integer(el) ? (int64_t)json_integer_value(el) : out->time_ms;
     }
     json_decref(o);
     return rc;

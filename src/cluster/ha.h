@@ -64,7 +64,8 @@ typedef struct weir__ha_leader {
     char host[WEIR_CLUSTER_HOST_MAX + 1];
     int port;
     uint64_t epoch;
-    int64_t time_ms; /* Unix time of the write */
+    int64_t time_ms;    /* Unix time of the write */
+    int64_t elected_ms; /* Unix time its writer came to lead (older files: time_ms) */
 } weir__ha_leader;
 
 /* Open the election in dir (created, mode 0700, if missing) after the

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 
 #include "base/alloc.h"
@@ -121,6 +122,7 @@ struct worker {
     /* With ha_dir: "HOST:PORT" of the leader the file named last (mu). */
     char leader[WEIR_CLUSTER_HOST_MAX + 16];
     _Atomic uint64_t fenced, sessions;
+    _Atomic uint64_t stale; /* frames accepted from a leader already superseded */
     /* mu: what /api/v1/worker shows */
     int registered;
     char last_error[512];
@@ -731,12 +733,31 @@ static intptr_t leader_job(void *arg)
 /* How often a session reads the leader file, and a commit always does. */
 #define LEADER_WATCH_MS 250
 
+/* When a session accepted its last frames (wall-clock ms, a ring): a
+ * frame accepted after the leader file's next leader came to lead was a
+ * superseded leader's, taken before the worker knew - what
+ * weir_worker_stale_frames_accepted_total counts. */
+#define ACCEPTED_RING 64
+typedef struct accepted {
+    int64_t ms[ACCEPTED_RING];
+    unsigned n; /* frames accepted in the session */
+} accepted;
+
+static int64_t wall_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* With ha_dir: whether the leader file names an epoch above the one this
  * session is bound to - a new leader elected while this session's
  * coordinator was frozen, say. If so the worker rebinds to it (frames of
- * the superseded leader are dropped and counted from now on) and says so:
- * 1. 0 otherwise, or when the file cannot be read. */
-static int leader_moved_on(worker *wk)
+ * the superseded leader are dropped and counted from now on), counts the
+ * frames acc says it accepted after the new leader came to lead (the
+ * ring's reach at most; clocks of one host, or kept in step), and says
+ * so: 1. 0 otherwise, or when the file cannot be read. */
+static int leader_moved_on(worker *wk, const accepted *acc)
 {
     if (!wk->o.ha_dir || wk->o.fd_given)
         return 0;
@@ -749,12 +770,18 @@ static int leader_moved_on(worker *wk)
     if (moved)
         wk->epoch = wk->epoch_max = r.l.epoch;
     pthread_mutex_unlock(&wk->mu);
-    if (moved)
-        weir__log(WEIR__LOG_WARN, LOG,
-                  "%s names a new leader, epoch %" PRIu64 " above this session's %" PRIu64
-                  ": following it",
-                  wk->o.ha_dir, r.l.epoch, bound);
-    return moved;
+    if (!moved)
+        return 0;
+    unsigned stale = 0, have = acc->n < ACCEPTED_RING ? acc->n : ACCEPTED_RING;
+    for (unsigned i = 0; i < have; i++)
+        stale += acc->ms[i] > r.l.elected_ms;
+    atomic_fetch_add(&wk->stale, stale);
+    weir__log(WEIR__LOG_WARN, LOG,
+              "%s names a new leader, epoch %" PRIu64 " above this session's %" PRIu64
+              ": following it%s",
+              wk->o.ha_dir, r.l.epoch, bound,
+              stale ? " (frames of the superseded leader were taken after it was elected)" : "");
+    return 1;
 }
 
 /* One session, from connect to its end. 1: registered and ended (go
@@ -871,12 +898,13 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     int64_t last = weir_time_now(), watched = last;
     size_t seen = 0;
     int superseded = 0; /* the leader file names a later leader */
+    accepted acc = {.n = 0};
     for (;;) {
         weir__cl_msg f;
         weir_frame fr;
         if (!superseded && weir_time_now() - watched >= LEADER_WATCH_MS * WEIR_MSEC) {
             watched = weir_time_now();
-            superseded = leader_moved_on(wk);
+            superseded = leader_moved_on(wk, &acc);
         }
         int64_t silence = last + WORKER_SILENCE_MS * WEIR_MSEC, tick = weir_time_after_ms(200);
         e = weir__cl_recv(&link, &fp, &f, &fr, tick < silence ? tick : silence, why, sizeof(why));
@@ -918,7 +946,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
          * the leader file is read again first, whatever the last watch. */
         if (!superseded && f.kind == WEIR_CLUSTER_COMMIT_CHECKPOINT) {
             watched = weir_time_now();
-            superseded = leader_moved_on(wk);
+            superseded = leader_moved_on(wk, &acc);
         }
         pthread_mutex_lock(&wk->mu);
         uint64_t bound = wk->epoch;
@@ -943,6 +971,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                 break;
             }
         } else {
+            acc.ms[acc.n++ % ACCEPTED_RING] = wall_now_ms();
             switch (f.kind) {
             case WEIR_CLUSTER_DEPLOY:
                 on_deploy(wk, ob, &f.u.deploy);
@@ -1085,12 +1114,17 @@ static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
         subtasks += wk->jobs[i]->ended ? 0 : wk->jobs[i]->nsubs;
     int registered = wk->registered;
     pthread_mutex_unlock(&wk->mu);
-    char text[1024];
+    char text[2048];
     int n = snprintf(text, sizeof(text),
                      "# HELP weir_worker_fenced_frames_total Coordinator frames dropped for an "
                      "epoch below the one bound.\n"
                      "# TYPE weir_worker_fenced_frames_total counter\n"
                      "weir_worker_fenced_frames_total %" PRIu64 "\n"
+                     "# HELP weir_worker_stale_frames_accepted_total Coordinator frames "
+                     "accepted after the leader file's next leader was elected, before this "
+                     "worker read it.\n"
+                     "# TYPE weir_worker_stale_frames_accepted_total counter\n"
+                     "weir_worker_stale_frames_accepted_total %" PRIu64 "\n"
                      "# HELP weir_worker_sessions_total Sessions registered with a coordinator.\n"
                      "# TYPE weir_worker_sessions_total counter\n"
                      "weir_worker_sessions_total %" PRIu64 "\n"
@@ -1100,7 +1134,8 @@ static int h_metrics(weir_http_req *req, weir_http_res *res, void *arg)
                      "# HELP weir_worker_subtasks Subtasks of the shares deployed here.\n"
                      "# TYPE weir_worker_subtasks gauge\n"
                      "weir_worker_subtasks %" PRIu64 "\n",
-                     atomic_load(&wk->fenced), atomic_load(&wk->sessions), registered, subtasks);
+                     atomic_load(&wk->fenced), atomic_load(&wk->stale), atomic_load(&wk->sessions),
+                     registered, subtasks);
     return weir_http_res_send(res, 200, "text/plain; version=0.0.4", text, (size_t)n);
 }
 

@@ -31,6 +31,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -1773,13 +1774,16 @@ TEST(a_worker_drops_frames_below_its_epoch_and_refuses_a_superseded_leader)
 }
 
 /* The leader file (HA_DIR/active-leader.json) naming leader at port
- * with epoch, as a leader writes it. */
-static void put_leader(const char *dir, int port, uint64_t epoch)
+ * with epoch, elected ago_ms before now, as a leader writes it. */
+static void put_leader(const char *dir, int port, uint64_t epoch, int64_t ago_ms)
 {
     char path[256], msg[256];
     snprintf(path, sizeof(path), "%s/active-leader.json", dir);
-    json_t *o =
-        json_pack("{s:s, s:i, s:I}", "host", "127.0.0.1", "port", port, "time_ms", (json_int_t)0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    json_t *o = json_pack("{s:s, s:i, s:I, s:I}", "host", "127.0.0.1", "port", port, "time_ms",
+                          (json_int_t)now, "elected_ms", (json_int_t)(now - ago_ms));
     CHECK(o);
     if (weir__ha_cas_write(path, epoch, o, NULL, msg, sizeof(msg)) != 0)
         TEST__FAIL("writing the leader file: %s", msg);
@@ -1801,7 +1805,7 @@ static intptr_t superseded_main(void *arg)
     int lfd = weir_net_listen("127.0.0.1", 0, NULL), lfd2 = weir_net_listen("127.0.0.1", 0, NULL);
     CHECK_GE(lfd, 0);
     CHECK_GE(lfd2, 0);
-    put_leader(dir, weir_net_local_port(lfd), 5);
+    put_leader(dir, weir_net_local_port(lfd), 5, 0);
     wnode w;
     memset(&w, 0, sizeof(w));
     snprintf(w.id, sizeof(w.id), "follower");
@@ -1816,11 +1820,15 @@ static intptr_t superseded_main(void *arg)
     weir_frame_parser fp;
     int fd = fake_coord_accept(lfd, &fp, 5);
     send_hb_ack(fd, 5); /* the leader's: taken */
-    /* A new leader, epoch 6, elsewhere: the worker reads it within its
-     * watch and rebinds; the old leader's commit is dropped, and ends
-     * the session. */
-    put_leader(dir, weir_net_local_port(lfd2), 6);
-    wait_log("names a new leader, epoch 6 above this session's 5: following it", 1);
+    wait_log("follower registered", 1);
+    /* A new leader, epoch 6, elsewhere, elected a minute ago: the worker
+     * reads it within its watch and rebinds, and counts the frame it took
+     * since as stale; the old leader's commit is dropped, and ends the
+     * session. */
+    put_leader(dir, weir_net_local_port(lfd2), 6, 60000);
+    wait_log("names a new leader, epoch 6 above this session's 5: following it (frames of the "
+             "superseded leader were taken after it was elected)",
+             1);
     weir__cl_msg c = {.kind = WEIR_CLUSTER_COMMIT_CHECKPOINT, .epoch = 5};
     c.u.checkpoint = (weir__cl_checkpoint){.job = 1, .id = 3};
     raw_send_msg(fd, &c);
@@ -1837,10 +1845,10 @@ static intptr_t superseded_main(void *arg)
     }
     /* A commit arriving before any watch saw the file move: read at the
      * commit itself. */
-    put_leader(dir, weir_net_local_port(lfd), 7);
+    put_leader(dir, weir_net_local_port(lfd), 7, 0);
     c.epoch = 6;
     raw_send_msg(fd2, &c);
-    wait_log("names a new leader, epoch 7 above this session's 6: following it", 1);
+    wait_log("names a new leader, epoch 7 above this session's 6: following it\n", 1);
     wait_log("dropped a CommitCheckpoint of epoch 6 (bound to 7)", 1);
     raw_expect_closed(fd2);
     CHECK_EQ(write(w.stop[1], "x", 1), 1);
