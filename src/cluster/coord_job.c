@@ -597,7 +597,38 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                       .restore_id = restore && J->recovered == 1 ? J->restore_id : 0,
                       .arg = J};
     run *r = NULL;
-    if ((e = weir__job_coord_begin(a->j, a->plan, &o, &d, &r)) < 0) {
+    /* A job a new leader took over may find its directories still held by
+     * the leader it replaced: a frozen process (its lease lost, it has not
+     * run since) keeps its locks until it steps down or dies. The job
+     * waits for them, cancellable, rather than fail: the lock is what
+     * keeps two runs from writing one directory. */
+    for (int waited = 0;
+         (e = weir__job_coord_begin(a->j, a->plan, &o, &d, &r)) == -EBUSY && J->recovered == 1;
+         waited = 1) {
+        if (!waited)
+            weir__log(WEIR__LOG_WARN, LOG,
+                      "job %" PRIu64 " waits for its directories: %s (a leader this one "
+                      "replaced that has not exited yet: it lets go when it steps down or dies)",
+                      J->id, weir_job_error(a->j));
+        ev x;
+        int rr = weir_chan_recv(J->events, &x, weir_time_after_ms(200));
+        if (rr == 0) {
+            int cancel = x.kind == EV_CANCEL;
+            if (cancel)
+                snprintf(a->why, sizeof(a->why), "%s", x.message ? x.message : "cancelled");
+            weir__coord_ev_free(&x);
+            if (cancel)
+                return A_CANCELLED;
+        } else if (rr != -ETIMEDOUT) {
+            snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+            return A_CANCELLED;
+        }
+        /* A job that failed to begin keeps its error: define it again. */
+        attempt_free(J, a);
+        if (attempt_prepare(J, a) != 0)
+            return A_FAILED;
+    }
+    if (e < 0) {
         snprintf(a->why, sizeof(a->why), "%s", weir_job_error(a->j));
         a->err = e;
         return A_FAILED;

@@ -12,10 +12,11 @@
 #   - a zombie leader: SIGSTOP of the leader under a checkpointed job
 #     (tests/job/job_eo.c) past its lease (2 s): the standby leads with a
 #     higher epoch, the workers follow the leader file to it, and the job
-#     goes on from its latest completed checkpoint; SIGCONT of the old
-#     leader: it finds its lease gone and steps down (exit 1) without
-#     cancelling anything; the output is exactly an uninterrupted `weir
-#     run`'s;
+#     waits for its checkpoint directory, which the frozen leader still
+#     holds; SIGCONT of the old leader: it finds its lease gone and steps
+#     down (exit 1) without cancelling anything, and the job goes on from
+#     its latest completed checkpoint; the output is exactly an
+#     uninterrupted `weir run`'s;
 #   - SIGKILL of the leader under another job: a third coordinator takes
 #     over the same way and the output is again exact.
 #
@@ -164,6 +165,8 @@ for w in x y; do
     wait_for 30 registered_with $w "$port_b" || fail "worker $w did not follow the leader to b"
 done
 t1=$(date +%s%N)
+wait_for 30 grep -q "job 1 waits for its directories: checkpoint directory" "$tmp/b.log" ||
+    fail "b did not wait for the directory the frozen a holds"
 kill -CONT "$c_a"
 rc=0
 wait "$c_a" || rc=$?
