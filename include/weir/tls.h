@@ -78,8 +78,10 @@ int weir_tls_connect(weir_tls_ctx *ctx, int fd, const char *host, int64_t deadli
 int weir_tls_accept(weir_tls_ctx *ctx, int fd, int64_t deadline, weir_tls **out, char *msg,
                     size_t cap);
 
-/* Up to len bytes: > 0, 0 when the peer closed (cleanly or not at a record
- * boundary is -ECONNRESET), or a negative errno. */
+/* Up to len bytes: > 0, 0 when the peer ended the session with
+ * close_notify (weir_tls_shutdown), -ECONNRESET when the connection closed
+ * without it (a TCP close, a crash: the end cannot be told from a
+ * truncation), or another negative errno. */
 ssize_t weir_tls_read(weir_tls *t, void *buf, size_t len, int64_t deadline);
 /* All len bytes: 0 or a negative errno (part may have been sent). */
 int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline);

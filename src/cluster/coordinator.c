@@ -1988,6 +1988,11 @@ static int etcd_try_lead(coord *c, char *msg, size_t cap)
 {
     char value[WEIR_CLUSTER_HOST_MAX + 64];
     snprintf(value, sizeof(value), "%s pid %ld", c->host, (long)getpid());
+    /* A standby's lease is renewed before each campaign: one it won with
+     * would otherwise be as old as the standby's wait, and might expire
+     * before the first keepalive. A lease gone is granted again. */
+    if (weir__etcd_lease(c->etcd) && weir__etcd_keepalive(c->etcd, NULL, msg, cap) == -ECANCELED)
+        return -ECANCELED;
     uint64_t epoch = 0;
     int e = weir__etcd_campaign(c->etcd, c->etcd_key, value, &epoch, NULL, 0, msg, cap);
     if (e != 1)

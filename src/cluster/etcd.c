@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/json_depth.h"
 #include "weir/http.h"
 #include "weir/rt.h"
 
@@ -361,30 +362,6 @@ static int get_bytes(const ctx *c, const json_t *o, const char *name, size_t max
     return 0;
 }
 
-/* See http_server.c's json_depth_ok: jansson recurses per level, and this
- * runs on a fiber's stack. */
-static int json_depth_ok(const char *p, size_t n, int max)
-{
-    int depth = 0, in_str = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = p[i];
-        if (in_str) {
-            if (ch == '\\')
-                i++;
-            else if (ch == '"')
-                in_str = 0;
-        } else if (ch == '"') {
-            in_str = 1;
-        } else if (ch == '[' || ch == '{') {
-            if (++depth > max)
-                return 0;
-        } else if (ch == ']' || ch == '}') {
-            depth--;
-        }
-    }
-    return 1;
-}
-
 /* gRPC status codes (the "code" of an error answer) as errnos. */
 static int grpc_errno(int64_t code)
 {
@@ -435,7 +412,7 @@ static int peer_error(const ctx *c, int status, const json_t *err)
 static int parse_body(const ctx *c, const char *body, size_t n, int stream, json_t **out)
 {
     *out = NULL;
-    if (!json_depth_ok(body, n, JSON_DEPTH_MAX))
+    if (!weir__json_depth_ok(body, n, JSON_DEPTH_MAX))
         return bad(c, "JSON nested too deep");
     json_error_t je;
     json_t *v =

@@ -32,6 +32,7 @@
 
 #include "base/be.h"
 #include "base/buf.h"
+#include "net/frame_int.h"
 #include "rt/rt_int.h"
 #include "weir/io.h"
 #include "weir/net.h"
@@ -530,25 +531,38 @@ size_t weir_frame_parser_memory(const weir_frame_parser *p)
 /* ---- frames on a socket --------------------------------------------------------------- */
 /* The socket calls wait, so they are for fibers; refuse anything else
  * before touching the socket, even when it would not have had to wait. */
-static int fiber_caller(void)
+int weir__frame_fiber_caller(void)
 {
     return weir__task_current() != NULL && !weir__stackless_caller();
 }
 
+static ssize_t recv_fd(void *arg, void *buf, size_t len, int64_t deadline)
+{
+    return weir_io_recv(*(int *)arg, buf, len, 0, deadline);
+}
+
 ssize_t weir_frame_read(int fd, weir_frame_parser *p, weir_frame *out, int64_t deadline)
+{
+    return weir__frame_read_from(recv_fd, &fd, p, out, deadline);
+}
+
+ssize_t weir__frame_read_from(weir__frame_source src, void *arg, weir_frame_parser *p,
+                              weir_frame *out, int64_t deadline)
 {
     if (!p || !out)
         return -EINVAL;
     out->data = NULL;
     out->len = 0;
-    if (!fiber_caller())
+    if (!weir__frame_fiber_caller())
         return -EINVAL;
     for (;;) {
         void *buf;
         ssize_t room = weir_frame_parser_space(p, &buf);
         if (room < 0)
             return room;
-        ssize_t n = weir_io_recv(fd, buf, (size_t)room, 0, deadline);
+        /* At most what the frame still needs: a source that buffers (TLS)
+         * keeps the rest. */
+        ssize_t n = src(arg, buf, (size_t)room, deadline);
         if (n < 0)
             return n; /* the parser keeps what arrived before */
         if (n == 0)
@@ -564,7 +578,7 @@ ssize_t weir_frame_read(int fd, weir_frame_parser *p, weir_frame *out, int64_t d
 /* Send every byte of iov[0..cnt) (the array is consumed). */
 static int send_all(int fd, struct iovec *iov, int cnt, int64_t deadline)
 {
-    if (!fiber_caller())
+    if (!weir__frame_fiber_caller())
         return -EINVAL;
     /* Observe cancellation and the deadline even when the socket has room,
      * as every I/O op does when it starts. */
@@ -607,11 +621,16 @@ static int send_all(int fd, struct iovec *iov, int cnt, int64_t deadline)
     return 0;
 }
 
-int weir_frame_write(int fd, const void *frame, size_t len, int64_t deadline)
+int weir__frame_check(const void *frame, size_t len)
 {
     if (!frame || len <= WEIR_FRAME_HEADER || len - WEIR_FRAME_HEADER > UINT32_MAX)
         return -EINVAL;
-    if (weir__get_be32(frame) != len - WEIR_FRAME_HEADER)
+    return weir__get_be32(frame) == len - WEIR_FRAME_HEADER ? 0 : -EINVAL;
+}
+
+int weir_frame_write(int fd, const void *frame, size_t len, int64_t deadline)
+{
+    if (weir__frame_check(frame, len) < 0)
         return -EINVAL;
     struct iovec iov = {.iov_base = (void *)frame, .iov_len = len};
     return send_all(fd, &iov, 1, deadline);

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json_depth.h"
 #include "base/list.h"
 #include "rt/rt_int.h"
 #include "weir/http.h"
@@ -306,34 +307,9 @@ const weir_http_str *weir_http_req_header(const weir_http_req *r, const char *na
     return i < 0 ? NULL : &r->headers[i].value;
 }
 
-/* Is JSON text nested at most max deep? jansson's parser recurses once per
- * level (up to 2048), and a handler runs on a connection's fiber stack: a
- * 2 KB body of brackets must not be able to overflow it. */
-static int json_depth_ok(const uint8_t *p, size_t n, int max)
-{
-    int depth = 0, in_str = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t ch = p[i];
-        if (in_str) {
-            if (ch == '\\')
-                i++;
-            else if (ch == '"')
-                in_str = 0;
-        } else if (ch == '"') {
-            in_str = 1;
-        } else if (ch == '[' || ch == '{') {
-            if (++depth > max)
-                return 0;
-        } else if (ch == ']' || ch == '}') {
-            depth--;
-        }
-    }
-    return 1;
-}
-
 json_t *weir_http_req_json(const weir_http_req *r, char *err, size_t errcap)
 {
-    if (r && !json_depth_ok(r->body, r->body_len, WEIR_HTTP_JSON_MAX_DEPTH)) {
+    if (r && !weir__json_depth_ok(r->body, r->body_len, WEIR_HTTP_JSON_MAX_DEPTH)) {
         if (err && errcap)
             snprintf(err, errcap, "request body is not JSON: nested deeper than %d levels",
                      WEIR_HTTP_JSON_MAX_DEPTH);

@@ -41,6 +41,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "net/frame_int.h"
 #include "rt/rt_int.h"
 #include "weir/io.h"
 #include "weir/tls.h"
@@ -466,11 +467,6 @@ static const char *op_name(enum op op)
     }
 }
 
-static int fiber_caller(void)
-{
-    return weir__task_current() != NULL && !weir__stackless_caller();
-}
-
 /* Set the session's message (under mu) and copy it out. */
 static void set_err(weir_tls *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_err(weir_tls *t, const char *fmt, ...)
@@ -663,7 +659,7 @@ static int session(weir_tls_ctx *ctx, int fd, const char *host, int64_t deadline
         say(msg, cap, "bad argument to weir_tls_%s", ctx && ctx->server ? "accept" : "connect");
         return -EINVAL;
     }
-    if (!fiber_caller()) {
+    if (!weir__frame_fiber_caller()) {
         say(msg, cap, "weir_tls_%s must run in a fiber", ctx->server ? "accept" : "connect");
         return -EINVAL;
     }
@@ -784,7 +780,7 @@ ssize_t weir_tls_read(weir_tls *t, void *buf, size_t len, int64_t deadline)
 {
     if (!t || (!buf && len))
         return -EINVAL;
-    if (!fiber_caller())
+    if (!weir__frame_fiber_caller())
         return -EINVAL;
     if (len == 0)
         return 0;
@@ -801,7 +797,7 @@ int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline)
 {
     if (!t || (!buf && len))
         return -EINVAL;
-    if (!fiber_caller())
+    if (!weir__frame_fiber_caller())
         return -EINVAL;
     /* Observe cancellation and the deadline even when the socket has room,
      * as weir_frame_write does. */
@@ -830,44 +826,21 @@ int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline)
     return 0;
 }
 
-ssize_t weir_tls_frame_read(weir_tls *t, weir_frame_parser *p, weir_frame *out, int64_t deadline)
+static ssize_t tls_source(void *arg, void *buf, size_t len, int64_t deadline)
 {
-    if (!t || !p || !out)
-        return -EINVAL;
-    out->data = NULL;
-    out->len = 0;
-    if (!fiber_caller())
-        return -EINVAL;
-    for (;;) {
-        void *buf;
-        ssize_t room = weir_frame_parser_space(p, &buf);
-        if (room < 0)
-            return room;
-        /* At most what the frame still needs: the rest stays in OpenSSL. */
-        ssize_t n = weir_tls_read(t, buf, (size_t)room, deadline);
-        if (n < 0)
-            return n; /* the parser keeps what arrived before */
-        if (n == 0)
-            return weir_frame_parser_eof(p);
-        int r = weir_frame_parser_commit(p, (size_t)n, out);
-        if (r < 0)
-            return r;
-        if (r > 0)
-            return (ssize_t)out->len;
-    }
+    return weir_tls_read(arg, buf, len, deadline);
 }
 
-static uint32_t get_be32(const void *p)
+ssize_t weir_tls_frame_read(weir_tls *t, weir_frame_parser *p, weir_frame *out, int64_t deadline)
 {
-    const uint8_t *b = p;
-    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+    if (!t)
+        return -EINVAL;
+    return weir__frame_read_from(tls_source, t, p, out, deadline);
 }
 
 int weir_tls_frame_write(weir_tls *t, const void *frame, size_t len, int64_t deadline)
 {
-    if (!frame || len <= WEIR_FRAME_HEADER || len - WEIR_FRAME_HEADER > UINT32_MAX)
-        return -EINVAL;
-    if (get_be32(frame) != len - WEIR_FRAME_HEADER)
+    if (weir__frame_check(frame, len) < 0)
         return -EINVAL;
     return weir_tls_write(t, frame, len, deadline);
 }
@@ -876,7 +849,7 @@ int weir_tls_shutdown(weir_tls *t, int64_t deadline)
 {
     if (!t)
         return -EINVAL;
-    if (!fiber_caller())
+    if (!weir__frame_fiber_caller())
         return -EINVAL;
     int r = run(t, OP_SHUTDOWN, do_shutdown, NULL, deadline);
     return r < 0 ? r : 0;
