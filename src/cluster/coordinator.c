@@ -1968,10 +1968,12 @@ static intptr_t etcd_keepalive_main(void *arg)
             weir__log(WEIR__LOG_WARN, LOG, "etcd keepalive: %s (retrying)", msg);
             continue;
         }
+        pthread_mutex_lock(&c->mu); /* the pipe is no synchronization TSan sees */
         snprintf(c->step_down_why, sizeof(c->step_down_why), "%s",
                  e == -ESTALE ? "etcd says this leader's lease is gone (it expired while the "
                                 "coordinator was frozen or cut off): another leads now"
                               : "etcd has not answered for a whole lease TTL");
+        pthread_mutex_unlock(&c->mu);
         weir__log(WEIR__LOG_ERROR, LOG, "stepping down, epoch %" PRIu64 ": %s (%s)", c->epoch,
                   c->step_down_why, msg);
         char b = 1;
@@ -2178,8 +2180,10 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         if (c->etcd && !weir_scope_spawn(
                            c->scope, etcd_keepalive_main, c,
                            &(weir_spawn_opts){.name = "cluster etcd lease", .stack_size = FIBER})) {
+            pthread_mutex_lock(&c->mu);
             snprintf(c->step_down_why, sizeof(c->step_down_why),
                      "could not start the lease's keepalive");
+            pthread_mutex_unlock(&c->mu);
             char b = 1;
             (void)!write(c->step_down[1], &b, 1);
         }
@@ -2197,10 +2201,10 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
              * coordinator, and the workers find the leader in ha_dir. */
             pthread_mutex_lock(&c->mu);
             c->stopping = 1;
-            pthread_mutex_unlock(&c->mu);
             e = -ESTALE;
             snprintf(msg, cap, "lost the leadership (epoch %" PRIu64 "): %s", c->epoch,
                      c->step_down_why);
+            pthread_mutex_unlock(&c->mu);
         } else {
             weir__log(WEIR__LOG_INFO, LOG, "shutting down");
             /* Shutdown: every job's subtasks are cancelled (not drained); what
