@@ -27,6 +27,7 @@
 #include "cli/cli.h"
 #include "cluster/client.h"
 #include "cluster/ha.h"
+#include "rt/rt_int.h"
 #include "weir/rt.h"
 #include "weir/state.h"
 
@@ -193,6 +194,8 @@ typedef struct cmd_state {
     uint64_t job; /* cancel */
     weir__cli_tls tls;
     weir_tls_ctx *tls_ctx; /* NULL: plain TCP */
+    const char *ha_dir;    /* the leader was found there (submit follows it) */
+    uint64_t epoch;        /* the leader's when found */
 } cmd_state;
 static cmd_state g;
 
@@ -220,6 +223,8 @@ static int pick_coordinator(const char *cmd, const char *flag, const char *ha_di
         }
         snprintf(leader, sizeof(leader), strchr(l.host, ':') ? "[%s]:%d" : "%s:%d", l.host, l.port);
         flag = leader;
+        g.ha_dir = ha_dir;
+        g.epoch = l.epoch;
     }
     const char *env = getenv("WEIR_COORDINATOR");
     g.coordinator = flag ? flag : env && *env ? env : NULL;
@@ -273,6 +278,98 @@ static void print_summary(uint64_t id, const weir__cl_job_completed *d)
                       "weir submit: job %" PRIu64, id);
 }
 
+/* s with control bytes shown as '?' (the coordinator's text goes to a
+ * terminal), at most cap - 1 bytes. */
+static const char *printable(const char *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap; n++)
+        buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+    buf[n] = '\0';
+    return buf;
+}
+
+typedef struct leader_read {
+    const char *dir;
+    weir__ha_leader l;
+    char msg[512];
+} leader_read;
+
+static intptr_t leader_job(void *arg)
+{
+    leader_read *r = arg;
+    return weir__ha_read_leader(r->dir, &r->l, r->msg, sizeof(r->msg));
+}
+
+/* How long weir submit --ha-dir looks for a next leader that lists the
+ * job before it gives up. */
+#define FOLLOW_MS 120000
+
+/* With --ha-dir, after the connection to the job's leader ended: find
+ * each next leader in the directory and ask it for job id until it has
+ * ended, reconnecting as leaders change. Its state and message into *st
+ * and why[cap] (CLI_OK), or CLI_FAILED with msg when no leader listed the
+ * job for FOLLOW_MS. */
+static int follow_job(uint64_t id, uint8_t *st, char *why, size_t wcap, char *msg, size_t cap)
+{
+    int64_t give_up = weir_time_after_ms(FOLLOW_MS);
+    uint64_t epoch = g.epoch;
+    weir__client *c = NULL;
+    char where[WEIR_CLUSTER_HOST_MAX + 16] = "";
+    snprintf(msg, cap, "no coordinator leads in %s", g.ha_dir);
+    while (weir_time_now() < give_up) {
+        if (weir_time_sleep(200 * WEIR_MSEC) < 0)
+            break;
+        if (!c) {
+            leader_read r = {.dir = g.ha_dir}; /* file system calls: on the pool */
+            const weir__ha_leader *lp = &r.l;
+            if (weir__blocking_run_shielded(leader_job, &r) != 0 || lp->port == 0 ||
+                lp->epoch <= epoch)
+                continue; /* no next leader (listening) yet */
+            weir__ha_leader l = *lp;
+            snprintf(where, sizeof(where), strchr(l.host, ':') ? "[%s]:%d" : "%s:%d", l.host,
+                     l.port);
+            char name[32];
+            snprintf(name, sizeof(name), "weir %s", g.cmd);
+            if (weir__client_open(where, name, g.tls_ctx,
+                                  weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), &c, msg, cap) < 0)
+                continue;
+            epoch = l.epoch;
+            weir__cli_errf(g.cmd,
+                           "job %" PRIu64 ": following it to the leader at %s (epoch %" PRIu64 ")",
+                           id, where, epoch);
+        }
+        weir__cl_job_list jl;
+        if (weir__client_list(c, &jl, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), msg, cap) < 0) {
+            weir__client_close(c); /* that leader went too: find the next */
+            c = NULL;
+            continue;
+        }
+        int found = 0, ended = 0;
+        for (size_t i = 0; i < jl.jobs.n; i++) {
+            const weir__cl_job_info *ji = &jl.jobs.v[i];
+            if (ji->id != id)
+                continue;
+            found = 1;
+            ended = ji->state == WEIR__CL_JOB_SUCCEEDED || ji->state == WEIR__CL_JOB_FAILED ||
+                    ji->state == WEIR__CL_JOB_CANCELLED;
+            *st = ji->state;
+            snprintf(why, wcap, "%s", ji->message ? ji->message : "");
+        }
+        weir__client_list_free(&jl);
+        if (ended) {
+            weir__client_close(c);
+            return CLI_OK;
+        }
+        if (found)
+            give_up = weir_time_after_ms(FOLLOW_MS); /* it runs: follow it for as long */
+        else
+            snprintf(msg, cap, "the leader at %s does not list job %" PRIu64 " (yet)", where, id);
+    }
+    weir__client_close(c);
+    return CLI_FAILED;
+}
+
 static int submit_main(int argc, char **argv)
 {
     (void)argc;
@@ -306,6 +403,22 @@ static int submit_main(int argc, char **argv)
     weir__cl_job_completed d;
     e = weir__client_wait(c, id, &d, WEIR_FOREVER, msg, sizeof(msg));
     weir__client_close(c);
+    if (e < 0 && g.ha_dir && e != -ECANCELED) {
+        /* The leader went; the job goes on under the next one. */
+        weir__cli_errf(g.cmd, "job %" PRIu64 ": %s; looking for the next leader in %s", id, msg,
+                       g.ha_dir);
+        uint8_t st = 0;
+        char why[WEIR_CLUSTER_MESSAGE_MAX + 1] = "";
+        if (follow_job(id, &st, why, sizeof(why), msg, sizeof(msg)) != CLI_OK) {
+            weir__cli_errf(g.cmd, "job %" PRIu64 ": %s", id, msg);
+            return CLI_FAILED;
+        }
+        char shown[WEIR_CLUSTER_MESSAGE_MAX + 1];
+        printable(why, shown, sizeof(shown));
+        weir__cli_errf(g.cmd, "job %" PRIu64 " %s%s%s", id, weir__cl_job_state_name(st),
+                       shown[0] ? ": " : "", shown);
+        return st == WEIR__CL_JOB_SUCCEEDED ? CLI_OK : CLI_FAILED;
+    }
     if (e < 0) {
         weir__cli_errf(g.cmd, "job %" PRIu64 ": %s", id, msg);
         return CLI_FAILED;
@@ -435,17 +548,6 @@ int weir__cli_submit(int argc, char **argv)
 }
 
 /* ---- jobs -------------------------------------------------------------------------------- */
-
-/* s with control bytes shown as '?' (the coordinator's text goes to a
- * terminal), at most cap - 1 bytes. */
-static const char *printable(const char *s, char *buf, size_t cap)
-{
-    size_t n = 0;
-    for (; s[n] && n + 1 < cap; n++)
-        buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
-    buf[n] = '\0';
-    return buf;
-}
 
 static const char *utc(uint64_t ms, char *buf, size_t cap)
 {

@@ -818,8 +818,15 @@ intptr_t weir__coord_job_main(void *arg)
     pthread_mutex_unlock(&c->mu);
     weir__coord_job_ended(J);
     /* The state is final before the submitter hears of it (a ListJobs it
-     * sends next shows the end). */
-    send_completed(cl, &jc);
+     * sends next shows the end). A job cancelled because this leader
+     * stops is not over: the next leader runs it on, and the submitter
+     * hears nothing but the connection's end (weir submit --ha-dir then
+     * follows the job to the next leader). */
+    pthread_mutex_lock(&c->mu);
+    int handed_on = c->ha && c->stopping && J->state == WEIR__CL_JOB_CANCELLED;
+    pthread_mutex_unlock(&c->mu);
+    if (!handed_on)
+        send_completed(cl, &jc);
     if (cl)
         weir__coord_client_unref(cl);
     ev x;

@@ -24,7 +24,8 @@
 #     standby ends it at once with exit 0;
 #   - SIGTERM of the leader under a checkpointed job: it exits 0 and
 #     leaves the job's record, the next leader runs the job on to exactly
-#     `weir run`'s output;
+#     `weir run`'s output, and the waiting `weir submit --ha-dir` follows
+#     the job to it and exits 0 with its end;
 #   - the leader and a worker SIGKILLed together under a checkpointed job
 #     that needs both workers' slots: the next leader records the restore
 #     point and its first checkpoint id in the job's record, parks the job
@@ -258,7 +259,8 @@ wait_for 20 grep -q "standing by" "$tmp/e.out" || fail "coordinator e did not st
 "$weir" submit "$plugin" --ha-dir "$ha" --parallelism 2 \
     --checkpoint-dir "$tmp/ckpt4" --checkpoint-interval-ms 100 -- "$tmp/out4" $n \
     >"$tmp/submit4.out" 2>"$tmp/submit4.log" &
-pids="$pids $!"
+sub4=$!
+pids="$pids $sub4"
 wait_for 20 test -f "$ha/jobs/4.json" || fail "job 4's record is not in $ha/jobs"
 has_completed4() {
     for f in "$tmp"/ckpt4/COMPLETED-*; do
@@ -278,6 +280,14 @@ wait_for 30 grep -q "job 4 (eo) recovered" "$tmp/e.log" || fail "e did not recov
 wait_for 120 grep -q '"state":"succeeded"' "$ha/history/4.json" || fail "job 4 did not succeed"
 cat "$tmp"/out4/part-* 2>/dev/null | sort >"$tmp/got4"
 cmp -s "$tmp/got4" "$tmp/want" || fail "job 4's output differs from weir run's"
+# Its weir submit (--ha-dir) was not told the job was cancelled: it
+# followed the job to e and reports its end there.
+rc=0
+wait "$sub4" || rc=$?
+[ $rc -eq 0 ] || fail "weir submit --ha-dir did not follow job 4 (exit $rc): $(cat "$tmp/submit4.log")"
+grep -q "job 4: following it to the leader at 127.0.0.1:" "$tmp/submit4.log" ||
+    fail "weir submit does not say it followed job 4: $(cat "$tmp/submit4.log")"
+grep -q "job 4 succeeded" "$tmp/submit4.log" || fail "weir submit: $(cat "$tmp/submit4.log")"
 
 # ---- the leader and a worker SIGKILLed together: the job is parked ----
 # Job 5's four subtasks fill both workers' slots. With y gone the new
