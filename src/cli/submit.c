@@ -39,7 +39,8 @@ static const char coordinator_help_fmt[] =
     "  --coordinator HOST:PORT     the cluster's coordinator (default: $WEIR_COORDINATOR);\n"
     "                              an IPv6 address in brackets: [::1]:7000\n"
     "  --ha-dir DIR                instead, the coordinator leading in the cluster's HA\n"
-    "                              directory (its active-leader.json)\n"
+    "                              directory (its active-leader.json); a waiting submit\n"
+    "                              follows its job to the next leader\n"
     "%s"
     "  -h, --help                  this help\n";
 
