@@ -72,8 +72,8 @@ void weir_tls_ctx_free(weir_tls_ctx *ctx);
  * certificate). 0 with *out, or a negative errno with msg. fd stays the
  * caller's.
  */
-int weir_tls_connect(weir_tls_ctx *ctx, int fd, const char *host, int64_t deadline,
-                     weir_tls **out, char *msg, size_t cap);
+int weir_tls_connect(weir_tls_ctx *ctx, int fd, const char *host, int64_t deadline, weir_tls **out,
+                     char *msg, size_t cap);
 /* Handshake as a server on fd, an accepted connection. As above. */
 int weir_tls_accept(weir_tls_ctx *ctx, int fd, int64_t deadline, weir_tls **out, char *msg,
                     size_t cap);
@@ -86,8 +86,7 @@ ssize_t weir_tls_read(weir_tls *t, void *buf, size_t len, int64_t deadline);
 /* All len bytes: 0 or a negative errno (part may have been sent). */
 int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline);
 /* Frames over TLS: as weir_frame_read / weir_frame_write (weir/net.h). */
-ssize_t weir_tls_frame_read(weir_tls *t, weir_frame_parser *p, weir_frame *out,
-                            int64_t deadline);
+ssize_t weir_tls_frame_read(weir_tls *t, weir_frame_parser *p, weir_frame *out, int64_t deadline);
 int weir_tls_frame_write(weir_tls *t, const void *frame, size_t len, int64_t deadline);
 
 /* Send close_notify (best effort, under deadline). 0 or a negative errno. */
