@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,31 @@ const char weir__cli_tls_client_help[] =
     "                              this side's certificate and key, for a coordinator\n"
     "                              that asks for one (--tls-client-ca)\n"
     "  --tls-no-verify-hostname    accept a certificate that does not name the host\n";
+
+int weir__cli_tls_flag(const char *name, const char *val, weir__cli_tls *t)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } files[] = {
+        {"--tls-cert", offsetof(weir__cli_tls, cert)},
+        {"--tls-key", offsetof(weir__cli_tls, key)},
+        {"--tls-client-ca", offsetof(weir__cli_tls, client_ca)},
+        {"--tls-ca", offsetof(weir__cli_tls, ca)},
+        {"--tls-client-cert", offsetof(weir__cli_tls, client_cert)},
+        {"--tls-client-key", offsetof(weir__cli_tls, client_key)},
+    };
+    if (strcmp(name, "--tls-no-verify-hostname") == 0) {
+        t->no_verify_hostname = 1;
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (strcmp(name, files[i].name) == 0) {
+            *(const char **)((char *)t + files[i].off) = val;
+            return 1;
+        }
+    return 0;
+}
 
 int weir__cli_tls_check(const char *cmd, const weir__cli_tls *t, int server)
 {

@@ -102,6 +102,10 @@ typedef struct weir__cli_tls {
     const char *ca, *client_cert, *client_key; /* a worker's, a client's */
     int no_verify_hostname;
 } weir__cli_tls;
+/* Flag name's value into t when name is one of the TLS flags above (val:
+ * its value; none for --tls-no-verify-hostname): 1, else 0. Every command
+ * taking them parses them so. */
+int weir__cli_tls_flag(const char *name, const char *val, weir__cli_tls *t);
 /* The usage lines of a worker's or a client's TLS flags. */
 extern const char weir__cli_tls_client_help[];
 /* An incoherent combination for a server (server) or a client side:

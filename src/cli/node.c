@@ -210,13 +210,7 @@ enum {
     N_ETCD,
     N_ETCD_CLUSTER,
     N_ETCD_TTL,
-    N_TLS_CERT,
-    N_TLS_KEY,
-    N_TLS_CLIENT_CA,
-    N_TLS_CA,
-    N_TLS_CLIENT_CERT,
-    N_TLS_CLIENT_KEY,
-    N_TLS_NO_VERIFY,
+    N_TLS, /* one of the TLS flags: weir__cli_tls_flag */
     /* The coordinator's settings (coord_settings) from here on. */
     N_HEARTBEAT,
     N_WATCHDOG,
@@ -245,13 +239,13 @@ static const weir__cli_flag node_flags[] = {
     {"--etcd-endpoints", N_ETCD, 1},
     {"--etcd-cluster", N_ETCD_CLUSTER, 1},
     {"--etcd-lease-ttl-s", N_ETCD_TTL, 1},
-    {"--tls-cert", N_TLS_CERT, 1},
-    {"--tls-key", N_TLS_KEY, 1},
-    {"--tls-client-ca", N_TLS_CLIENT_CA, 1},
-    {"--tls-ca", N_TLS_CA, 1},
-    {"--tls-client-cert", N_TLS_CLIENT_CERT, 1},
-    {"--tls-client-key", N_TLS_CLIENT_KEY, 1},
-    {"--tls-no-verify-hostname", N_TLS_NO_VERIFY, 0},
+    {"--tls-cert", N_TLS, 1},
+    {"--tls-key", N_TLS, 1},
+    {"--tls-client-ca", N_TLS, 1},
+    {"--tls-ca", N_TLS, 1},
+    {"--tls-client-cert", N_TLS, 1},
+    {"--tls-client-key", N_TLS, 1},
+    {"--tls-no-verify-hostname", N_TLS, 0},
     {"--heartbeat-timeout-ms", N_HEARTBEAT, 1},
     {"--watchdog-interval-ms", N_WATCHDOG, 1},
     {"--outbound-stall-timeout-ms", N_STALL, 1},
@@ -263,22 +257,6 @@ static const weir__cli_flag node_flags[] = {
     {"-h", N_HELP, 0},
 };
 
-#define DAY_MS 86400000
-/* Each coordinator setting's range. The outbound bounds take 0, which the
- * check refuses with its reason rather than the parser with a range. */
-static const struct {
-    int id;
-    int64_t lo, hi;
-} ranges[] = {
-    {N_HEARTBEAT, 1, DAY_MS},
-    {N_WATCHDOG, 1, DAY_MS},
-    {N_STALL, -DAY_MS, DAY_MS},
-    {N_DRAIN, 1, DAY_MS},
-    {N_CTL_FRAMES, 0, 1000000000},
-    {N_CTL_BYTES, 0, (int64_t)1 << 40},
-    {N_BULK_BYTES, 0, (int64_t)1 << 40},
-};
-
 /* The coordinator's liveness and outbound settings, each as given or its
  * default (docs/cluster.md, "Settings and lint"). */
 typedef struct coord_settings {
@@ -286,26 +264,22 @@ typedef struct coord_settings {
     int64_t ctl_frames, ctl_bytes, bulk_bytes;
 } coord_settings;
 
-static int64_t *setting(coord_settings *s, int id)
-{
-    switch (id) {
-    case N_HEARTBEAT:
-        return &s->heartbeat_ms;
-    case N_WATCHDOG:
-        return &s->watchdog_ms;
-    case N_STALL:
-        return &s->stall_ms;
-    case N_DRAIN:
-        return &s->drain_ms;
-    case N_CTL_FRAMES:
-        return &s->ctl_frames;
-    case N_CTL_BYTES:
-        return &s->ctl_bytes;
-    case N_BULK_BYTES:
-        return &s->bulk_bytes;
-    }
-    return NULL;
-}
+#define DAY_MS 86400000
+/* Each setting's flag, field and range. The outbound bounds take 0, which
+ * the check refuses with its reason rather than the parser with a range. */
+static const struct {
+    int id;
+    size_t off;
+    int64_t lo, hi;
+} settings[] = {
+    {N_HEARTBEAT, offsetof(coord_settings, heartbeat_ms), 1, DAY_MS},
+    {N_WATCHDOG, offsetof(coord_settings, watchdog_ms), 1, DAY_MS},
+    {N_STALL, offsetof(coord_settings, stall_ms), -DAY_MS, DAY_MS},
+    {N_DRAIN, offsetof(coord_settings, drain_ms), 1, DAY_MS},
+    {N_CTL_FRAMES, offsetof(coord_settings, ctl_frames), 0, 1000000000},
+    {N_CTL_BYTES, offsetof(coord_settings, ctl_bytes), 0, (int64_t)1 << 40},
+    {N_BULK_BYTES, offsetof(coord_settings, bulk_bytes), 0, (int64_t)1 << 40},
+};
 
 /* A parsed command line. */
 typedef struct node_cmdline {
@@ -399,7 +373,7 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
     l->set = (coord_settings){WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS,
                               WEIR_CLUSTER_WATCHDOG_MS,
                               WEIR__OUTBOX_STALL_MS,
-                              120000,
+                              WEIR__COORD_DRAIN_MS,
                               WEIR_CLUSTER_BACKLOG_FRAMES,
                               WEIR_CLUSTER_BACKLOG_BYTES,
                               WEIR__OUTBOX_DEPLOY_BYTES};
@@ -416,12 +390,13 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         if (weir__cli_flag_next(cmd, node_flags, sizeof(node_flags) / sizeof(node_flags[0]), 0,
                                 argc, argv, &i, &f, &v))
             return CLI_USAGE;
-        int64_t *set = setting(&l->set, f->id);
-        if (set) {
-            for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++)
-                if (ranges[k].id == f->id &&
-                    weir__cli_parse_num(cmd, f->name, v, ranges[k].lo, ranges[k].hi, set))
-                    return CLI_USAGE;
+        size_t k = 0;
+        while (k < sizeof(settings) / sizeof(settings[0]) && settings[k].id != f->id)
+            k++;
+        if (k < sizeof(settings) / sizeof(settings[0])) {
+            if (weir__cli_parse_num(cmd, f->name, v, settings[k].lo, settings[k].hi,
+                                    (int64_t *)((char *)&l->set + settings[k].off)))
+                return CLI_USAGE;
             l->coord_flags++;
             continue;
         }
@@ -481,26 +456,8 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         case N_ETCD_TTL:
             l->etcd_ttl = v;
             break;
-        case N_TLS_CERT:
-            l->tls.cert = v;
-            break;
-        case N_TLS_KEY:
-            l->tls.key = v;
-            break;
-        case N_TLS_CLIENT_CA:
-            l->tls.client_ca = v;
-            break;
-        case N_TLS_CA:
-            l->tls.ca = v;
-            break;
-        case N_TLS_CLIENT_CERT:
-            l->tls.client_cert = v;
-            break;
-        case N_TLS_CLIENT_KEY:
-            l->tls.client_key = v;
-            break;
-        case N_TLS_NO_VERIFY:
-            l->tls.no_verify_hostname = 1;
+        case N_TLS:
+            weir__cli_tls_flag(f->name, v, &l->tls);
             break;
         }
     }

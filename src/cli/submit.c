@@ -27,7 +27,6 @@
 #include "cli/cli.h"
 #include "cluster/client.h"
 #include "cluster/ha.h"
-#include "rt/rt_int.h"
 #include "weir/rt.h"
 #include "weir/state.h"
 
@@ -133,17 +132,13 @@ enum {
     F_STATE,
     F_RESTARTS,
     F_DETACH,
-    F_TLS_CA,
-    F_TLS_CERT,
-    F_TLS_KEY,
-    F_TLS_NO_VERIFY,
+    F_TLS, /* one of the client's TLS flags: weir__cli_tls_flag */
     F_HELP
 };
 #define TLS_FLAGS                                                                                  \
-    {"--tls-ca", F_TLS_CA, 1}, {"--tls-client-cert", F_TLS_CERT, 1},                               \
-        {"--tls-client-key", F_TLS_KEY, 1},                                                        \
+    {"--tls-ca", F_TLS, 1}, {"--tls-client-cert", F_TLS, 1}, {"--tls-client-key", F_TLS, 1},       \
     {                                                                                              \
-        "--tls-no-verify-hostname", F_TLS_NO_VERIFY, 0                                             \
+        "--tls-no-verify-hostname", F_TLS, 0                                                       \
     }
 static const weir__cli_flag submit_flags[] = {
     {"--coordinator", F_COORD, 1},
@@ -166,26 +161,6 @@ static const weir__cli_flag coord_flags[] = {
     {"--help", F_HELP, 0},         {"-h", F_HELP, 0},
 };
 
-/* A TLS flag into t: 1 when f was one. */
-static int tls_flag(const weir__cli_flag *f, const char *val, weir__cli_tls *t)
-{
-    switch (f->id) {
-    case F_TLS_CA:
-        t->ca = val;
-        return 1;
-    case F_TLS_CERT:
-        t->client_cert = val;
-        return 1;
-    case F_TLS_KEY:
-        t->client_key = val;
-        return 1;
-    case F_TLS_NO_VERIFY:
-        t->no_verify_hostname = 1;
-        return 1;
-    }
-    return 0;
-}
-
 /* Handed from the command to the runtime's main fiber. */
 typedef struct cmd_state {
     const char *cmd;
@@ -203,6 +178,12 @@ static cmd_state g;
 /* The coordinator given, the one leading in the HA directory, or
  * WEIR_COORDINATOR, checked. CLI_OK, CLI_USAGE or CLI_FAILED (no leader
  * to be found; printed). */
+/* The leader's HOST:PORT, an IPv6 address in brackets. */
+static void leader_addr(const weir__ha_leader *l, char *buf, size_t cap)
+{
+    snprintf(buf, cap, strchr(l->host, ':') ? "[%s]:%d" : "%s:%d", l->host, l->port);
+}
+
 static int pick_coordinator(const char *cmd, const char *flag, const char *ha_dir)
 {
     static char leader[WEIR_CLUSTER_HOST_MAX + 16];
@@ -222,7 +203,7 @@ static int pick_coordinator(const char *cmd, const char *flag, const char *ha_di
             weir__cli_errf(cmd, "--ha-dir: %s", msg);
             return CLI_FAILED;
         }
-        snprintf(leader, sizeof(leader), strchr(l.host, ':') ? "[%s]:%d" : "%s:%d", l.host, l.port);
+        leader_addr(&l, leader, sizeof(leader));
         flag = leader;
         g.ha_dir = ha_dir;
         g.epoch = l.epoch;
@@ -258,12 +239,18 @@ static int run_cmd(int (*fn)(int, char **))
     return rc;
 }
 
-static int open_client(weir__client **c, char *msg, size_t cap)
+/* A client of the coordinator at addr, named after the command. */
+static int connect_to(const char *addr, weir__client **c, char *msg, size_t cap)
 {
     char name[32];
     snprintf(name, sizeof(name), "weir %s", g.cmd);
-    if (weir__client_open(g.coordinator, name, g.tls_ctx,
-                          weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c, msg, cap) < 0) {
+    return weir__client_open(addr, name, g.tls_ctx, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c,
+                             msg, cap);
+}
+
+static int open_client(weir__client **c, char *msg, size_t cap)
+{
+    if (connect_to(g.coordinator, c, msg, cap) < 0) {
         weir__cli_errf(g.cmd, "%s", msg);
         return CLI_FAILED;
     }
@@ -290,18 +277,6 @@ static const char *printable(const char *s, char *buf, size_t cap)
     return buf;
 }
 
-typedef struct leader_read {
-    const char *dir;
-    weir__ha_leader l;
-    char msg[512];
-} leader_read;
-
-static intptr_t leader_job(void *arg)
-{
-    leader_read *r = arg;
-    return weir__ha_read_leader(r->dir, &r->l, r->msg, sizeof(r->msg));
-}
-
 /* How long weir submit --ha-dir looks for a next leader that lists the
  * job before it gives up. */
 #define FOLLOW_MS 120000
@@ -322,18 +297,13 @@ static int follow_job(uint64_t id, uint8_t *st, char *why, size_t wcap, char *ms
         if (weir_time_sleep(200 * WEIR_MSEC) < 0)
             break;
         if (!c) {
-            leader_read r = {.dir = g.ha_dir}; /* file system calls: on the pool */
-            const weir__ha_leader *lp = &r.l;
-            if (weir__blocking_run_shielded(leader_job, &r) != 0 || lp->port == 0 ||
-                lp->epoch <= epoch)
+            weir__ha_leader l;
+            char lmsg[512];
+            if (weir__ha_read_leader_pooled(g.ha_dir, &l, lmsg, sizeof(lmsg)) != 0 || l.port == 0 ||
+                l.epoch <= epoch)
                 continue; /* no next leader (listening) yet */
-            weir__ha_leader l = *lp;
-            snprintf(where, sizeof(where), strchr(l.host, ':') ? "[%s]:%d" : "%s:%d", l.host,
-                     l.port);
-            char name[32];
-            snprintf(name, sizeof(name), "weir %s", g.cmd);
-            if (weir__client_open(where, name, g.tls_ctx,
-                                  weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), &c, msg, cap) < 0)
+            leader_addr(&l, where, sizeof(where));
+            if (connect_to(where, &c, msg, cap) < 0)
                 continue;
             epoch = l.epoch;
             weir__cli_errf(g.cmd,
@@ -460,9 +430,10 @@ int weir__cli_submit(int argc, char **argv)
                                 1, argc, argv, &i, &f, &val))
             return CLI_USAGE;
         int64_t v;
-        if (tls_flag(f, val, &g.tls))
-            continue;
         switch (f->id) {
+        case F_TLS:
+            weir__cli_tls_flag(f->name, val, &g.tls);
+            break;
         case F_HELP:
             usage_submit(stdout);
             return CLI_OK;
@@ -639,9 +610,9 @@ static int parse_coord_only(const char *cmd, int argc, char **argv, const char *
             return CLI_USAGE;
         if (f->id == F_HELP)
             return -1;
-        if (tls_flag(f, val, &g.tls))
-            continue;
-        if (f->id == F_HADIR)
+        if (f->id == F_TLS)
+            weir__cli_tls_flag(f->name, val, &g.tls);
+        else if (f->id == F_HADIR)
             ha_dir = val;
         else
             coord = val;

@@ -544,6 +544,26 @@ typedef struct totals {
     uint32_t sources, sinks;
 } totals;
 
+/* Between two tries of an attempt that cannot start yet: wait ms for a
+ * cancellation. 0 none came (try again; any other event is dropped, no
+ * attempt runs to take it), A_CANCELLED a client's or the stop's, its
+ * reason in a->why, or a negative errno: the wait itself was cancelled
+ * (this coordinator is going away). */
+static int wait_cancel(cjob *J, attempt *a, int64_t ms)
+{
+    ev x;
+    int r = weir_chan_recv(J->events, &x, weir_time_after_ms(ms));
+    if (r == -ETIMEDOUT)
+        return 0;
+    if (r != 0)
+        return r;
+    int cancel = x.kind == EV_CANCEL;
+    if (cancel)
+        snprintf(a->why, sizeof(a->why), "%s", x.message ? x.message : "cancelled");
+    weir__coord_ev_free(&x);
+    return cancel ? A_CANCELLED : 0;
+}
+
 /* One attempt: 0 with the outcome, the cause of a loss in cause. */
 static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, totals *t, char *cause,
                        size_t cap)
@@ -563,16 +583,8 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                       a->why);
         while (e == -ENOSPC && weir_time_now() < deadline) {
             attempt_free(J, a);
-            ev x;
-            int r = weir_chan_recv(J->events, &x, weir_time_after_ms(500));
-            if (r == 0) {
-                int cancel = x.kind == EV_CANCEL;
-                weir__coord_ev_free(&x);
-                if (cancel)
-                    return A_CANCELLED;
-            } else if (r != -ETIMEDOUT) {
+            if (wait_cancel(J, a, 500))
                 return A_CANCELLED;
-            }
             e = attempt_prepare(J, a);
         }
     }
@@ -610,19 +622,11 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                       "job %" PRIu64 " waits for its directories: %s (a leader this one "
                       "replaced that has not exited yet: it lets go when it steps down or dies)",
                       J->id, weir_job_error(a->j));
-        ev x;
-        int rr = weir_chan_recv(J->events, &x, weir_time_after_ms(200));
-        if (rr == 0) {
-            int cancel = x.kind == EV_CANCEL;
-            if (cancel)
-                snprintf(a->why, sizeof(a->why), "%s", x.message ? x.message : "cancelled");
-            weir__coord_ev_free(&x);
-            if (cancel)
-                return A_CANCELLED;
-        } else if (rr != -ETIMEDOUT) {
+        int w = wait_cancel(J, a, 200);
+        if (w < 0)
             snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+        if (w)
             return A_CANCELLED;
-        }
         /* A job that failed to begin keeps its error: define it again. */
         attempt_free(J, a);
         if (attempt_prepare(J, a) != 0)

@@ -1990,11 +1990,6 @@ static int etcd_try_lead(coord *c, char *msg, size_t cap)
 {
     char value[WEIR_CLUSTER_HOST_MAX + 64];
     snprintf(value, sizeof(value), "%s pid %ld", c->host, (long)getpid());
-    /* A standby's lease is renewed before each campaign: one it won with
-     * would otherwise be as old as the standby's wait, and might expire
-     * before the first keepalive. A lease gone is granted again. */
-    if (weir__etcd_lease(c->etcd) && weir__etcd_keepalive(c->etcd, NULL, msg, cap) == -ECANCELED)
-        return -ECANCELED;
     uint64_t epoch = 0;
     int e = weir__etcd_campaign(c->etcd, c->etcd_key, value, &epoch, NULL, 0, msg, cap);
     if (e != 1)
@@ -2102,7 +2097,7 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
         o->heartbeat_timeout_ms > 0 ? o->heartbeat_timeout_ms : WEIR_CLUSTER_HEARTBEAT_TIMEOUT_MS;
     c->wd_ms = o->watchdog_ms > 0 ? o->watchdog_ms : WEIR_CLUSTER_WATCHDOG_MS;
     c->stall_ms = o->stall_ms ? o->stall_ms : WEIR__OUTBOX_STALL_MS;
-    c->drain_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : 120000;
+    c->drain_ms = o->drain_timeout_ms > 0 ? o->drain_timeout_ms : WEIR__COORD_DRAIN_MS;
     c->window_ms = o->restart_window_ms > 0 ? o->restart_window_ms : 600000;
     c->adm_cap =
         o->max_pending_connections > 0 ? (size_t)o->max_pending_connections : WEIR__ADM_MAX_PENDING;

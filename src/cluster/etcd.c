@@ -686,6 +686,15 @@ int weir__etcd_campaign(weir__etcd *e, const char *key, const char *value, uint6
         rc = fail(msg, cap, -ENOMEM, "etcd: out of memory");
         goto out;
     }
+    /* A lease held while not leading is renewed first: one won with would
+     * otherwise be as old as the wait since its grant, and might expire
+     * before the new leader's first keepalive. A lease etcd no longer has
+     * is dropped here (-ESTALE) and granted again below; any other failure
+     * is the transaction's to report. */
+    if (!e->leading && e->lease && weir__etcd_keepalive(e, NULL, msg, cap) == -ECANCELED) {
+        rc = -ECANCELED;
+        goto out;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!e->lease && (rc = grant(e, msg, cap)) < 0)
             break;

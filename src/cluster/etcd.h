@@ -66,13 +66,13 @@ void weir__etcd_close(weir__etcd *e);
  * one), for callers (and tests) that need them shorter. */
 void weir__etcd_set_timeouts(weir__etcd *e, int request_ms, int total_ms);
 
-/* Try to lead, once, without waiting: grant a lease if e holds none (or
- * the one it held has expired), then create key with value unless it
- * exists. 1: e leads (*epoch: the key's create_revision; campaigning again
- * while leading returns 1 and the same epoch). 0: another lease holds the
- * key: its value is copied to holder[holder_cap] (NULL: not copied; -ENOSPC
- * when it does not fit) and *epoch is the holder's. Negative errno with
- * msg: etcd unreachable (the last member's error), a malformed answer
+/* Try to lead, once, without waiting: renew e's lease, or grant one if e
+ * holds none (or the one it held has expired), then create key with value
+ * unless it exists: a lease won with has its whole TTL. 1: e leads (*epoch: the key's
+ * create_revision; campaigning again while leading returns 1 and the same epoch). 0: another lease
+ * holds the key: its value is copied to holder[holder_cap] (NULL: not copied; -ENOSPC when it does
+ * not fit) and *epoch is the holder's. Negative errno with msg: etcd unreachable (the last member's
+ * error), a malformed answer
  * (-EBADMSG), a refusal (-EINVAL, -EPERM, -EPROTO...). */
 int weir__etcd_campaign(weir__etcd *e, const char *key, const char *value, uint64_t *epoch,
                         char *holder, size_t holder_cap, char *msg, size_t cap);

@@ -31,6 +31,7 @@
 #include "base/afile.h"
 #include "base/alloc.h"
 #include "base/log.h"
+#include "rt/rt_int.h"
 
 #define LOG        "ha"
 #define PROBE_FILE ".lock-probe"
@@ -47,7 +48,7 @@ struct weir__ha {
     int64_t elected_ms; /* Unix time this process came to lead */
 };
 
-static int64_t wall_ms(void)
+int64_t weir__ha_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -580,7 +581,7 @@ uint64_t weir__ha_epoch(const weir__ha *ha)
 static json_t *leader_obj(const weir__ha *ha, int port)
 {
     return json_pack("{s:s, s:i, s:I, s:I}", "host", ha->host, "port", port, "time_ms",
-                     (json_int_t)wall_ms(), "elected_ms", (json_int_t)ha->elected_ms);
+                     (json_int_t)weir__ha_wall_ms(), "elected_ms", (json_int_t)ha->elected_ms);
 }
 
 int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg, size_t cap)
@@ -598,7 +599,7 @@ int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg
         return e;
     }
     snprintf(ha->host, sizeof(ha->host), "%s", host);
-    ha->elected_ms = wall_ms();
+    ha->elected_ms = weir__ha_wall_ms();
     json_t *o = leader_obj(ha, 0);
     uint64_t ep = 0;
     int e = o ? weir__ha_cas_write(ha->leader, 0, o, &ep, msg, cap) : -ENOMEM;
@@ -621,7 +622,7 @@ int weir__ha_lead_at(weir__ha *ha, const char *host, uint64_t epoch, char *msg, 
     if (ha->leading && ha->epoch == epoch)
         return 0;
     snprintf(ha->host, sizeof(ha->host), "%s", host);
-    ha->elected_ms = wall_ms();
+    ha->elected_ms = weir__ha_wall_ms();
     json_t *o = leader_obj(ha, 0);
     uint64_t stored = 0;
     int e = o ? weir__ha_cas_write(ha->leader, epoch, o, &stored, msg, cap) : -ENOMEM;
@@ -654,6 +655,25 @@ int weir__ha_announce(weir__ha *ha, int port, char *msg, size_t cap)
     int e = weir__ha_cas_write(ha->leader, ha->epoch, o, NULL, msg, cap);
     json_decref(o);
     return e;
+}
+
+typedef struct leader_read {
+    const char *dir;
+    weir__ha_leader *out;
+    char *msg;
+    size_t cap;
+} leader_read;
+
+static intptr_t leader_job(void *arg)
+{
+    leader_read *r = arg;
+    return weir__ha_read_leader(r->dir, r->out, r->msg, r->cap);
+}
+
+int weir__ha_read_leader_pooled(const char *dir, weir__ha_leader *out, char *msg, size_t cap)
+{
+    leader_read r = {dir, out, msg, cap};
+    return (int)weir__blocking_run_shielded(leader_job, &r);
 }
 
 int weir__ha_read_leader(const char *dir, weir__ha_leader *out, char *msg, size_t cap)

@@ -43,6 +43,9 @@ void weir__cl_link_close(weir__cl_link *l);
 /* ---- the coordinator ------------------------------------------------------------------ */
 typedef struct coord weir__coord; /* a running coordinator (coord_int.h) */
 
+/* How long a restart waits for the survivors to drain, unless told. */
+#define WEIR__COORD_DRAIN_MS 120000
+
 typedef struct weir__coord_opts {
     const char *bind_host;      /* NULL: 0.0.0.0 */
     int port;                   /* 0: a free one; -1: no listener (weir__coord_admit only) */
@@ -50,7 +53,7 @@ typedef struct weir__coord_opts {
     const char *cache_dir;      /* plugin cache; NULL: a private temporary directory */
     /* 0: the defaults; stall_ms < 0: no stall verdict (outbox.h). */
     int64_t heartbeat_timeout_ms, watchdog_ms, stall_ms;
-    int64_t drain_timeout_ms;  /* a restart's drain (0: 120 s) */
+    int64_t drain_timeout_ms;  /* a restart's drain (0: WEIR__COORD_DRAIN_MS) */
     int64_t restart_window_ms; /* restarts forgiven after this clean (0: 10 min) */
     int max_restarts;          /* with checkpoints (-1: 10); without: always 0 */
     /* What each worker session's outbox may queue (outbox.h): control

@@ -718,18 +718,6 @@ static intptr_t heartbeat_main(void *arg)
 }
 
 /* ---- following the leader (ha_dir) ------------------------------------------------------ */
-typedef struct leader_read {
-    const char *dir;
-    weir__ha_leader l;
-    char msg[512];
-} leader_read;
-
-static intptr_t leader_job(void *arg)
-{
-    leader_read *r = arg;
-    return weir__ha_read_leader(r->dir, &r->l, r->msg, sizeof(r->msg));
-}
-
 /* How often a session reads the leader file, and a commit always does. */
 #define LEADER_WATCH_MS 250
 
@@ -743,13 +731,6 @@ typedef struct accepted {
     unsigned n; /* frames accepted in the session */
 } accepted;
 
-static int64_t wall_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* With ha_dir: whether the leader file names an epoch above the one this
  * session is bound to - a new leader elected while this session's
  * coordinator was frozen, say. If so the worker rebinds to it (frames of
@@ -761,25 +742,26 @@ static int leader_moved_on(worker *wk, const accepted *acc)
 {
     if (!wk->o.ha_dir || wk->o.fd_given)
         return 0;
-    leader_read r = {.dir = wk->o.ha_dir};
-    if (weir__blocking_run_shielded(leader_job, &r) != 0)
+    weir__ha_leader l;
+    char msg[512];
+    if (weir__ha_read_leader_pooled(wk->o.ha_dir, &l, msg, sizeof(msg)) != 0)
         return 0;
     pthread_mutex_lock(&wk->mu);
     uint64_t bound = wk->epoch;
-    int moved = r.l.epoch > bound;
+    int moved = l.epoch > bound;
     if (moved)
-        wk->epoch = wk->epoch_max = r.l.epoch;
+        wk->epoch = wk->epoch_max = l.epoch;
     pthread_mutex_unlock(&wk->mu);
     if (!moved)
         return 0;
     unsigned stale = 0, have = acc->n < ACCEPTED_RING ? acc->n : ACCEPTED_RING;
     for (unsigned i = 0; i < have; i++)
-        stale += acc->ms[i] > r.l.elected_ms;
+        stale += acc->ms[i] > l.elected_ms;
     atomic_fetch_add(&wk->stale, stale);
     weir__log(WEIR__LOG_WARN, LOG,
               "%s names a new leader, epoch %" PRIu64 " above this session's %" PRIu64
               ": following it%s",
-              wk->o.ha_dir, r.l.epoch, bound,
+              wk->o.ha_dir, l.epoch, bound,
               stale ? " (frames of the superseded leader were taken after it was elected)" : "");
     return 1;
 }
@@ -971,7 +953,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                 break;
             }
         } else {
-            acc.ms[acc.n++ % ACCEPTED_RING] = wall_now_ms();
+            acc.ms[acc.n++ % ACCEPTED_RING] = weir__ha_wall_ms();
             switch (f.kind) {
             case WEIR_CLUSTER_DEPLOY:
                 on_deploy(wk, ob, &f.u.deploy);
@@ -1187,35 +1169,36 @@ static int given_fd_close(const weir__worker_opts *o, int e)
  * admitted). */
 static int find_leader(worker *wk, char *host, size_t cap, int *port, char *why, size_t wcap)
 {
-    leader_read r = {.dir = wk->o.ha_dir};
-    int e = (int)weir__blocking_run_shielded(leader_job, &r);
+    weir__ha_leader l;
+    char msg[512];
+    int e = weir__ha_read_leader_pooled(wk->o.ha_dir, &l, msg, sizeof(msg));
     if (e == -ENOENT) {
         snprintf(why, wcap, "no leader in %s yet", wk->o.ha_dir);
         return 0;
     }
     if (e < 0) {
-        snprintf(why, wcap, "%.*s", (int)(wcap > 1 ? wcap - 1 : 0), r.msg);
+        snprintf(why, wcap, "%.*s", (int)(wcap > 1 ? wcap - 1 : 0), msg);
         return 0;
     }
     pthread_mutex_lock(&wk->mu);
     uint64_t max = wk->epoch_max;
-    if (r.l.port > 0 && r.l.epoch >= max)
-        snprintf(wk->leader, sizeof(wk->leader), "%s:%d", r.l.host, r.l.port);
+    if (l.port > 0 && l.epoch >= max)
+        snprintf(wk->leader, sizeof(wk->leader), "%s:%d", l.host, l.port);
     pthread_mutex_unlock(&wk->mu);
-    if (r.l.port == 0) {
+    if (l.port == 0) {
         snprintf(why, wcap, "the leader in %s (epoch %" PRIu64 ") has not opened its port yet",
-                 wk->o.ha_dir, r.l.epoch);
+                 wk->o.ha_dir, l.epoch);
         return 0;
     }
-    if (r.l.epoch < max) {
+    if (l.epoch < max) {
         snprintf(why, wcap,
                  "%s names %s:%d with epoch %" PRIu64 ", below epoch %" PRIu64
                  " this worker was admitted under",
-                 wk->o.ha_dir, r.l.host, r.l.port, r.l.epoch, max);
+                 wk->o.ha_dir, l.host, l.port, l.epoch, max);
         return 0;
     }
-    snprintf(host, cap, "%s", r.l.host);
-    *port = r.l.port;
+    snprintf(host, cap, "%s", l.host);
+    *port = l.port;
     return 1;
 }
 
