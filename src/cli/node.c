@@ -36,7 +36,7 @@
 static void usage_node(FILE *f)
 {
     fputs("usage: weir node --role=coordinator [--bind-host H] [--port P] [--advertise-host H]\n"
-          "                 [--http-port P] [--cache-dir D] [--threads N]\n"
+          "                 [--http-port P [--http-static-dir DIR]] [--cache-dir D] [--threads N]\n"
           "                 [--ha-dir DIR [--ha-allow-unsafe-locks]\n"
           "                  [--etcd-endpoints URL[,URL] [--etcd-cluster NAME]\n"
           "                   [--etcd-lease-ttl-s N]]] [--max-pending-connections N]\n"
@@ -54,7 +54,9 @@ static void usage_node(FILE *f)
           "  --port P            the port (default 0: a free one, printed)\n"
           "  --advertise-host H  the host it prints (default: the bind host, or 127.0.0.1)\n"
           "  --http-port P       serve the HTTP API and /metrics on P (0: a free one), on the\n"
-          "                      bind host (default 127.0.0.1)\n"
+          "                      bind host (default 127.0.0.1), and the web console at /\n"
+          "  --http-static-dir DIR  serve the console's files from DIR instead of the ones\n"
+          "                      built in (docs/console.md)\n"
           "  --cache-dir D       where received plugins are kept, by SHA-256 (default: a\n"
           "                      private temporary directory, removed at exit)\n"
           "  --ha-dir DIR        high availability: stand for leader in DIR, shared by\n"
@@ -202,6 +204,7 @@ enum {
     N_SLOTS,
     N_DATA,
     N_HTTP,
+    N_HTTP_STATIC,
     N_CACHE,
     N_THREADS,
     N_HA,
@@ -231,6 +234,7 @@ static const weir__cli_flag node_flags[] = {
     {"--slots", N_SLOTS, 1},
     {"--data-host", N_DATA, 1},
     {"--http-port", N_HTTP, 1},
+    {"--http-static-dir", N_HTTP_STATIC, 1},
     {"--cache-dir", N_CACHE, 1},
     {"--threads", N_THREADS, 1},
     {"--ha-dir", N_HA, 1},
@@ -432,6 +436,10 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         case N_HTTP:
             l->http = v;
             break;
+        case N_HTTP_STATIC:
+            a->co.http_static_dir = v;
+            coord_given = 1;
+            break;
         case N_CACHE:
             cache = v;
             break;
@@ -489,7 +497,7 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
     if (a->worker) {
         if (l->port || coord_given || l->pending || l->coord_flags || a->co.etcd_endpoints ||
             a->co.etcd_cluster || l->etcd_ttl) {
-            weir__cli_errf(cmd, "--port, --bind-host, --advertise-host, "
+            weir__cli_errf(cmd, "--port, --bind-host, --advertise-host, --http-static-dir, "
                                 "--max-pending-connections, the --etcd-* flags and the liveness "
                                 "and outbound settings are for the coordinator (a worker finds "
                                 "the leader in --ha-dir)");

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "cluster/console.h"
 #include "cluster/coord_int.h"
 #include "stream/plan.h"
 #include "weir/rt.h"
@@ -253,8 +254,17 @@ int weir__coord_http_start(coord *c, char *msg, size_t cap)
         (e = weir_http_route(s, "GET", "/api/v1/workers", h_workers, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs", h_jobs, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs/:id", h_job, c, 0)) ||
-        (e = weir_http_route(s, "GET", "/metrics", h_metrics, c, 0)) ||
-        (e = weir_http_server_start(s))) {
+        (e = weir_http_route(s, "GET", "/metrics", h_metrics, c, 0))) {
+        snprintf(msg, cap, "the HTTP server on %s:%d: %s", host, c->o.http_port, weir_strerror(e));
+        weir_http_server_free(s);
+        return e;
+    }
+    /* The console last: every API route above wins over its catch-all. */
+    if ((e = weir__console_routes(s, c->o.http_static_dir, msg, cap))) {
+        weir_http_server_free(s);
+        return e;
+    }
+    if ((e = weir_http_server_start(s))) {
         snprintf(msg, cap, "the HTTP server on %s:%d: %s", host, c->o.http_port, weir_strerror(e));
         weir_http_server_free(s);
         return e;

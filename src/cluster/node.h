@@ -76,6 +76,9 @@ typedef struct weir__coord_opts {
      * host (127.0.0.1 when none is given) and http_port (0: a free one). */
     int http;
     int http_port;
+    /* The web console at "/" (cluster/console.h): NULL serves the files
+     * compiled in, a directory serves its files instead. */
+    const char *http_static_dir;
     /* High availability (docs/cluster.md): with ha_dir, the coordinator
      * stands for leader in that directory (cluster/ha.h) and opens its
      * ports only once it leads; on_standby is called once when another
