@@ -66,8 +66,11 @@ extern "C" {
 /* The protocol this weir speaks, and the oldest one it still talks to.
  * 2: a worker takes part in a bounded job's final checkpoint (it answers
  * FinalCheckpointAssigned); a version 1 worker ignored it and would leave
- * the job waiting for its acknowledgement, so 1 is no longer spoken. */
-#define WEIR_CLUSTER_PROTO_VERSION    2u
+ * the job waiting for its acknowledgement, so 1 is no longer spoken.
+ * 3: a worker reports its subtasks' figures once a second (SubtaskStats);
+ * it sends them only to a coordinator of version 3 or later, so 2 is
+ * still spoken. */
+#define WEIR_CLUSTER_PROTO_VERSION    3u
 #define WEIR_CLUSTER_PROTO_MIN_COMPAT 2u
 
 /* ---- message kinds ----------------------------------------------------------------------
@@ -81,6 +84,7 @@ enum weir_cluster_kind {
     WEIR_CLUSTER_SUBTASK_FINISHED = 0x04,
     WEIR_CLUSTER_SUBTASK_CHECKPOINTED = 0x05,
     WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT = 0x06,
+    WEIR_CLUSTER_SUBTASK_STATS = 0x07, /* version 3: its subtasks' figures, once a second */
     /* coordinator -> worker: the epoch follows the kind */
     WEIR_CLUSTER_REGISTER_ACK = 0x21,
     WEIR_CLUSTER_HEARTBEAT_ACK = 0x22,
@@ -135,6 +139,8 @@ enum weir_cluster_kind {
 #define WEIR_CLUSTER_HANDLE_MAX 255u
 /* The bytes of a SHA-256. */
 #define WEIR_CLUSTER_SHA256_SIZE 32u
+/* (operator, subtask) figures in one SubtaskStats */
+#define WEIR_CLUSTER_STATS_MAX 65536u
 
 /* ---- liveness defaults ----------------------------------------------------------------
  * A RegisterAck tells the worker the heartbeat interval; the rest is the

@@ -698,6 +698,24 @@ typedef struct weir_ckpt_stats {
 } weir_ckpt_stats;
 void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st);
 
+/* The latest checkpoints of the run in progress or the last one (at most
+ * WEIR_CKPT_HISTORY), each from its trigger on: what an operator's console
+ * shows. Times are the wall clock (Unix ms). */
+#define WEIR_CKPT_HISTORY 64
+enum { WEIR_CKPT_IN_PROGRESS = 0, WEIR_CKPT_COMPLETED = 1, WEIR_CKPT_ABORTED = 2 };
+typedef struct weir_ckpt_info {
+    uint64_t id;
+    int state;           /* WEIR_CKPT_* */
+    int final;           /* a bounded job's final checkpoint */
+    int64_t trigger_ms;  /* when it was triggered */
+    int64_t end_ms;      /* when it completed or was abandoned; 0 in progress */
+    int64_t duration_ns; /* trigger to end */
+    uint64_t bytes;      /* completed: the state and positions its subtasks wrote */
+    char reason[160];    /* abandoned: why */
+} weir_ckpt_info;
+/* Copy the latest min(cap, how many) into out, oldest first: how many. */
+int weir_job_ckpt_history(const weir_job *j, weir_ckpt_info *out, int cap);
+
 /* The operators of the job, in the order they were added (a source first):
  * how many, and the name and kind of the i-th. */
 enum { WEIR_OP_SOURCE = 0, WEIR_OP_OPERATOR = 1, WEIR_OP_SINK = 2 };
@@ -714,6 +732,15 @@ typedef struct weir_op_stats {
     uint64_t backpressure_ns; /* time its subtasks waited for credits */
 } weir_op_stats;
 int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st);
+/* The same for one subtask of the i-th operator (weir_job_op_name's i):
+ * its records in and out, the time it waited for credits (counted on the
+ * last operator of its chain, the one whose output crosses a channel) and
+ * its watermark now (WEIR_WATERMARK_MIN before its first). Counts of the
+ * run in progress, or of the last one; a subtask that runs in another
+ * process (a cluster's other workers) reads as zeros. 0, -EINVAL (a NULL
+ * argument), -ENOENT (no such operator), -ERANGE (subtask past the
+ * operator's parallelism, or no run yet). */
+int weir_job_op_subtask_stats(const weir_job *j, int i, int subtask, weir_op_stats *st);
 
 #ifdef __cplusplus
 }

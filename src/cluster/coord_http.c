@@ -135,14 +135,11 @@ static int h_jobs(weir_http_req *req, weir_http_res *res, void *arg)
     return send_json(res, 200, a);
 }
 
-/* The running attempt's operators and subtasks (mu held). */
+/* The running attempt's subtasks (mu held). */
 static void add_attempt(json_t *o, const cjob *J)
 {
     const weir__plan *p = J->plan;
-    json_t *ops = json_array(), *subs = json_array();
-    for (uint32_t i = 0; ops && i < p->nops; i++)
-        json_array_append_new(ops, json_pack("{s:s, s:i}", "name", p->ops[i].name, "parallelism",
-                                             (int)p->ops[i].par));
+    json_t *subs = json_array();
     for (uint32_t ci = 0; subs && ci < p->nchains; ci++)
         for (uint32_t s = 0; s < p->chains[ci].par; s++) {
             json_t *names = json_array();
@@ -154,13 +151,61 @@ static void add_attempt(json_t *o, const cjob *J)
                                                   w < J->naw ? J->aw[w]->id : "?"));
         }
     json_object_set_new(o, "attempt", json_integer(J->attempt));
-    json_object_set_new(o, "operators", ops);
     json_object_set_new(o, "subtasks", subs);
 }
 
-static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
+/* The worker of a subtask of J's running attempt (mu held). */
+static const char *worker_of(void *arg, uint32_t chain, uint32_t sub)
 {
-    coord *c = arg;
+    const cjob *J = arg;
+    if (!J->plan || !J->place || chain >= J->plan->nchains || sub >= J->plan->chains[chain].par)
+        return "?";
+    uint32_t w = J->place[J->base[chain] + sub];
+    return w < J->naw ? J->aw[w]->id : "?";
+}
+
+/* Everything GET /api/v1/jobs/ID shows of J (mu held); NULL: no memory. */
+static json_t *job_detail_locked(const cjob *J)
+{
+    json_t *o = job_summary(J);
+    if (!o)
+        return NULL;
+    int64_t now_ms = weir__coord_wall_ms();
+    json_object_set_new(o, "now_ms", json_integer((json_int_t)now_ms));
+    weir_ckpt_stats cs = {0};
+    if (J->cur)
+        weir_job_ckpt_stats(J->cur, &cs);
+    json_t *ck = json_pack("{s:I, s:I, s:I, s:f}", "completed",
+                           (json_int_t)(J->ckpt_done_before + cs.completed), "latest",
+                           (json_int_t)cs.latest, "restored", (json_int_t)cs.restored,
+                           "last_duration_ms", (double)cs.last_duration_ns / 1e6);
+    if (!ck) {
+        json_decref(o);
+        return NULL;
+    }
+    if (J->interval_ms) {
+        json_object_set_new(ck, "interval_ms", json_integer((json_int_t)J->interval_ms));
+        json_object_set_new(ck, "dir", json_string(J->checkpoint_dir ? J->checkpoint_dir : ""));
+        /* kept where they were before the history came */
+        json_object_set_new(o, "checkpoint_dir",
+                            json_string(J->checkpoint_dir ? J->checkpoint_dir : ""));
+        json_object_set_new(o, "checkpoint_interval_ms", json_integer((json_int_t)J->interval_ms));
+    }
+    int running = J->plan && J->place && J->base;
+    weir__jv_json(&J->view, o, ck, running ? J->plan : NULL, J->cur, J->attempt, worker_of,
+                  (void *)J, weir_time_now(), now_ms);
+    json_object_set_new(o, "checkpoints", ck);
+    if (running)
+        add_attempt(o, J);
+    else
+        json_object_set_new(o, "attempt", json_integer(J->attempt));
+    return o;
+}
+
+/* The job named by the route's :id (mu held by the caller after), or 0
+ * with a 400 answered. */
+static uint64_t job_id_param(weir_http_req *req)
+{
     const weir_http_str *v = weir_http_req_param(req, "id");
     char buf[32];
     uint64_t id = 0;
@@ -172,32 +217,26 @@ static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
         if (*end || buf[0] == '-')
             id = 0;
     }
+    return id;
+}
+
+static cjob *job_find_locked(coord *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->njobs; i++)
+        if (c->jobs[i]->id == id)
+            return c->jobs[i];
+    return NULL;
+}
+
+static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    coord *c = arg;
+    uint64_t id = job_id_param(req);
     if (!id)
         return weir_http_res_error(res, 400, "the job id must be a positive number");
     pthread_mutex_lock(&c->mu);
-    cjob *J = NULL;
-    for (size_t i = 0; i < c->njobs && !J; i++)
-        if (c->jobs[i]->id == id)
-            J = c->jobs[i];
-    json_t *o = J ? job_summary(J) : NULL;
-    if (o) {
-        weir_ckpt_stats cs = {0};
-        if (J->cur)
-            weir_job_ckpt_stats(J->cur, &cs);
-        json_object_set_new(o, "checkpoints",
-                            json_pack("{s:I, s:I, s:I, s:f}", "completed",
-                                      (json_int_t)(J->ckpt_done_before + cs.completed), "latest",
-                                      (json_int_t)cs.latest, "restored", (json_int_t)cs.restored,
-                                      "last_duration_ms", (double)cs.last_duration_ns / 1e6));
-        if (J->interval_ms) {
-            json_object_set_new(o, "checkpoint_dir",
-                                json_string(J->checkpoint_dir ? J->checkpoint_dir : ""));
-            json_object_set_new(o, "checkpoint_interval_ms",
-                                json_integer((json_int_t)J->interval_ms));
-        }
-        if (J->plan && J->place && J->base)
-            add_attempt(o, J);
-    }
+    cjob *J = job_find_locked(c, id);
+    json_t *o = J ? job_detail_locked(J) : NULL;
     pthread_mutex_unlock(&c->mu);
     if (!J)
         return weir_http_res_error(res, 404, "no such job");

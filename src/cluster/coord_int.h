@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "cluster/admission.h"
+#include "cluster/job_view.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
 #include "weir/cluster.h"
@@ -112,6 +113,7 @@ struct cjob {
     weir_job *cur; /* the attempt's job: its checkpoint counters */
     uint32_t restarts;
     uint64_t ckpt_done_before; /* checkpoints completed by earlier attempts */
+    weir__job_view view;       /* mu: its figures and histories (GET /api/v1/jobs/ID) */
     /* A job a new leader took over (recover_one): its first attempt here
      * restores restore_id and numbers checkpoints above id_floor, as its
      * HA record says; until it has room it is parked, not failed. */

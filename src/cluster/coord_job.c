@@ -143,6 +143,8 @@ static void attempt_free(cjob *J, attempt *a)
     pthread_mutex_lock(&c->mu);
     for (uint32_t k = 0; a->place && a->plan && k < a->plan->nsubtasks; k++)
         J->aw[a->place[k]]->used--;
+    if (J->plan && J->plan == a->plan)
+        weir__jv_attempt_end(&J->view, J->cur, J->attempt);
     J->plan = NULL; /* what the HTTP API reads */
     J->place = J->base = NULL;
     J->cur = NULL;
@@ -253,6 +255,7 @@ static int attempt_prepare(cjob *J, attempt *a)
             J->place = a->place;
             J->base = a->base;
             J->cur = a->j;
+            weir__jv_attempt_begin(&J->view, a->plan); /* -ENOMEM: no figures shown */
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -413,6 +416,14 @@ static int on_event(cjob *J, attempt *a, run *r, ev *x, int *outcome, char *caus
             weir__job_coord_finished(r, x->chain, x->sub);
         if (x->fatal) /* a redeploy would fail alike: never a restart */
             a->fatal = 1;
+        if (x->err && x->err != -ECANCELED) {
+            pthread_mutex_lock(&J->c->mu);
+            weir__jv_error_add(
+                &J->view, J->attempt, x->chain, x->sub,
+                a->j ? weir_job_op_name(a->j, (int)a->plan->chains[x->chain].ops[0]) : "", w->id,
+                x->message && *x->message ? x->message : weir_strerror(x->err));
+            pthread_mutex_unlock(&J->c->mu);
+        }
         if (x->err == 0 || *outcome != A_OK)
             break;
         if (x->err == -ECANCELED && !x->fatal) { /* its worker cancelled it: it is going away */
@@ -767,6 +778,7 @@ intptr_t weir__coord_job_main(void *arg)
         pthread_mutex_lock(&c->mu);
         J->state = WEIR__CL_JOB_RESTARTING;
         J->restarts = (uint32_t)restarts;
+        weir__jv_restart_add(&J->view, J->attempt + 1, cause);
         J->ckpt_done_before = t.completed;
         pthread_mutex_unlock(&c->mu);
         int64_t fence = a.fence;
@@ -807,6 +819,11 @@ intptr_t weir__coord_job_main(void *arg)
                   outcome == A_CANCELLED ? "cancelled" : "failed", a.why);
     attempt_free(J, &a);
     pthread_mutex_lock(&c->mu);
+    /* The failure itself, unless it is the last subtask error told */
+    const weir__job_view *v = &J->view;
+    if (outcome == A_FAILED &&
+        (!v->ner || strcmp(v->er[(v->ner - 1) % WEIR__JV_KEEP].message, why) != 0))
+        weir__jv_error_add(&J->view, J->attempt, -1, -1, NULL, NULL, why);
     J->state = outcome == A_OK          ? WEIR__CL_JOB_SUCCEEDED
                : outcome == A_CANCELLED ? WEIR__CL_JOB_CANCELLED
                                         : WEIR__CL_JOB_FAILED;

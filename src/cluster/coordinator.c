@@ -205,7 +205,22 @@ static cjob *job_find_locked(coord *c, uint64_t id)
     return NULL;
 }
 
-/* A worker's frame for a job: an event on its queue (mu held). */
+typedef struct placed_arg {
+    const cjob *J;
+    const wsess *w;
+} placed_arg;
+
+/* Whether the current attempt of a->J placed (chain, sub) on a->w (mu held). */
+static int placed_on(void *arg, uint32_t chain, uint32_t sub)
+{
+    const placed_arg *a = arg;
+    const weir__plan *p = a->J->plan;
+    return p && a->J->place && chain < p->nchains && sub < p->chains[chain].par &&
+           a->J->aw[a->J->place[a->J->base[chain] + sub]] == a->w;
+}
+
+/* A worker's frame for a job: an event on its queue (mu held); its
+ * figures straight into the job's view. */
 static void route(coord *c, wsess *w, weir__cl_msg *m)
 {
     pthread_mutex_lock(&c->mu);
@@ -216,9 +231,17 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
     uint64_t jid = m->kind == WEIR_CLUSTER_SUBTASK_LISTENING      ? m->u.listening.job
                    : m->kind == WEIR_CLUSTER_SUBTASK_FINISHED     ? m->u.finished.job
                    : m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? m->u.checkpointed.job
+                   : m->kind == WEIR_CLUSTER_SUBTASK_STATS        ? m->u.stats.job
                                                                   : m->u.request_final.job;
     cjob *J = job_find_locked(c, jid);
     if (!J || J->ended || !weir__coord_job_uses(J, w)) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    if (m->kind == WEIR_CLUSTER_SUBTASK_STATS) {
+        if (m->u.stats.attempt == J->attempt && J->plan)
+            weir__jv_report(&J->view, J->plan, &m->u.stats, placed_on, &(placed_arg){J, w},
+                            weir_time_now());
         pthread_mutex_unlock(&c->mu);
         return;
     }
@@ -645,6 +668,7 @@ void weir__coord_job_free(cjob *J)
     weir__free(J->checkpoint_dir);
     weir__free(J->state_backend);
     weir__free(J->aw);
+    weir__jv_free(&J->view);
     weir_plugin_close(J->plugin);
     if (J->events) {
         ev x;

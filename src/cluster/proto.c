@@ -227,6 +227,21 @@ static const field request_final_f[] = {
     U32(weir__cl_request_final, sub, 0),
 };
 
+static const field op_figures_f[] = {
+    U32(weir__cl_op_figures, op, 0),
+    U32(weir__cl_op_figures, sub, 0),
+    U64(weir__cl_op_figures, records_in, 0, 0),
+    U64(weir__cl_op_figures, records_out, 0, 0),
+    U64(weir__cl_op_figures, backpressure_ns, 0, 0),
+    U64(weir__cl_op_figures, watermark, F_SIGNED, 0),
+};
+static const schema op_figures_s = SCHEMA("op", weir__cl_op_figures, op_figures_f, NULL, 0);
+static const field stats_f[] = {
+    U64(weir__cl_subtask_stats, job, F_NONZERO, 0),
+    U32(weir__cl_subtask_stats, attempt, 0),
+    ARRAY(weir__cl_subtask_stats, ops, 0, WEIR_CLUSTER_STATS_MAX, op_figures_s),
+};
+
 /* coordinator -> worker */
 static int check_register_ack(const void *o, char *why, size_t cap)
 {
@@ -394,6 +409,8 @@ static const kind_desc kinds[] = {
      SCHEMA("SubtaskCheckpointed", weir__cl_subtask_checkpointed, checkpointed_f, NULL, 0)},
     {WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT, W,
      SCHEMA("RequestFinalCheckpoint", weir__cl_request_final, request_final_f, NULL, 0)},
+    {WEIR_CLUSTER_SUBTASK_STATS, W,
+     SCHEMA("SubtaskStats", weir__cl_subtask_stats, stats_f, NULL, 0)},
     {WEIR_CLUSTER_REGISTER_ACK, C,
      SCHEMA("RegisterAck", weir__cl_register_ack, register_ack_f, check_register_ack, 1)},
     {WEIR_CLUSTER_HEARTBEAT_ACK, C,

@@ -179,6 +179,22 @@ typedef struct weir__cl_request_final {
     uint32_t chain, sub; /* the bounded source that reached its end */
 } weir__cl_request_final;
 
+/* One operator's figures in one subtask, as counted since its attempt
+ * started (SubtaskStats; weir_job_op_subtask_stats). */
+typedef struct weir__cl_op_figures {
+    uint32_t op;  /* the plan's operator id */
+    uint32_t sub; /* its subtask */
+    uint64_t records_in, records_out;
+    uint64_t backpressure_ns; /* waiting for credits */
+    int64_t watermark;        /* WEIR_WATERMARK_MIN: none yet */
+} weir__cl_op_figures;
+
+typedef struct weir__cl_subtask_stats {
+    uint64_t job;
+    uint32_t attempt;
+    WEIR__CL_ARRAY(weir__cl_op_figures) ops; /* at most WEIR_CLUSTER_STATS_MAX */
+} weir__cl_subtask_stats;
+
 /* ---- coordinator -> worker (each with the epoch, in weir__cl_msg) ---- */
 typedef struct weir__cl_register_ack {
     uint32_t version, min_compat;
@@ -316,6 +332,7 @@ typedef struct weir__cl_msg {
         weir__cl_subtask_finished finished;
         weir__cl_subtask_checkpointed checkpointed;
         weir__cl_request_final request_final;
+        weir__cl_subtask_stats stats;
         weir__cl_register_ack reg_ack;
         weir__cl_heartbeat_ack heartbeat_ack;
         weir__cl_deploy deploy;

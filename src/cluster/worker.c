@@ -693,19 +693,79 @@ static void on_checkpoint(worker *wk, int kind, uint64_t job, uint64_t id)
  * coordinator that stopped reading ends the session (the socket is shut
  * down, which the session's reader meets). */
 typedef struct hb_arg {
+    worker *wk;
     weir__outbox *ob;
     int fd;
     int64_t ms;
+    int stats; /* the coordinator takes SubtaskStats (version 3 on) */
 } hb_arg;
+
+/* How often a session reports its subtasks' figures. */
+#define STATS_MS 1000
+
+/* One SubtaskStats per share of this session that runs now: every
+ * operator of every subtask the share holds, its counts since the share
+ * started. Built under mu (the share's job is read, not changed), posted
+ * outside it. */
+static void post_stats(worker *wk, weir__outbox *ob)
+{
+    weir__cl_msg *ms = NULL;
+    size_t nm = 0;
+    pthread_mutex_lock(&wk->mu);
+    ms = wk->njobs ? weir__calloc(wk->njobs, sizeof(*ms)) : NULL;
+    for (size_t i = 0; ms && i < wk->njobs; i++) {
+        wjob *J = wk->jobs[i];
+        if (J->ended || J->ob != ob || !J->j || !J->plan)
+            continue;
+        const weir__plan *p = J->plan;
+        size_t n = 0;
+        for (uint32_t k = 0; k < J->nsubs; k++)
+            if (J->subs[k].chain < p->nchains)
+                n += p->chains[J->subs[k].chain].nops;
+        if (!n || n > WEIR_CLUSTER_STATS_MAX)
+            continue;
+        weir__cl_op_figures *f = weir__calloc(n, sizeof(*f));
+        if (!f)
+            break;
+        n = 0;
+        for (uint32_t k = 0; k < J->nsubs; k++) {
+            const weir__cl_subtask *st = &J->subs[k];
+            if (st->chain >= p->nchains)
+                continue;
+            for (uint32_t x = 0; x < p->chains[st->chain].nops; x++) {
+                uint32_t op = p->chains[st->chain].ops[x];
+                weir_op_stats os;
+                if (weir_job_op_subtask_stats(J->j, (int)op, (int)st->sub, &os) != 0)
+                    continue;
+                f[n++] = (weir__cl_op_figures){
+                    op, st->sub, os.records_in, os.records_out, os.backpressure_ns, os.watermark};
+            }
+        }
+        weir__cl_msg *m = &ms[nm++];
+        m->kind = WEIR_CLUSTER_SUBTASK_STATS;
+        m->u.stats = (weir__cl_subtask_stats){J->job, J->attempt, {f, (uint32_t)n}};
+    }
+    pthread_mutex_unlock(&wk->mu);
+    for (size_t i = 0; i < nm; i++) {
+        weir__cl_post(ob, &ms[i], WEIR__OUTBOX_CONTROL);
+        weir__free(ms[i].u.stats.ops.v);
+    }
+    weir__free(ms);
+}
 
 static intptr_t heartbeat_main(void *arg)
 {
     hb_arg *a = arg;
     weir__cl_msg m = {.kind = WEIR_CLUSTER_HEARTBEAT};
+    int64_t next_stats = weir_time_after_ms(STATS_MS);
     for (uint64_t seq = 1; weir_time_sleep(a->ms * WEIR_MSEC) == 0; seq++) {
         m.u.heartbeat.seq = seq;
         if (weir__cl_post(a->ob, &m, WEIR__OUTBOX_CONTROL) == -EPIPE)
             break;
+        if (a->stats && weir_time_now() >= next_stats) {
+            next_stats = weir_time_after_ms(STATS_MS);
+            post_stats(a->wk, a->ob);
+        }
         if (weir__outbox_check(a->ob, weir_time_now()) != WEIR__OUTBOX_OK) {
             char text[WEIR__OUTBOX_VERDICT_MAX];
             weir__outbox_verdict(a->ob, text, sizeof(text));
@@ -851,6 +911,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     pthread_mutex_unlock(&wk->mu);
     uint32_t hb =
         ack.u.reg_ack.heartbeat_ms ? ack.u.reg_ack.heartbeat_ms : WEIR_CLUSTER_HEARTBEAT_MS;
+    int stats = ack.u.reg_ack.version >= 3;
     weir__cl_msg_free(&ack);
     weir__outbox *ob = rc == 1 ? weir__outbox_new(fd, link.tls, NULL) : NULL;
     if (rc == 1 && !ob) {
@@ -870,7 +931,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
     if (wk->o.on_registered)
         wk->o.on_registered(wk->o.arg, wk->o.coordinator);
     weir__log(WEIR__LOG_INFO, LOG, "%s registered with %s", wk->o.id, wk->o.coordinator);
-    hb_arg ha = {ob, fd, hb};
+    hb_arg ha = {wk, ob, fd, hb, stats};
     weir_task *ht = weir_task_spawn(heartbeat_main, &ha,
                                     &(weir_spawn_opts){.name = "heartbeat", .stack_size = FIBER});
     /* The coordinator answers every heartbeat: a session silent for

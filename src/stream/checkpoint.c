@@ -860,3 +860,17 @@ void weir_job_ckpt_stats(const weir_job *j, weir_ckpt_stats *st)
     *st = j->ckpt;
     pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
 }
+
+int weir_job_ckpt_history(const weir_job *j, weir_ckpt_info *out, int cap)
+{
+    if (!j || !out || cap <= 0)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&j->lock);
+    uint64_t n = j->nhist < WEIR_CKPT_HISTORY ? j->nhist : WEIR_CKPT_HISTORY;
+    if (n > (uint64_t)cap)
+        n = (uint64_t)cap;
+    for (uint64_t k = 0; k < n; k++)
+        out[k] = j->hist[(j->nhist - n + k) % WEIR_CKPT_HISTORY];
+    pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
+    return (int)n;
+}

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -248,6 +249,48 @@ static int64_t order_of(const weir__plan *p, uint32_t chain, uint32_t sub)
     return k;
 }
 
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The history's entry of checkpoint id (j->lock held), or NULL. */
+static weir_ckpt_info *hist_find(weir_job *j, uint64_t id)
+{
+    for (uint64_t k = j->nhist; k > 0 && j->nhist - k < WEIR_CKPT_HISTORY; k--) {
+        weir_ckpt_info *h = &j->hist[(k - 1) % WEIR_CKPT_HISTORY];
+        if (h->id == id)
+            return h;
+    }
+    return NULL;
+}
+
+/* Checkpoint id was triggered (the history's newest entry). */
+static void hist_begin(weir_job *j, uint64_t id, int final)
+{
+    pthread_mutex_lock(&j->lock);
+    j->hist[j->nhist++ % WEIR_CKPT_HISTORY] = (weir_ckpt_info){
+        .id = id, .state = WEIR_CKPT_IN_PROGRESS, .final = final, .trigger_ms = wall_ms()};
+    pthread_mutex_unlock(&j->lock);
+}
+
+/* Checkpoint id ended (j->lock held): completed with bytes, or abandoned
+ * for why. */
+static void hist_end_locked(weir_job *j, uint64_t id, int state, uint64_t bytes, int64_t dur_ns,
+                            const char *why)
+{
+    weir_ckpt_info *h = hist_find(j, id);
+    if (!h)
+        return;
+    h->state = state;
+    h->end_ms = wall_ms();
+    h->duration_ns = dur_ns;
+    h->bytes = bytes;
+    snprintf(h->reason, sizeof(h->reason), "%s", why ? why : "");
+}
+
 /* Checkpoint id was acknowledged by every subtask: its manifest, then
  * COMPLETED-<id>, then COMPLETE to every subtask. 0, or the error that
  * failed the job. */
@@ -269,10 +312,14 @@ static int complete(run *r, uint64_t id, int final, const weir__ckpt_msg *acks, 
         return e;
     }
     atomic_store(&r->completed, id); /* what teardown keeps */
+    uint64_t bytes = 0;
+    for (uint32_t k = 0; k < r->plan->nsubtasks; k++)
+        bytes += acks[k].bytes;
     pthread_mutex_lock(&j->lock);
     j->ckpt.completed++;
     j->ckpt.latest = id;
     j->ckpt.last_duration_ns = weir_time_now() - t0;
+    hist_end_locked(j, id, WEIR_CKPT_COMPLETED, bytes, j->ckpt.last_duration_ns, NULL);
     pthread_mutex_unlock(&j->lock);
     /* A subtask not told that the final checkpoint completed would wait
      * for it forever: that failure fails the job (the others were told). */
@@ -293,11 +340,12 @@ static void fail_here(run *r, int err)
                 weir__subtask_post(&r->chains[ci].subs[s], (item){IT_FAIL, 0, {NULL}, err});
 }
 
-static void abandon(run *r, uint64_t id)
+static void abandon(run *r, uint64_t id, int64_t t0, const char *why)
 {
     send_all(r, WEIR__CK_ABORT, id);
     pthread_mutex_lock(&r->j->lock);
     r->j->ckpt.aborted++;
+    hist_end_locked(r->j, id, WEIR_CKPT_ABORTED, 0, weir_time_now() - t0, why);
     pthread_mutex_unlock(&r->j->lock);
 }
 
@@ -338,7 +386,10 @@ intptr_t weir__ckpt_coordinator(void *arg)
         weir__ckpt_msg a;
         int rc = r->link->ops->recv_ack(r->link, &a, final ? WEIR_FOREVER : cur ? deadline : next);
         if (rc == -ETIMEDOUT && cur) { /* not acknowledged in time */
-            abandon(r, cur);
+            char why[96];
+            snprintf(why, sizeof(why), "not acknowledged by every subtask within %" PRId64 " ms",
+                     timeout_ms);
+            abandon(r, cur, t0, why);
             cur = 0;
             next = weir_time_after_ms(r->o.checkpoint_interval_ms);
             continue;
@@ -353,6 +404,7 @@ intptr_t weir__ckpt_coordinator(void *arg)
             deadline = weir_time_after_ms(timeout_ms);
             got = 0;
             memset(seen, 0, n);
+            hist_begin(j, cur, 0);
             send_all(r, WEIR__CK_TRIGGER, cur);
             continue;
         }
@@ -364,13 +416,14 @@ intptr_t weir__ckpt_coordinator(void *arg)
             if (final)
                 continue; /* FINAL went to every subtask already */
             if (cur)
-                abandon(r, cur);
+                abandon(r, cur, t0, "superseded by the final checkpoint (an input ended)");
             cur = 0;
             final = ++id;
             atomic_store(&r->last_id, id);
             t0 = weir_time_now();
             got = 0;
             memset(seen, 0, n);
+            hist_begin(j, final, 1);
             if ((e = send_all(r, WEIR__CK_FINAL, final)) < 0) {
                 weir__stream_fail(j, e, "sending the final checkpoint's id: %s", weir_strerror(e));
                 break; /* (ABORT below) */
@@ -386,7 +439,7 @@ intptr_t weir__ckpt_coordinator(void *arg)
                               " ended before the final checkpoint completed: %s",
                               a.chain, weir_strerror(e));
             if (cur && !final)
-                abandon(r, cur);
+                abandon(r, cur, t0, "a worker's subtasks are gone");
             fail_here(r, e); /* (ABORT below tells the others) */
             break;
         }
@@ -395,7 +448,10 @@ intptr_t weir__ckpt_coordinator(void *arg)
         if (a.kind != WEIR__CK_ACK || !want || a.id != want || k < 0 || seen[k])
             continue; /* a late ack of an abandoned checkpoint */
         if (a.err) {  /* the job is failing (the subtask said why): abandoned */
-            abandon(r, want);
+            char why[160];
+            snprintf(why, sizeof(why), "subtask %" PRIu32 " of chain %" PRIu32 " failed it: %s",
+                     a.sub, a.chain, weir_strerror(a.err));
+            abandon(r, want, t0, why);
             if (final)
                 break;
             cur = 0;

@@ -98,12 +98,12 @@ static int reset_ops(run *r)
         sop *o = j->ops[i];
         o->records_in = o->records_out = o->backpressure_ns = 0;
         o->watermark = INT64_MAX;
-        weir__free(o->sub_wm);
-        if (!(o->sub_wm = weir__malloc((size_t)o->par * sizeof(*o->sub_wm))))
+        weir__free(o->sub);
+        if (!(o->sub = weir__calloc((size_t)o->par, sizeof(*o->sub))))
             return -ENOMEM;
         o->sub_n = o->par;
         for (int k = 0; k < o->par; k++)
-            o->sub_wm[k] = WEIR_WATERMARK_MIN;
+            o->sub[k].wm = WEIR_WATERMARK_MIN;
     }
     return 0;
 }
@@ -294,6 +294,10 @@ void weir__deploy_teardown(run *r)
                 weir_ctx *x = &st->ctx[k];
                 x->op->records_in += x->in - x->in_pushed;
                 x->op->records_out += x->out - x->out_pushed;
+                if (x->op->sub && st->index < x->op->sub_n) {
+                    x->op->sub[st->index].in += x->in - x->in_pushed;
+                    x->op->sub[st->index].out += x->out - x->out_pushed;
+                }
                 if (st->wm < x->op->watermark)
                     x->op->watermark = st->wm;
                 weir__free(x->keybuf);

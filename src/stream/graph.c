@@ -50,7 +50,7 @@ void weir_job_free(weir_job *j)
         return;
     for (int i = 0; i < j->nops; i++) {
         sop *o = j->ops[i];
-        weir__free(o->sub_wm);
+        weir__free(o->sub);
         weir__free(o->name);
         weir__free(o->inputs);
         weir__free(o->outs);

@@ -180,6 +180,7 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     }
     pthread_mutex_lock(&j->lock);
     memset(&j->ckpt, 0, sizeof(j->ckpt));
+    j->nhist = 0;
     pthread_mutex_unlock(&j->lock);
     e = weir__deploy_build(&r, p, d);
     r.worker = d && d->worker;
@@ -310,6 +311,7 @@ int weir__job_coord_begin(weir_job *j, const weir__plan *p, const weir_run_opts 
     nd.here = nothing_here;
     pthread_mutex_lock(&j->lock);
     memset(&j->ckpt, 0, sizeof(j->ckpt));
+    j->nhist = 0;
     pthread_mutex_unlock(&j->lock);
     e = weir__deploy_build(r, p, &nd);
     r->restore_id = d->restore_id;
@@ -404,9 +406,9 @@ int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)
             int running = j->running;
             pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
             int64_t wm = INT64_MAX;
-            if (running && o->sub_wm) {
+            if (running && o->sub) {
                 for (int k = 0; k < o->sub_n; k++) {
-                    int64_t w = atomic_load_explicit(&o->sub_wm[k], memory_order_relaxed);
+                    int64_t w = atomic_load_explicit(&o->sub[k].wm, memory_order_relaxed);
                     if (w < wm)
                         wm = w;
                 }
@@ -417,4 +419,23 @@ int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)
             return 0;
         }
     return -ENOENT;
+}
+
+int weir_job_op_subtask_stats(const weir_job *j, int i, int subtask, weir_op_stats *st)
+{
+    if (!j || !st)
+        return -EINVAL;
+    if (i < 0 || i >= j->nops)
+        return -ENOENT;
+    const sop *o = j->ops[i];
+    if (!o->sub || subtask < 0 || subtask >= o->sub_n)
+        return -ERANGE;
+    const weir__sub_figures *f = &o->sub[subtask];
+    *st = (weir_op_stats){
+        .records_in = atomic_load_explicit(&f->in, memory_order_relaxed),
+        .records_out = atomic_load_explicit(&f->out, memory_order_relaxed),
+        .watermark = atomic_load_explicit(&f->wm, memory_order_relaxed),
+        .backpressure_ns = atomic_load_explicit(&f->bp_ns, memory_order_relaxed),
+    };
+    return 0;
 }

@@ -33,6 +33,13 @@ typedef struct sinput {
 } sinput;
 
 /* An operator of the graph. */
+/* One subtask's share of an operator's figures (weir_job_op_subtask_stats):
+ * pushed by the subtask's thread as batches go by, read from any thread. */
+typedef struct weir__sub_figures {
+    _Atomic uint64_t in, out, bp_ns;
+    _Atomic int64_t wm;
+} weir__sub_figures;
+
 struct sop {
     int id;
     char *name;
@@ -62,7 +69,7 @@ struct sop {
     int chain_pos; /* its place in that chain */
     _Atomic uint64_t records_in, records_out, backpressure_ns;
     _Atomic int64_t watermark; /* after a run: the lowest of its subtasks' */
-    _Atomic int64_t *sub_wm;   /* during a run: each subtask's, [par] */
+    weir__sub_figures *sub;    /* during a run: each subtask's, [par] */
     int sub_n;
 };
 
@@ -84,7 +91,11 @@ struct weir_stream {
 struct weir_job {
     char *name;
     weir_ckpt_stats ckpt; /* of the last (or current) run; under lock */
-    int running;          /* under lock */
+    /* its latest checkpoints, a ring (under lock): hist[k % WEIR_CKPT_HISTORY]
+     * for k in [nhist - min(nhist, WEIR_CKPT_HISTORY), nhist) */
+    weir_ckpt_info hist[WEIR_CKPT_HISTORY];
+    uint64_t nhist;
+    int running; /* under lock */
     sop **ops;
     int nops, cap;
     weir_stream *streams;

@@ -831,8 +831,12 @@ static void metrics_push(subtask *st)
         /* The operator's totals, readable during the run (weir_job_op_stats). */
         atomic_fetch_add_explicit(&c->op->records_in, din, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->op->records_out, dout, memory_order_relaxed);
-        if (c->op->sub_wm && st->index < c->op->sub_n)
-            atomic_store_explicit(&c->op->sub_wm[st->index], st->wm, memory_order_relaxed);
+        if (c->op->sub && st->index < c->op->sub_n) {
+            weir__sub_figures *f = &c->op->sub[st->index];
+            atomic_fetch_add_explicit(&f->in, din, memory_order_relaxed);
+            atomic_fetch_add_explicit(&f->out, dout, memory_order_relaxed);
+            atomic_store_explicit(&f->wm, st->wm, memory_order_relaxed);
+        }
         c->in_pushed = c->in;
         c->out_pushed = c->out;
         if (!c->m_in)
@@ -849,6 +853,8 @@ static void metrics_push(subtask *st)
     if (st->bp_ns > st->bp_pushed) {
         uint64_t d = st->bp_ns - st->bp_pushed;
         atomic_fetch_add_explicit(&tail->op->backpressure_ns, d, memory_order_relaxed);
+        if (tail->op->sub && st->index < tail->op->sub_n)
+            atomic_fetch_add_explicit(&tail->op->sub[st->index].bp_ns, d, memory_order_relaxed);
         if (tail->m_bp)
             weir_counter_add_double(tail->m_bp, (double)d / 1e9);
         st->bp_pushed = st->bp_ns;

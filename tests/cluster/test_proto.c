@@ -32,6 +32,7 @@ static const int all_kinds[] = {
     WEIR_CLUSTER_SUBTASK_FINISHED,
     WEIR_CLUSTER_SUBTASK_CHECKPOINTED,
     WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT,
+    WEIR_CLUSTER_SUBTASK_STATS,
     WEIR_CLUSTER_REGISTER_ACK,
     WEIR_CLUSTER_HEARTBEAT_ACK,
     WEIR_CLUSTER_DEPLOY,
@@ -95,6 +96,7 @@ static void sample(int kind, weir__cl_msg *m)
     static weir__cl_plugin_ref refs[2];
     static weir__cl_deploy_plugin dps[2];
     static weir__cl_job_info infos[2];
+    static weir__cl_op_figures figs[2];
     memset(m, 0, sizeof(*m));
     m->kind = (uint8_t)kind;
     if (weir__cl_kind_dir(kind) == WEIR__CL_FROM_COORDINATOR)
@@ -119,6 +121,11 @@ static void sample(int kind, weir__cl_msg *m)
         break;
     case WEIR_CLUSTER_REQUEST_FINAL_CHECKPOINT:
         m->u.request_final = (weir__cl_request_final){9, 0, 2};
+        break;
+    case WEIR_CLUSTER_SUBTASK_STATS:
+        figs[0] = (weir__cl_op_figures){0, 1, 10, 20, 3000000, -5};
+        figs[1] = (weir__cl_op_figures){2, 0, 1ull << 40, 7, 0, INT64_MIN};
+        m->u.stats = (weir__cl_subtask_stats){9, 2, {figs, 2}};
         break;
     case WEIR_CLUSTER_REGISTER_ACK:
         m->u.reg_ack = (weir__cl_register_ack){2, 1, WEIR__CL_RETRY, S("retiring"), 250};
