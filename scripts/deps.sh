@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages weir's build, tests, demo and benchmarks need,
 # then the npm packages of tests/npm (test peers the tests start themselves:
-# s3rver), from its package-lock.json with `npm ci`.
+# s3rver; playwright-core, which drives chromium for the console's test),
+# from its package-lock.json with `npm ci`.
 # Idempotent: packages already installed are skipped (dpkg -s), and apt-get
 # runs only when something is missing; npm runs only when tests/npm's
 # packages are not installed. Needs root (or sudo) on a Debian host.
@@ -41,6 +42,11 @@ pkgs=(
   etcd-server etcd-client
   # TLS tests generate their certificates with the openssl command
   openssl
+  # the web console's browser test (tests/integration/console.sh): headless
+  # chromium, driven by playwright-core (tests/npm); fonts-liberation (only
+  # a Recommends of chromium-common) gives its pages and screenshots
+  # legible text
+  chromium fonts-liberation
   # aarch64 context switch: cross compiler, its C library headers (only a
   # Recommends of the compiler) + qemu user emulation (scripts/test-aarch64.sh)
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
@@ -72,7 +78,8 @@ fi
 
 # The npm test peers, exactly as tests/npm/package-lock.json pins them.
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -e "$root/tests/npm/node_modules/.bin/s3rver" ]; then
+if [ ! -e "$root/tests/npm/node_modules/.bin/s3rver" ] ||
+  [ ! -e "$root/tests/npm/node_modules/playwright-core/package.json" ]; then
   echo "deps.sh: installing tests/npm (npm ci)"
   npm ci --prefix "$root/tests/npm" --no-audit --no-fund >/dev/null
 fi
