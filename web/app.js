@@ -553,7 +553,7 @@ function checkpointsHTML(job) {
       (c) => `<tr data-testid="checkpoint-row" data-checkpoint-id="${c.id}" data-state="${esc(c.state)}">
       <td class="num">${c.id}</td><td>${badge(c.state)}</td><td class="num">${c.attempt ?? ""}</td>
       <td class="num" title="${esc(new Date(c.trigger_ms).toISOString())}">${fmtClock(c.trigger_ms)}</td>
-      <td class="num">${fmtMs(c.duration_ms)}</td><td class="num">${c.bytes != null ? fmtBytes(c.bytes) : "–"}</td>
+      <td class="num">${c.state === "completed" || c.duration_ms ? fmtMs(c.duration_ms) : "–"}</td><td class="num">${c.bytes != null ? fmtBytes(c.bytes) : "–"}</td>
       <td>${esc(c.reason || "")}</td></tr>`
     )
     .join("");
