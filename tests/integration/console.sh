@@ -17,8 +17,9 @@
 # CMake test treats 77 as skipped). No wait is a fixed sleep: each polls
 # for its event with a generous deadline.
 #
-# The screenshot in docs/ is made the same way:
-#   tests/integration/console.sh build/release/weir \
+# The screenshot in docs/ is made the same way, once the sparklines hold
+# 40 samples:
+#   CONSOLE_SHOT_SAMPLES=40 tests/integration/console.sh build/release/weir \
 #       build/release/examples/console_job.so docs/console-job.png
 set -eu
 weir=$1

@@ -100,9 +100,11 @@ try {
     /completed/.test(await page.$eval('[data-testid="last-checkpoint"]', (e) => e.textContent)));
   step(`checkpoint ${ck} completed`);
 
-  // A few more samples for the sparklines, then the picture.
-  await poll("sparklines with 5 samples", 30, async () =>
-    page.$eval('[data-op="numbers"] [data-testid="sparkline"]', (e) => e.getAttribute("points").split(" ").length >= 5));
+  // A few more samples for the sparklines (CONSOLE_SHOT_SAMPLES, default
+  // 5: the docs' picture takes more), then the picture.
+  const want = Number(process.env.CONSOLE_SHOT_SAMPLES || 5);
+  await poll(`sparklines with ${want} samples`, want * 3 + 30, async () =>
+    page.$eval('[data-op="numbers"] [data-testid="sparkline"]', (e, n) => e.getAttribute("points").split(" ").length >= n, want));
   await page.screenshot({ path: shot, fullPage: true });
   step("screenshot " + shot);
 
