@@ -138,6 +138,7 @@ void weir__cli_summary(const struct weir__cl_job_completed *d, double secs, int6
 int weir__cli_submit(int argc, char **argv);
 int weir__cli_jobs(int argc, char **argv);
 int weir__cli_cancel(int argc, char **argv);
+int weir__cli_job(int argc, char **argv);
 
 /* `weir node` (node.c): argv after "node". Returns the exit code. */
 int weir__cli_node(int argc, char **argv);

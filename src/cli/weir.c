@@ -43,6 +43,7 @@ static const char usage_main[] =
     "  version                                 print weir's version and ABI identity\n"
     "  submit JOB.so [flags] [--] [args...]    submit a job to a cluster's coordinator\n"
     "  jobs                                    list the jobs of a cluster\n"
+    "  job JOB_ID                              one job of a cluster in detail\n"
     "  cancel JOB_ID                           cancel a job of a cluster\n"
     "\n"
     "`weir <command> --help` describes a command. Exit codes: 0 ok, 1 the job failed\n"
@@ -486,6 +487,8 @@ int main(int argc, char **argv)
         return weir__cli_jobs(argc - 2, argv + 2);
     if (strcmp(cmd, "cancel") == 0)
         return weir__cli_cancel(argc - 2, argv + 2);
+    if (strcmp(cmd, "job") == 0)
+        return weir__cli_job(argc - 2, argv + 2);
     fprintf(stderr, "weir: unknown command \"%s\"\n\n%s", cmd, usage_main);
     return CLI_USAGE;
 }

@@ -163,8 +163,7 @@ static const char *worker_of(void *arg, uint32_t chain, uint32_t sub)
     return w < J->naw ? J->aw[w]->id : "?";
 }
 
-/* Everything GET /api/v1/jobs/ID shows of J (mu held); NULL: no memory. */
-static json_t *job_detail_locked(const cjob *J)
+json_t *weir__coord_job_json_locked(const cjob *J)
 {
     json_t *o = job_summary(J);
     if (!o)
@@ -219,14 +218,6 @@ static uint64_t job_id_param(weir_http_req *req)
     return id;
 }
 
-static cjob *job_find_locked(coord *c, uint64_t id)
-{
-    for (size_t i = 0; i < c->njobs; i++)
-        if (c->jobs[i]->id == id)
-            return c->jobs[i];
-    return NULL;
-}
-
 static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
 {
     coord *c = arg;
@@ -234,8 +225,8 @@ static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
     if (!id)
         return weir_http_res_error(res, 400, "the job id must be a positive number");
     pthread_mutex_lock(&c->mu);
-    cjob *J = job_find_locked(c, id);
-    json_t *o = J ? job_detail_locked(J) : NULL;
+    cjob *J = weir__coord_job_find_locked(c, id);
+    json_t *o = J ? weir__coord_job_json_locked(J) : NULL;
     pthread_mutex_unlock(&c->mu);
     if (!J)
         return weir_http_res_error(res, 404, "no such job");

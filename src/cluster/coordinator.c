@@ -54,6 +54,7 @@
  * job, as under `weir run`.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -197,7 +198,7 @@ static void lose(coord *c, wsess *w, const char *kind, const char *cause)
     pthread_mutex_unlock(&c->mu);
 }
 
-static cjob *job_find_locked(coord *c, uint64_t id)
+cjob *weir__coord_job_find_locked(coord *c, uint64_t id)
 {
     for (size_t i = 0; i < c->njobs; i++)
         if (c->jobs[i]->id == id)
@@ -233,7 +234,7 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
                    : m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? m->u.checkpointed.job
                    : m->kind == WEIR_CLUSTER_SUBTASK_STATS        ? m->u.stats.job
                                                                   : m->u.request_final.job;
-    cjob *J = job_find_locked(c, jid);
+    cjob *J = weir__coord_job_find_locked(c, jid);
     if (!J || J->ended || !weir__coord_job_uses(J, w)) {
         pthread_mutex_unlock(&c->mu);
         return;
@@ -1462,27 +1463,47 @@ static void handle_list(client *cl)
     weir__free(msgs);
 }
 
-static void handle_cancel(client *cl, uint64_t id)
+int weir__coord_cancel(coord *c, uint64_t id, const char *reason)
 {
-    coord *c = cl->c;
-    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_JOB_ACK};
-    m.u.cancel_job_ack.job = id;
     pthread_mutex_lock(&c->mu);
-    cjob *J = job_find_locked(c, id);
-    if (!J) {
-        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_UNKNOWN;
-        m.u.cancel_job_ack.message = "no such job";
-    } else if (J->ended) {
-        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_ENDED;
-        m.u.cancel_job_ack.message = "the job has already ended";
-    } else {
-        ev x = {.kind = EV_CANCEL, .message = weir__strdup("cancelled by a client")};
+    cjob *J = weir__coord_job_find_locked(c, id);
+    int st = !J ? WEIR__CL_CANCEL_UNKNOWN : J->ended ? WEIR__CL_CANCEL_ENDED : WEIR__CL_CANCEL_OK;
+    if (st == WEIR__CL_CANCEL_OK) {
+        ev x = {.kind = EV_CANCEL, .message = weir__strdup(reason)};
         post_ev_locked(J, &x);
-        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_OK;
-        m.u.cancel_job_ack.message = "";
     }
     pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static void handle_cancel(client *cl, uint64_t id)
+{
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_JOB_ACK};
+    m.u.cancel_job_ack.job = id;
+    m.u.cancel_job_ack.status = (uint8_t)weir__coord_cancel(cl->c, id, "cancelled by a client");
+    m.u.cancel_job_ack.message =
+        m.u.cancel_job_ack.status == WEIR__CL_CANCEL_UNKNOWN ? "no such job"
+        : m.u.cancel_job_ack.status == WEIR__CL_CANCEL_ENDED ? "the job has already ended"
+                                                             : "";
     client_reply(cl, &m);
+}
+
+static void handle_describe(client *cl, uint64_t id)
+{
+    coord *c = cl->c;
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_DETAIL};
+    m.u.job_detail.job = id;
+    pthread_mutex_lock(&c->mu);
+    cjob *J = weir__coord_job_find_locked(c, id);
+    json_t *o = J ? weir__coord_job_json_locked(J) : NULL;
+    pthread_mutex_unlock(&c->mu);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    m.u.job_detail.status = J ? WEIR__CL_DETAIL_OK : WEIR__CL_DETAIL_UNKNOWN;
+    static char none[] = "", oom[] = "{\"error\":\"out of memory\"}";
+    m.u.job_detail.json = text && strlen(text) <= WEIR_CLUSTER_DETAIL_MAX ? text : J ? oom : none;
+    client_reply(cl, &m);
+    free(text);
 }
 
 /* The client's session until it ends. 1: l is the client's (closed with
@@ -1523,6 +1544,9 @@ static int client_loop(coord *c, const weir__cl_link *l, weir_frame_parser *fp)
             break;
         case WEIR_CLUSTER_CANCEL_JOB:
             handle_cancel(cl, m.u.cancel_job.job);
+            break;
+        case WEIR_CLUSTER_DESCRIBE_JOB:
+            handle_describe(cl, m.u.describe_job.job);
             break;
         default:
             weir_counter_inc(c->m.malformed);
@@ -1818,7 +1842,7 @@ int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, con
                          void *arg)
 {
     pthread_mutex_lock(&c->mu);
-    cjob *J = job_find_locked(c, job);
+    cjob *J = weir__coord_job_find_locked(c, job);
     int e = J && J->cur ? 0 : -ENOENT;
     if (!e)
         fn(arg, J->cur);
