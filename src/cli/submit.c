@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cluster/client.h"
@@ -81,6 +82,8 @@ static void usage_submit(FILE *f)
             "  --max-restarts N            restarts before the job fails (0: fail at once;\n"
             "                              default: the coordinator's policy)\n"
             "  --detach                    print the job's id and do not wait\n"
+            "  --progress / --no-progress  while waiting, a live progress line on stderr\n"
+            "                              (default: when a terminal)\n"
             "\n"
             "Flags may be written --flag=value. The first argument after JOB.so that is not\n"
             "a flag starts the job's arguments; `--` starts them explicitly.\n"
@@ -152,6 +155,8 @@ enum {
     F_STATE,
     F_RESTARTS,
     F_DETACH,
+    F_PROGRESS,
+    F_NO_PROGRESS,
     F_TLS, /* one of the client's TLS flags: weir__cli_tls_flag */
     F_HELP
 };
@@ -171,6 +176,8 @@ static const weir__cli_flag submit_flags[] = {
     {"--state-backend", F_STATE, 1},
     {"--max-restarts", F_RESTARTS, 1},
     {"--detach", F_DETACH, 0},
+    {"--progress", F_PROGRESS, 0},
+    {"--no-progress", F_NO_PROGRESS, 0},
     TLS_FLAGS,
     {"--help", F_HELP, 0},
     {"-h", F_HELP, 0},
@@ -187,6 +194,7 @@ typedef struct cmd_state {
     const char *coordinator;
     weir__client_submit_opts so;
     int detach;
+    int progress; /* -1: on a terminal, 0: never, 1: always */
     uint64_t job; /* cancel */
     weir__cli_tls tls;
     weir_tls_ctx *tls_ctx; /* NULL: plain TCP */
@@ -266,6 +274,13 @@ static int connect_to(const char *addr, weir__client **c, char *msg, size_t cap)
     snprintf(name, sizeof(name), "weir %s", g.cmd);
     return weir__client_open(addr, name, g.tls_ctx, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c,
                              msg, cap);
+}
+
+/* The progress line's client (progress.c). */
+static int open_progress(void *arg, weir__client **c, char *msg, size_t cap)
+{
+    (void)arg;
+    return connect_to(g.coordinator, c, msg, cap);
 }
 
 static int open_client(weir__client **c, char *msg, size_t cap)
@@ -392,7 +407,11 @@ static int submit_main(int argc, char **argv)
     }
     weir__cli_errf(g.cmd, "job %" PRIu64 " submitted", id);
     weir__cl_job_completed d;
+    int show = g.progress < 0 ? isatty(2) : g.progress;
+    weir__cli_progress *pr = show ? weir__cli_progress_start(open_progress, NULL) : NULL;
+    weir__cli_progress_job(pr, id);
     e = weir__client_wait(c, id, &d, WEIR_FOREVER, msg, sizeof(msg));
+    weir__cli_progress_stop(pr); /* before a leader is followed: it reads g.coordinator */
     weir__client_close(c);
     if (e < 0 && g.ha_dir && e != -ECANCELED) {
         /* The leader went; the job goes on under the next one. */
@@ -430,7 +449,7 @@ static int submit_main(int argc, char **argv)
 int weir__cli_submit(int argc, char **argv)
 {
     const char *cmd = "submit", *coord = NULL, *ha_dir = NULL;
-    g = (cmd_state){.cmd = cmd, .so.max_restarts = -1};
+    g = (cmd_state){.cmd = cmd, .so.max_restarts = -1, .progress = -1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -511,6 +530,12 @@ int weir__cli_submit(int argc, char **argv)
             break;
         case F_DETACH:
             g.detach = 1;
+            break;
+        case F_PROGRESS:
+            g.progress = 1;
+            break;
+        case F_NO_PROGRESS:
+            g.progress = 0;
             break;
         }
     }

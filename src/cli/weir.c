@@ -60,6 +60,8 @@ static const char flags_help[] =
     "                              remote:POOL[?hot_max_bytes=N] (docs/state.md)\n"
     "  --progress / --no-progress  live progress line on stderr (default: when a terminal)\n"
     "  --quiet                     no summary at the end\n"
+    "  --http-port P               run: serve the HTTP API and the console on\n"
+    "                              127.0.0.1:P (0: a free port) and print the URL\n"
     "  -h, --help                  this help\n"
     "\n"
     "Flags may be written --flag=value. The first argument after JOB.so that is not a\n"
@@ -119,6 +121,7 @@ enum {
     F_PROGRESS,
     F_NO_PROGRESS,
     F_QUIET,
+    F_HTTP,
     F_HELP
 };
 static const weir__cli_flag flags[] = {
@@ -131,6 +134,7 @@ static const weir__cli_flag flags[] = {
     {"--progress", F_PROGRESS, 0},
     {"--no-progress", F_NO_PROGRESS, 0},
     {"--quiet", F_QUIET, 0},
+    {"--http-port", F_HTTP, 1},
     {"--help", F_HELP, 0},
     {"-h", F_HELP, 0},
 };
@@ -139,7 +143,7 @@ static const weir__cli_flag flags[] = {
  * or -1 for --help (printed). */
 static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
 {
-    *o = (cli_opts){.progress = -1, .signal_fd = -1};
+    *o = (cli_opts){.progress = -1, .signal_fd = -1, .http_port = -1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -202,6 +206,11 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
             break;
         case F_QUIET:
             o->quiet = 1;
+            break;
+        case F_HTTP:
+            if (weir__cli_parse_num(cmd, f->name, val, 0, 65535, &v))
+                return CLI_USAGE;
+            o->http_port = (int)v;
             break;
         }
     }

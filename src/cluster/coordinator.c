@@ -1838,18 +1838,6 @@ int weir__coord_workers(weir__coord *c)
     return workers;
 }
 
-int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, const weir_job *j),
-                         void *arg)
-{
-    pthread_mutex_lock(&c->mu);
-    cjob *J = weir__coord_job_find_locked(c, job);
-    int e = J && J->cur ? 0 : -ENOENT;
-    if (!e)
-        fn(arg, J->cur);
-    pthread_mutex_unlock(&c->mu);
-    return e;
-}
-
 /* ---- the node ---------------------------------------------------------------------------- */
 static int metrics_init(coord *c)
 {
