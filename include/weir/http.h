@@ -530,7 +530,8 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
  *
  * An HTTP/1.1 server on the runtime: a fiber per connection, keep-alive and
  * pipelining, routes matched in registration order, handlers that may wait
- * (they run in the connection's fiber). Everything a client sends is
+ * (they run in the connection's fiber), answers sent whole or streamed
+ * (weir_http_res_stream_*, for Server-Sent Events). Everything a client sends is
  * bounded: head and body caps (weir_http_limits; the body is read into
  * memory, 1 MiB by default), a deadline for the head once its first byte has
  * arrived (a client trickling a header cannot hold a connection), one for
@@ -605,18 +606,18 @@ typedef struct weir_http_param {
 
 /* A request as a handler sees it; valid until the handler returns. */
 typedef struct weir_http_req {
-    weir_http_str method;       /* "GET", ... */
-    weir_http_str target;       /* the request-target as sent */
-    weir_http_str path;         /* target up to '?' (not decoded) */
-    weir_http_str query;        /* after '?', without it; empty when none */
-    int version_minor;          /* 0 or 1 */
+    weir_http_str method; /* "GET", ... */
+    weir_http_str target; /* the request-target as sent */
+    weir_http_str path;   /* target up to '?' (not decoded) */
+    weir_http_str query;  /* after '?', without it; empty when none */
+    int version_minor;    /* 0 or 1 */
     const weir_http_header *headers;
     size_t nheaders;
-    const uint8_t *body;        /* the whole body (chunked bodies joined) */
+    const uint8_t *body; /* the whole body (chunked bodies joined) */
     size_t body_len;
     weir_http_param params[WEIR_HTTP_MAX_PARAMS];
     size_t nparams;
-    const char *peer;           /* "127.0.0.1:50312" */
+    const char *peer; /* "127.0.0.1:50312" */
     weir_http_server *server;
 } weir_http_req;
 
@@ -639,32 +640,32 @@ enum {
 #define WEIR_HTTP_MAX_AUTH_FIELD 2048
 
 typedef struct weir_http_server_opts {
-    const char *host;          /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */
-    int port;                  /* 0: a free port (weir_http_server_port) */
-    weir_http_limits limits;   /* request caps; 0 fields take the parser's defaults, but
-                                  max_body defaults to WEIR_HTTP_SERVER_MAX_BODY */
-    int64_t header_timeout_ms; /* head complete this long after its first byte: 10 s */
-    int64_t body_timeout_ms;   /* body complete this long after the head: 30 s */
-    int64_t idle_timeout_ms;   /* keep-alive connection idle before it is closed: 60 s */
-    int64_t write_timeout_ms;  /* one response written: 30 s */
-    int max_conns;             /* open connections; more are answered 503 and closed: 10000 */
-    const char *auth_env;      /* env var holding the bearer token: NULL = "WEIR_AUTH_TOKEN",
-                                  "" = none; unset: no auth, set but empty: EINVAL */
-    const char *auth_token;    /* a token given directly (wins over auth_env; "": EINVAL) */
+    const char *host;             /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */
+    int port;                     /* 0: a free port (weir_http_server_port) */
+    weir_http_limits limits;      /* request caps; 0 fields take the parser's defaults, but
+                                     max_body defaults to WEIR_HTTP_SERVER_MAX_BODY */
+    int64_t header_timeout_ms;    /* head complete this long after its first byte: 10 s */
+    int64_t body_timeout_ms;      /* body complete this long after the head: 30 s */
+    int64_t idle_timeout_ms;      /* keep-alive connection idle before it is closed: 60 s */
+    int64_t write_timeout_ms;     /* one response written: 30 s */
+    int max_conns;                /* open connections; more are answered 503 and closed: 10000 */
+    const char *auth_env;         /* env var holding the bearer token: NULL = "WEIR_AUTH_TOKEN",
+                                     "" = none; unset: no auth, set but empty: EINVAL */
+    const char *auth_token;       /* a token given directly (wins over auth_env; "": EINVAL) */
     struct weir_metrics *metrics; /* request metrics go here (NULL: none) */
-    size_t stack_size;         /* connection fibers: 0 = 64 KiB */
-    int listeners;             /* accept loops: 0 = one per scheduler thread */
+    size_t stack_size;            /* connection fibers: 0 = 64 KiB */
+    int listeners;                /* accept loops: 0 = one per scheduler thread */
 } weir_http_server_opts;
 
 #define WEIR_HTTP_SERVER_MAX_BODY (1u << 20)
 
 typedef struct weir_http_server_stats {
-    uint64_t accepted;  /* connections accepted */
-    uint64_t open;      /* connections open now */
-    uint64_t rejected;  /* answered 503 over max_conns */
-    uint64_t requests;  /* requests answered (any status) */
-    uint64_t errors;    /* requests refused by the server: 4xx/5xx before a handler */
-    uint64_t timeouts;  /* connections closed by a header, body or write deadline */
+    uint64_t accepted; /* connections accepted */
+    uint64_t open;     /* connections open now */
+    uint64_t rejected; /* answered 503 over max_conns */
+    uint64_t requests; /* requests answered (any status) */
+    uint64_t errors;   /* requests refused by the server: 4xx/5xx before a handler */
+    uint64_t timeouts; /* connections closed by a header, body or write deadline */
 } weir_http_server_stats;
 
 /* A server with no routes; NULL with errno (ENOMEM, EINVAL for bad options,
@@ -699,7 +700,9 @@ int weir_http_server_start(weir_http_server *s);
 /* The port listened on (after start), or -ENOTCONN. */
 int weir_http_server_port(const weir_http_server *s);
 /* Stop accepting, close idle connections, let requests in progress finish
- * until the deadline, then cancel the rest; returns when every connection
+ * until the deadline (a streamed answer's weir_http_res_stream_wait returns
+ * -ECANCELED at once, so open streams end without waiting for it), then
+ * cancel the rest; returns when every connection
  * has ended: 0, or -ETIMEDOUT when some had to be cancelled. Fibers only. */
 int weir_http_server_stop(weir_http_server *s, int64_t deadline);
 /* Free a server that was never started or has been stopped. */
@@ -742,6 +745,56 @@ int weir_http_res_text(weir_http_res *r, int status, const char *text);
 int weir_http_res_json(weir_http_res *r, int status, const struct json_t *v);
 /* application/json {"error": message, "status": status}. */
 int weir_http_res_error(weir_http_res *r, int status, const char *message);
+
+/*
+ * Streamed answers: a body written over time (Server-Sent Events, a long
+ * log), instead of one weir_http_res_send. The handler starts the stream,
+ * writes pieces as they come, waits between them with
+ * weir_http_res_stream_wait (which watches the client and the server's
+ * stop), and ends it:
+ *
+ *     weir_http_res_stream_start(res, 200, "text/event-stream");
+ *     for (;;) {
+ *         if ((e = weir_http_res_stream_wait(res, weir_time_after_ms(1000))) < 0)
+ *             return 0;   (client gone or server stopping: just return)
+ *         n = snprintf(ev, sizeof(ev), "data: %d\n\n", i++);
+ *         if ((e = weir_http_res_stream_write(res, ev, n)) < 0)
+ *             return 0;
+ *     }
+ *
+ * The body is chunked for an HTTP/1.1 request and delimited by the close
+ * for HTTP/1.0; either way the connection closes after a streamed answer
+ * (Connection: close). A handler that returns 0 without
+ * weir_http_res_stream_end gets the end written for it; one that returns
+ * an error after the start has its connection closed without the end (no
+ * 500 can follow a head already sent; a chunked client sees a cut body).
+ * The request counts once in the stats and metrics, when the handler
+ * returns (its duration is the stream's). A HEAD request gets the head
+ * only: the writes succeed and send nothing.
+ */
+/* Write the head now: status (200..999, not 204 or 304), Content-Type (NULL:
+ * none), the weir_http_res_header fields given before, Cache-Control:
+ * no-cache. 0, -EALREADY when an answer was given, -EINVAL, -ENOMEM, or the
+ * write's error (as for weir_http_res_stream_write). */
+int weir_http_res_stream_start(weir_http_res *r, int status, const char *content_type);
+/* Write p[0..n) now as one chunk (n == 0 writes nothing), under the
+ * server's write_timeout_ms. 0; -EPIPE or -ECONNRESET when the client has
+ * gone; -ETIMEDOUT when the write stalled past the deadline (a client that
+ * stopped reading); -ECANCELED when the fiber is cancelled. After a failed
+ * write every later call returns the same error. -EINVAL before a start,
+ * -EALREADY after the end. */
+int weir_http_res_stream_write(weir_http_res *r, const void *p, size_t n);
+/* Wait until deadline (absolute, weir_time_* ns; WEIR_FOREVER) for the
+ * handler's next event, watching the connection: 0 at the deadline;
+ * -ECONNRESET as soon as the client closes or resets the connection (bytes
+ * it sends meanwhile are read and dropped); -ECANCELED when the server is
+ * stopping (weir_http_server_stop wakes every waiting stream at once, so
+ * open streams do not hold a stop until its deadline) or the fiber is
+ * cancelled. Writes still work after -ECANCELED from a stop. */
+int weir_http_res_stream_wait(weir_http_res *r, int64_t deadline);
+/* Write the body's end (the last chunk; nothing for HTTP/1.0). 0, or the
+ * write's error; -EALREADY when already ended. */
+int weir_http_res_stream_end(weir_http_res *r);
 /* ---- end server ----------------------------------------------------------------------- */
 
 #ifdef __cplusplus

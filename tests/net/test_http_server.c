@@ -1593,6 +1593,310 @@ TEST(driven_by_curl)
     test_run_main(curl_main, NULL);
 }
 
+/* ---- streamed answers ------------------------------------------------------------------- */
+/* GET /sse?mode=...: "steps" writes event i once the test let it (sse_go >
+ * i), three of them; "wait" waits long and records what the wait returned
+ * (then writes "bye"); "flood" writes until a write fails; "ticks" writes
+ * three events 20 ms apart. */
+static _Atomic int sse_go, sse_rc, sse_done;
+static _Atomic int64_t sse_t;
+
+static int h_sse(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char mode[16];
+    CHECK_GE(weir_http_req_query(req, "mode", mode, sizeof(mode)), 0);
+    CHECK_EQ(weir_http_res_header(res, "X-Stream", "yes"), 0);
+    CHECK_EQ(weir_http_res_stream_write(res, "x", 1), -EINVAL); /* not started */
+    int e = weir_http_res_stream_start(res, 200, "text/event-stream");
+    CHECK_EQ(e, 0);
+    CHECK_EQ(weir_http_res_stream_start(res, 200, "text/event-stream"), -EALREADY);
+    CHECK_EQ(weir_http_res_text(res, 200, "no"), -EALREADY);
+    char ev[64];
+    if (strcmp(mode, "steps") == 0 || strcmp(mode, "ticks") == 0) {
+        int ticks = mode[0] == 't';
+        for (int i = 0; i < 3; i++) {
+            while (!ticks && sse_go <= i)
+                CHECK_EQ(weir_http_res_stream_wait(res, after_ms(1)), 0);
+            if (ticks)
+                CHECK_EQ(weir_http_res_stream_wait(res, after_ms(20)), 0);
+            int n = snprintf(ev, sizeof(ev), "data: event %d\n\n", i);
+            CHECK_EQ(weir_http_res_stream_write(res, ev, (size_t)n), 0);
+        }
+        if (ticks)
+            CHECK_EQ(weir_http_res_stream_end(res), 0);
+        sse_done = 1;
+        return 0; /* "steps": the end is written for it */
+    }
+    if (strcmp(mode, "wait") == 0) {
+        e = weir_http_res_stream_wait(res, after_ms(30000));
+        sse_t = weir_time_now();
+        sse_rc = e;
+        if (e == -ECANCELED)
+            CHECK_EQ(weir_http_res_stream_write(res, "data: bye\n\n", 11), 0);
+        sse_done = 1;
+        return 0;
+    }
+    if (strcmp(mode, "flood") == 0) {
+        static char block[64 << 10];
+        memset(block, 'x', sizeof(block));
+        while ((e = weir_http_res_stream_write(res, block, sizeof(block))) == 0)
+            ;
+        CHECK_EQ(weir_http_res_stream_write(res, "x", 1), e); /* sticky */
+        sse_rc = e;
+        sse_done = 1;
+        return e; /* an error after the start: the connection just closes */
+    }
+    return -EINVAL;
+}
+
+static void sse_reset(void)
+{
+    sse_go = sse_rc = sse_done = 0;
+    sse_t = 0;
+}
+
+/* Read exactly n bytes (5 s at most). */
+static void read_exact(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    int64_t deadline = after_ms(5000);
+    while (got < n) {
+        ssize_t r = weir_io_recv(fd, buf + got, n - got, 0, deadline);
+        CHECK_GT(r, 0);
+        got += (size_t)r;
+    }
+    buf[n] = '\0';
+}
+
+/* Read up to the end of the head; returns it (NUL-terminated). */
+static void read_head(int fd, char *buf, size_t cap)
+{
+    size_t got = 0;
+    int64_t deadline = after_ms(5000);
+    while (got < 4 || memcmp(buf + got - 4, "\r\n\r\n", 4) != 0) {
+        CHECK_LT(got, cap - 1);
+        ssize_t r = weir_io_recv(fd, buf + got, 1, 0, deadline);
+        CHECK_EQ(r, 1);
+        got++;
+    }
+    buf[got] = '\0';
+}
+
+/* Read until EOF (5 s at most); the bytes read. */
+static size_t read_to_eof(int fd, char *buf, size_t cap)
+{
+    size_t got = 0;
+    int64_t deadline = after_ms(5000);
+    for (;;) {
+        CHECK_LT(got, cap - 1);
+        ssize_t r = weir_io_recv(fd, buf + got, cap - 1 - got, 0, deadline);
+        CHECK_GE(r, 0);
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    buf[got] = '\0';
+    return got;
+}
+
+/* Poll (1 ms steps) until *flag is set or ms pass. */
+static int wait_flag(_Atomic int *flag, int64_t ms)
+{
+    int64_t deadline = after_ms(ms);
+    while (!*flag && weir_time_now() < deadline)
+        weir_time_sleep(WEIR_MSEC);
+    return *flag;
+}
+
+static weir_http_server *sse_server(const weir_http_server_opts *o)
+{
+    weir_http_server *s = weir_http_server_new(o);
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "GET", "/sse", h_sse, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/hello", h_hello, NULL, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    return s;
+}
+
+static int sse_open(int port, const char *mode, int minor, char *head, size_t cap)
+{
+    int fd = connect_to(port);
+    char q[128];
+    int n = snprintf(q, sizeof(q), "GET /sse?mode=%s HTTP/1.%d\r\nHost: x\r\n\r\n", mode, minor);
+    CHECK_EQ(send_str(fd, q, (size_t)n), n);
+    read_head(fd, head, cap);
+    return fd;
+}
+
+static intptr_t stream_events_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    int port = weir_http_server_port(s);
+    char head[1024], buf[256];
+    sse_reset();
+    int fd = sse_open(port, "steps", 1, head, sizeof(head));
+    CHECK_HAS(head, "HTTP/1.1 200 OK\r\n");
+    CHECK_HAS(head, "Content-Type: text/event-stream\r\n");
+    CHECK_HAS(head, "Transfer-Encoding: chunked\r\n");
+    CHECK_HAS(head, "Connection: close\r\n");
+    CHECK_HAS(head, "X-Stream: yes\r\n");
+    CHECK(strstr(head, "Content-Length") == NULL);
+    /* One event per step, each its own chunk, and nothing before its step. */
+    for (int i = 0; i < 3; i++) {
+        char c;
+        CHECK_EQ(weir_io_recv(fd, &c, 1, 0, after_ms(50)), -ETIMEDOUT); /* not yet written */
+        sse_go = i + 1;
+        char want[64];
+        snprintf(want, sizeof(want), "f\r\ndata: event %d\n\n\r\n", i);
+        read_exact(fd, buf, strlen(want));
+        CHECK_STR(buf, want);
+    }
+    read_exact(fd, buf, 5);
+    CHECK_STR(buf, "0\r\n\r\n"); /* written for the handler */
+    CHECK_EQ(read_to_eof(fd, buf, sizeof(buf)), 0);
+    weir_io_close(fd);
+    CHECK(sse_done);
+
+    /* HTTP/1.0: no chunks, the close ends the body. */
+    sse_reset();
+    sse_go = 3;
+    fd = sse_open(port, "steps", 0, head, sizeof(head));
+    CHECK_HAS(head, "HTTP/1.1 200 OK\r\n");
+    CHECK_HAS(head, "Connection: close\r\n");
+    CHECK(strstr(head, "Transfer-Encoding") == NULL);
+    CHECK(strstr(head, "Content-Length") == NULL);
+    read_to_eof(fd, buf, sizeof(buf));
+    CHECK_STR(buf, "data: event 0\n\ndata: event 1\n\ndata: event 2\n\n");
+    weir_io_close(fd);
+
+    /* HEAD: the head only. */
+    sse_reset();
+    sse_go = 3;
+    fd = connect_to(port);
+    const char *hq = "HEAD /sse?mode=steps HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(send_str(fd, hq, strlen(hq)), (ssize_t)strlen(hq));
+    read_head(fd, head, sizeof(head));
+    CHECK_HAS(head, "Transfer-Encoding: chunked\r\n");
+    CHECK_EQ(read_to_eof(fd, buf, sizeof(buf)), 0);
+    weir_io_close(fd);
+
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.requests, 3); /* each stream once */
+    finish(s);
+    return 0;
+}
+
+TEST(stream_events_one_by_one)
+{
+    test_run_main(stream_events_main, NULL);
+}
+
+static intptr_t stream_client_close_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    char head[1024];
+    sse_reset();
+    int fd = sse_open(weir_http_server_port(s), "wait", 1, head, sizeof(head));
+    CHECK_EQ(send_str(fd, "ignored bytes", 13), 13); /* dropped by the wait */
+    weir_time_sleep(20 * WEIR_MSEC);
+    CHECK(!sse_done);
+    int64_t t0 = weir_time_now();
+    weir_io_close(fd);
+    CHECK(wait_flag(&sse_done, 5000));
+    CHECK_EQ(sse_rc, -ECONNRESET);
+    CHECK_LT(sse_t - t0, 1000 * WEIR_MSEC); /* at once, not at the 30 s deadline */
+    finish(s);
+    return 0;
+}
+
+TEST(stream_client_close_ends_wait)
+{
+    test_run_main(stream_client_close_main, NULL);
+}
+
+static intptr_t stream_stop_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    char head[1024], buf[256];
+    sse_reset();
+    int fd = sse_open(weir_http_server_port(s), "wait", 1, head, sizeof(head));
+    int fd2 = sse_open(weir_http_server_port(s), "wait", 0, head, sizeof(head));
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir_http_server_stop(s, after_ms(20000)), 0);
+    CHECK_LT(weir_time_now() - t0, 2000 * WEIR_MSEC); /* well under the deadline */
+    CHECK_EQ(sse_rc, -ECANCELED);
+    /* The handler still wrote its last event, and the end followed. */
+    read_to_eof(fd, buf, sizeof(buf));
+    CHECK_STR(buf, "b\r\ndata: bye\n\n\r\n0\r\n\r\n");
+    read_to_eof(fd2, buf, sizeof(buf));
+    CHECK_STR(buf, "data: bye\n\n");
+    weir_io_close(fd);
+    weir_io_close(fd2);
+    weir_http_server_free(s);
+    return 0;
+}
+
+TEST(stream_stop_wakes_waits)
+{
+    test_run_main(stream_stop_main, NULL);
+}
+
+static intptr_t stream_stalled_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(&(weir_http_server_opts){.write_timeout_ms = 200});
+    int port = weir_http_server_port(s);
+    sse_reset();
+    int fd = connect_to(port);
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+    const char *q = "GET /sse?mode=flood HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+    /* Never read: the writes fill the socket, then one stalls. */
+    CHECK(wait_flag(&sse_done, 10000));
+    CHECK_EQ(sse_rc, -ETIMEDOUT);
+    weir_io_close(fd);
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_GE(st.timeouts, 1);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* still serving */
+    finish(s);
+    return 0;
+}
+
+TEST(stream_stalled_client_times_out)
+{
+    test_run_main(stream_stalled_main, NULL);
+}
+
+static intptr_t stream_curl_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sse?mode=ticks", weir_http_server_port(s));
+    sse_reset();
+    curl_job *j = curl("-N", "-H", "Accept: text/event-stream", url, NULL);
+    CHECK_EQ(j->status, 0);
+    CHECK_STR(j->out, "data: event 0\n\ndata: event 1\n\ndata: event 2\n\n");
+    finish(s);
+    return 0;
+}
+
+TEST(stream_read_by_curl)
+{
+    if (!have_curl()) {
+        printf("skipped: curl not installed\n");
+        return;
+    }
+    test_run_main(stream_curl_main, NULL);
+}
+
 /* ---- a two-thread runtime --------------------------------------------------------------- */
 typedef struct mt_client {
     int port, n, ok;
