@@ -149,10 +149,11 @@ typedef struct weir_http_parser {
         size_t len, cap, line;    /* bytes in buf, allocated, start of the current line */
         weir_http_header *fields; /* headers, then trailers */
         size_t fcap;
-        size_t head_bytes; /* head (and trailer) bytes so far, against max_header_bytes */
-        uint64_t left;     /* body or chunk bytes still to come */
-        int crlf;          /* bytes of the CRLF after chunk data seen */
-        int no_body;       /* the caller's weir_http_parser_no_body() */
+        size_t head_bytes;     /* head (and trailer) bytes so far, against max_header_bytes */
+        uint64_t left;         /* body or chunk bytes still to come */
+        int crlf;              /* bytes of the CRLF after chunk data seen */
+        int no_body;           /* the caller's weir_http_parser_no_body() */
+        uint64_t msg_max_body; /* this message's body cap (weir_http_parser_body_cap), or 0 */
         int cl_seen, te_lines, te_codings, te_chunked, te_last_chunked, te_other;
         int conn_close, conn_ka, hosts;
     } priv;
@@ -204,6 +205,18 @@ int weir_http_parser_eof(weir_http_parser *p);
  * responses never have a body and need no call.
  */
 void weir_http_parser_no_body(weir_http_parser *p);
+
+/*
+ * From the HEAD event to the end of the message: cap its body at max_body
+ * instead of limits.max_body (a server choosing the cap by route;
+ * UINT64_MAX: none; 0: the limits' again). The next message has
+ * limits.max_body. The check of a Content-Length at the end of the head
+ * uses limits.max_body, so a caller lowering or raising caps per message
+ * gives the parser the largest one. 0, or -EMSGSIZE (final, as any error)
+ * when the declared length or the body so far is over the new cap; -EINVAL
+ * for a NULL parser.
+ */
+int weir_http_parser_body_cap(weir_http_parser *p, uint64_t max_body);
 
 /* The final error (0 if none), and its reason ("" if none); the reason is a
  * static string. */
@@ -686,6 +699,16 @@ const char *weir_http_server_auth_problem(const weir_http_server_opts *opts);
  * parameters), -EBUSY once started. */
 int weir_http_route(weir_http_server *s, const char *method, const char *pattern,
                     weir_http_handler h, void *arg, int flags);
+/* A route whose request bodies are capped at max_body (> 0) bytes instead
+ * of opts.limits.max_body, larger or smaller (an upload route). The route
+ * is matched from the head, after the token check and before the body is
+ * read: a request routed here may send up to max_body bytes, and a
+ * Content-Length over it is 413 before a byte of the body is read (no 100
+ * Continue); every other request keeps the server's cap. The body is still
+ * read whole into memory: the largest cap of any route bounds what one
+ * connection may hold. 0, or as weir_http_route (-EINVAL for max_body 0). */
+int weir_http_route_max_body(weir_http_server *s, const char *method, const char *pattern,
+                             weir_http_handler h, void *arg, uint64_t max_body);
 /* Serve files under dir for GET and HEAD; the pattern ends in "*". The
  * directory is opened now (-ENOENT, -ENOTDIR...). flags: 0 or
  * WEIR_HTTP_STATIC_SPA (-EINVAL for others). */

@@ -87,6 +87,7 @@ typedef struct route {
     void *arg;
     int dirfd;              /* ROUTE_STATIC */
     struct weir_metrics *m; /* ROUTE_METRICS */
+    uint64_t max_body;      /* the route's body cap (weir_http_route_max_body), or 0 */
 } route;
 
 /* ---- metrics -------------------------------------------------------------------------- */
@@ -97,6 +98,7 @@ static const char *const class_names[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 
 struct weir_http_server {
     weir_http_server_opts o;
+    weir_http_limits plim; /* the parsers': o.limits, max_body the largest of any route */
     char *host;
     char *token;
     size_t token_len;
@@ -688,6 +690,21 @@ int weir_http_route(weir_http_server *s, const char *method, const char *pattern
         return e;
     r->h = h;
     r->arg = arg;
+    return 0;
+}
+
+int weir_http_route_max_body(weir_http_server *s, const char *method, const char *pattern,
+                             weir_http_handler h, void *arg, uint64_t max_body)
+{
+    if (!h || max_body == 0)
+        return -EINVAL;
+    route *r;
+    int e = add_route(s, ROUTE_HANDLER, method, pattern, 0, &r);
+    if (e)
+        return e;
+    r->h = h;
+    r->arg = arg;
+    r->max_body = max_body;
     return 0;
 }
 
@@ -1382,6 +1399,15 @@ routed_path:
     } else {
         route_request(c);
     }
+    /* The route's body cap, or the server's: a declared length over it is
+     * 413 now (before any 100 Continue), a chunked body when it gets there.
+     * (Unrouted and refused requests with a body are closed unread.) */
+    if (c->rt && !c->early_status &&
+        weir_http_parser_body_cap(p, c->rt->max_body ? c->rt->max_body : s->o.limits.max_body)) {
+        c->early_status = 413;
+        c->early_msg = "body larger than the limit";
+        return;
+    }
     const weir_http_str *ex = weir_http_header_get(p, "expect");
     if (ex && !c->early_status) {
         if (ex->len == 12 && strncasecmp(ex->p, "100-continue", 12) == 0) {
@@ -1632,7 +1658,7 @@ static intptr_t conn_main(void *arg)
     if (!stopping) {
         weir_net_set_nodelay(c->fd, 1);
         c->res.file_fd = -1;
-        if (weir_http_parser_init(&c->p, WEIR_HTTP_REQUEST, &s->o.limits) == 0)
+        if (weir_http_parser_init(&c->p, WEIR_HTTP_REQUEST, &s->plim) == 0)
             serve(c);
         if (c->res.file_fd >= 0)
             close(c->res.file_fd);
@@ -1785,6 +1811,13 @@ int weir_http_server_start(weir_http_server *s)
         return -ESHUTDOWN;
     if (again)
         return -EBUSY;
+    /* The parsers take the largest body cap of any route, so that a head
+     * declaring a body for such a route gets as far as routing; each request
+     * then gets its route's cap (on_head). Routes are fixed from now on. */
+    s->plim = s->o.limits;
+    for (const route *r = s->routes; r; r = r->next)
+        if (r->max_body > s->plim.max_body)
+            s->plim.max_body = r->max_body;
     weir_rt *rt = weir_rt_current();
     int threads = rt ? weir_rt_threads(rt) : 1;
     int n = s->o.listeners ? s->o.listeners : threads < MAX_LISTENERS ? threads : MAX_LISTENERS;

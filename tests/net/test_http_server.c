@@ -1897,6 +1897,162 @@ TEST(stream_read_by_curl)
     test_run_main(stream_curl_main, NULL);
 }
 
+/* ---- per-route body caps ---------------------------------------------------------------- */
+static int h_length(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", req->body_len);
+    for (size_t i = 0; i < req->body_len; i++)
+        if (req->body[i] != 'b')
+            return weir_http_res_error(res, 400, "body corrupted");
+    return weir_http_res_text(res, 200, n);
+}
+
+/* "POST path" with a body of n bytes 'b' (Content-Length or chunked). */
+static char *post_of(const char *path, size_t n, int chunked, size_t *len)
+{
+    char *q = malloc(n + 256);
+    int h = snprintf(q, 256, "POST %s HTTP/1.1\r\nHost: x\r\n", path);
+    if (chunked)
+        h += snprintf(q + h, 256 - (size_t)h, "Transfer-Encoding: chunked\r\n\r\n%zx\r\n", n);
+    else
+        h += snprintf(q + h, 256 - (size_t)h, "Content-Length: %zu\r\n\r\n", n);
+    memset(q + h, 'b', n);
+    size_t o = (size_t)h + n;
+    if (chunked) {
+        memcpy(q + o, "\r\n0\r\n\r\n", 7);
+        o += 7;
+    }
+    *len = o;
+    return q;
+}
+
+static int post_status(int port, const char *path, size_t n, int chunked, char *body)
+{
+    size_t len;
+    char *q = post_of(path, n, chunked, &len);
+    reply r;
+    int e = exchange(port, q, len, &r, NULL);
+    free(q);
+    if (e == -ECONNRESET || e == -EPIPE)
+        return -1;
+    CHECK_EQ(e, 0);
+    if (body)
+        snprintf(body, 64, "%.63s", r.body);
+    return r.status;
+}
+
+static intptr_t body_cap_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = weir_http_server_new(&(weir_http_server_opts){.limits.max_body = 1024});
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "POST", "/small", h_length, NULL, 0), 0);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/upload", h_length, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/upload", h_length, NULL, 64 << 10), 0);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/tiny", h_length, NULL, 10), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/late", h_length, NULL, 10), -EBUSY);
+    int port = weir_http_server_port(s);
+    char body[64];
+
+    /* The server's cap on an ordinary route, either framing. */
+    CHECK_EQ(post_status(port, "/small", 1024, 0, body), 200);
+    CHECK_STR(body, "1024");
+    CHECK_EQ(post_status(port, "/small", 1025, 0, NULL), 413);
+    CHECK_EQ(post_status(port, "/small", 1025, 1, NULL), 413);
+    /* The route's larger cap, to its last byte and one past it. */
+    CHECK_EQ(post_status(port, "/upload", 5000, 0, body), 200);
+    CHECK_STR(body, "5000");
+    CHECK_EQ(post_status(port, "/upload", 64 << 10, 1, body), 200);
+    CHECK_STR(body, "65536");
+    CHECK_EQ(post_status(port, "/upload", (64 << 10) + 1, 0, NULL), 413);
+    CHECK_EQ(post_status(port, "/upload", (64 << 10) + 1, 1, NULL), 413);
+    /* A smaller one. */
+    CHECK_EQ(post_status(port, "/tiny", 10, 0, NULL), 200);
+    CHECK_EQ(post_status(port, "/tiny", 11, 0, NULL), 413);
+    /* No route: the large cap is no one's (404, the body unread). */
+    CHECK_EQ(post_status(port, "/nope", 5000, 0, NULL), 404);
+
+    /* One connection: the upload's cap does not stay for the next request. */
+    {
+        int fd = connect_to(port);
+        weir_http_parser p;
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        char buf[16384];
+        size_t have = 0, len;
+        reply r;
+        char *q = post_of("/upload", 5000, 0, &len);
+        CHECK_EQ(send_str(fd, q, len), (ssize_t)len);
+        free(q);
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 200);
+        q = post_of("/small", 2000, 0, &len);
+        send_str(fd, q, len);
+        free(q);
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 413);
+        weir_http_parser_close(&p);
+        weir_io_close(fd);
+    }
+
+    /* Expect: 100-continue: a body within the route's cap is invited, one
+     * over it is refused from the head. */
+    {
+        int fd = connect_to(port);
+        const char *h = "POST /upload HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                        "Content-Length: 3000\r\n\r\n";
+        CHECK_EQ(send_str(fd, h, strlen(h)), (ssize_t)strlen(h));
+        char got[64];
+        read_exact(fd, got, 25);
+        CHECK_STR(got, "HTTP/1.1 100 Continue\r\n\r\n");
+        char *b = malloc(3000);
+        memset(b, 'b', 3000);
+        CHECK_EQ(send_str(fd, b, 3000), 3000);
+        free(b);
+        weir_http_parser p;
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        char buf[4096];
+        size_t have = 0;
+        reply r;
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 200);
+        CHECK_STR(r.body, "3000");
+        weir_http_parser_close(&p);
+        weir_io_close(fd);
+
+        fd = connect_to(port);
+        h = "POST /upload HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            "Content-Length: 70000\r\n\r\n";
+        CHECK_EQ(send_str(fd, h, strlen(h)), (ssize_t)strlen(h));
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        have = 0;
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 413); /* no 100 first */
+        weir_http_parser_close(&p);
+        weir_io_close(fd);
+    }
+    if (have_curl()) {
+        char url[96];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/upload", port);
+        static char data[4000];
+        memset(data, 'b', sizeof(data) - 1);
+        curl_job *j = curl("-H", "Expect: 100-continue", "--data-binary", data, url, NULL);
+        CHECK_STR(j->out, "3999");
+    }
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_GE(st.errors, 7);
+    finish(s);
+    return 0;
+}
+
+TEST(route_body_caps)
+{
+    test_run_main(body_cap_main, NULL);
+}
+
 /* ---- a two-thread runtime --------------------------------------------------------------- */
 typedef struct mt_client {
     int port, n, ok;
