@@ -820,6 +820,66 @@ int weir_http_res_stream_wait(weir_http_res *r, int64_t deadline);
 int weir_http_res_stream_end(weir_http_res *r);
 /* ---- end server ----------------------------------------------------------------------- */
 
+/* ---- multipart ------------------------------------------------------------------------
+ *
+ * multipart/form-data bodies (RFC 7578, over RFC 2046's multipart syntax):
+ * an HTML form's upload, or a client's "curl -F". The body must be whole in
+ * memory (the server's weir_http_req body; weir_http_route_max_body for a
+ * large upload). One pass, nothing allocated, nothing copied: each part's
+ * fields are views into the body (or, for the default content type, a
+ * static string), valid as long as the body is, and NOT NUL-terminated.
+ *
+ * The boundary comes from the Content-Type's boundary parameter, a token or
+ * a quoted string, 1 to 70 characters of RFC 2046's set. Line ends are CRLF
+ * (a bare LF is refused, as in heads); the first delimiter may open the
+ * body, a preamble before it and an epilogue after the closing delimiter
+ * are ignored; "--boundary" inside data counts only when it starts a line
+ * (after CRLF) and is followed by optional spaces or tabs and CRLF, or by
+ * "--". Every part needs Content-Disposition: form-data with a name; its
+ * Content-Type is "text/plain" when it has none; other header fields are
+ * ignored. A quoted name or filename is taken as sent between its quotes,
+ * without unescaping (browsers percent-encode '"', CR and LF in them as
+ * %22, %0D and %0A: decode if you need to; a filename is a hint from the
+ * client, never a path to use as it is).
+ *
+ * Refused, with -EBADMSG and a reason naming what was wrong: a Content-Type
+ * that is not multipart/form-data, without a boundary, with two, or with
+ * one that is empty, longer than 70 or holds a character outside the set;
+ * no delimiter; a body that ends before the closing delimiter; a part
+ * without Content-Disposition: form-data or without a name (or with either
+ * parameter twice, or two such fields, or two Content-Types); a header
+ * line over WEIR_HTTP_MULTIPART_MAX_LINE bytes, more than
+ * WEIR_HTTP_MULTIPART_MAX_HEADERS header lines in a part, a folded line, a
+ * line without "name:", a control character; bare LF or CR line ends. More
+ * parts than cap is -E2BIG. -EINVAL for bad arguments.
+ */
+#define WEIR_HTTP_MULTIPART_MAX_BOUNDARY 70   /* RFC 2046 */
+#define WEIR_HTTP_MULTIPART_MAX_LINE     1024 /* one part header line, CRLF excluded */
+#define WEIR_HTTP_MULTIPART_MAX_HEADERS  16   /* header lines in one part */
+
+typedef struct weir_http_part {
+    weir_http_str name;         /* the form field's name, never empty */
+    weir_http_str filename;     /* p NULL: no filename parameter; len 0 with p set: filename="" */
+    weir_http_str content_type; /* as sent, or "text/plain" when the part has none */
+    const uint8_t *data;        /* the part's bytes, a view into the body */
+    size_t len;
+} weir_http_part;
+
+/*
+ * Parse body[0..len) as multipart/form-data with the given Content-Type
+ * value (content_type[0..ctlen), not NUL-terminated; NULL: none). Fills
+ * parts[0..*nparts), in body order, and returns 0; or a negative errno
+ * (above) with *nparts the parts complete before the problem and, when why
+ * is given, a NUL-terminated reason in why[0..whycap) (never the data).
+ */
+int weir_http_multipart_parse(const char *content_type, size_t ctlen, const uint8_t *body,
+                              size_t len, weir_http_part *parts, size_t cap, size_t *nparts,
+                              char *why, size_t whycap);
+/* The same for a server request: its Content-Type field and its body. */
+int weir_http_req_multipart(const weir_http_req *r, weir_http_part *parts, size_t cap,
+                            size_t *nparts, char *why, size_t whycap);
+/* ---- end multipart -------------------------------------------------------------------- */
+
 #ifdef __cplusplus
 }
 #endif
