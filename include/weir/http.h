@@ -573,7 +573,23 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
  * route is exempt: the check is the server's, not a route's, and there is
  * no flag to opt out of it. The token is compared in constant time; an
  * Authorization value over WEIR_HTTP_MAX_AUTH_FIELD bytes, or a second
- * Authorization field, is a 401 too. Unset (or auth_env ""): no auth. A
+ * Authorization field, is a 401 too.
+ *
+ * A browser cannot send that field when it loads a page or opens an
+ * EventSource, so two more ways carry the same token, checked in the same
+ * place (before routing, in constant time, never logged):
+ *   - a cookie: a request without an Authorization field passes with
+ *     "Cookie: ...; weir_token=<token>; ..." (one Cookie field of at most
+ *     WEIR_HTTP_MAX_COOKIE_FIELD bytes, one weir_token cookie in it);
+ *   - a link: a GET whose query holds access_token=<token> (percent-decoded,
+ *     '+' kept) is answered "303 See Other" to the same path and query
+ *     without that parameter, with "Set-Cookie: weir_token=<token>; Path=/;
+ *     HttpOnly; SameSite=Strict" and Cache-Control: no-store, so the token
+ *     leaves the address bar and the next requests carry the cookie. A
+ *     wrong access_token (or two of them) is a 401 like a wrong header,
+ *     whatever else the request carries. A token holding '"', ',', ';' or
+ *     '\' cannot be a cookie: its valid access_token is a 401 saying so.
+ * Unset (or auth_env ""): no auth. A
  * variable set but empty, or a token longer than WEIR_HTTP_MAX_TOKEN or
  * holding a byte outside visible ASCII (0x21..0x7e), is a configuration
  * error: weir_http_server_new() fails with EINVAL, and
@@ -651,6 +667,9 @@ enum {
  * field value a request may send (longer is 401 without a comparison). */
 #define WEIR_HTTP_MAX_TOKEN      1024
 #define WEIR_HTTP_MAX_AUTH_FIELD 2048
+/* The Cookie field value a request may send when it carries the token in
+ * the weir_token cookie (longer is 401 without a comparison). */
+#define WEIR_HTTP_MAX_COOKIE_FIELD 4096
 
 typedef struct weir_http_server_opts {
     const char *host;             /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */

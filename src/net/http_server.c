@@ -102,6 +102,7 @@ struct weir_http_server {
     char *host;
     char *token;
     size_t token_len;
+    int token_cookie_ok; /* the token is a valid cookie value (RFC 6265 cookie-octets) */
     route *routes, **tail;
     int started;          /* under lock */
     _Atomic int stopping; /* written under lock; read anywhere */
@@ -161,7 +162,8 @@ typedef struct conn {
     weir_http_req req;
     int early_status; /* an answer decided at HEAD (401, 404, 405, 417...) */
     const char *early_msg;
-    int auth_invalid; /* the 401 is for a wrong token (not a missing one) */
+    int auth_invalid;  /* the 401 is for a wrong token (not a missing one) */
+    int auth_redirect; /* a valid access_token in the query: 303 to set the cookie */
     char allow[96];
     int64_t t0;
 } conn;
@@ -586,6 +588,7 @@ weir_http_server *weir_http_server_new(const weir_http_server_opts *opts)
         return NULL;
     }
     s->token_len = s->token ? strlen(s->token) : 0;
+    s->token_cookie_ok = s->token && !strpbrk(s->token, "\",;\\");
     return s;
 }
 
@@ -873,6 +876,68 @@ static void route_request(conn *c)
     c->early_status = path_matched ? 405 : 404;
 }
 
+/* The query parameter named access_token in q[0..n): its raw value in *v;
+ * the count of such parameters (names compared decoded). */
+static int find_access_token(const char *q, size_t n, weir_http_str *v)
+{
+    const char *end = q + n;
+    int found = 0;
+    while (q && q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *pe = amp ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(pe - q));
+        const char *ke = eq ? eq : pe;
+        char key[16];
+        ssize_t kn = weir_http_pct_decode(q, (size_t)(ke - q), key, sizeof(key), 1);
+        if (kn == 12 && memcmp(key, "access_token", 12) == 0) {
+            if (!found++)
+                *v = eq ? (weir_http_str){eq + 1, (size_t)(pe - eq - 1)} : (weir_http_str){pe, 0};
+        }
+        q = amp ? amp + 1 : end;
+    }
+    return found;
+}
+
+/* Is v (raw, percent-encoded) the token? Decoded without '+' as space (a
+ * token holds no space, and a '+' sent as it is stays one). */
+static int access_token_ok(weir_http_server *s, weir_http_str v)
+{
+    char tok[WEIR_HTTP_MAX_TOKEN + 1];
+    if (v.len > WEIR_HTTP_MAX_AUTH_FIELD)
+        return 0;
+    ssize_t n = weir_http_pct_decode(v.p, v.len, tok, sizeof(tok), 0);
+    /* A value too long or badly escaped is compared as empty: the same
+     * time as any wrong token. */
+    return ct_equal(tok, n < 0 ? 0 : (size_t)n, s->token, s->token_len) && n >= 0;
+}
+
+/* The weir_token cookie among the Cookie field's "a=1; b=2" pairs: 1 with
+ * its value in *v (quotes removed), 0 when none, -1 when there are two. */
+static int find_cookie(const weir_http_str *f, weir_http_str *v)
+{
+    const char *p = f->p, *end = f->p + f->len;
+    int found = 0;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *semi = memchr(p, ';', (size_t)(end - p));
+        const char *pe = semi ? semi : end;
+        const char *eq = memchr(p, '=', (size_t)(pe - p));
+        if (eq && eq - p == 10 && memcmp(p, "weir_token", 10) == 0) {
+            if (found++)
+                return -1;
+            const char *a = eq + 1, *b = pe;
+            while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+                b--;
+            if (b - a >= 2 && a[0] == '"' && b[-1] == '"')
+                a++, b--;
+            *v = (weir_http_str){a, (size_t)(b - a)};
+        }
+        p = semi ? semi + 1 : end;
+    }
+    return found;
+}
+
 /* Does the request carry the token? NULL when it does (or no token is
  * configured), else why not: the 401's message, which names what is wrong
  * but never what the token is. No route is exempt and the answer does not
@@ -882,16 +947,56 @@ static void route_request(conn *c)
  * server answers itself lists the path's methods, and a CORS preflight
  * gains nothing from it (the server sends no Access-Control-* fields, so a
  * browser refuses the cross-origin request either way). *invalid: a
- * bearer token was presented and is wrong (error="invalid_token"). */
+ * bearer token was presented and is wrong (error="invalid_token").
+ *
+ * Three ways to carry it, for a browser cannot set Authorization on a page
+ * load or an EventSource: the Authorization field, which decides when
+ * present; else the weir_token cookie; and a GET whose query holds
+ * access_token=<token>, which is answered 303 to the same target without
+ * it, setting the cookie (c->auth_redirect), so the token leaves the
+ * address bar and the history. Every comparison is constant-time. */
 static const char *auth_refusal(conn *c, int *invalid)
 {
     weir_http_server *s = c->s;
     *invalid = 0;
     if (!s->token)
         return NULL;
+    weir_http_str v;
+    int nq =
+        str_eq(c->p.method, "GET") ? find_access_token(c->req.query.p, c->req.query.len, &v) : 0;
+    if (nq > 1)
+        return "more than one access_token parameter";
+    if (nq == 1) {
+        if (!access_token_ok(s, v)) {
+            *invalid = 1;
+            return "wrong access_token";
+        }
+        if (!s->token_cookie_ok)
+            return "the token cannot be carried in a cookie (it holds '\"', ',', ';' or '\\')";
+        c->auth_redirect = 1;
+        return "see the target without access_token"; /* the 303 (not an error) */
+    }
     ssize_t i = weir_http_find(c->p.headers, c->p.nheaders, "authorization", 0);
-    if (i < 0)
-        return "missing bearer token (Authorization: Bearer <token>)";
+    if (i < 0) {
+        ssize_t k = weir_http_find(c->p.headers, c->p.nheaders, "cookie", 0);
+        if (k < 0)
+            return "missing bearer token (Authorization: Bearer <token>)";
+        if (weir_http_find(c->p.headers, c->p.nheaders, "cookie", (size_t)k + 1) >= 0)
+            return "more than one Cookie field";
+        const weir_http_str *f = &c->p.headers[k].value;
+        if (f->len > WEIR_HTTP_MAX_COOKIE_FIELD)
+            return "Cookie field longer than " STR(WEIR_HTTP_MAX_COOKIE_FIELD) " bytes";
+        int nc = find_cookie(f, &v);
+        if (nc < 0)
+            return "more than one weir_token cookie";
+        if (nc == 0)
+            return "missing bearer token (Authorization: Bearer <token>)";
+        if (!ct_equal(v.p, v.len, s->token, s->token_len)) {
+            *invalid = 1;
+            return "wrong weir_token cookie";
+        }
+        return NULL;
+    }
     /* Two fields: which one counts is where a proxy and we could disagree. */
     if (weir_http_find(c->p.headers, c->p.nheaders, "authorization", (size_t)i + 1) >= 0)
         return "more than one Authorization field";
@@ -914,6 +1019,38 @@ static const char *auth_refusal(conn *c, int *invalid)
         return "wrong bearer token";
     }
     return NULL;
+}
+
+/* The 303 for a valid access_token: Location is the same path and query
+ * without the access_token parameters (the others kept as sent, in order),
+ * and the cookie is set. Into r->hdr; 0 or -ENOMEM. */
+static int put_redirect(conn *c)
+{
+    weir_http_res *r = &c->res;
+    const weir_http_req *q = &c->req;
+    weir_http_buf loc;
+    weir_http_buf_init(&loc);
+    weir_http_put_raw(&loc, q->path.p, q->path.len);
+    const char *p = q->query.p, *end = q->query.p + q->query.len;
+    int first = 1;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pe = amp ? amp : end;
+        weir_http_str v;
+        if (pe > p && find_access_token(p, (size_t)(pe - p), &v) == 0) {
+            weir_http_put_raw(&loc, first ? "?" : "&", 1);
+            weir_http_put_raw(&loc, p, (size_t)(pe - p));
+            first = 0;
+        }
+        p = amp ? amp + 1 : end;
+    }
+    weir_http_put_header_n(&r->hdr, "Location", 8, loc.p, loc.len);
+    weir_http_buf_close(&loc);
+    weir_http_put_raw(&r->hdr, "Set-Cookie: weir_token=", 23);
+    weir_http_put_raw(&r->hdr, c->s->token, c->s->token_len);
+    weir_http_put_raw(&r->hdr, "; Path=/; HttpOnly; SameSite=Strict\r\n", 37);
+    weir_http_put_raw(&r->hdr, "Cache-Control: no-store\r\nReferrer-Policy: no-referrer\r\n", 55);
+    return r->hdr.err;
 }
 
 /* ---- the connection ------------------------------------------------------------------- */
@@ -990,8 +1127,13 @@ static void answer_plain(conn *c, int status, const char *msg, int close)
                                              : "Bearer realm=\"weir\"");
     if (status == 405 || (status == 204 && c->allow[0]))
         weir_http_put_header(&r->hdr, "Allow", c->allow[0] ? c->allow : "OPTIONS");
-    if (status == 204)
-        weir_http_res_send(r, 204, NULL, NULL, 0);
+    if (status == 303 && put_redirect(c) < 0) {
+        weir_http_buf_reset(&r->hdr);
+        status = 500;
+        msg = "out of memory";
+    }
+    if (status == 204 || status == 303)
+        weir_http_res_send(r, status, NULL, NULL, 0);
     else
         weir_http_res_error(r, status, msg);
     if (status >= 400)
@@ -1339,6 +1481,7 @@ static void on_head(conn *c, int body_buffered)
     c->early_status = 0;
     c->early_msg = NULL;
     c->auth_invalid = 0;
+    c->auth_redirect = 0;
     c->blen = 0;
     q->method = p->method;
     q->target = p->target;
@@ -1358,10 +1501,8 @@ static void on_head(conn *c, int body_buffered)
      * tell what exists). Only what the parser refuses before a head is
      * complete (400, 413, 414, 431...) is answered without this check. */
     q->path = q->query = (weir_http_str){"", 0};
-    if ((c->early_msg = auth_refusal(c, &c->auth_invalid))) {
-        c->early_status = 401;
-        return;
-    }
+    /* The target is split first (the token may come in its query), but not
+     * routed before the check. */
     /* origin-form "/p?q"; absolute-form "http://host/p?q"; "*" for OPTIONS. */
     const char *t = p->target.p, *end = t + p->target.len;
     if (p->target.len > 7 &&
@@ -1385,6 +1526,10 @@ static void on_head(conn *c, int body_buffered)
         q->query = qm ? (weir_http_str){qm + 1, (size_t)(end - qm - 1)} : (weir_http_str){"", 0};
     }
 routed_path:
+    if ((c->early_msg = auth_refusal(c, &c->auth_invalid))) {
+        c->early_status = c->auth_redirect ? 303 : 401;
+        return;
+    }
     if (str_eq(p->target, "*")) {
         c->allow[0] = '\0';
         if (!str_eq(p->method, "OPTIONS")) {

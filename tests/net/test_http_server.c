@@ -2053,6 +2053,149 @@ TEST(route_body_caps)
     test_run_main(body_cap_main, NULL);
 }
 
+/* ---- browser authentication: the cookie and the access_token link ------------------------- */
+/* GET target with the extra header lines; the reply. */
+static void get_with(int port, const char *target, const char *extra, reply *r)
+{
+    size_t len = strlen(target) + strlen(extra) + 64;
+    char *q = malloc(len);
+    CHECK(q != NULL);
+    int n = snprintf(q, len, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", target, extra);
+    CHECK_EQ(exchange(port, q, (size_t)n, r, NULL), 0);
+    free(q);
+}
+
+static intptr_t browser_auth_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = make_server(&(weir_http_server_opts){.auth_token = "s3cret-token"});
+    int port = weir_http_server_port(s);
+    int runs = handler_runs;
+    reply r;
+
+    /* The cookie: missing, wrong, look-alike names, ambiguous, too long. */
+    get_with(port, "/hello", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "missing bearer token");
+    get_with(port, "/hello", "Cookie: theme=dark\r\n", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "missing bearer token");
+    get_with(port, "/hello", "Cookie: weir_token=n0pe\r\n", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "wrong weir_token cookie");
+    CHECK_HAS(r.head, "error=\"invalid_token\"");
+    CHECK(strstr(r.body, "n0pe") == NULL && strstr(r.body, "s3cret") == NULL);
+    static const char *const bad[] = {
+        "Cookie: weir_tokenx=s3cret-token\r\n",
+        "Cookie: xweir_token=s3cret-token\r\n",
+        "Cookie: weir_token=s3cret-toke\r\n",
+        "Cookie: weir_token=s3cret-token2\r\n",
+        "Cookie: weir_token\r\n",
+        "Cookie: weir_token=s3cret-token; weir_token=s3cret-token\r\n",
+        "Cookie: weir_token=s3cret-token\r\nCookie: a=1\r\n",
+        "Cookie: a=s3cret-token\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        get_with(port, "/hello", bad[i], &r);
+        CHECK_EQ(r.status, 401);
+    }
+    {
+        size_t big = WEIR_HTTP_MAX_COOKIE_FIELD + 10;
+        char *v = malloc(big + 64);
+        int o = sprintf(v, "Cookie: weir_token=s3cret-token; pad=");
+        memset(v + o, 'p', big);
+        strcpy(v + o + big, "\r\n");
+        get_with(port, "/hello", v, &r);
+        CHECK_EQ(r.status, 401);
+        CHECK_HAS(r.body, "Cookie field longer than 4096 bytes");
+        free(v);
+    }
+    /* A wrong Authorization field decides, whatever the cookie says. */
+    get_with(port, "/hello", "Authorization: Bearer wrong\r\nCookie: weir_token=s3cret-token\r\n",
+             &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_EQ(handler_runs, runs);
+    /* Right: alone, among others, quoted. */
+    static const char *const good[] = {
+        "Cookie: weir_token=s3cret-token\r\n",
+        "Cookie: a=1; weir_token=s3cret-token; b=2\r\n",
+        "Cookie: a=1;weir_token=s3cret-token\r\n",
+        "Cookie: weir_token=\"s3cret-token\"\r\n",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        get_with(port, "/hello", good[i], &r);
+        CHECK_EQ(r.status, 200);
+        CHECK_STR(r.body, "Hello, World!");
+    }
+    CHECK_EQ(handler_runs, runs + 4);
+
+    /* The link: a valid access_token is a 303 to the same target without
+     * it (every other parameter kept, in order), setting the cookie. */
+    get_with(port, "/query?q=abc&access_token=s3cret-token&z=1", "", &r);
+    CHECK_EQ(r.status, 303);
+    CHECK_HAS(r.head, "Location: /query?q=abc&z=1\n");
+    CHECK_HAS(r.head, "Set-Cookie: weir_token=s3cret-token; Path=/; HttpOnly; SameSite=Strict\n");
+    CHECK_HAS(r.head, "Cache-Control: no-store\n");
+    CHECK_EQ(r.body_len, 0);
+    get_with(port, "/hello?access_token=s3cret%2Dtoken", "", &r); /* percent-encoded */
+    CHECK_EQ(r.status, 303);
+    CHECK_HAS(r.head, "Location: /hello\n");
+    get_with(port, "/hello?access_token=s3cret-token&", "", &r);
+    CHECK_HAS(r.head, "Location: /hello\n");
+    get_with(port, "/users/7?a=1&access%5Ftoken=s3cret-token", "", &r); /* name decoded */
+    CHECK_EQ(r.status, 303);
+    CHECK_HAS(r.head, "Location: /users/7?a=1\n");
+    CHECK_EQ(handler_runs, runs + 4); /* a redirect runs no handler */
+    /* Following it with the cookie. */
+    get_with(port, "/query?q=abc&z=1", "Cookie: weir_token=s3cret-token\r\n", &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "abc");
+    /* A wrong access_token is a 401, even beside a valid field or cookie. */
+    get_with(port, "/hello?access_token=n0pe", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "wrong access_token");
+    CHECK_HAS(r.head, "error=\"invalid_token\"");
+    CHECK(strstr(r.head, "Set-Cookie") == NULL);
+    CHECK(strstr(r.body, "n0pe") == NULL && strstr(r.body, "s3cret") == NULL);
+    get_with(port, "/hello?access_token=", "", &r);
+    CHECK_EQ(r.status, 401);
+    get_with(port, "/hello?access_token=%zz", "", &r);
+    CHECK_EQ(r.status, 401);
+    get_with(port, "/hello?access_token=n0pe", "Authorization: Bearer s3cret-token\r\n", &r);
+    CHECK_EQ(r.status, 401);
+    get_with(port, "/hello?access_token=s3cret-token&access_token=s3cret-token", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "more than one access_token");
+    /* Only a GET: another method with it in the query is not let in. */
+    const char *post = "POST /echo?access_token=s3cret-token HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Length: 0\r\n\r\n";
+    CHECK_EQ(get_status(port, post), 401);
+    CHECK_EQ(handler_runs, runs + 4);
+
+    if (have_curl()) {
+        /* curl as a browser: follow the 303 with its cookie engine on. */
+        char url[128];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/hello?access_token=s3cret-token", port);
+        curl_job *j = curl("-L", "-b", "", "-w", "|%{http_code} %{num_redirects}", url, NULL);
+        CHECK_EQ(j->status, 0);
+        CHECK_STR(j->out, "Hello, World!|200 1");
+    }
+    finish(s);
+
+    /* A token no cookie can carry: its link is refused, saying why. */
+    s = make_server(&(weir_http_server_opts){.auth_token = "semi;colon"});
+    get_with(weir_http_server_port(s), "/hello?access_token=semi%3Bcolon", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "cannot be carried in a cookie");
+    finish(s);
+    return 0;
+}
+
+TEST(browser_auth_cookie_and_link)
+{
+    test_run_main(browser_auth_main, NULL);
+}
+
 /* ---- a two-thread runtime --------------------------------------------------------------- */
 typedef struct mt_client {
     int port, n, ok;
