@@ -1438,6 +1438,51 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     return 0;
 }
 
+int weir__coord_submit_upload(coord *c, const uint8_t *bytes, size_t n, weir__cl_submit_job *s,
+                              uint64_t *id, char *why, size_t cap)
+{
+    *id = 0;
+    weir__cl_plugin_ref ref;
+    int e = weir__plugin_ref_from_bytes(bytes, n, "the uploaded plugin", &ref, why, cap);
+    if (e < 0)
+        return e;
+    if ((e = weir__plugin_ref_abi_check(&ref, NULL, why, cap)) < 0) {
+        weir__plugin_ref_clear(&ref);
+        return -ENOEXEC;
+    }
+    bjob pb = {.c = c, .bytes = bytes, .len = n, .sha = ref.sha256};
+    if ((e = (int)weir__blocking_run_shielded(b_put, &pb)) < 0) {
+        snprintf(why, cap, "%s", pb.msg);
+        weir__plugin_ref_clear(&ref);
+        return e;
+    }
+    s->plugins.v = &ref;
+    s->plugins.n = 1;
+    cjob *J;
+    e = job_build(c, s, 0, &J, why, cap);
+    s->plugins.v = NULL;
+    s->plugins.n = 0;
+    weir__plugin_ref_clear(&ref);
+    if (e < 0)
+        return e;
+    if (c->ha && (e = job_persist(c, J, why, cap)) < 0) {
+        weir__coord_job_free(J);
+        return e;
+    }
+    uint64_t kept = J->id;
+    char name[sizeof(J->name)];
+    snprintf(name, sizeof(name), "%s", J->name);
+    const char *refused = job_publish(c, J, NULL, id);
+    if (refused) {
+        if (kept) /* its record must not make the next leader run it */
+            job_forget(c, kept, name, s->parallelism, 0, "failed", refused);
+        snprintf(why, cap, "%s", refused);
+        return -EAGAIN;
+    }
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " submitted over HTTP", *id);
+    return 0;
+}
+
 static void handle_list(client *cl)
 {
     coord *c = cl->c;
