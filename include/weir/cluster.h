@@ -67,9 +67,9 @@ extern "C" {
  * 2: a worker takes part in a bounded job's final checkpoint (it answers
  * FinalCheckpointAssigned); a version 1 worker ignored it and would leave
  * the job waiting for its acknowledgement, so 1 is no longer spoken.
- * 3: a worker reports its subtasks' figures once a second (SubtaskStats);
- * it sends them only to a coordinator of version 3 or later, so 2 is
- * still spoken. */
+ * 3: a worker reports its subtasks' figures once a second (SubtaskStats),
+ * and a client may ask for one job in detail (DescribeJob / JobDetail);
+ * neither is sent to a peer of version 2, which is still spoken. */
 #define WEIR_CLUSTER_PROTO_VERSION    3u
 #define WEIR_CLUSTER_PROTO_MIN_COMPAT 2u
 
@@ -101,12 +101,14 @@ enum weir_cluster_kind {
     WEIR_CLUSTER_PLUGIN_UPLOAD = 0x43,
     WEIR_CLUSTER_LIST_JOBS = 0x44,
     WEIR_CLUSTER_CANCEL_JOB = 0x45,
+    WEIR_CLUSTER_DESCRIBE_JOB = 0x46, /* version 3: one job in detail (weir job ID) */
     /* coordinator -> client */
     WEIR_CLUSTER_HELLO_CLIENT_ACK = 0x61,
     WEIR_CLUSTER_SUBMIT_JOB_ACK = 0x62,
     WEIR_CLUSTER_JOB_LIST = 0x63,
     WEIR_CLUSTER_CANCEL_JOB_ACK = 0x64,
     WEIR_CLUSTER_JOB_COMPLETED = 0x65,
+    WEIR_CLUSTER_JOB_DETAIL = 0x66, /* version 3: GET /api/v1/jobs/ID's JSON */
 };
 
 /* ---- limits a node holds every peer to ------------------------------------------------ */
@@ -139,6 +141,8 @@ enum weir_cluster_kind {
 #define WEIR_CLUSTER_HANDLE_MAX 255u
 /* The bytes of a SHA-256. */
 #define WEIR_CLUSTER_SHA256_SIZE 32u
+/* the JSON text of a JobDetail */
+#define WEIR_CLUSTER_DETAIL_MAX (16u << 20)
 /* (operator, subtask) figures in one SubtaskStats */
 #define WEIR_CLUSTER_STATS_MAX 65536u
 

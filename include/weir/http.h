@@ -149,10 +149,11 @@ typedef struct weir_http_parser {
         size_t len, cap, line;    /* bytes in buf, allocated, start of the current line */
         weir_http_header *fields; /* headers, then trailers */
         size_t fcap;
-        size_t head_bytes; /* head (and trailer) bytes so far, against max_header_bytes */
-        uint64_t left;     /* body or chunk bytes still to come */
-        int crlf;          /* bytes of the CRLF after chunk data seen */
-        int no_body;       /* the caller's weir_http_parser_no_body() */
+        size_t head_bytes;     /* head (and trailer) bytes so far, against max_header_bytes */
+        uint64_t left;         /* body or chunk bytes still to come */
+        int crlf;              /* bytes of the CRLF after chunk data seen */
+        int no_body;           /* the caller's weir_http_parser_no_body() */
+        uint64_t msg_max_body; /* this message's body cap (weir_http_parser_body_cap), or 0 */
         int cl_seen, te_lines, te_codings, te_chunked, te_last_chunked, te_other;
         int conn_close, conn_ka, hosts;
     } priv;
@@ -204,6 +205,18 @@ int weir_http_parser_eof(weir_http_parser *p);
  * responses never have a body and need no call.
  */
 void weir_http_parser_no_body(weir_http_parser *p);
+
+/*
+ * From the HEAD event to the end of the message: cap its body at max_body
+ * instead of limits.max_body (a server choosing the cap by route;
+ * UINT64_MAX: none; 0: the limits' again). The next message has
+ * limits.max_body. The check of a Content-Length at the end of the head
+ * uses limits.max_body, so a caller lowering or raising caps per message
+ * gives the parser the largest one. 0, or -EMSGSIZE (final, as any error)
+ * when the declared length or the body so far is over the new cap; -EINVAL
+ * for a NULL parser.
+ */
+int weir_http_parser_body_cap(weir_http_parser *p, uint64_t max_body);
 
 /* The final error (0 if none), and its reason ("" if none); the reason is a
  * static string. */
@@ -530,7 +543,8 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
  *
  * An HTTP/1.1 server on the runtime: a fiber per connection, keep-alive and
  * pipelining, routes matched in registration order, handlers that may wait
- * (they run in the connection's fiber). Everything a client sends is
+ * (they run in the connection's fiber), answers sent whole or streamed
+ * (weir_http_res_stream_*, for Server-Sent Events). Everything a client sends is
  * bounded: head and body caps (weir_http_limits; the body is read into
  * memory, 1 MiB by default), a deadline for the head once its first byte has
  * arrived (a client trickling a header cannot hold a connection), one for
@@ -559,7 +573,23 @@ int weir_http_client_stats_get(weir_http_client *c, weir_http_client_stats *st);
  * route is exempt: the check is the server's, not a route's, and there is
  * no flag to opt out of it. The token is compared in constant time; an
  * Authorization value over WEIR_HTTP_MAX_AUTH_FIELD bytes, or a second
- * Authorization field, is a 401 too. Unset (or auth_env ""): no auth. A
+ * Authorization field, is a 401 too.
+ *
+ * A browser cannot send that field when it loads a page or opens an
+ * EventSource, so two more ways carry the same token, checked in the same
+ * place (before routing, in constant time, never logged):
+ *   - a cookie: a request without an Authorization field passes with
+ *     "Cookie: ...; weir_token=<token>; ..." (one Cookie field of at most
+ *     WEIR_HTTP_MAX_COOKIE_FIELD bytes, one weir_token cookie in it);
+ *   - a link: a GET whose query holds access_token=<token> (percent-decoded,
+ *     '+' kept) is answered "303 See Other" to the same path and query
+ *     without that parameter, with "Set-Cookie: weir_token=<token>; Path=/;
+ *     HttpOnly; SameSite=Strict" and Cache-Control: no-store, so the token
+ *     leaves the address bar and the next requests carry the cookie. A
+ *     wrong access_token (or two of them) is a 401 like a wrong header,
+ *     whatever else the request carries. A token holding '"', ',', ';' or
+ *     '\' cannot be a cookie: its valid access_token is a 401 saying so.
+ * Unset (or auth_env ""): no auth. A
  * variable set but empty, or a token longer than WEIR_HTTP_MAX_TOKEN or
  * holding a byte outside visible ASCII (0x21..0x7e), is a configuration
  * error: weir_http_server_new() fails with EINVAL, and
@@ -605,18 +635,18 @@ typedef struct weir_http_param {
 
 /* A request as a handler sees it; valid until the handler returns. */
 typedef struct weir_http_req {
-    weir_http_str method;       /* "GET", ... */
-    weir_http_str target;       /* the request-target as sent */
-    weir_http_str path;         /* target up to '?' (not decoded) */
-    weir_http_str query;        /* after '?', without it; empty when none */
-    int version_minor;          /* 0 or 1 */
+    weir_http_str method; /* "GET", ... */
+    weir_http_str target; /* the request-target as sent */
+    weir_http_str path;   /* target up to '?' (not decoded) */
+    weir_http_str query;  /* after '?', without it; empty when none */
+    int version_minor;    /* 0 or 1 */
     const weir_http_header *headers;
     size_t nheaders;
-    const uint8_t *body;        /* the whole body (chunked bodies joined) */
+    const uint8_t *body; /* the whole body (chunked bodies joined) */
     size_t body_len;
     weir_http_param params[WEIR_HTTP_MAX_PARAMS];
     size_t nparams;
-    const char *peer;           /* "127.0.0.1:50312" */
+    const char *peer; /* "127.0.0.1:50312" */
     weir_http_server *server;
 } weir_http_req;
 
@@ -637,34 +667,37 @@ enum {
  * field value a request may send (longer is 401 without a comparison). */
 #define WEIR_HTTP_MAX_TOKEN      1024
 #define WEIR_HTTP_MAX_AUTH_FIELD 2048
+/* The Cookie field value a request may send when it carries the token in
+ * the weir_token cookie (longer is 401 without a comparison). */
+#define WEIR_HTTP_MAX_COOKIE_FIELD 4096
 
 typedef struct weir_http_server_opts {
-    const char *host;          /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */
-    int port;                  /* 0: a free port (weir_http_server_port) */
-    weir_http_limits limits;   /* request caps; 0 fields take the parser's defaults, but
-                                  max_body defaults to WEIR_HTTP_SERVER_MAX_BODY */
-    int64_t header_timeout_ms; /* head complete this long after its first byte: 10 s */
-    int64_t body_timeout_ms;   /* body complete this long after the head: 30 s */
-    int64_t idle_timeout_ms;   /* keep-alive connection idle before it is closed: 60 s */
-    int64_t write_timeout_ms;  /* one response written: 30 s */
-    int max_conns;             /* open connections; more are answered 503 and closed: 10000 */
-    const char *auth_env;      /* env var holding the bearer token: NULL = "WEIR_AUTH_TOKEN",
-                                  "" = none; unset: no auth, set but empty: EINVAL */
-    const char *auth_token;    /* a token given directly (wins over auth_env; "": EINVAL) */
+    const char *host;             /* NULL: "127.0.0.1" (loopback, the safe default); "::" all */
+    int port;                     /* 0: a free port (weir_http_server_port) */
+    weir_http_limits limits;      /* request caps; 0 fields take the parser's defaults, but
+                                     max_body defaults to WEIR_HTTP_SERVER_MAX_BODY */
+    int64_t header_timeout_ms;    /* head complete this long after its first byte: 10 s */
+    int64_t body_timeout_ms;      /* body complete this long after the head: 30 s */
+    int64_t idle_timeout_ms;      /* keep-alive connection idle before it is closed: 60 s */
+    int64_t write_timeout_ms;     /* one response written: 30 s */
+    int max_conns;                /* open connections; more are answered 503 and closed: 10000 */
+    const char *auth_env;         /* env var holding the bearer token: NULL = "WEIR_AUTH_TOKEN",
+                                     "" = none; unset: no auth, set but empty: EINVAL */
+    const char *auth_token;       /* a token given directly (wins over auth_env; "": EINVAL) */
     struct weir_metrics *metrics; /* request metrics go here (NULL: none) */
-    size_t stack_size;         /* connection fibers: 0 = 64 KiB */
-    int listeners;             /* accept loops: 0 = one per scheduler thread */
+    size_t stack_size;            /* connection fibers: 0 = 64 KiB */
+    int listeners;                /* accept loops: 0 = one per scheduler thread */
 } weir_http_server_opts;
 
 #define WEIR_HTTP_SERVER_MAX_BODY (1u << 20)
 
 typedef struct weir_http_server_stats {
-    uint64_t accepted;  /* connections accepted */
-    uint64_t open;      /* connections open now */
-    uint64_t rejected;  /* answered 503 over max_conns */
-    uint64_t requests;  /* requests answered (any status) */
-    uint64_t errors;    /* requests refused by the server: 4xx/5xx before a handler */
-    uint64_t timeouts;  /* connections closed by a header, body or write deadline */
+    uint64_t accepted; /* connections accepted */
+    uint64_t open;     /* connections open now */
+    uint64_t rejected; /* answered 503 over max_conns */
+    uint64_t requests; /* requests answered (any status) */
+    uint64_t errors;   /* requests refused by the server: 4xx/5xx before a handler */
+    uint64_t timeouts; /* connections closed by a header, body or write deadline */
 } weir_http_server_stats;
 
 /* A server with no routes; NULL with errno (ENOMEM, EINVAL for bad options,
@@ -685,6 +718,16 @@ const char *weir_http_server_auth_problem(const weir_http_server_opts *opts);
  * parameters), -EBUSY once started. */
 int weir_http_route(weir_http_server *s, const char *method, const char *pattern,
                     weir_http_handler h, void *arg, int flags);
+/* A route whose request bodies are capped at max_body (> 0) bytes instead
+ * of opts.limits.max_body, larger or smaller (an upload route). The route
+ * is matched from the head, after the token check and before the body is
+ * read: a request routed here may send up to max_body bytes, and a
+ * Content-Length over it is 413 before a byte of the body is read (no 100
+ * Continue); every other request keeps the server's cap. The body is still
+ * read whole into memory: the largest cap of any route bounds what one
+ * connection may hold. 0, or as weir_http_route (-EINVAL for max_body 0). */
+int weir_http_route_max_body(weir_http_server *s, const char *method, const char *pattern,
+                             weir_http_handler h, void *arg, uint64_t max_body);
 /* Serve files under dir for GET and HEAD; the pattern ends in "*". The
  * directory is opened now (-ENOENT, -ENOTDIR...). flags: 0 or
  * WEIR_HTTP_STATIC_SPA (-EINVAL for others). */
@@ -699,7 +742,9 @@ int weir_http_server_start(weir_http_server *s);
 /* The port listened on (after start), or -ENOTCONN. */
 int weir_http_server_port(const weir_http_server *s);
 /* Stop accepting, close idle connections, let requests in progress finish
- * until the deadline, then cancel the rest; returns when every connection
+ * until the deadline (a streamed answer's weir_http_res_stream_wait returns
+ * -ECANCELED at once, so open streams end without waiting for it), then
+ * cancel the rest; returns when every connection
  * has ended: 0, or -ETIMEDOUT when some had to be cancelled. Fibers only. */
 int weir_http_server_stop(weir_http_server *s, int64_t deadline);
 /* Free a server that was never started or has been stopped. */
@@ -742,7 +787,117 @@ int weir_http_res_text(weir_http_res *r, int status, const char *text);
 int weir_http_res_json(weir_http_res *r, int status, const struct json_t *v);
 /* application/json {"error": message, "status": status}. */
 int weir_http_res_error(weir_http_res *r, int status, const char *message);
+
+/*
+ * Streamed answers: a body written over time (Server-Sent Events, a long
+ * log), instead of one weir_http_res_send. The handler starts the stream,
+ * writes pieces as they come, waits between them with
+ * weir_http_res_stream_wait (which watches the client and the server's
+ * stop), and ends it:
+ *
+ *     weir_http_res_stream_start(res, 200, "text/event-stream");
+ *     for (;;) {
+ *         if ((e = weir_http_res_stream_wait(res, weir_time_after_ms(1000))) < 0)
+ *             return 0;   (client gone or server stopping: just return)
+ *         n = snprintf(ev, sizeof(ev), "data: %d\n\n", i++);
+ *         if ((e = weir_http_res_stream_write(res, ev, n)) < 0)
+ *             return 0;
+ *     }
+ *
+ * The body is chunked for an HTTP/1.1 request and delimited by the close
+ * for HTTP/1.0; either way the connection closes after a streamed answer
+ * (Connection: close). A handler that returns 0 without
+ * weir_http_res_stream_end gets the end written for it; one that returns
+ * an error after the start has its connection closed without the end (no
+ * 500 can follow a head already sent; a chunked client sees a cut body).
+ * The request counts once in the stats and metrics, when the handler
+ * returns (its duration is the stream's). A HEAD request gets the head
+ * only: the writes succeed and send nothing.
+ */
+/* Write the head now: status (200..999, not 204 or 304), Content-Type (NULL:
+ * none), the weir_http_res_header fields given before, Cache-Control:
+ * no-cache. 0, -EALREADY when an answer was given, -EINVAL, -ENOMEM, or the
+ * write's error (as for weir_http_res_stream_write). */
+int weir_http_res_stream_start(weir_http_res *r, int status, const char *content_type);
+/* Write p[0..n) now as one chunk (n == 0 writes nothing), under the
+ * server's write_timeout_ms. 0; -EPIPE or -ECONNRESET when the client has
+ * gone; -ETIMEDOUT when the write stalled past the deadline (a client that
+ * stopped reading); -ECANCELED when the fiber is cancelled. After a failed
+ * write every later call returns the same error. -EINVAL before a start,
+ * -EALREADY after the end. */
+int weir_http_res_stream_write(weir_http_res *r, const void *p, size_t n);
+/* Wait until deadline (absolute, weir_time_* ns; WEIR_FOREVER) for the
+ * handler's next event, watching the connection: 0 at the deadline;
+ * -ECONNRESET as soon as the client closes or resets the connection (bytes
+ * it sends meanwhile are read and dropped); -ECANCELED when the server is
+ * stopping (weir_http_server_stop wakes every waiting stream at once, so
+ * open streams do not hold a stop until its deadline) or the fiber is
+ * cancelled. Writes still work after -ECANCELED from a stop. */
+int weir_http_res_stream_wait(weir_http_res *r, int64_t deadline);
+/* Write the body's end (the last chunk; nothing for HTTP/1.0). 0, or the
+ * write's error; -EALREADY when already ended. */
+int weir_http_res_stream_end(weir_http_res *r);
 /* ---- end server ----------------------------------------------------------------------- */
+
+/* ---- multipart ------------------------------------------------------------------------
+ *
+ * multipart/form-data bodies (RFC 7578, over RFC 2046's multipart syntax):
+ * an HTML form's upload, or a client's "curl -F". The body must be whole in
+ * memory (the server's weir_http_req body; weir_http_route_max_body for a
+ * large upload). One pass, nothing allocated, nothing copied: each part's
+ * fields are views into the body (or, for the default content type, a
+ * static string), valid as long as the body is, and NOT NUL-terminated.
+ *
+ * The boundary comes from the Content-Type's boundary parameter, a token or
+ * a quoted string, 1 to 70 characters of RFC 2046's set. Line ends are CRLF
+ * (a bare LF is refused, as in heads); the first delimiter may open the
+ * body, a preamble before it and an epilogue after the closing delimiter
+ * are ignored; "--boundary" inside data counts only when it starts a line
+ * (after CRLF) and is followed by optional spaces or tabs and CRLF, or by
+ * "--". Every part needs Content-Disposition: form-data with a name; its
+ * Content-Type is "text/plain" when it has none; other header fields are
+ * ignored. A quoted name or filename is taken as sent between its quotes,
+ * without unescaping (browsers percent-encode '"', CR and LF in them as
+ * %22, %0D and %0A: decode if you need to; a filename is a hint from the
+ * client, never a path to use as it is).
+ *
+ * Refused, with -EBADMSG and a reason naming what was wrong: a Content-Type
+ * that is not multipart/form-data, without a boundary, with two, or with
+ * one that is empty, longer than 70 or holds a character outside the set;
+ * no delimiter; a body that ends before the closing delimiter; a part
+ * without Content-Disposition: form-data or without a name (or with either
+ * parameter twice, or two such fields, or two Content-Types); a header
+ * line over WEIR_HTTP_MULTIPART_MAX_LINE bytes, more than
+ * WEIR_HTTP_MULTIPART_MAX_HEADERS header lines in a part, a folded line, a
+ * line without "name:", a control character; bare LF or CR line ends. More
+ * parts than cap is -E2BIG. -EINVAL for bad arguments.
+ */
+#define WEIR_HTTP_MULTIPART_MAX_BOUNDARY 70   /* RFC 2046 */
+#define WEIR_HTTP_MULTIPART_MAX_LINE     1024 /* one part header line, CRLF excluded */
+#define WEIR_HTTP_MULTIPART_MAX_HEADERS  16   /* header lines in one part */
+
+typedef struct weir_http_part {
+    weir_http_str name;         /* the form field's name, never empty */
+    weir_http_str filename;     /* p NULL: no filename parameter; len 0 with p set: filename="" */
+    weir_http_str content_type; /* as sent, or "text/plain" when the part has none */
+    const uint8_t *data;        /* the part's bytes, a view into the body */
+    size_t len;
+} weir_http_part;
+
+/*
+ * Parse body[0..len) as multipart/form-data with the given Content-Type
+ * value (content_type[0..ctlen), not NUL-terminated; NULL: none). Fills
+ * parts[0..*nparts), in body order, and returns 0; or a negative errno
+ * (above) with *nparts the parts complete before the problem and, when why
+ * is given, a NUL-terminated reason in why[0..whycap) (never the data).
+ */
+int weir_http_multipart_parse(const char *content_type, size_t ctlen, const uint8_t *body,
+                              size_t len, weir_http_part *parts, size_t cap, size_t *nparts,
+                              char *why, size_t whycap);
+/* The same for a server request: its Content-Type field and its body. */
+int weir_http_req_multipart(const weir_http_req *r, weir_http_part *parts, size_t cap,
+                            size_t *nparts, char *why, size_t whycap);
+/* ---- end multipart -------------------------------------------------------------------- */
 
 #ifdef __cplusplus
 }

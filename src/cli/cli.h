@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cluster/client.h"
 #include "weir/job.h"
 #include "weir/stream.h"
 #include "weir/tls.h"
@@ -33,6 +34,7 @@ typedef struct cli_opts {
     int progress;  /* -1: on a terminal, 0: never, 1: always */
     int quiet;     /* no summary */
     int signal_fd; /* SIGINT / SIGTERM (blocked) read from here; -1: none */
+    int http_port; /* run: the HTTP API and console on 127.0.0.1 (0: a free port); -1: none */
 } cli_opts;
 
 /*
@@ -48,6 +50,19 @@ typedef struct cli_opts {
  * o->signal_fd cancelled the job.
  */
 int weir__cli_run(weir_plugin *p, const cli_opts *o);
+
+/* ---- the progress line (progress.c) ------------------------------------------------------ */
+/* A fiber drawing the job's progress on stderr once a second, read from
+ * the coordinator through clients open() makes (0, or a negative errno
+ * with msg: tried again the next second). NULL: out of memory (no line).
+ * _job names the job once it is submitted; _stop ends the fiber, clears
+ * the line and frees pr (NULL: nothing). */
+typedef struct weir__cli_progress weir__cli_progress;
+weir__cli_progress *weir__cli_progress_start(int (*open)(void *arg, weir__client **c, char *msg,
+                                                         size_t cap),
+                                             void *arg);
+void weir__cli_progress_job(weir__cli_progress *pr, uint64_t job);
+void weir__cli_progress_stop(weir__cli_progress *pr);
 
 /* ---- shared helpers (args.c) ------------------------------------------------------------ */
 
@@ -138,6 +153,7 @@ void weir__cli_summary(const struct weir__cl_job_completed *d, double secs, int6
 int weir__cli_submit(int argc, char **argv);
 int weir__cli_jobs(int argc, char **argv);
 int weir__cli_cancel(int argc, char **argv);
+int weir__cli_job(int argc, char **argv);
 
 /* `weir node` (node.c): argv after "node". Returns the exit code. */
 int weir__cli_node(int argc, char **argv);

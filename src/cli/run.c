@@ -8,14 +8,11 @@
  * checkpoints coordinated over the checkpoint link; every channel has both
  * ends on the one worker and is in-process.
  *
- * The progress line is a second fiber that wakes once a second and reads
- * the per-operator counters of the worker's job (weir_job_op_stats,
- * updated by the runner as batches go by): records out of the sources,
- * records into the sinks, the lowest watermark of the sinks; and the last
- * completed checkpoint from the coordinator's side of the job
- * (weir_job_ckpt_stats). It only reads, so the job runs the same with or
- * without it. The summary is the coordinator's JobCompleted, as
- * `weir submit` prints it.
+ * The progress line is progress.c's, read from the local coordinator as
+ * `weir submit` reads it from a cluster's. With --http-port the local
+ * coordinator serves its HTTP API and the console on that port of
+ * 127.0.0.1, and the command prints the URL. The summary is the
+ * coordinator's JobCompleted, as `weir submit` prints it.
  *
  * Interrupts. SIGINT or SIGTERM cancels the job through a client of its
  * own (a CancelJob), so it stops the way a cancelled job stops on any
@@ -31,6 +28,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -39,92 +37,6 @@
 #include "cluster/local.h"
 #include "weir/io.h"
 #include "weir/rt.h"
-
-typedef struct totals {
-    uint64_t in;  /* records out of the sources */
-    uint64_t out; /* records into the sinks */
-    int64_t wm;   /* the lowest sink watermark */
-    int sources, sinks;
-} totals;
-
-static void sum_ops(const weir_job *j, totals *t)
-{
-    *t = (totals){.wm = WEIR_WATERMARK_MAX};
-    for (int i = 0; i < weir_job_ops(j); i++) {
-        weir_op_stats st;
-        if (weir_job_op_stats(j, weir_job_op_name(j, i), &st) != 0)
-            continue;
-        int kind = weir_job_op_kind(j, i);
-        if (kind == WEIR_OP_SOURCE) {
-            t->in += st.records_out;
-            t->sources++;
-        } else if (kind == WEIR_OP_SINK) {
-            t->out += st.records_in;
-            t->sinks++;
-            if (st.watermark < t->wm)
-                t->wm = st.watermark;
-        }
-    }
-    if (!t->sinks)
-        t->wm = WEIR_WATERMARK_MIN;
-}
-
-typedef struct progress {
-    weir__local *l;
-    _Atomic uint64_t job; /* 0 until submitted */
-    int64_t t0;
-    _Atomic int printed; /* a line is on the terminal: the summary clears it */
-} progress;
-
-/* One reading of the job in progress (under the nodes' locks). */
-typedef struct reading {
-    totals t;
-    weir_ckpt_stats cs;
-} reading;
-
-static void read_ops(void *arg, const weir_job *j)
-{
-    sum_ops(j, &((reading *)arg)->t);
-}
-
-static void read_ckpt(void *arg, const weir_job *j)
-{
-    weir_job_ckpt_stats(j, &((reading *)arg)->cs);
-}
-
-static intptr_t progress_main(void *arg)
-{
-    progress *pr = arg;
-    totals prev = {0};
-    int64_t last = pr->t0;
-    while (weir_time_sleep(1000000000) == 0) {
-        int64_t now = weir_time_now();
-        reading rd = {.t = {.wm = WEIR_WATERMARK_MIN}};
-        uint64_t job = atomic_load(&pr->job);
-        if (job)
-            weir__local_job_view(pr->l, job, read_ops, read_ckpt, &rd);
-        const totals t = rd.t;
-        double dt = (double)(now - last) / 1e9;
-        char wm[32], ck[48] = "-";
-        weir__cli_fmt_wm(wm, sizeof(wm), t.wm);
-        if (rd.cs.latest)
-            snprintf(ck, sizeof(ck), "%" PRIu64 " (%.0f ms)", rd.cs.latest,
-                     (double)rd.cs.last_duration_ns / 1e6);
-        /* \r and erase-line: the line is rewritten in place. A restarted
-         * job's counters start again: no negative rate. */
-        double rin = dt > 0 && t.in >= prev.in ? (double)(t.in - prev.in) / dt : 0.0;
-        double rout = dt > 0 && t.out >= prev.out ? (double)(t.out - prev.out) / dt : 0.0;
-        fprintf(stderr,
-                "\r\033[K[%5.0fs] sources %" PRIu64 " rec (%.0f/s)  sinks %" PRIu64
-                " rec (%.0f/s)  watermark %s  checkpoint %s",
-                (double)(now - pr->t0) / 1e9, t.in, rin, t.out, rout, wm, ck);
-        fflush(stderr);
-        atomic_store_explicit(&pr->printed, 1, memory_order_relaxed);
-        prev = t;
-        last = now;
-    }
-    return 0;
-}
 
 /* ---- interrupts ------------------------------------------------------------------------ */
 typedef struct watch_arg {
@@ -203,7 +115,7 @@ static intptr_t exit_main(void *arg)
 /* Submit the job to the local cluster and wait for its end: 0 with *d
  * (weir__client_completed_free it), or a negative errno with msg (the
  * cluster could not take the job). */
-static int submit_and_wait(weir__local *l, const cli_opts *o, progress *pr, watch_arg *w,
+static int submit_and_wait(weir__local *l, const cli_opts *o, weir__cli_progress *pr, watch_arg *w,
                            weir__cl_job_completed *d, char *msg, size_t cap)
 {
     weir__client_submit_opts so = {
@@ -224,7 +136,7 @@ static int submit_and_wait(weir__local *l, const cli_opts *o, progress *pr, watc
         return e;
     uint64_t id = 0;
     if ((e = weir__client_submit(c, &so, WEIR_FOREVER, &id, msg, cap)) == 0) {
-        atomic_store(&pr->job, id);
+        weir__cli_progress_job(pr, id);
         pthread_mutex_lock(&w->mu);
         w->job = id;
         pthread_mutex_unlock(&w->mu);
@@ -235,33 +147,38 @@ static int submit_and_wait(weir__local *l, const cli_opts *o, progress *pr, watc
     return e;
 }
 
+/* The progress line's client of the local coordinator. */
+static int open_local(void *arg, weir__client **c, char *msg, size_t cap)
+{
+    return weir__local_client(arg, "weir run progress", c, msg, cap);
+}
+
 int weir__cli_run(weir_plugin *p, const cli_opts *o)
 {
     const weir_job_entry *entry = weir_plugin_entry(p);
     int show = o->progress < 0 ? isatty(2) : o->progress;
-    progress pr = {.t0 = weir_time_now()};
+    int64_t t0 = weir_time_now();
     watch_arg w = {.fd = o->signal_fd};
     pthread_mutex_init(&w.mu, NULL);
     char msg[WEIR_CLUSTER_MESSAGE_MAX + 256] = "";
     weir__local *l = NULL;
-    int e = weir__local_start(0, &l, msg, sizeof(msg));
+    int e = weir__local_start(0, o->http_port, &l, msg, sizeof(msg));
     weir__cl_job_completed d = {0};
     if (e == 0) {
-        pr.l = w.l = l;
-        weir_task *ticker = NULL, *watch = NULL;
-        if (show)
-            ticker = weir_task_spawn(
-                progress_main, &pr, &(weir_spawn_opts){.name = "progress", .stack_size = 64 << 10});
+        w.l = l;
+        if (o->http_port >= 0)
+            fprintf(stderr, "weir run: console and API on http://127.0.0.1:%d/%s\n",
+                    weir__local_http_port(l),
+                    getenv("WEIR_AUTH_TOKEN") ? " (open it once with ?access_token=TOKEN, the "
+                                                "token of WEIR_AUTH_TOKEN)"
+                                              : "");
+        weir__cli_progress *pr = show ? weir__cli_progress_start(open_local, l) : NULL;
+        weir_task *watch = NULL;
         if (o->signal_fd >= 0)
             watch = weir_task_spawn(watch_main, &w,
                                     &(weir_spawn_opts){.name = "signals", .stack_size = 64 << 10});
-        e = submit_and_wait(l, o, &pr, &w, &d, msg, sizeof(msg));
-        if (ticker) {
-            weir_task_cancel(ticker);
-            weir_task_join(ticker, NULL, WEIR_FOREVER);
-            if (atomic_load_explicit(&pr.printed, memory_order_relaxed))
-                fputs("\r\033[K", stderr);
-        }
+        e = submit_and_wait(l, o, pr, &w, &d, msg, sizeof(msg));
+        weir__cli_progress_stop(pr);
         if (watch) {
             weir_task_cancel(watch);
             weir_task_join(watch, NULL, WEIR_FOREVER);
@@ -282,7 +199,7 @@ int weir__cli_run(weir_plugin *p, const cli_opts *o)
             snprintf(msg, sizeof(msg), "%s", why);
     }
     pthread_mutex_destroy(&w.mu);
-    double secs = (double)(weir_time_now() - pr.t0) / 1e9;
+    double secs = (double)(weir_time_now() - t0) / 1e9;
     int rc = CLI_OK;
     if (e < 0) {
         fprintf(stderr, "weir run: job %s failed: %s\n", entry->name,

@@ -3,7 +3,8 @@
  * submit.c - the cluster's client commands (docs/cluster.md): `weir submit`
  * sends a job plugin to a coordinator and, unless --detach, waits for the
  * job's end and prints the summary `weir run` prints; `weir jobs` lists the
- * coordinator's jobs; `weir cancel` cancels one. The protocol is
+ * coordinator's jobs; `weir job` shows one in detail (the facts of GET
+ * /api/v1/jobs/ID, as tables); `weir cancel` cancels one. The protocol is
  * cluster/client.h's; this file parses, prints and picks exit codes.
  *
  * Exit codes, as every weir command: 0 ok; 1 failed (the job failed or was
@@ -18,11 +19,13 @@
  * job: `weir cancel` does that.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cluster/client.h"
@@ -79,6 +82,8 @@ static void usage_submit(FILE *f)
             "  --max-restarts N            restarts before the job fails (0: fail at once;\n"
             "                              default: the coordinator's policy)\n"
             "  --detach                    print the job's id and do not wait\n"
+            "  --progress / --no-progress  while waiting, a live progress line on stderr\n"
+            "                              (default: when a terminal)\n"
             "\n"
             "Flags may be written --flag=value. The first argument after JOB.so that is not\n"
             "a flag starts the job's arguments; `--` starts them explicitly.\n"
@@ -121,6 +126,24 @@ static void usage_cancel(FILE *f)
             coordinator_flags());
 }
 
+static void usage_job(FILE *f)
+{
+    fprintf(f,
+            "usage: weir job JOB_ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
+            "\n"
+            "Show one job of the cluster as the coordinator sees it now: its state, each\n"
+            "operator's records per second in and out, backpressure (the share of the last\n"
+            "second its busiest subtask waited for credits downstream) and watermark lag,\n"
+            "its latest checkpoints, its restarts with their causes and its errors (the\n"
+            "facts of GET /api/v1/jobs/ID, docs/api.md).\n"
+            "\n"
+            "flags:\n"
+            "%s"
+            "\n"
+            "exit: 0 shown, 1 no such job or the connection failed, 2 bad usage.\n",
+            coordinator_flags());
+}
+
 enum {
     F_COORD,
     F_HADIR,
@@ -132,6 +155,8 @@ enum {
     F_STATE,
     F_RESTARTS,
     F_DETACH,
+    F_PROGRESS,
+    F_NO_PROGRESS,
     F_TLS, /* one of the client's TLS flags: weir__cli_tls_flag */
     F_HELP
 };
@@ -151,6 +176,8 @@ static const weir__cli_flag submit_flags[] = {
     {"--state-backend", F_STATE, 1},
     {"--max-restarts", F_RESTARTS, 1},
     {"--detach", F_DETACH, 0},
+    {"--progress", F_PROGRESS, 0},
+    {"--no-progress", F_NO_PROGRESS, 0},
     TLS_FLAGS,
     {"--help", F_HELP, 0},
     {"-h", F_HELP, 0},
@@ -167,6 +194,7 @@ typedef struct cmd_state {
     const char *coordinator;
     weir__client_submit_opts so;
     int detach;
+    int progress; /* -1: on a terminal, 0: never, 1: always */
     uint64_t job; /* cancel */
     weir__cli_tls tls;
     weir_tls_ctx *tls_ctx; /* NULL: plain TCP */
@@ -246,6 +274,13 @@ static int connect_to(const char *addr, weir__client **c, char *msg, size_t cap)
     snprintf(name, sizeof(name), "weir %s", g.cmd);
     return weir__client_open(addr, name, g.tls_ctx, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), c,
                              msg, cap);
+}
+
+/* The progress line's client (progress.c). */
+static int open_progress(void *arg, weir__client **c, char *msg, size_t cap)
+{
+    (void)arg;
+    return connect_to(g.coordinator, c, msg, cap);
 }
 
 static int open_client(weir__client **c, char *msg, size_t cap)
@@ -372,7 +407,11 @@ static int submit_main(int argc, char **argv)
     }
     weir__cli_errf(g.cmd, "job %" PRIu64 " submitted", id);
     weir__cl_job_completed d;
+    int show = g.progress < 0 ? isatty(2) : g.progress;
+    weir__cli_progress *pr = show ? weir__cli_progress_start(open_progress, NULL) : NULL;
+    weir__cli_progress_job(pr, id);
     e = weir__client_wait(c, id, &d, WEIR_FOREVER, msg, sizeof(msg));
+    weir__cli_progress_stop(pr); /* before a leader is followed: it reads g.coordinator */
     weir__client_close(c);
     if (e < 0 && g.ha_dir && e != -ECANCELED) {
         /* The leader went; the job goes on under the next one. */
@@ -410,7 +449,7 @@ static int submit_main(int argc, char **argv)
 int weir__cli_submit(int argc, char **argv)
 {
     const char *cmd = "submit", *coord = NULL, *ha_dir = NULL;
-    g = (cmd_state){.cmd = cmd, .so.max_restarts = -1};
+    g = (cmd_state){.cmd = cmd, .so.max_restarts = -1, .progress = -1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -491,6 +530,12 @@ int weir__cli_submit(int argc, char **argv)
             break;
         case F_DETACH:
             g.detach = 1;
+            break;
+        case F_PROGRESS:
+            g.progress = 1;
+            break;
+        case F_NO_PROGRESS:
+            g.progress = 0;
             break;
         }
     }
@@ -633,6 +678,212 @@ int weir__cli_jobs(int argc, char **argv)
     return run_cmd(jobs_main);
 }
 
+/* ---- job ---------------------------------------------------------------------------------- */
+
+static const char *jstr(const json_t *o, const char *k, const char *def)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : def;
+}
+
+static double jnum(const json_t *o, const char *k)
+{
+    return json_number_value(json_object_get(o, k));
+}
+
+/* A rate as "1234", "12.3k", "4.56M". */
+static const char *rate(double v, char *buf, size_t cap)
+{
+    if (v >= 1e6)
+        snprintf(buf, cap, "%.2fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(buf, cap, "%.1fk", v / 1e3);
+    else
+        snprintf(buf, cap, "%.0f", v);
+    return buf;
+}
+
+/* A watermark's lag behind the wall clock, or why there is none. */
+static const char *lag(const json_t *o, char *buf, size_t cap)
+{
+    const json_t *l = json_object_get(o, "watermark_lag_ms"), *w = json_object_get(o, "watermark");
+    if (json_is_integer(l))
+        snprintf(buf, cap, "%.1f s", (double)json_integer_value(l) / 1e3);
+    else if (json_is_string(w))
+        snprintf(buf, cap, "end");
+    else if (json_is_integer(w))
+        snprintf(buf, cap, "at %" JSON_INTEGER_FORMAT, json_integer_value(w));
+    else
+        snprintf(buf, cap, "-");
+    return buf;
+}
+
+static void print_job(const json_t *d)
+{
+    char a[64], b[64], line[1400];
+    uint64_t sub_ms = (uint64_t)jnum(d, "submitted_ms");
+    printf("job %" JSON_INTEGER_FORMAT " \"%s\": %s, attempt %d, %d restart%s, submitted %s\n",
+           json_integer_value(json_object_get(d, "id")), jstr(d, "name", "?"),
+           jstr(d, "state", "?"), (int)jnum(d, "attempt"), (int)jnum(d, "restarts"),
+           (int)jnum(d, "restarts") == 1 ? "" : "s", utc(sub_ms, a, sizeof(a)));
+    if (json_object_get(d, "message"))
+        printf("  %s\n", jstr(d, "message", ""));
+    const json_t *ops = json_object_get(d, "operators");
+    const json_t *plan = json_object_get(json_object_get(d, "plan"), "operators");
+    if (json_array_size(ops)) {
+        int w = 8;
+        size_t i;
+        const json_t *o;
+        json_array_foreach(ops, i, o)
+        {
+            int n = (int)strlen(jstr(o, "name", ""));
+            w = n > w ? (n > 40 ? 40 : n) : w;
+        }
+        printf("\n");
+        put_row(line, sizeof(line),
+                snprintf(line, sizeof(line), "%-*s  %-8s  %3s  %9s  %9s  %12s  %13s  %s", w,
+                         "OPERATOR", "KIND", "PAR", "IN/S", "OUT/S", "BACKPRESSURE",
+                         "WATERMARK LAG", "WORKERS"));
+        json_array_foreach(ops, i, o)
+        {
+            const json_t *po = json_array_get(plan, i);
+            char workers[256] = "", in[24], out[24], lg[48];
+            size_t k, len = 0;
+            const json_t *s;
+            json_array_foreach(json_object_get(o, "subtasks"), k, s)
+            {
+                const char *wk = jstr(s, "worker", "?");
+                if (!strstr(workers, wk) && len + strlen(wk) + 2 < sizeof(workers))
+                    len += (size_t)snprintf(workers + len, sizeof(workers) - len, "%s%s",
+                                            len ? "," : "", wk);
+            }
+            put_row(line, sizeof(line),
+                    snprintf(line, sizeof(line), "%-*.*s  %-8s  %3d  %9s  %9s  %11.0f%%  %13s  %s",
+                             w, w, jstr(o, "name", "?"), jstr(po, "kind", "?"),
+                             (int)json_array_size(json_object_get(o, "subtasks")),
+                             rate(jnum(o, "records_in_per_s"), in, sizeof(in)),
+                             rate(jnum(o, "records_out_per_s"), out, sizeof(out)),
+                             100 * jnum(o, "backpressure"), lag(o, lg, sizeof(lg)), workers));
+        }
+    }
+    const json_t *ck = json_object_get(d, "checkpoints");
+    if (ck && json_object_get(ck, "interval_ms")) {
+        printf("\ncheckpoints: %d completed, every %d ms into %s\n", (int)jnum(ck, "completed"),
+               (int)jnum(ck, "interval_ms"), jstr(ck, "dir", "?"));
+        const json_t *h = json_object_get(ck, "history");
+        size_t n = json_array_size(h), from = n > 10 ? n - 10 : 0;
+        if (n) {
+            put_row(line, sizeof(line),
+                    snprintf(line, sizeof(line), "%8s  %7s  %-11s  %-20s  %11s  %10s  %s", "ID",
+                             "ATTEMPT", "STATE", "TRIGGERED", "DURATION", "BYTES", "REASON"));
+            for (size_t k = n; k-- > from;) { /* newest first */
+                const json_t *c = json_array_get(h, k);
+                char dur[32] = "-", by[32] = "-";
+                if (json_object_get(c, "duration_ms"))
+                    snprintf(dur, sizeof(dur), "%.1f ms", jnum(c, "duration_ms"));
+                if (json_object_get(c, "bytes"))
+                    snprintf(by, sizeof(by), "%.0f", jnum(c, "bytes"));
+                put_row(line, sizeof(line),
+                        snprintf(line, sizeof(line), "%8.0f  %7d  %-11s  %-20s  %11s  %10s  %s",
+                                 jnum(c, "id"), (int)jnum(c, "attempt"), jstr(c, "state", "?"),
+                                 utc((uint64_t)jnum(c, "trigger_ms"), b, sizeof(b)), dur, by,
+                                 jstr(c, "reason", "")));
+            }
+        }
+    }
+    const json_t *rs = json_object_get(d, "restart_history");
+    if (json_array_size(rs)) {
+        printf("\nrestarts:\n");
+        size_t k;
+        const json_t *r;
+        json_array_foreach(rs, k, r)
+            printf("  attempt %d at %s: %s\n", (int)jnum(r, "attempt"),
+                   utc((uint64_t)jnum(r, "at_ms"), a, sizeof(a)), jstr(r, "cause", ""));
+    }
+    const json_t *er = json_object_get(d, "errors");
+    if (json_array_size(er)) {
+        printf("\nerrors (newest first):\n");
+        for (size_t k = json_array_size(er); k-- > 0;) {
+            const json_t *e = json_array_get(er, k);
+            if (json_object_get(e, "operator"))
+                printf("  %s attempt %d, \"%s\" subtask %d on %s: %s\n",
+                       utc((uint64_t)jnum(e, "at_ms"), a, sizeof(a)), (int)jnum(e, "attempt"),
+                       jstr(e, "operator", "?"), (int)jnum(e, "subtask"), jstr(e, "worker", "?"),
+                       jstr(e, "message", ""));
+            else
+                printf("  %s attempt %d: %s\n", utc((uint64_t)jnum(e, "at_ms"), a, sizeof(a)),
+                       (int)jnum(e, "attempt"), jstr(e, "message", ""));
+        }
+    }
+}
+
+static int job_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    char msg[2048];
+    weir__client *c;
+    int rc = open_client(&c, msg, sizeof(msg));
+    if (rc != CLI_OK)
+        return rc;
+    weir__cl_job_detail d;
+    int e = weir__client_describe(c, g.job, &d, weir_time_after_ms(WEIR__CLIENT_CONNECT_MS), msg,
+                                  sizeof(msg));
+    weir__client_close(c);
+    if (e < 0) {
+        weir__cli_errf(g.cmd, "%s", msg);
+        return CLI_FAILED;
+    }
+    if (d.status != WEIR__CL_DETAIL_OK) {
+        weir__cli_errf(g.cmd, "no job %" PRIu64 " on coordinator %s", g.job, g.coordinator);
+        weir__client_detail_free(&d);
+        return CLI_FAILED;
+    }
+    json_error_t je;
+    json_t *o = json_loads(d.json, 0, &je);
+    weir__client_detail_free(&d);
+    if (!json_is_object(o)) {
+        weir__cli_errf(
+            g.cmd, "coordinator %s: its description of job %" PRIu64 " is not a JSON object: %s",
+            g.coordinator, g.job, je.text);
+        json_decref(o);
+        return CLI_FAILED;
+    }
+    print_job(o);
+    json_decref(o);
+    return CLI_OK;
+}
+
+/* A command taking one JOB_ID: parsed into g.job. */
+static int parse_job_cmd(int argc, char **argv, void (*usage)(FILE *))
+{
+    const char *id = NULL;
+    int rc = parse_coord_only(g.cmd, argc, argv, &id);
+    if (rc < 0) {
+        usage(stdout);
+        return -1;
+    }
+    if (rc != CLI_OK)
+        return rc;
+    int64_t v;
+    if (!id) {
+        weir__cli_errf(g.cmd, "no job id given (weir %s JOB_ID ...; see weir %s --help)", g.cmd,
+                       g.cmd);
+        return CLI_USAGE;
+    }
+    if (weir__cli_parse_num(g.cmd, "JOB_ID", id, 1, INT64_MAX, &v))
+        return CLI_USAGE;
+    g.job = (uint64_t)v;
+    return CLI_OK;
+}
+
+int weir__cli_job(int argc, char **argv)
+{
+    g = (cmd_state){.cmd = "job"};
+    int rc = parse_job_cmd(argc, argv, usage_job);
+    return rc < 0 ? CLI_OK : rc != CLI_OK ? rc : run_cmd(job_main);
+}
+
 /* ---- cancel ------------------------------------------------------------------------------ */
 
 static int cancel_main(int argc, char **argv)
@@ -674,21 +925,6 @@ static int cancel_main(int argc, char **argv)
 int weir__cli_cancel(int argc, char **argv)
 {
     g = (cmd_state){.cmd = "cancel"};
-    const char *id = NULL;
-    int rc = parse_coord_only(g.cmd, argc, argv, &id);
-    if (rc < 0) {
-        usage_cancel(stdout);
-        return CLI_OK;
-    }
-    if (rc != CLI_OK)
-        return rc;
-    int64_t v;
-    if (!id) {
-        weir__cli_errf(g.cmd, "no job id given (weir cancel JOB_ID ...; see weir cancel --help)");
-        return CLI_USAGE;
-    }
-    if (weir__cli_parse_num(g.cmd, "JOB_ID", id, 1, INT64_MAX, &v))
-        return CLI_USAGE;
-    g.job = (uint64_t)v;
-    return run_cmd(cancel_main);
+    int rc = parse_job_cmd(argc, argv, usage_cancel);
+    return rc < 0 ? CLI_OK : rc != CLI_OK ? rc : run_cmd(cancel_main);
 }

@@ -43,6 +43,7 @@ static const char usage_main[] =
     "  version                                 print weir's version and ABI identity\n"
     "  submit JOB.so [flags] [--] [args...]    submit a job to a cluster's coordinator\n"
     "  jobs                                    list the jobs of a cluster\n"
+    "  job JOB_ID                              one job of a cluster in detail\n"
     "  cancel JOB_ID                           cancel a job of a cluster\n"
     "\n"
     "`weir <command> --help` describes a command. Exit codes: 0 ok, 1 the job failed\n"
@@ -59,6 +60,8 @@ static const char flags_help[] =
     "                              remote:POOL[?hot_max_bytes=N] (docs/state.md)\n"
     "  --progress / --no-progress  live progress line on stderr (default: when a terminal)\n"
     "  --quiet                     no summary at the end\n"
+    "  --http-port P               run: serve the HTTP API and the console on\n"
+    "                              127.0.0.1:P (0: a free port) and print the URL\n"
     "  -h, --help                  this help\n"
     "\n"
     "Flags may be written --flag=value. The first argument after JOB.so that is not a\n"
@@ -118,6 +121,7 @@ enum {
     F_PROGRESS,
     F_NO_PROGRESS,
     F_QUIET,
+    F_HTTP,
     F_HELP
 };
 static const weir__cli_flag flags[] = {
@@ -130,6 +134,7 @@ static const weir__cli_flag flags[] = {
     {"--progress", F_PROGRESS, 0},
     {"--no-progress", F_NO_PROGRESS, 0},
     {"--quiet", F_QUIET, 0},
+    {"--http-port", F_HTTP, 1},
     {"--help", F_HELP, 0},
     {"-h", F_HELP, 0},
 };
@@ -138,7 +143,7 @@ static const weir__cli_flag flags[] = {
  * or -1 for --help (printed). */
 static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
 {
-    *o = (cli_opts){.progress = -1, .signal_fd = -1};
+    *o = (cli_opts){.progress = -1, .signal_fd = -1, .http_port = -1};
     int i = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -201,6 +206,11 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_opts *o)
             break;
         case F_QUIET:
             o->quiet = 1;
+            break;
+        case F_HTTP:
+            if (weir__cli_parse_num(cmd, f->name, val, 0, 65535, &v))
+                return CLI_USAGE;
+            o->http_port = (int)v;
             break;
         }
     }
@@ -486,6 +496,8 @@ int main(int argc, char **argv)
         return weir__cli_jobs(argc - 2, argv + 2);
     if (strcmp(cmd, "cancel") == 0)
         return weir__cli_cancel(argc - 2, argv + 2);
+    if (strcmp(cmd, "job") == 0)
+        return weir__cli_job(argc - 2, argv + 2);
     fprintf(stderr, "weir: unknown command \"%s\"\n\n%s", cmd, usage_main);
     return CLI_USAGE;
 }

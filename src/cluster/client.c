@@ -29,8 +29,9 @@
 
 struct weir__client {
     int fd;
-    weir_tls *tls; /* NULL: plain */
-    int broken;    /* a frame or a write broke the exchange: every call is -EPIPE */
+    weir_tls *tls;         /* NULL: plain */
+    int broken;            /* a frame or a write broke the exchange: every call is -EPIPE */
+    uint32_t peer_version; /* the coordinator's protocol version (its HelloClientAck) */
     weir_frame_parser parser;
     char peer[WEIR_CLUSTER_HOST_MAX + 16]; /* as given */
 };
@@ -256,6 +257,7 @@ static int handshake(weir__client *c, const char *name, int64_t deadline, char *
         return -EACCES;
     }
     weir__cl_msg_free(&ack);
+    c->peer_version = v;
     return 0;
 }
 
@@ -681,6 +683,48 @@ int weir__client_cancel(weir__client *c, uint64_t job, weir__cl_cancel_job_ack *
     }
     *out = m.u.cancel_job_ack;
     return 0;
+}
+
+int weir__client_describe(weir__client *c, uint64_t job, weir__cl_job_detail *out, int64_t deadline,
+                          char *msg, size_t cap)
+{
+    memset(out, 0, sizeof(*out));
+    if (cap)
+        msg[0] = '\0';
+    int e = usable(c, msg, cap);
+    if (e < 0)
+        return e;
+    if (!job) {
+        snprintf(msg, cap, "job id 0: job ids start at 1");
+        return -EINVAL;
+    }
+    if (c->peer_version < 3)
+        return say(c, -EPROTONOSUPPORT, 0, msg, cap,
+                   "speaks protocol version %u, which cannot describe a job (3 or later can): "
+                   "use its HTTP API, GET /api/v1/jobs/%" PRIu64,
+                   c->peer_version, job);
+    weir__cl_msg req = {.kind = WEIR_CLUSTER_DESCRIBE_JOB, .u.describe_job = {.job = job}};
+    if ((e = send_msg(c, &req, deadline, msg, cap)) < 0)
+        return e;
+    weir__cl_msg m = {0};
+    if ((e = recv_msg(c, WEIR_CLUSTER_JOB_DETAIL, "JobDetail", deadline, 0, &m, msg, cap)) < 0)
+        return e;
+    if (m.u.job_detail.job != job) {
+        e = say(c, -EBADMSG, 1, msg, cap,
+                "answered the description of job %" PRIu64 " with one of job %" PRIu64, job,
+                m.u.job_detail.job);
+        weir__cl_msg_free(&m);
+        return e;
+    }
+    *out = m.u.job_detail;
+    return 0;
+}
+
+void weir__client_detail_free(weir__cl_job_detail *p)
+{
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_DETAIL, .u.job_detail = *p};
+    weir__cl_msg_free(&m);
+    memset(p, 0, sizeof(*p));
 }
 
 void weir__client_completed_free(weir__cl_job_completed *p)

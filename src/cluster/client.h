@@ -165,7 +165,15 @@ int weir__client_list(weir__client *c, weir__cl_job_list *out, int64_t deadline,
 int weir__client_cancel(weir__client *c, uint64_t job, weir__cl_cancel_job_ack *out,
                         int64_t deadline, char *msg, size_t cap);
 
+/* DescribeJob, and its JobDetail in *out (weir__client_detail_free):
+ * out->status says whether the job is known, out->json is what GET
+ * /api/v1/jobs/ID answers. -EPROTONOSUPPORT (msg says so) from a
+ * coordinator of protocol version 2, which cannot answer it. */
+int weir__client_describe(weir__client *c, uint64_t job, weir__cl_job_detail *out, int64_t deadline,
+                          char *msg, size_t cap);
+
 void weir__client_completed_free(weir__cl_job_completed *m);
+void weir__client_detail_free(weir__cl_job_detail *m);
 void weir__client_list_free(weir__cl_job_list *m);
 void weir__client_cancel_free(weir__cl_cancel_job_ack *m);
 

@@ -7,9 +7,17 @@
  *   GET /api/v1/workers    every worker session: id, host, slots, used,
  *                          state (alive / lost), the cause of a loss
  *   GET /api/v1/jobs       every job the coordinator remembers
- *   GET /api/v1/jobs/ID    one job: state, operators and their
- *                          parallelism, each subtask and its worker,
- *                          checkpoints, restarts
+ *   GET /api/v1/jobs/ID    one job (docs/api.md): state, its plan (operators,
+ *                          edges), per operator and subtask the records in
+ *                          and out per second, backpressure, watermark and
+ *                          its lag (cluster/job_view.h), each subtask's
+ *                          worker, the checkpoint history, restarts with
+ *                          their causes, errors
+ *   GET /api/v1/jobs/ID/events  the same as Server-Sent Events, once a second,
+ *                          until the job ends
+ *   POST /api/v1/jobs      submit: a multipart upload of the plugin and its
+ *                          arguments, the settings in the query
+ *   DELETE /api/v1/jobs/ID cancel
  *   GET /api/v1/config     the settings in effect: liveness timeouts, the
  *                          outbound bounds, admission, HA
  *   GET /metrics           Prometheus text: workers lost by cause,
@@ -33,6 +41,7 @@
 #include "base/log.h"
 #include "cluster/console.h"
 #include "cluster/coord_int.h"
+#include "cluster/proto.h"
 #include "stream/plan.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
@@ -164,8 +173,7 @@ static const char *worker_of(void *arg, uint32_t chain, uint32_t sub)
     return w < J->naw ? J->aw[w]->id : "?";
 }
 
-/* Everything GET /api/v1/jobs/ID shows of J (mu held); NULL: no memory. */
-static json_t *job_detail_locked(const cjob *J)
+json_t *weir__coord_job_json_locked(const cjob *J)
 {
     json_t *o = job_summary(J);
     if (!o)
@@ -220,14 +228,6 @@ static uint64_t job_id_param(weir_http_req *req)
     return id;
 }
 
-static cjob *job_find_locked(coord *c, uint64_t id)
-{
-    for (size_t i = 0; i < c->njobs; i++)
-        if (c->jobs[i]->id == id)
-            return c->jobs[i];
-    return NULL;
-}
-
 static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
 {
     coord *c = arg;
@@ -235,12 +235,276 @@ static int h_job(weir_http_req *req, weir_http_res *res, void *arg)
     if (!id)
         return weir_http_res_error(res, 400, "the job id must be a positive number");
     pthread_mutex_lock(&c->mu);
-    cjob *J = job_find_locked(c, id);
-    json_t *o = J ? job_detail_locked(J) : NULL;
+    cjob *J = weir__coord_job_find_locked(c, id);
+    json_t *o = J ? weir__coord_job_json_locked(J) : NULL;
     pthread_mutex_unlock(&c->mu);
     if (!J)
         return weir_http_res_error(res, 404, "no such job");
     return send_json(res, 200, o);
+}
+
+/* ---- the event stream ------------------------------------------------------------------- */
+/* GET /api/v1/jobs/ID/events: the job's detail as an event every second,
+ * the first at once; once its end is decided, the last detail and an "end"
+ * event, and the stream ends. A job forgotten meanwhile (the coordinator
+ * keeps MAX_JOBS_KEPT ended ones) ends it with state "gone". */
+static int h_events(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    coord *c = arg;
+    uint64_t id = job_id_param(req);
+    if (!id)
+        return weir_http_res_error(res, 400, "the job id must be a positive number");
+    pthread_mutex_lock(&c->mu);
+    int known = weir__coord_job_find_locked(c, id) != NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!known)
+        return weir_http_res_error(res, 404, "no such job");
+    int e = weir_http_res_stream_start(res, 200, "text/event-stream");
+    if (e < 0)
+        return e;
+    if ((e = weir_http_res_stream_write(res, "retry: 1000\n\n", 13)) < 0)
+        return 0;
+    for (uint64_t seq = 1;; seq++) {
+        pthread_mutex_lock(&c->mu);
+        cjob *J = weir__coord_job_find_locked(c, id);
+        json_t *o = J ? weir__coord_job_json_locked(J) : NULL;
+        int ended = !J || J->ended;
+        const char *state = J ? weir__cl_job_state_name(J->state) : "gone";
+        pthread_mutex_unlock(&c->mu);
+        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (text) {
+            char head[64];
+            int n = snprintf(head, sizeof(head), "id: %" PRIu64 "\nevent: job\ndata: ", seq);
+            e = weir_http_res_stream_write(res, head, (size_t)n);
+            if (!e)
+                e = weir_http_res_stream_write(res, text, strlen(text));
+            if (!e)
+                e = weir_http_res_stream_write(res, "\n\n", 2);
+            free(text);
+            if (e < 0)
+                return 0;
+        }
+        if (ended) {
+            char end[96];
+            int n = snprintf(end, sizeof(end), "event: end\ndata: {\"state\":\"%s\"}\n\n", state);
+            weir_http_res_stream_write(res, end, (size_t)n);
+            return 0;
+        }
+        if (weir_http_res_stream_wait(res, weir_time_after_ms(1000)) < 0)
+            return 0; /* the client went, or the server stops */
+    }
+}
+
+/* ---- submit and cancel -------------------------------------------------------------------- */
+static int h_cancel(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    coord *c = arg;
+    uint64_t id = job_id_param(req);
+    if (!id)
+        return weir_http_res_error(res, 400, "the job id must be a positive number");
+    int st = weir__coord_cancel(c, id, "cancelled over the HTTP API");
+    if (st == WEIR__CL_CANCEL_UNKNOWN)
+        return weir_http_res_error(res, 404, "no such job");
+    if (st == WEIR__CL_CANCEL_ENDED)
+        return weir_http_res_error(res, 409, "the job has already ended");
+    return send_json(res, 202,
+                     json_pack("{s:I, s:s}", "id", (json_int_t)id, "status", "cancelling"));
+}
+
+/* The submit's query parameters. */
+static const char *const submit_params[] = {
+    "parallelism", "checkpoint_dir",  "checkpoint_interval_ms", "max_restarts",
+    "restore",     "idle_timeout_ms", "state_backend",
+};
+
+/* A query parameter past the ones known, named in why: 1, or 0. */
+static int unknown_param(const weir_http_req *req, char *why, size_t cap)
+{
+    const char *q = req->query.p, *end = q + req->query.len;
+    while (q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *stop = amp ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(stop - q));
+        size_t n = (size_t)((eq ? eq : stop) - q);
+        int known = n == 0;
+        for (size_t i = 0; !known && i < sizeof(submit_params) / sizeof(*submit_params); i++)
+            known = strlen(submit_params[i]) == n && memcmp(submit_params[i], q, n) == 0;
+        if (!known) {
+            snprintf(why, cap,
+                     "unknown query parameter \"%.*s\" (known: parallelism, "
+                     "checkpoint_dir, checkpoint_interval_ms, max_restarts, restore, "
+                     "idle_timeout_ms, state_backend)",
+                     (int)(n > 64 ? 64 : n), q);
+            return 1;
+        }
+        q = stop + 1;
+    }
+    return 0;
+}
+
+/* Query parameter name as a number in [lo, hi] into *v (absent: *v kept).
+ * 0, or -1 with why naming it. */
+static int num_param(const weir_http_req *req, const char *name, int64_t lo, int64_t hi, int64_t *v,
+                     char *why, size_t cap)
+{
+    char buf[32];
+    ssize_t n = weir_http_req_query(req, name, buf, sizeof(buf));
+    if (n == -ENOENT)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    long long x = n > 0 ? strtoll(buf, &end, 10) : 0;
+    if (n <= 0 || *end || errno || x < lo || x > hi) {
+        snprintf(why, cap, "query parameter %s: %s is not a number in %" PRId64 "..%" PRId64, name,
+                 n > 0 ? buf : "the value", lo, hi);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* Query parameter name as a string of at most cap - 1 bytes (absent: 0,
+ * buf empty). 0, or -1 with why. */
+static int str_param(const weir_http_req *req, const char *name, char *buf, size_t bcap, char *why,
+                     size_t cap)
+{
+    ssize_t n = weir_http_req_query(req, name, buf, bcap);
+    if (n == -ENOENT) {
+        buf[0] = 0;
+        return 0;
+    }
+    if (n <= 0) {
+        snprintf(why, cap, "query parameter %s: %s", name,
+                 n == 0         ? "empty"
+                 : n == -ENOSPC ? "too long"
+                                : "malformed %-escapes");
+        return -1;
+    }
+    return 0;
+}
+
+#define ARGS_MAX WEIR_CLUSTER_ARGS_MAX
+/* An upload's bytes, plugin and fields: read whole into memory before the
+ * handler runs, so bounded well below a plugin's protocol limit (weir
+ * submit ships larger ones). */
+#define UPLOAD_MAX (64u << 20)
+
+static int submit(coord *c, weir_http_req *req, weir_http_res *res, char *why, size_t wcap,
+                  char *dir, char *backend, size_t pcap, weir_http_part *parts, size_t nparts,
+                  char **args);
+
+/* POST /api/v1/jobs: a multipart/form-data upload of the plugin (field
+ * "plugin") and its arguments (fields "arg", in order), the settings in the
+ * query. 201 {"id": N}; 400 naming what is wrong (a setting, a field, the
+ * plugin); 413 past the upload's cap; 503 while the coordinator stops. */
+static int h_submit(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    coord *c = arg;
+    /* The connection's fiber has a small stack: the large pieces live on
+     * the heap. */
+    struct submit_bufs {
+        char why[WEIR_CLUSTER_MESSAGE_MAX];
+        char dir[WEIR_CLUSTER_PATH_MAX + 1], backend[WEIR_CLUSTER_PATH_MAX + 1];
+        weir_http_part parts[ARGS_MAX + 2];
+        char *args[ARGS_MAX + 2];
+    } *b = calloc(1, sizeof(*b));
+    if (!b)
+        return weir_http_res_error(res, 500, "out of memory");
+    int rc = submit(c, req, res, b->why, sizeof(b->why), b->dir, b->backend, sizeof(b->dir),
+                    b->parts, sizeof(b->parts) / sizeof(*b->parts), b->args);
+    free(b);
+    return rc;
+}
+
+static int submit(coord *c, weir_http_req *req, weir_http_res *res, char *why, size_t wcap,
+                  char *dir, char *backend, size_t pcap, weir_http_part *parts, size_t nparts,
+                  char **args)
+{
+    if (unknown_param(req, why, wcap))
+        return weir_http_res_error(res, 400, why);
+    int64_t par = 0, interval = 0, restarts = -1, restore = 0, idle = 0;
+    if (num_param(req, "parallelism", 1, 1024, &par, why, wcap) ||
+        num_param(req, "checkpoint_interval_ms", 0, INT64_MAX / 1000000, &interval, why, wcap) ||
+        num_param(req, "max_restarts", -1, INT32_MAX, &restarts, why, wcap) ||
+        num_param(req, "restore", 0, 1, &restore, why, wcap) ||
+        num_param(req, "idle_timeout_ms", 0, (int64_t)WEIR_CLUSTER_IDLE_TIMEOUT_MAX_MS, &idle, why,
+                  wcap) ||
+        str_param(req, "checkpoint_dir", dir, pcap, why, wcap) ||
+        str_param(req, "state_backend", backend, pcap, why, wcap))
+        return weir_http_res_error(res, 400, why);
+    if (dir[0] && dir[0] != '/')
+        return weir_http_res_error(res, 400,
+                                   "query parameter checkpoint_dir: not an absolute path (it "
+                                   "names a directory on the workers)");
+    if ((interval || restore) && !dir[0])
+        return weir_http_res_error(res, 400,
+                                   interval ? "query parameter checkpoint_interval_ms needs "
+                                              "checkpoint_dir"
+                                            : "query parameter restore needs checkpoint_dir");
+    size_t n = 0;
+    char mwhy[256];
+    int e = weir_http_req_multipart(req, parts, nparts, &n, mwhy, sizeof(mwhy));
+    if (e < 0) {
+        snprintf(why, wcap, "the body: %s",
+                 e == -E2BIG ? "more fields than a plugin and its 1024 arguments" : mwhy);
+        return weir_http_res_error(res, 400, why);
+    }
+    const weir_http_part *plugin = NULL;
+    uint32_t nargs = 0;
+    int bad = 0;
+    for (size_t i = 0; !bad && i < n; i++) {
+        const weir_http_part *p = &parts[i];
+        if (p->name.len == 6 && memcmp(p->name.p, "plugin", 6) == 0) {
+            bad = plugin != NULL;
+            plugin = p;
+            if (bad)
+                snprintf(why, wcap, "the body: two \"plugin\" fields");
+        } else if (p->name.len == 3 && memcmp(p->name.p, "arg", 3) == 0) {
+            if (p->len > WEIR_CLUSTER_ARG_MAX || memchr(p->data, 0, p->len)) {
+                bad = 1;
+                snprintf(why, wcap, "the body: argument %u is %s", nargs + 1,
+                         p->len > WEIR_CLUSTER_ARG_MAX ? "longer than 4096 bytes"
+                                                       : "holding a NUL byte");
+            } else if (!(args[nargs] = strndup((const char *)p->data, p->len))) {
+                bad = 2;
+            } else {
+                nargs++;
+            }
+        } else {
+            bad = 1;
+            snprintf(why, wcap, "the body: unknown field \"%.*s\" (known: plugin, arg)",
+                     (int)(p->name.len > 64 ? 64 : p->name.len), p->name.p);
+        }
+    }
+    if (!bad && !plugin) {
+        bad = 1;
+        snprintf(why, wcap, "the body: no \"plugin\" field (the job's .so file)");
+    }
+    uint64_t id = 0;
+    if (!bad) {
+        weir__cl_submit_job s = {.parallelism = (uint32_t)par,
+                                 .checkpoint_dir = dir,
+                                 .checkpoint_interval_ms = (uint64_t)interval,
+                                 .args = {args, nargs},
+                                 .max_restarts = (int32_t)restarts,
+                                 .restore = (uint8_t)restore,
+                                 .idle_timeout_ms = (uint64_t)idle,
+                                 .state_backend = backend};
+        e = weir__coord_submit_upload(c, plugin->data, plugin->len, &s, &id, why, wcap);
+    }
+    for (uint32_t i = 0; i < nargs; i++)
+        free(args[i]);
+    if (bad)
+        return weir_http_res_error(res, bad == 2 ? 500 : 400, bad == 2 ? "out of memory" : why);
+    if (e < 0)
+        return weir_http_res_error(res,
+                                   e == -EFBIG                 ? 413
+                                   : e == -EAGAIN              ? 503
+                                   : e == -ENOMEM || e == -EIO ? 500
+                                                               : 400,
+                                   why);
+    return send_json(res, 201, json_pack("{s:I}", "id", (json_int_t)id));
 }
 
 /* The gauges and the process-wide plugin counters, brought up to date
@@ -281,8 +545,12 @@ int weir__coord_http_start(coord *c, char *msg, size_t cap)
         snprintf(msg, cap, "WEIR_AUTH_TOKEN: %s", why);
         return -EINVAL;
     }
-    weir_http_server *s = weir_http_server_new(
-        &(weir_http_server_opts){.host = host, .port = c->o.http_port, .listeners = 1});
+    weir_http_server *s =
+        weir_http_server_new(&(weir_http_server_opts){.host = host,
+                                                      .port = c->o.http_port,
+                                                      .listeners = 1,
+                                                      /* a submit defines and plans the job on it */
+                                                      .stack_size = 256u << 10});
     if (!s) {
         snprintf(msg, cap, "the HTTP server: %s", strerror(errno));
         return -errno;
@@ -293,6 +561,9 @@ int weir__coord_http_start(coord *c, char *msg, size_t cap)
         (e = weir_http_route(s, "GET", "/api/v1/workers", h_workers, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs", h_jobs, c, 0)) ||
         (e = weir_http_route(s, "GET", "/api/v1/jobs/:id", h_job, c, 0)) ||
+        (e = weir_http_route(s, "GET", "/api/v1/jobs/:id/events", h_events, c, 0)) ||
+        (e = weir_http_route(s, "DELETE", "/api/v1/jobs/:id", h_cancel, c, 0)) ||
+        (e = weir_http_route_max_body(s, "POST", "/api/v1/jobs", h_submit, c, UPLOAD_MAX)) ||
         (e = weir_http_route(s, "GET", "/metrics", h_metrics, c, 0))) {
         snprintf(msg, cap, "the HTTP server on %s:%d: %s", host, c->o.http_port, weir_strerror(e));
         weir_http_server_free(s);

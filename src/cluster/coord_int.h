@@ -237,6 +237,24 @@ void weir__coord_lose_locked(coord *c, wsess *w, const char *kind, const char *c
  * 0 or a negative errno with msg. Stopped and freed by
  * weir__coord_http_stop. */
 int weir__coord_http_start(coord *c, char *msg, size_t cap);
+/* coord_http.c: J as GET /api/v1/jobs/ID shows it (mu held); NULL: no
+ * memory. */
+struct json_t *weir__coord_job_json_locked(const cjob *J);
+/* coordinator.c: submit a job whose plugin's n bytes came with the
+ * request (POST /api/v1/jobs): s holds the rest of a SubmitJob (its
+ * plugins are this one). 0 with *id, or a negative errno with why:
+ * -ENOEXEC / -EFBIG (not a weir plugin for this weir), -EINVAL and the
+ * like (the job is refused: it does not define, plan or place), -EAGAIN
+ * (the coordinator cannot take it now: it stops), -ENOMEM / -EIO. No one
+ * is told of its end but the HTTP API. */
+int weir__coord_submit_upload(coord *c, const uint8_t *bytes, size_t n,
+                              struct weir__cl_submit_job *s, uint64_t *id, char *why, size_t cap);
+/* coordinator.c: the job of that id, or NULL (mu held). */
+cjob *weir__coord_job_find_locked(coord *c, uint64_t id);
+/* coordinator.c: cancel job id for reason (a CancelJob, DELETE
+ * /api/v1/jobs/ID): WEIR__CL_CANCEL_OK (its cancel is under way),
+ * _UNKNOWN or _ENDED. */
+int weir__coord_cancel(coord *c, uint64_t id, const char *reason);
 void weir__coord_http_stop(coord *c);
 
 /* coordinator.c: a client's reference dropped (the last closes it); m

@@ -54,6 +54,7 @@
  * job, as under `weir run`.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -197,7 +198,7 @@ static void lose(coord *c, wsess *w, const char *kind, const char *cause)
     pthread_mutex_unlock(&c->mu);
 }
 
-static cjob *job_find_locked(coord *c, uint64_t id)
+cjob *weir__coord_job_find_locked(coord *c, uint64_t id)
 {
     for (size_t i = 0; i < c->njobs; i++)
         if (c->jobs[i]->id == id)
@@ -233,7 +234,7 @@ static void route(coord *c, wsess *w, weir__cl_msg *m)
                    : m->kind == WEIR_CLUSTER_SUBTASK_CHECKPOINTED ? m->u.checkpointed.job
                    : m->kind == WEIR_CLUSTER_SUBTASK_STATS        ? m->u.stats.job
                                                                   : m->u.request_final.job;
-    cjob *J = job_find_locked(c, jid);
+    cjob *J = weir__coord_job_find_locked(c, jid);
     if (!J || J->ended || !weir__coord_job_uses(J, w)) {
         pthread_mutex_unlock(&c->mu);
         return;
@@ -1437,6 +1438,51 @@ static int handle_submit(client *cl, weir_frame_parser *fp, weir__cl_submit_job 
     return 0;
 }
 
+int weir__coord_submit_upload(coord *c, const uint8_t *bytes, size_t n, weir__cl_submit_job *s,
+                              uint64_t *id, char *why, size_t cap)
+{
+    *id = 0;
+    weir__cl_plugin_ref ref;
+    int e = weir__plugin_ref_from_bytes(bytes, n, "the uploaded plugin", &ref, why, cap);
+    if (e < 0)
+        return e;
+    if ((e = weir__plugin_ref_abi_check(&ref, NULL, why, cap)) < 0) {
+        weir__plugin_ref_clear(&ref);
+        return -ENOEXEC;
+    }
+    bjob pb = {.c = c, .bytes = bytes, .len = n, .sha = ref.sha256};
+    if ((e = (int)weir__blocking_run_shielded(b_put, &pb)) < 0) {
+        snprintf(why, cap, "%s", pb.msg);
+        weir__plugin_ref_clear(&ref);
+        return e;
+    }
+    s->plugins.v = &ref;
+    s->plugins.n = 1;
+    cjob *J;
+    e = job_build(c, s, 0, &J, why, cap);
+    s->plugins.v = NULL;
+    s->plugins.n = 0;
+    weir__plugin_ref_clear(&ref);
+    if (e < 0)
+        return e;
+    if (c->ha && (e = job_persist(c, J, why, cap)) < 0) {
+        weir__coord_job_free(J);
+        return e;
+    }
+    uint64_t kept = J->id;
+    char name[sizeof(J->name)];
+    snprintf(name, sizeof(name), "%s", J->name);
+    const char *refused = job_publish(c, J, NULL, id);
+    if (refused) {
+        if (kept) /* its record must not make the next leader run it */
+            job_forget(c, kept, name, s->parallelism, 0, "failed", refused);
+        snprintf(why, cap, "%s", refused);
+        return -EAGAIN;
+    }
+    weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " submitted over HTTP", *id);
+    return 0;
+}
+
 static void handle_list(client *cl)
 {
     coord *c = cl->c;
@@ -1462,27 +1508,47 @@ static void handle_list(client *cl)
     weir__free(msgs);
 }
 
-static void handle_cancel(client *cl, uint64_t id)
+int weir__coord_cancel(coord *c, uint64_t id, const char *reason)
 {
-    coord *c = cl->c;
-    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_JOB_ACK};
-    m.u.cancel_job_ack.job = id;
     pthread_mutex_lock(&c->mu);
-    cjob *J = job_find_locked(c, id);
-    if (!J) {
-        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_UNKNOWN;
-        m.u.cancel_job_ack.message = "no such job";
-    } else if (J->ended) {
-        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_ENDED;
-        m.u.cancel_job_ack.message = "the job has already ended";
-    } else {
-        ev x = {.kind = EV_CANCEL, .message = weir__strdup("cancelled by a client")};
+    cjob *J = weir__coord_job_find_locked(c, id);
+    int st = !J ? WEIR__CL_CANCEL_UNKNOWN : J->ended ? WEIR__CL_CANCEL_ENDED : WEIR__CL_CANCEL_OK;
+    if (st == WEIR__CL_CANCEL_OK) {
+        ev x = {.kind = EV_CANCEL, .message = weir__strdup(reason)};
         post_ev_locked(J, &x);
-        m.u.cancel_job_ack.status = WEIR__CL_CANCEL_OK;
-        m.u.cancel_job_ack.message = "";
     }
     pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static void handle_cancel(client *cl, uint64_t id)
+{
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_CANCEL_JOB_ACK};
+    m.u.cancel_job_ack.job = id;
+    m.u.cancel_job_ack.status = (uint8_t)weir__coord_cancel(cl->c, id, "cancelled by a client");
+    m.u.cancel_job_ack.message =
+        m.u.cancel_job_ack.status == WEIR__CL_CANCEL_UNKNOWN ? "no such job"
+        : m.u.cancel_job_ack.status == WEIR__CL_CANCEL_ENDED ? "the job has already ended"
+                                                             : "";
     client_reply(cl, &m);
+}
+
+static void handle_describe(client *cl, uint64_t id)
+{
+    coord *c = cl->c;
+    weir__cl_msg m = {.kind = WEIR_CLUSTER_JOB_DETAIL};
+    m.u.job_detail.job = id;
+    pthread_mutex_lock(&c->mu);
+    cjob *J = weir__coord_job_find_locked(c, id);
+    json_t *o = J ? weir__coord_job_json_locked(J) : NULL;
+    pthread_mutex_unlock(&c->mu);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    m.u.job_detail.status = J ? WEIR__CL_DETAIL_OK : WEIR__CL_DETAIL_UNKNOWN;
+    static char none[] = "", oom[] = "{\"error\":\"out of memory\"}";
+    m.u.job_detail.json = text && strlen(text) <= WEIR_CLUSTER_DETAIL_MAX ? text : J ? oom : none;
+    client_reply(cl, &m);
+    free(text);
 }
 
 /* The client's session until it ends. 1: l is the client's (closed with
@@ -1523,6 +1589,9 @@ static int client_loop(coord *c, const weir__cl_link *l, weir_frame_parser *fp)
             break;
         case WEIR_CLUSTER_CANCEL_JOB:
             handle_cancel(cl, m.u.cancel_job.job);
+            break;
+        case WEIR_CLUSTER_DESCRIBE_JOB:
+            handle_describe(cl, m.u.describe_job.job);
             break;
         default:
             weir_counter_inc(c->m.malformed);
@@ -1812,18 +1881,6 @@ int weir__coord_workers(weir__coord *c)
     weir__coord_count_locked(c, &workers, &jobs);
     pthread_mutex_unlock(&c->mu);
     return workers;
-}
-
-int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, const weir_job *j),
-                         void *arg)
-{
-    pthread_mutex_lock(&c->mu);
-    cjob *J = job_find_locked(c, job);
-    int e = J && J->cur ? 0 : -ENOENT;
-    if (!e)
-        fn(arg, J->cur);
-    pthread_mutex_unlock(&c->mu);
-    return e;
 }
 
 /* ---- the node ---------------------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include "cluster/local.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,15 +35,15 @@ enum { UP = 1, DOWN = 2 };
 
 struct weir__local {
     pthread_mutex_t mu;
-    weir__coord *coord;   /* mu: while it runs */
-    weir__worker *worker; /* mu: while it runs */
-    weir_chan *events;    /* int: UP / DOWN of the coordinator, then of the worker */
-    int stop[2];          /* the stop pipe: closing [1] stops both nodes */
+    weir__coord *coord; /* mu: while it runs */
+    weir_chan *events;  /* int: UP / DOWN of the coordinator, then of the worker */
+    int stop[2];        /* the stop pipe: closing [1] stops both nodes */
     weir_task *ct, *wt;
     weir__coord_opts co;
     weir__worker_opts wo;
     char cmsg[512], wmsg[512];
     int crc, wrc;
+    _Atomic int http_port; /* the HTTP API's, once it listens; -1: none */
 };
 
 static void on_coord(void *arg, weir__coord *c)
@@ -55,12 +56,10 @@ static void on_coord(void *arg, weir__coord *c)
         weir_chan_try_send(l->events, &(int){UP});
 }
 
-static void on_worker(void *arg, weir__worker *wk)
+static void on_http(void *arg, const char *host, int port)
 {
-    weir__local *l = arg;
-    pthread_mutex_lock(&l->mu);
-    l->worker = wk;
-    pthread_mutex_unlock(&l->mu);
+    (void)host;
+    atomic_store(&((weir__local *)arg)->http_port, port);
 }
 
 static void on_registered(void *arg, const char *coordinator)
@@ -121,7 +120,7 @@ static int wait_up(weir__local *l)
     return e < 0 ? e : ev == UP ? 0 : -ECONNRESET;
 }
 
-int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap)
+int weir__local_start(uint32_t slots, int http_port, weir__local **out, char *msg, size_t cap)
 {
     *out = NULL;
     weir__local *l = weir__calloc(1, sizeof(*l));
@@ -131,6 +130,7 @@ int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap)
     }
     pthread_mutex_init(&l->mu, NULL);
     l->stop[0] = l->stop[1] = -1;
+    atomic_init(&l->http_port, -1);
     int e = 0;
     if (!(l->events = weir_chan_new(sizeof(int), 4))) {
         snprintf(msg, cap, "out of memory");
@@ -150,6 +150,9 @@ int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap)
                                .default_parallelism = 1,
                                .client_reports = 1,
                                .stop_fd = l->stop[0],
+                               .http = http_port >= 0,
+                               .http_port = http_port,
+                               .on_http = on_http,
                                .on_ready = on_coord,
                                .arg = l};
     if (!(l->ct = weir_task_spawn(
@@ -173,7 +176,6 @@ int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap)
                                 .slots = slots ? slots : UINT32_MAX / 2,
                                 .stop_fd = l->stop[0],
                                 .on_registered = on_registered,
-                                .on_ready = on_worker,
                                 .arg = l};
     if (!(l->wt = weir_task_spawn(
               worker_main, l,
@@ -212,17 +214,9 @@ int weir__local_client(weir__local *l, const char *name, weir__client **out, cha
                                 msg, cap);
 }
 
-void weir__local_job_view(weir__local *l, uint64_t job, void (*ops)(void *arg, const weir_job *j),
-                          void (*ckpt)(void *arg, const weir_job *j), void *arg)
+int weir__local_http_port(const weir__local *l)
 {
-    /* l->mu is held across: a node clears its pointer under it before it
-     * is freed. */
-    pthread_mutex_lock(&l->mu);
-    if (ops && l->worker)
-        weir__worker_job_view(l->worker, job, ops, arg);
-    if (ckpt && l->coord)
-        weir__coord_job_view(l->coord, job, ckpt, arg);
-    pthread_mutex_unlock(&l->mu);
+    return atomic_load(&l->http_port);
 }
 
 void weir__local_stop(weir__local *l, char *msg, size_t cap)

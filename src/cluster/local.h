@@ -33,23 +33,18 @@
 typedef struct weir__local weir__local;
 
 /* Start a coordinator and a worker of `slots` slots (0: as many as any
- * plan needs). 0 with *out, or a negative errno with msg. */
-int weir__local_start(uint32_t slots, weir__local **out, char *msg, size_t cap);
+ * plan needs). 0 with *out, or a negative errno with msg (the HTTP port
+ * is taken, say). */
+int weir__local_start(uint32_t slots, int http_port, weir__local **out, char *msg, size_t cap);
+/* With http_port >= 0 the coordinator serves its HTTP API (and the
+ * console) on 127.0.0.1:http_port (0: a free one): the port it listens
+ * on; -1 without. */
+int weir__local_http_port(const weir__local *l);
 
 /* A client connected to the coordinator (weir__client_close it), for
  * submitting, waiting, cancelling. 0, or the errors of
  * weir__client_open_fd. Callable from any fiber while the cluster runs. */
 int weir__local_client(weir__local *l, const char *name, weir__client **out, char *msg, size_t cap);
-
-/*
- * Read a running job: ops is called with the worker's weir_job of it (its
- * operators' counters), ckpt with the coordinator's (its checkpoint
- * counters), each under its node's lock (read only, briefly). A side that
- * has none now (the job is between attempts, not deployed yet, or over) is
- * skipped.
- */
-void weir__local_job_view(weir__local *l, uint64_t job, void (*ops)(void *arg, const weir_job *j),
-                          void (*ckpt)(void *arg, const weir_job *j), void *arg);
 
 /* Stop both nodes and wait for them; free l. The first node error seen
  * (one that stopped a node early) is copied into msg, if any. NULL: no-op. */

@@ -102,9 +102,9 @@ typedef struct weir__coord_opts {
      * (when http). */
     void (*on_listen)(void *arg, const char *host, int port);
     void (*on_http)(void *arg, const char *host, int port);
-    /* Once running, the coordinator (for weir__coord_admit and
-     * weir__coord_job_view); NULL once it shuts down, before its fibers
-     * are cancelled: from then on neither may be called. */
+    /* Once running, the coordinator (for weir__coord_admit); NULL once it
+     * shuts down, before its fibers are cancelled: from then on it may not
+     * be called. */
     void (*on_ready)(void *arg, weir__coord *c);
     void *arg;
 } weir__coord_opts;
@@ -121,13 +121,6 @@ int weir__coord_admit(weir__coord *c, int fd);
 
 /* Workers registered and not lost now (their sessions are placed on). */
 int weir__coord_workers(weir__coord *c);
-
-/* Call fn with the weir_job of job's running attempt (the coordinator's
- * side of it: its checkpoint counters), under the coordinator's lock: fn
- * must only read it, and briefly. 0, or -ENOENT when the job is unknown or
- * between attempts. */
-int weir__coord_job_view(weir__coord *c, uint64_t job, void (*fn)(void *arg, const weir_job *j),
-                         void *arg);
 
 /* ---- the worker ----------------------------------------------------------------------- */
 typedef struct worker weir__worker; /* a running worker (worker.c) */
@@ -160,8 +153,7 @@ typedef struct weir__worker_opts {
     /* Registered (the CLI prints it); the HTTP port (when http). */
     void (*on_registered)(void *arg, const char *coordinator);
     void (*on_http)(void *arg, const char *host, int port);
-    /* Once running, the worker (for weir__worker_job_view); NULL before it
-     * is freed. */
+    /* Once running, the worker; NULL before it is freed. */
     void (*on_ready)(void *arg, weir__worker *wk);
     void *arg;
 } weir__worker_opts;
@@ -170,12 +162,6 @@ typedef struct weir__worker_opts {
 #define WEIR__WORKER_SLOTS 16u
 
 int weir__worker_run(const weir__worker_opts *o, char *msg, size_t cap);
-
-/* Call fn with the weir_job of job's share running here (its operators'
- * counters), under the worker's lock: fn must only read it, and briefly.
- * 0, or -ENOENT when no share of job runs here now. */
-int weir__worker_job_view(weir__worker *wk, uint64_t job, void (*fn)(void *arg, const weir_job *j),
-                          void *arg);
 
 /* ---- frames (conn.c) ------------------------------------------------------------------ */
 /* Encode m and write it whole to l by deadline. 0 or a negative errno. */

@@ -67,6 +67,53 @@ void weir__plugin_ref_clear(weir__cl_plugin_ref *ref)
     memset(ref, 0, sizeof(*ref));
 }
 
+int weir__plugin_ref_from_bytes(const uint8_t *buf, size_t n, const char *name,
+                                weir__cl_plugin_ref *ref, char *msg, size_t msglen)
+{
+    clear_msg(msg, msglen);
+    memset(ref, 0, sizeof(*ref));
+    if (n == 0) {
+        say(msg, msglen, "%s: an empty file, not a weir job plugin", name);
+        return -ENOEXEC;
+    }
+    if (n > WEIR_CLUSTER_PLUGIN_SIZE_MAX) {
+        say(msg, msglen, "%s: larger than the %u bytes a plugin may have (it ships in one frame)",
+            name, WEIR_CLUSTER_PLUGIN_SIZE_MAX);
+        return -EFBIG;
+    }
+    weir__plugin_note note;
+    char why[512] = "";
+    int e = weir__plugin_elf_identity(buf, n, &note, why, sizeof(why));
+    if (e < 0) {
+        say(msg, msglen, "%s: not a weir job plugin: %s", name, why);
+        return e;
+    }
+    /* The note's strings are bounded by the note parser, but the protocol's
+     * limit is its own: hold the reference to it here, not at encode. */
+    if (strlen(note.fingerprint) > WEIR_CLUSTER_ABI_STR_MAX ||
+        strlen(note.target) > WEIR_CLUSTER_ABI_STR_MAX ||
+        strlen(note.toolchain) > WEIR_CLUSTER_ABI_STR_MAX || note.version < 0) {
+        say(msg, msglen, "%s: its ABI identity does not fit the protocol's %u-byte strings", name,
+            WEIR_CLUSTER_ABI_STR_MAX);
+        return -ENOEXEC;
+    }
+    e = weir__sha256(buf, n, ref->sha256);
+    if (e < 0) {
+        say(msg, msglen, "%s: SHA-256 failed", name);
+        return e;
+    }
+    ref->size = n;
+    ref->abi.version = (uint32_t)note.version;
+    ref->abi.fingerprint = weir__strdup(note.fingerprint);
+    ref->abi.target = weir__strdup(note.target);
+    ref->abi.toolchain = weir__strdup(note.toolchain);
+    if (!ref->abi.fingerprint || !ref->abi.target || !ref->abi.toolchain) {
+        weir__plugin_ref_clear(ref);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 int weir__plugin_ref_from_file(const char *path, weir__cl_plugin_ref *ref, uint8_t **bytes,
                                size_t *len, char *msg, size_t msglen)
 {
@@ -79,53 +126,17 @@ int weir__plugin_ref_from_file(const char *path, weir__cl_plugin_ref *ref, uint8
     uint8_t *buf = NULL;
     size_t n = 0;
     int e = weir__file_read_all(path, WEIR_CLUSTER_PLUGIN_SIZE_MAX, &buf, &n);
-    if (e == -EFBIG) {
-        say(msg, msglen, "%s: larger than the %u bytes a plugin may have (it ships in one frame)",
-            path, WEIR_CLUSTER_PLUGIN_SIZE_MAX);
-        return e;
-    }
+    if (e == -EFBIG) /* the same sentence */
+        return weir__plugin_ref_from_bytes(NULL, WEIR_CLUSTER_PLUGIN_SIZE_MAX + (size_t)1, path,
+                                           ref, msg, msglen);
     if (e < 0) {
         say(msg, msglen, "%s: %s", path, strerror(-e));
         return e;
     }
-    if (n == 0) {
-        weir__free(buf);
-        say(msg, msglen, "%s: an empty file, not a weir job plugin", path);
-        return -ENOEXEC;
-    }
-    weir__plugin_note note;
-    char why[512] = "";
-    e = weir__plugin_elf_identity(buf, n, &note, why, sizeof(why));
+    e = weir__plugin_ref_from_bytes(buf, n, path, ref, msg, msglen);
     if (e < 0) {
         weir__free(buf);
-        say(msg, msglen, "%s: not a weir job plugin: %s", path, why);
         return e;
-    }
-    /* The note's strings are bounded by the note parser, but the protocol's
-     * limit is its own: hold the reference to it here, not at encode. */
-    if (strlen(note.fingerprint) > WEIR_CLUSTER_ABI_STR_MAX ||
-        strlen(note.target) > WEIR_CLUSTER_ABI_STR_MAX ||
-        strlen(note.toolchain) > WEIR_CLUSTER_ABI_STR_MAX || note.version < 0) {
-        weir__free(buf);
-        say(msg, msglen, "%s: its ABI identity does not fit the protocol's %u-byte strings", path,
-            WEIR_CLUSTER_ABI_STR_MAX);
-        return -ENOEXEC;
-    }
-    e = weir__sha256(buf, n, ref->sha256);
-    if (e < 0) {
-        weir__free(buf);
-        say(msg, msglen, "%s: SHA-256 failed", path);
-        return e;
-    }
-    ref->size = n;
-    ref->abi.version = (uint32_t)note.version;
-    ref->abi.fingerprint = weir__strdup(note.fingerprint);
-    ref->abi.target = weir__strdup(note.target);
-    ref->abi.toolchain = weir__strdup(note.toolchain);
-    if (!ref->abi.fingerprint || !ref->abi.target || !ref->abi.toolchain) {
-        weir__plugin_ref_clear(ref);
-        weir__free(buf);
-        return -ENOMEM;
     }
     if (bytes)
         *bytes = buf, *len = n;

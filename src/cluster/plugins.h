@@ -71,6 +71,11 @@
 int weir__plugin_ref_from_file(const char *path, weir__cl_plugin_ref *ref, uint8_t **bytes,
                                size_t *len, char *msg, size_t msglen);
 
+/* The same for a plugin's n bytes in memory (an upload), named name in
+ * messages: -EFBIG, -ENOEXEC or -ENOMEM, with *ref left empty. */
+int weir__plugin_ref_from_bytes(const uint8_t *buf, size_t n, const char *name,
+                                weir__cl_plugin_ref *ref, char *msg, size_t msglen);
+
 /* Free a reference's strings and zero it. Safe on a zeroed one. */
 void weir__plugin_ref_clear(weir__cl_plugin_ref *ref);
 

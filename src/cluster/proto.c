@@ -333,6 +333,7 @@ static const field upload_f[] = {
     BYTES(weir__cl_plugin_upload, bytes, F_NONZERO, WEIR_CLUSTER_PLUGIN_SIZE_MAX),
 };
 static const field cancel_job_f[] = {U64(weir__cl_cancel_job, job, F_NONZERO, 0)};
+static const field describe_job_f[] = {U64(weir__cl_describe_job, job, F_NONZERO, 0)};
 
 /* coordinator -> client */
 static int check_hello_ack(const void *o, char *why, size_t cap)
@@ -388,6 +389,12 @@ static const field completed_f[] = {
     U32(weir__cl_job_completed, restarts, 0),
 };
 
+static const field job_detail_f[] = {
+    U64(weir__cl_job_detail, job, F_NONZERO, 0),
+    U8(weir__cl_job_detail, status, 0, WEIR__CL_DETAIL_UNKNOWN),
+    STR(weir__cl_job_detail, json, 0, WEIR_CLUSTER_DETAIL_MAX),
+};
+
 typedef struct kind_desc {
     uint8_t kind, dir;
     schema s;
@@ -435,6 +442,8 @@ static const kind_desc kinds[] = {
      SCHEMA("PluginUpload", weir__cl_plugin_upload, upload_f, NULL, 0)},
     {WEIR_CLUSTER_LIST_JOBS, CL, {"ListJobs", sizeof(weir__cl_list_jobs), NULL, 0, NULL, 0}},
     {WEIR_CLUSTER_CANCEL_JOB, CL, SCHEMA("CancelJob", weir__cl_cancel_job, cancel_job_f, NULL, 0)},
+    {WEIR_CLUSTER_DESCRIBE_JOB, CL,
+     SCHEMA("DescribeJob", weir__cl_describe_job, describe_job_f, NULL, 0)},
     {WEIR_CLUSTER_HELLO_CLIENT_ACK, TC,
      SCHEMA("HelloClientAck", weir__cl_hello_client_ack, hello_ack_f, check_hello_ack, 0)},
     {WEIR_CLUSTER_SUBMIT_JOB_ACK, TC,
@@ -444,6 +453,7 @@ static const kind_desc kinds[] = {
      SCHEMA("CancelJobAck", weir__cl_cancel_job_ack, cancel_ack_f, NULL, 0)},
     {WEIR_CLUSTER_JOB_COMPLETED, TC,
      SCHEMA("JobCompleted", weir__cl_job_completed, completed_f, NULL, 0)},
+    {WEIR_CLUSTER_JOB_DETAIL, TC, SCHEMA("JobDetail", weir__cl_job_detail, job_detail_f, NULL, 0)},
 };
 #undef W
 #undef C

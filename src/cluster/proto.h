@@ -282,6 +282,10 @@ typedef struct weir__cl_cancel_job {
     uint64_t job;
 } weir__cl_cancel_job;
 
+typedef struct weir__cl_describe_job {
+    uint64_t job;
+} weir__cl_describe_job;
+
 /* ---- coordinator -> client ---- */
 typedef struct weir__cl_hello_client_ack {
     uint32_t version, min_compat;
@@ -322,6 +326,17 @@ typedef struct weir__cl_job_completed {
     uint32_t restarts;
 } weir__cl_job_completed;
 
+enum { /* JobDetail status */
+       WEIR__CL_DETAIL_OK = 0,
+       WEIR__CL_DETAIL_UNKNOWN = 1,
+};
+/* One job as GET /api/v1/jobs/ID shows it (docs/api.md). */
+typedef struct weir__cl_job_detail {
+    uint64_t job;
+    uint8_t status; /* WEIR__CL_DETAIL_* */
+    char *json;     /* OK: the JSON object; "" otherwise */
+} weir__cl_job_detail;
+
 typedef struct weir__cl_msg {
     uint8_t kind;   /* enum weir_cluster_kind */
     uint64_t epoch; /* coordinator -> worker kinds; 0 elsewhere */
@@ -345,11 +360,13 @@ typedef struct weir__cl_msg {
         weir__cl_plugin_upload upload;
         weir__cl_list_jobs list_jobs;
         weir__cl_cancel_job cancel_job;
+        weir__cl_describe_job describe_job;
         weir__cl_hello_client_ack hello_ack;
         weir__cl_submit_job_ack submit_ack;
         weir__cl_job_list job_list;
         weir__cl_cancel_job_ack cancel_job_ack;
         weir__cl_job_completed completed;
+        weir__cl_job_detail job_detail;
     } u;
 } weir__cl_msg;
 

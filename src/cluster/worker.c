@@ -97,7 +97,7 @@ typedef struct wjob {
     uint32_t npeers;
     /* worker mu */
     run *r;            /* while its subtasks exist: checkpoint deliveries */
-    const weir_job *j; /* while it is defined: weir__worker_job_view */
+    const weir_job *j; /* while it is defined: its figures (SubtaskStats) */
     const weir__plan *plan;
     uint64_t pending_trigger; /* a trigger that came before r */
     uint64_t pending_final;   /* the final checkpoint's id, if it came before r */
@@ -1092,18 +1092,6 @@ static intptr_t stop_main(void *arg)
      * cancelled shares (their reports go out) and ends. */
     cancel_all(wk, 0);
     return 0;
-}
-
-int weir__worker_job_view(weir__worker *wk, uint64_t job, void (*fn)(void *arg, const weir_job *j),
-                          void *arg)
-{
-    pthread_mutex_lock(&wk->mu);
-    wjob *J = find_locked(wk, job, 1);
-    int e = J && J->j ? 0 : -ENOENT;
-    if (!e)
-        fn(arg, J->j);
-    pthread_mutex_unlock(&wk->mu);
-    return e;
 }
 
 /* ---- HTTP ---------------------------------------------------------------------------------- */

@@ -150,6 +150,26 @@ void weir_http_parser_no_body(weir_http_parser *p)
     p->priv.no_body = 1;
 }
 
+/* The current message's body cap: its own (weir_http_parser_body_cap) or
+ * the limits'. */
+static uint64_t body_cap(const weir_http_parser *p)
+{
+    return p->priv.msg_max_body ? p->priv.msg_max_body : p->priv.lim.max_body;
+}
+
+int weir_http_parser_body_cap(weir_http_parser *p, uint64_t max_body)
+{
+    if (!p)
+        return -EINVAL;
+    if (p->priv.err)
+        return p->priv.err;
+    p->priv.msg_max_body = max_body;
+    uint64_t cap = body_cap(p);
+    if ((p->body == WEIR_HTTP_BODY_LENGTH && p->content_length > cap) || p->body_bytes > cap)
+        return (int)fail(p, -EMSGSIZE, "body larger than the limit");
+    return 0;
+}
+
 int weir_http_error_status(int err)
 {
     switch (err) {
@@ -517,7 +537,7 @@ static ssize_t end_of_head(weir_http_parser *p)
         return 0;
     }
     if (p->priv.cl_seen) {
-        if (p->content_length > p->priv.lim.max_body)
+        if (p->content_length > body_cap(p))
             return fail(p, -EMSGSIZE, "body larger than the limit");
         p->body = WEIR_HTTP_BODY_LENGTH;
         p->priv.left = p->content_length;
@@ -564,7 +584,7 @@ static ssize_t parse_chunk_size(weir_http_parser *p, const char *s, size_t n)
     for (; i < n; i++)
         if (!is_value_char((unsigned char)s[i]))
             return fail(p, -EBADMSG, "control character in chunk extension");
-    if (v > p->priv.lim.max_body - p->body_bytes)
+    if (v > body_cap(p) - p->body_bytes)
         return fail(p, -EMSGSIZE, "body larger than the limit");
     p->priv.left = v;
     return 0;
@@ -667,9 +687,9 @@ ssize_t weir_http_parse(weir_http_parser *p, const void *data, size_t len, weir_
                 return event(ev, WEIR_HTTP_NEED_MORE, used);
             /* Up to the cap first, then the error on the byte past it: the
              * same events however the bytes were split. */
-            if (p->body_bytes == lim->max_body)
+            if (p->body_bytes == body_cap(p))
                 return fail(p, -EMSGSIZE, "body larger than the limit");
-            return body_slice(p, d, len, used, ev, lim->max_body - p->body_bytes);
+            return body_slice(p, d, len, used, ev, body_cap(p) - p->body_bytes);
         case S_CHUNK_SIZE:
             r = take_line(p, d, len, &used, lim->max_header_line, -EBADMSG,
                           "chunk size line too long", 0);

@@ -87,6 +87,7 @@ typedef struct route {
     void *arg;
     int dirfd;              /* ROUTE_STATIC */
     struct weir_metrics *m; /* ROUTE_METRICS */
+    uint64_t max_body;      /* the route's body cap (weir_http_route_max_body), or 0 */
 } route;
 
 /* ---- metrics -------------------------------------------------------------------------- */
@@ -97,9 +98,11 @@ static const char *const class_names[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 
 struct weir_http_server {
     weir_http_server_opts o;
+    weir_http_limits plim; /* the parsers': o.limits, max_body the largest of any route */
     char *host;
     char *token;
     size_t token_len;
+    int token_cookie_ok; /* the token is a valid cookie value (RFC 6265 cookie-octets) */
     route *routes, **tail;
     int started;          /* under lock */
     _Atomic int stopping; /* written under lock; read anywhere */
@@ -131,14 +134,22 @@ struct weir_http_res {
     int close;     /* answer with Connection: close and close */
     int file_fd;   /* a static file to stream after the head, or -1 */
     uint64_t file_size;
+    int stream;     /* STREAM_*: a streamed answer (weir_http_res_stream_start) */
+    int chunked;    /* the streamed body is chunked (HTTP/1.1), else close-delimited */
+    int stream_err; /* the write that broke the stream (later calls return it) */
 };
+
+/* A streamed answer's state: the head went out, then the body is written
+ * as the handler goes, until its end (written by the handler or for it). */
+enum { STREAM_NONE, STREAM_OPEN, STREAM_ENDED };
 
 typedef struct conn {
     weir__list node; /* on s->conns while its loop serves */
     weir_http_server *s;
     int fd;
-    int busy;   /* under s->lock */
-    int linger; /* close gracefully: the client may still be sending */
+    int busy;      /* under s->lock */
+    int streaming; /* under s->lock: a streamed answer is open (stop shuts its reads) */
+    int linger;    /* close gracefully: the client may still be sending */
     weir_task *task;
     char peer[WEIR_NET_ADDRSTRLEN];
     weir_http_parser p;
@@ -151,7 +162,8 @@ typedef struct conn {
     weir_http_req req;
     int early_status; /* an answer decided at HEAD (401, 404, 405, 417...) */
     const char *early_msg;
-    int auth_invalid; /* the 401 is for a wrong token (not a missing one) */
+    int auth_invalid;  /* the 401 is for a wrong token (not a missing one) */
+    int auth_redirect; /* a valid access_token in the query: 303 to set the cookie */
     char allow[96];
     int64_t t0;
 } conn;
@@ -576,6 +588,7 @@ weir_http_server *weir_http_server_new(const weir_http_server_opts *opts)
         return NULL;
     }
     s->token_len = s->token ? strlen(s->token) : 0;
+    s->token_cookie_ok = s->token && !strpbrk(s->token, "\",;\\");
     return s;
 }
 
@@ -680,6 +693,21 @@ int weir_http_route(weir_http_server *s, const char *method, const char *pattern
         return e;
     r->h = h;
     r->arg = arg;
+    return 0;
+}
+
+int weir_http_route_max_body(weir_http_server *s, const char *method, const char *pattern,
+                             weir_http_handler h, void *arg, uint64_t max_body)
+{
+    if (!h || max_body == 0)
+        return -EINVAL;
+    route *r;
+    int e = add_route(s, ROUTE_HANDLER, method, pattern, 0, &r);
+    if (e)
+        return e;
+    r->h = h;
+    r->arg = arg;
+    r->max_body = max_body;
     return 0;
 }
 
@@ -848,6 +876,68 @@ static void route_request(conn *c)
     c->early_status = path_matched ? 405 : 404;
 }
 
+/* The query parameter named access_token in q[0..n): its raw value in *v;
+ * the count of such parameters (names compared decoded). */
+static int find_access_token(const char *q, size_t n, weir_http_str *v)
+{
+    const char *end = q + n;
+    int found = 0;
+    while (q && q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *pe = amp ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(pe - q));
+        const char *ke = eq ? eq : pe;
+        char key[16];
+        ssize_t kn = weir_http_pct_decode(q, (size_t)(ke - q), key, sizeof(key), 1);
+        if (kn == 12 && memcmp(key, "access_token", 12) == 0) {
+            if (!found++)
+                *v = eq ? (weir_http_str){eq + 1, (size_t)(pe - eq - 1)} : (weir_http_str){pe, 0};
+        }
+        q = amp ? amp + 1 : end;
+    }
+    return found;
+}
+
+/* Is v (raw, percent-encoded) the token? Decoded without '+' as space (a
+ * token holds no space, and a '+' sent as it is stays one). */
+static int access_token_ok(weir_http_server *s, weir_http_str v)
+{
+    char tok[WEIR_HTTP_MAX_TOKEN + 1];
+    if (v.len > WEIR_HTTP_MAX_AUTH_FIELD)
+        return 0;
+    ssize_t n = weir_http_pct_decode(v.p, v.len, tok, sizeof(tok), 0);
+    /* A value too long or badly escaped is compared as empty: the same
+     * time as any wrong token. */
+    return ct_equal(tok, n < 0 ? 0 : (size_t)n, s->token, s->token_len) && n >= 0;
+}
+
+/* The weir_token cookie among the Cookie field's "a=1; b=2" pairs: 1 with
+ * its value in *v (quotes removed), 0 when none, -1 when there are two. */
+static int find_cookie(const weir_http_str *f, weir_http_str *v)
+{
+    const char *p = f->p, *end = f->p + f->len;
+    int found = 0;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *semi = memchr(p, ';', (size_t)(end - p));
+        const char *pe = semi ? semi : end;
+        const char *eq = memchr(p, '=', (size_t)(pe - p));
+        if (eq && eq - p == 10 && memcmp(p, "weir_token", 10) == 0) {
+            if (found++)
+                return -1;
+            const char *a = eq + 1, *b = pe;
+            while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+                b--;
+            if (b - a >= 2 && a[0] == '"' && b[-1] == '"')
+                a++, b--;
+            *v = (weir_http_str){a, (size_t)(b - a)};
+        }
+        p = semi ? semi + 1 : end;
+    }
+    return found;
+}
+
 /* Does the request carry the token? NULL when it does (or no token is
  * configured), else why not: the 401's message, which names what is wrong
  * but never what the token is. No route is exempt and the answer does not
@@ -857,16 +947,56 @@ static void route_request(conn *c)
  * server answers itself lists the path's methods, and a CORS preflight
  * gains nothing from it (the server sends no Access-Control-* fields, so a
  * browser refuses the cross-origin request either way). *invalid: a
- * bearer token was presented and is wrong (error="invalid_token"). */
+ * bearer token was presented and is wrong (error="invalid_token").
+ *
+ * Three ways to carry it, for a browser cannot set Authorization on a page
+ * load or an EventSource: the Authorization field, which decides when
+ * present; else the weir_token cookie; and a GET whose query holds
+ * access_token=<token>, which is answered 303 to the same target without
+ * it, setting the cookie (c->auth_redirect), so the token leaves the
+ * address bar and the history. Every comparison is constant-time. */
 static const char *auth_refusal(conn *c, int *invalid)
 {
     weir_http_server *s = c->s;
     *invalid = 0;
     if (!s->token)
         return NULL;
+    weir_http_str v;
+    int nq =
+        str_eq(c->p.method, "GET") ? find_access_token(c->req.query.p, c->req.query.len, &v) : 0;
+    if (nq > 1)
+        return "more than one access_token parameter";
+    if (nq == 1) {
+        if (!access_token_ok(s, v)) {
+            *invalid = 1;
+            return "wrong access_token";
+        }
+        if (!s->token_cookie_ok)
+            return "the token cannot be carried in a cookie (it holds '\"', ',', ';' or '\\')";
+        c->auth_redirect = 1;
+        return "see the target without access_token"; /* the 303 (not an error) */
+    }
     ssize_t i = weir_http_find(c->p.headers, c->p.nheaders, "authorization", 0);
-    if (i < 0)
-        return "missing bearer token (Authorization: Bearer <token>)";
+    if (i < 0) {
+        ssize_t k = weir_http_find(c->p.headers, c->p.nheaders, "cookie", 0);
+        if (k < 0)
+            return "missing bearer token (Authorization: Bearer <token>)";
+        if (weir_http_find(c->p.headers, c->p.nheaders, "cookie", (size_t)k + 1) >= 0)
+            return "more than one Cookie field";
+        const weir_http_str *f = &c->p.headers[k].value;
+        if (f->len > WEIR_HTTP_MAX_COOKIE_FIELD)
+            return "Cookie field longer than " STR(WEIR_HTTP_MAX_COOKIE_FIELD) " bytes";
+        int nc = find_cookie(f, &v);
+        if (nc < 0)
+            return "more than one weir_token cookie";
+        if (nc == 0)
+            return "missing bearer token (Authorization: Bearer <token>)";
+        if (!ct_equal(v.p, v.len, s->token, s->token_len)) {
+            *invalid = 1;
+            return "wrong weir_token cookie";
+        }
+        return NULL;
+    }
     /* Two fields: which one counts is where a proxy and we could disagree. */
     if (weir_http_find(c->p.headers, c->p.nheaders, "authorization", (size_t)i + 1) >= 0)
         return "more than one Authorization field";
@@ -889,6 +1019,38 @@ static const char *auth_refusal(conn *c, int *invalid)
         return "wrong bearer token";
     }
     return NULL;
+}
+
+/* The 303 for a valid access_token: Location is the same path and query
+ * without the access_token parameters (the others kept as sent, in order),
+ * and the cookie is set. Into r->hdr; 0 or -ENOMEM. */
+static int put_redirect(conn *c)
+{
+    weir_http_res *r = &c->res;
+    const weir_http_req *q = &c->req;
+    weir_http_buf loc;
+    weir_http_buf_init(&loc);
+    weir_http_put_raw(&loc, q->path.p, q->path.len);
+    const char *p = q->query.p, *end = q->query.p + q->query.len;
+    int first = 1;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pe = amp ? amp : end;
+        weir_http_str v;
+        if (pe > p && find_access_token(p, (size_t)(pe - p), &v) == 0) {
+            weir_http_put_raw(&loc, first ? "?" : "&", 1);
+            weir_http_put_raw(&loc, p, (size_t)(pe - p));
+            first = 0;
+        }
+        p = amp ? amp + 1 : end;
+    }
+    weir_http_put_header_n(&r->hdr, "Location", 8, loc.p, loc.len);
+    weir_http_buf_close(&loc);
+    weir_http_put_raw(&r->hdr, "Set-Cookie: weir_token=", 23);
+    weir_http_put_raw(&r->hdr, c->s->token, c->s->token_len);
+    weir_http_put_raw(&r->hdr, "; Path=/; HttpOnly; SameSite=Strict\r\n", 37);
+    weir_http_put_raw(&r->hdr, "Cache-Control: no-store\r\nReferrer-Policy: no-referrer\r\n", 55);
+    return r->hdr.err;
 }
 
 /* ---- the connection ------------------------------------------------------------------- */
@@ -932,6 +1094,9 @@ static void begin_response(conn *c, int keep_alive)
     r->done = 0;
     r->status = 0;
     r->file_fd = -1;
+    r->stream = STREAM_NONE;
+    r->chunked = 0;
+    r->stream_err = 0;
     r->head_only = str_eq(c->p.method, "HEAD");
     r->close = !keep_alive;
 }
@@ -962,8 +1127,13 @@ static void answer_plain(conn *c, int status, const char *msg, int close)
                                              : "Bearer realm=\"weir\"");
     if (status == 405 || (status == 204 && c->allow[0]))
         weir_http_put_header(&r->hdr, "Allow", c->allow[0] ? c->allow : "OPTIONS");
-    if (status == 204)
-        weir_http_res_send(r, 204, NULL, NULL, 0);
+    if (status == 303 && put_redirect(c) < 0) {
+        weir_http_buf_reset(&r->hdr);
+        status = 500;
+        msg = "out of memory";
+    }
+    if (status == 204 || status == 303)
+        weir_http_res_send(r, status, NULL, NULL, 0);
     else
         weir_http_res_error(r, status, msg);
     if (status >= 400)
@@ -1139,6 +1309,150 @@ static int send_file(conn *c)
     return e;
 }
 
+/* ---- streamed answers ------------------------------------------------------------------- */
+/* The stream's head: the status line and fields of put_head, then the body
+ * framing: chunked for HTTP/1.1, none for HTTP/1.0 (the body ends when the
+ * connection closes, so no Content-Length and no keep-alive). A streamed
+ * answer is always the connection's last. */
+int weir_http_res_stream_start(weir_http_res *r, int status, const char *content_type)
+{
+    if (!r)
+        return -EINVAL;
+    if (r->done)
+        return -EALREADY;
+    if (status < 200 || status > 999 || status == 204 || status == 304)
+        return -EINVAL;
+    if (content_type && (strchr(content_type, '\r') || strchr(content_type, '\n')))
+        return -EINVAL;
+    conn *c = r->c;
+    size_t mark = c->out.len;
+    r->close = 1;
+    r->chunked = c->p.version_minor == 1;
+    put_head(c, r, status, content_type);
+    weir_http_put_raw(&c->out, "Cache-Control: no-cache\r\n", 25);
+    if (r->chunked)
+        weir_http_put_raw(&c->out, "Transfer-Encoding: chunked\r\n", 28);
+    weir_http_put_end(&c->out);
+    if (c->out.err) {
+        int e = c->out.err;
+        c->out.err = 0;
+        c->out.len = mark;
+        return e;
+    }
+    r->done = 1;
+    r->status = status;
+    r->stream = STREAM_OPEN;
+    weir_http_server *s = c->s;
+    pthread_mutex_lock(&s->lock);
+    c->streaming = 1; /* from now on a stop shuts the socket's reads (stream_wait) */
+    pthread_mutex_unlock(&s->lock);
+    /* The head now, with any pipelined answers before it: a client waits
+     * for it before the first event. */
+    int e = flush(c);
+    if (e < 0)
+        r->stream_err = e;
+    return e;
+}
+
+static int stream_check(weir_http_res *r)
+{
+    if (!r)
+        return -EINVAL;
+    if (r->stream == STREAM_NONE)
+        return -EINVAL;
+    if (r->stream == STREAM_ENDED)
+        return -EALREADY;
+    return r->stream_err;
+}
+
+int weir_http_res_stream_write(weir_http_res *r, const void *p, size_t n)
+{
+    int e = stream_check(r);
+    if (e)
+        return e;
+    if (!p && n)
+        return -EINVAL;
+    if (n == 0 || r->head_only)
+        return 0; /* an empty chunk would end the body; HEAD has none */
+    conn *c = r->c;
+    if (r->chunked)
+        weir_http_put_chunk(&c->out, p, n);
+    else
+        weir_http_put_raw(&c->out, p, n);
+    if (c->out.err) {
+        e = c->out.err;
+        weir_http_buf_close(&c->out);
+        return e;
+    }
+    if ((e = flush(c)) < 0)
+        r->stream_err = e;
+    return e;
+}
+
+int weir_http_res_stream_end(weir_http_res *r)
+{
+    int e = stream_check(r);
+    if (e)
+        return e;
+    r->stream = STREAM_ENDED;
+    if (!r->chunked || r->head_only)
+        return 0; /* the close ends the body */
+    conn *c = r->c;
+    weir_http_put_last_chunk(&c->out, NULL, 0);
+    if ((e = flush(c)) < 0)
+        r->stream_err = e;
+    return e;
+}
+
+/* Wait for the deadline while watching the socket: the client's close (a
+ * read of 0, a reset) ends the wait at once, bytes it sends are dropped. A
+ * stop shuts the reads of every open stream (shutdown(SHUT_RD), see
+ * weir_http_server_stop), which a pending read sees as 0: the stopping flag,
+ * set before, tells the two apart. It is read before each read, so a stop
+ * just before the read is seen by the read itself. */
+int weir_http_res_stream_wait(weir_http_res *r, int64_t deadline)
+{
+    int e = stream_check(r);
+    if (e)
+        return e;
+    conn *c = r->c;
+    uint8_t sink[512];
+    for (;;) {
+        if (atomic_load(&c->s->stopping))
+            return -ECANCELED;
+        ssize_t n = weir_io_recv(c->fd, sink, sizeof(sink), 0, deadline);
+        if (n == -ETIMEDOUT)
+            return 0;
+        if (n == -ECANCELED)
+            return -ECANCELED;
+        if (n > 0)
+            continue;
+        if (atomic_load(&c->s->stopping))
+            return -ECANCELED;
+        return -ECONNRESET; /* 0 (EOF) or a reset */
+    }
+}
+
+/* The handler of a streamed answer returned: end the body for it, unless
+ * it failed (then the connection closes without the end, which a chunked
+ * client sees as a broken body: nothing else can follow a sent head). */
+static void stream_finish(conn *c, int handler_rc)
+{
+    weir_http_res *r = &c->res;
+    if (r->stream == STREAM_OPEN && handler_rc >= 0 && !r->stream_err)
+        weir_http_res_stream_end(r);
+    else if (r->stream == STREAM_OPEN)
+        c->out.len = 0; /* nothing more goes out */
+    /* A whole body: close gracefully, so bytes the client sent meanwhile
+     * cannot make the close a reset that destroys the body's end. */
+    c->linger = !r->stream_err && handler_rc >= 0;
+    r->stream = STREAM_ENDED;
+    weir_http_server *s = c->s;
+    pthread_mutex_lock(&s->lock);
+    c->streaming = 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void serve_metrics(conn *c, const route *r)
 {
     weir_metrics_buf mb = {0};
@@ -1167,6 +1481,7 @@ static void on_head(conn *c, int body_buffered)
     c->early_status = 0;
     c->early_msg = NULL;
     c->auth_invalid = 0;
+    c->auth_redirect = 0;
     c->blen = 0;
     q->method = p->method;
     q->target = p->target;
@@ -1186,10 +1501,8 @@ static void on_head(conn *c, int body_buffered)
      * tell what exists). Only what the parser refuses before a head is
      * complete (400, 413, 414, 431...) is answered without this check. */
     q->path = q->query = (weir_http_str){"", 0};
-    if ((c->early_msg = auth_refusal(c, &c->auth_invalid))) {
-        c->early_status = 401;
-        return;
-    }
+    /* The target is split first (the token may come in its query), but not
+     * routed before the check. */
     /* origin-form "/p?q"; absolute-form "http://host/p?q"; "*" for OPTIONS. */
     const char *t = p->target.p, *end = t + p->target.len;
     if (p->target.len > 7 &&
@@ -1213,6 +1526,10 @@ static void on_head(conn *c, int body_buffered)
         q->query = qm ? (weir_http_str){qm + 1, (size_t)(end - qm - 1)} : (weir_http_str){"", 0};
     }
 routed_path:
+    if ((c->early_msg = auth_refusal(c, &c->auth_invalid))) {
+        c->early_status = c->auth_redirect ? 303 : 401;
+        return;
+    }
     if (str_eq(p->target, "*")) {
         c->allow[0] = '\0';
         if (!str_eq(p->method, "OPTIONS")) {
@@ -1226,6 +1543,15 @@ routed_path:
         return;
     } else {
         route_request(c);
+    }
+    /* The route's body cap, or the server's: a declared length over it is
+     * 413 now (before any 100 Continue), a chunked body when it gets there.
+     * (Unrouted and refused requests with a body are closed unread.) */
+    if (c->rt && !c->early_status &&
+        weir_http_parser_body_cap(p, c->rt->max_body ? c->rt->max_body : s->o.limits.max_body)) {
+        c->early_status = 413;
+        c->early_msg = "body larger than the limit";
+        return;
     }
     const weir_http_str *ex = weir_http_header_get(p, "expect");
     if (ex && !c->early_status) {
@@ -1287,6 +1613,11 @@ static void on_done(conn *c)
     }
     size_t mark = c->out.len;
     int e = r->h(q, &c->res, r->arg);
+    if (c->res.stream != STREAM_NONE) {
+        stream_finish(c, e);
+        account(c, c->res.status);
+        return;
+    }
     if (!c->res.done) {
         c->out.len = mark;
         char msg[128];
@@ -1472,7 +1803,7 @@ static intptr_t conn_main(void *arg)
     if (!stopping) {
         weir_net_set_nodelay(c->fd, 1);
         c->res.file_fd = -1;
-        if (weir_http_parser_init(&c->p, WEIR_HTTP_REQUEST, &s->o.limits) == 0)
+        if (weir_http_parser_init(&c->p, WEIR_HTTP_REQUEST, &s->plim) == 0)
             serve(c);
         if (c->res.file_fd >= 0)
             close(c->res.file_fd);
@@ -1625,6 +1956,13 @@ int weir_http_server_start(weir_http_server *s)
         return -ESHUTDOWN;
     if (again)
         return -EBUSY;
+    /* The parsers take the largest body cap of any route, so that a head
+     * declaring a body for such a route gets as far as routing; each request
+     * then gets its route's cap (on_head). Routes are fixed from now on. */
+    s->plim = s->o.limits;
+    for (const route *r = s->routes; r; r = r->next)
+        if (r->max_body > s->plim.max_body)
+            s->plim.max_body = r->max_body;
     weir_rt *rt = weir_rt_current();
     int threads = rt ? weir_rt_threads(rt) : 1;
     int n = s->o.listeners ? s->o.listeners : threads < MAX_LISTENERS ? threads : MAX_LISTENERS;
@@ -1670,7 +2008,12 @@ int weir_http_server_start(weir_http_server *s)
     return 0;
 }
 
-/* Cancel connections: all of them, or those between requests. Under lock. */
+/* Cancel connections: all of them, or those between requests. Under lock.
+ * A connection with an open stream is woken instead: its reads are shut,
+ * which ends a weir_http_res_stream_wait() at once (-ECANCELED), while its
+ * writes still work, so the handler may end the stream properly. (The fd
+ * stays open while the connection is on the list: it leaves the list,
+ * under the lock, before it closes the fd.) */
 static void cancel_conns(weir_http_server *s, int all)
 {
     weir__list *n;
@@ -1678,6 +2021,8 @@ static void cancel_conns(weir_http_server *s, int all)
         conn *c = weir__container_of(n, conn, node);
         if (all || !c->busy)
             weir_task_cancel(c->task);
+        else if (c->streaming)
+            shutdown(c->fd, SHUT_RD);
     }
 }
 

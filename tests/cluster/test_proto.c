@@ -47,11 +47,13 @@ static const int all_kinds[] = {
     WEIR_CLUSTER_PLUGIN_UPLOAD,
     WEIR_CLUSTER_LIST_JOBS,
     WEIR_CLUSTER_CANCEL_JOB,
+    WEIR_CLUSTER_DESCRIBE_JOB,
     WEIR_CLUSTER_HELLO_CLIENT_ACK,
     WEIR_CLUSTER_SUBMIT_JOB_ACK,
     WEIR_CLUSTER_JOB_LIST,
     WEIR_CLUSTER_CANCEL_JOB_ACK,
     WEIR_CLUSTER_JOB_COMPLETED,
+    WEIR_CLUSTER_JOB_DETAIL,
 };
 #define NKINDS (sizeof(all_kinds) / sizeof(all_kinds[0]))
 
@@ -191,6 +193,9 @@ static void sample(int kind, weir__cl_msg *m)
     case WEIR_CLUSTER_CANCEL_JOB:
         m->u.cancel_job.job = 9;
         break;
+    case WEIR_CLUSTER_DESCRIBE_JOB:
+        m->u.describe_job.job = 9;
+        break;
     case WEIR_CLUSTER_HELLO_CLIENT_ACK:
         m->u.hello_ack = (weir__cl_hello_client_ack){1, 1, WEIR__CL_REFUSED, S("go away")};
         break;
@@ -214,6 +219,9 @@ static void sample(int kind, weir__cl_msg *m)
     case WEIR_CLUSTER_JOB_COMPLETED:
         m->u.completed = (weir__cl_job_completed){
             9, -ECANCELED, S("cancelled"), 1234, 100000, 99999, 2, 1, -5, 7, 7, 3, 1};
+        break;
+    case WEIR_CLUSTER_JOB_DETAIL:
+        m->u.job_detail = (weir__cl_job_detail){9, WEIR__CL_DETAIL_OK, S("{\"id\":9}")};
         break;
     default:
         CHECK(!"a kind without a sample");

@@ -785,6 +785,55 @@ TEST(limit_body)
     CHECK_EQ(weir_http_error_status(-ECONNRESET), 400);
 }
 
+TEST(limit_body_per_message)
+{
+    /* A cap set at HEAD holds for that message only: a chunked body past
+     * it fails, a declared length past it fails at once, and the next
+     * message has the limits' cap again. */
+    weir_http_limits lim = {.max_body = 100};
+    weir_http_parser p;
+    weir_http_event ev;
+    CHECK_EQ(weir_http_parser_init(&p, WEIR_HTTP_REQUEST, &lim), 0);
+    const char *m = "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "6\r\nabcdef\r\n0\r\n\r\n";
+    ssize_t n = weir_http_parse(&p, m, strlen(m), &ev);
+    CHECK_EQ(ev.kind, WEIR_HTTP_HEAD);
+    CHECK_EQ(weir_http_parser_body_cap(&p, 5), 0);
+    CHECK_EQ(weir_http_parse(&p, m + n, strlen(m) - (size_t)n, &ev), -EMSGSIZE);
+    CHECK_EQ(weir_http_parser_body_cap(&p, 50), -EMSGSIZE); /* final */
+    weir_http_parser_close(&p);
+
+    CHECK_EQ(weir_http_parser_init(&p, WEIR_HTTP_REQUEST, &lim), 0);
+    m = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 6\r\n\r\nabcdef";
+    n = weir_http_parse(&p, m, strlen(m), &ev);
+    CHECK_EQ(ev.kind, WEIR_HTTP_HEAD);
+    CHECK_EQ(weir_http_parser_body_cap(&p, 5), -EMSGSIZE);
+    CHECK_EQ(weir_http_parser_error(&p), -EMSGSIZE);
+    weir_http_parser_close(&p);
+
+    CHECK_EQ(weir_http_parser_init(&p, WEIR_HTTP_REQUEST, &lim), 0);
+    m = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 6\r\n\r\nabcdef"
+        "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "7\r\nabcdefg\r\n0\r\n\r\n";
+    size_t off = 0, len = strlen(m);
+    int done = 0;
+    n = weir_http_parse(&p, m, len, &ev);
+    CHECK_EQ(ev.kind, WEIR_HTTP_HEAD);
+    CHECK_EQ(weir_http_parser_body_cap(&p, 6), 0); /* exactly the length */
+    off += (size_t)n;
+    while (done < 2) {
+        n = weir_http_parse(&p, m + off, len - off, &ev);
+        CHECK_GE(n, 0);
+        off += (size_t)n;
+        if (ev.kind == WEIR_HTTP_DONE)
+            done++;
+        CHECK(ev.kind != WEIR_HTTP_NEED_MORE || done == 2);
+    }
+    CHECK_EQ(p.body_bytes, 7); /* the second message had 100 again, not 6 */
+    CHECK_EQ(weir_http_parser_body_cap(NULL, 1), -EINVAL);
+    weir_http_parser_close(&p);
+}
+
 TEST(limits_invalid)
 {
     weir_http_parser p;

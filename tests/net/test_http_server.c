@@ -1593,6 +1593,609 @@ TEST(driven_by_curl)
     test_run_main(curl_main, NULL);
 }
 
+/* ---- streamed answers ------------------------------------------------------------------- */
+/* GET /sse?mode=...: "steps" writes event i once the test let it (sse_go >
+ * i), three of them; "wait" waits long and records what the wait returned
+ * (then writes "bye"); "flood" writes until a write fails; "ticks" writes
+ * three events 20 ms apart. */
+static _Atomic int sse_go, sse_rc, sse_done;
+static _Atomic int64_t sse_t;
+
+static int h_sse(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char mode[16];
+    CHECK_GE(weir_http_req_query(req, "mode", mode, sizeof(mode)), 0);
+    CHECK_EQ(weir_http_res_header(res, "X-Stream", "yes"), 0);
+    CHECK_EQ(weir_http_res_stream_write(res, "x", 1), -EINVAL); /* not started */
+    int e = weir_http_res_stream_start(res, 200, "text/event-stream");
+    CHECK_EQ(e, 0);
+    CHECK_EQ(weir_http_res_stream_start(res, 200, "text/event-stream"), -EALREADY);
+    CHECK_EQ(weir_http_res_text(res, 200, "no"), -EALREADY);
+    char ev[64];
+    if (strcmp(mode, "steps") == 0 || strcmp(mode, "ticks") == 0) {
+        int ticks = mode[0] == 't';
+        for (int i = 0; i < 3; i++) {
+            while (!ticks && sse_go <= i)
+                CHECK_EQ(weir_http_res_stream_wait(res, after_ms(1)), 0);
+            if (ticks)
+                CHECK_EQ(weir_http_res_stream_wait(res, after_ms(20)), 0);
+            int n = snprintf(ev, sizeof(ev), "data: event %d\n\n", i);
+            CHECK_EQ(weir_http_res_stream_write(res, ev, (size_t)n), 0);
+        }
+        if (ticks)
+            CHECK_EQ(weir_http_res_stream_end(res), 0);
+        sse_done = 1;
+        return 0; /* "steps": the end is written for it */
+    }
+    if (strcmp(mode, "wait") == 0) {
+        e = weir_http_res_stream_wait(res, after_ms(30000));
+        sse_t = weir_time_now();
+        sse_rc = e;
+        if (e == -ECANCELED)
+            CHECK_EQ(weir_http_res_stream_write(res, "data: bye\n\n", 11), 0);
+        sse_done = 1;
+        return 0;
+    }
+    if (strcmp(mode, "flood") == 0) {
+        static char block[64 << 10];
+        memset(block, 'x', sizeof(block));
+        while ((e = weir_http_res_stream_write(res, block, sizeof(block))) == 0)
+            ;
+        CHECK_EQ(weir_http_res_stream_write(res, "x", 1), e); /* sticky */
+        sse_rc = e;
+        sse_done = 1;
+        return e; /* an error after the start: the connection just closes */
+    }
+    return -EINVAL;
+}
+
+static void sse_reset(void)
+{
+    sse_go = sse_rc = sse_done = 0;
+    sse_t = 0;
+}
+
+/* Read exactly n bytes (5 s at most). */
+static void read_exact(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    int64_t deadline = after_ms(5000);
+    while (got < n) {
+        ssize_t r = weir_io_recv(fd, buf + got, n - got, 0, deadline);
+        CHECK_GT(r, 0);
+        got += (size_t)r;
+    }
+    buf[n] = '\0';
+}
+
+/* Read up to the end of the head; returns it (NUL-terminated). */
+static void read_head(int fd, char *buf, size_t cap)
+{
+    size_t got = 0;
+    int64_t deadline = after_ms(5000);
+    while (got < 4 || memcmp(buf + got - 4, "\r\n\r\n", 4) != 0) {
+        CHECK_LT(got, cap - 1);
+        ssize_t r = weir_io_recv(fd, buf + got, 1, 0, deadline);
+        CHECK_EQ(r, 1);
+        got++;
+    }
+    buf[got] = '\0';
+}
+
+/* Read until EOF (5 s at most); the bytes read. */
+static size_t read_to_eof(int fd, char *buf, size_t cap)
+{
+    size_t got = 0;
+    int64_t deadline = after_ms(5000);
+    for (;;) {
+        CHECK_LT(got, cap - 1);
+        ssize_t r = weir_io_recv(fd, buf + got, cap - 1 - got, 0, deadline);
+        CHECK_GE(r, 0);
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    buf[got] = '\0';
+    return got;
+}
+
+/* Poll (1 ms steps) until *flag is set or ms pass. */
+static int wait_flag(_Atomic int *flag, int64_t ms)
+{
+    int64_t deadline = after_ms(ms);
+    while (!*flag && weir_time_now() < deadline)
+        weir_time_sleep(WEIR_MSEC);
+    return *flag;
+}
+
+static weir_http_server *sse_server(const weir_http_server_opts *o)
+{
+    weir_http_server *s = weir_http_server_new(o);
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "GET", "/sse", h_sse, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/hello", h_hello, NULL, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    return s;
+}
+
+static int sse_open(int port, const char *mode, int minor, char *head, size_t cap)
+{
+    int fd = connect_to(port);
+    char q[128];
+    int n = snprintf(q, sizeof(q), "GET /sse?mode=%s HTTP/1.%d\r\nHost: x\r\n\r\n", mode, minor);
+    CHECK_EQ(send_str(fd, q, (size_t)n), n);
+    read_head(fd, head, cap);
+    return fd;
+}
+
+static intptr_t stream_events_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    int port = weir_http_server_port(s);
+    char head[1024], buf[256];
+    sse_reset();
+    int fd = sse_open(port, "steps", 1, head, sizeof(head));
+    CHECK_HAS(head, "HTTP/1.1 200 OK\r\n");
+    CHECK_HAS(head, "Content-Type: text/event-stream\r\n");
+    CHECK_HAS(head, "Transfer-Encoding: chunked\r\n");
+    CHECK_HAS(head, "Connection: close\r\n");
+    CHECK_HAS(head, "X-Stream: yes\r\n");
+    CHECK(strstr(head, "Content-Length") == NULL);
+    /* One event per step, each its own chunk, and nothing before its step. */
+    for (int i = 0; i < 3; i++) {
+        char c;
+        CHECK_EQ(weir_io_recv(fd, &c, 1, 0, after_ms(50)), -ETIMEDOUT); /* not yet written */
+        sse_go = i + 1;
+        char want[64];
+        snprintf(want, sizeof(want), "f\r\ndata: event %d\n\n\r\n", i);
+        read_exact(fd, buf, strlen(want));
+        CHECK_STR(buf, want);
+    }
+    read_exact(fd, buf, 5);
+    CHECK_STR(buf, "0\r\n\r\n"); /* written for the handler */
+    CHECK_EQ(read_to_eof(fd, buf, sizeof(buf)), 0);
+    weir_io_close(fd);
+    CHECK(sse_done);
+
+    /* HTTP/1.0: no chunks, the close ends the body. */
+    sse_reset();
+    sse_go = 3;
+    fd = sse_open(port, "steps", 0, head, sizeof(head));
+    CHECK_HAS(head, "HTTP/1.1 200 OK\r\n");
+    CHECK_HAS(head, "Connection: close\r\n");
+    CHECK(strstr(head, "Transfer-Encoding") == NULL);
+    CHECK(strstr(head, "Content-Length") == NULL);
+    read_to_eof(fd, buf, sizeof(buf));
+    CHECK_STR(buf, "data: event 0\n\ndata: event 1\n\ndata: event 2\n\n");
+    weir_io_close(fd);
+
+    /* HEAD: the head only. */
+    sse_reset();
+    sse_go = 3;
+    fd = connect_to(port);
+    const char *hq = "HEAD /sse?mode=steps HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(send_str(fd, hq, strlen(hq)), (ssize_t)strlen(hq));
+    read_head(fd, head, sizeof(head));
+    CHECK_HAS(head, "Transfer-Encoding: chunked\r\n");
+    CHECK_EQ(read_to_eof(fd, buf, sizeof(buf)), 0);
+    weir_io_close(fd);
+
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_EQ(st.requests, 3); /* each stream once */
+    finish(s);
+    return 0;
+}
+
+TEST(stream_events_one_by_one)
+{
+    test_run_main(stream_events_main, NULL);
+}
+
+static intptr_t stream_client_close_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    char head[1024];
+    sse_reset();
+    int fd = sse_open(weir_http_server_port(s), "wait", 1, head, sizeof(head));
+    CHECK_EQ(send_str(fd, "ignored bytes", 13), 13); /* dropped by the wait */
+    weir_time_sleep(20 * WEIR_MSEC);
+    CHECK(!sse_done);
+    int64_t t0 = weir_time_now();
+    weir_io_close(fd);
+    CHECK(wait_flag(&sse_done, 5000));
+    CHECK_EQ(sse_rc, -ECONNRESET);
+    CHECK_LT(sse_t - t0, 1000 * WEIR_MSEC); /* at once, not at the 30 s deadline */
+    finish(s);
+    return 0;
+}
+
+TEST(stream_client_close_ends_wait)
+{
+    test_run_main(stream_client_close_main, NULL);
+}
+
+static intptr_t stream_stop_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    char head[1024], buf[256];
+    sse_reset();
+    int fd = sse_open(weir_http_server_port(s), "wait", 1, head, sizeof(head));
+    int fd2 = sse_open(weir_http_server_port(s), "wait", 0, head, sizeof(head));
+    int64_t t0 = weir_time_now();
+    CHECK_EQ(weir_http_server_stop(s, after_ms(20000)), 0);
+    CHECK_LT(weir_time_now() - t0, 2000 * WEIR_MSEC); /* well under the deadline */
+    CHECK_EQ(sse_rc, -ECANCELED);
+    /* The handler still wrote its last event, and the end followed. */
+    read_to_eof(fd, buf, sizeof(buf));
+    CHECK_STR(buf, "b\r\ndata: bye\n\n\r\n0\r\n\r\n");
+    read_to_eof(fd2, buf, sizeof(buf));
+    CHECK_STR(buf, "data: bye\n\n");
+    weir_io_close(fd);
+    weir_io_close(fd2);
+    weir_http_server_free(s);
+    return 0;
+}
+
+TEST(stream_stop_wakes_waits)
+{
+    test_run_main(stream_stop_main, NULL);
+}
+
+static intptr_t stream_stalled_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(&(weir_http_server_opts){.write_timeout_ms = 200});
+    int port = weir_http_server_port(s);
+    sse_reset();
+    int fd = connect_to(port);
+    int small = 4096;
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+    const char *q = "GET /sse?mode=flood HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK_EQ(send_str(fd, q, strlen(q)), (ssize_t)strlen(q));
+    /* Never read: the writes fill the socket, then one stalls. */
+    CHECK(wait_flag(&sse_done, 10000));
+    CHECK_EQ(sse_rc, -ETIMEDOUT);
+    weir_io_close(fd);
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_GE(st.timeouts, 1);
+    CHECK_EQ(get_status(port, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"), 200); /* still serving */
+    finish(s);
+    return 0;
+}
+
+TEST(stream_stalled_client_times_out)
+{
+    test_run_main(stream_stalled_main, NULL);
+}
+
+static intptr_t stream_curl_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = sse_server(NULL);
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sse?mode=ticks", weir_http_server_port(s));
+    sse_reset();
+    curl_job *j = curl("-N", "-H", "Accept: text/event-stream", url, NULL);
+    CHECK_EQ(j->status, 0);
+    CHECK_STR(j->out, "data: event 0\n\ndata: event 1\n\ndata: event 2\n\n");
+    finish(s);
+    return 0;
+}
+
+TEST(stream_read_by_curl)
+{
+    if (!have_curl()) {
+        printf("skipped: curl not installed\n");
+        return;
+    }
+    test_run_main(stream_curl_main, NULL);
+}
+
+/* ---- per-route body caps ---------------------------------------------------------------- */
+static int h_length(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", req->body_len);
+    for (size_t i = 0; i < req->body_len; i++)
+        if (req->body[i] != 'b')
+            return weir_http_res_error(res, 400, "body corrupted");
+    return weir_http_res_text(res, 200, n);
+}
+
+/* "POST path" with a body of n bytes 'b' (Content-Length or chunked). */
+static char *post_of(const char *path, size_t n, int chunked, size_t *len)
+{
+    char *q = malloc(n + 256);
+    int h = snprintf(q, 256, "POST %s HTTP/1.1\r\nHost: x\r\n", path);
+    if (chunked)
+        h += snprintf(q + h, 256 - (size_t)h, "Transfer-Encoding: chunked\r\n\r\n%zx\r\n", n);
+    else
+        h += snprintf(q + h, 256 - (size_t)h, "Content-Length: %zu\r\n\r\n", n);
+    memset(q + h, 'b', n);
+    size_t o = (size_t)h + n;
+    if (chunked) {
+        memcpy(q + o, "\r\n0\r\n\r\n", 7);
+        o += 7;
+    }
+    *len = o;
+    return q;
+}
+
+static int post_status(int port, const char *path, size_t n, int chunked, char *body)
+{
+    size_t len;
+    char *q = post_of(path, n, chunked, &len);
+    reply r;
+    int e = exchange(port, q, len, &r, NULL);
+    free(q);
+    if (e == -ECONNRESET || e == -EPIPE)
+        return -1;
+    CHECK_EQ(e, 0);
+    if (body)
+        snprintf(body, 64, "%.63s", r.body);
+    return r.status;
+}
+
+static intptr_t body_cap_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = weir_http_server_new(&(weir_http_server_opts){.limits.max_body = 1024});
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "POST", "/small", h_length, NULL, 0), 0);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/upload", h_length, NULL, 0), -EINVAL);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/upload", h_length, NULL, 64 << 10), 0);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/tiny", h_length, NULL, 10), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    CHECK_EQ(weir_http_route_max_body(s, "POST", "/late", h_length, NULL, 10), -EBUSY);
+    int port = weir_http_server_port(s);
+    char body[64];
+
+    /* The server's cap on an ordinary route, either framing. */
+    CHECK_EQ(post_status(port, "/small", 1024, 0, body), 200);
+    CHECK_STR(body, "1024");
+    CHECK_EQ(post_status(port, "/small", 1025, 0, NULL), 413);
+    CHECK_EQ(post_status(port, "/small", 1025, 1, NULL), 413);
+    /* The route's larger cap, to its last byte and one past it. */
+    CHECK_EQ(post_status(port, "/upload", 5000, 0, body), 200);
+    CHECK_STR(body, "5000");
+    CHECK_EQ(post_status(port, "/upload", 64 << 10, 1, body), 200);
+    CHECK_STR(body, "65536");
+    CHECK_EQ(post_status(port, "/upload", (64 << 10) + 1, 0, NULL), 413);
+    CHECK_EQ(post_status(port, "/upload", (64 << 10) + 1, 1, NULL), 413);
+    /* A smaller one. */
+    CHECK_EQ(post_status(port, "/tiny", 10, 0, NULL), 200);
+    CHECK_EQ(post_status(port, "/tiny", 11, 0, NULL), 413);
+    /* No route: the large cap is no one's (404, the body unread). */
+    CHECK_EQ(post_status(port, "/nope", 5000, 0, NULL), 404);
+
+    /* One connection: the upload's cap does not stay for the next request. */
+    {
+        int fd = connect_to(port);
+        weir_http_parser p;
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        char buf[16384];
+        size_t have = 0, len;
+        reply r;
+        char *q = post_of("/upload", 5000, 0, &len);
+        CHECK_EQ(send_str(fd, q, len), (ssize_t)len);
+        free(q);
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 200);
+        q = post_of("/small", 2000, 0, &len);
+        send_str(fd, q, len);
+        free(q);
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 413);
+        weir_http_parser_close(&p);
+        weir_io_close(fd);
+    }
+
+    /* Expect: 100-continue: a body within the route's cap is invited, one
+     * over it is refused from the head. */
+    {
+        int fd = connect_to(port);
+        const char *h = "POST /upload HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                        "Content-Length: 3000\r\n\r\n";
+        CHECK_EQ(send_str(fd, h, strlen(h)), (ssize_t)strlen(h));
+        char got[64];
+        read_exact(fd, got, 25);
+        CHECK_STR(got, "HTTP/1.1 100 Continue\r\n\r\n");
+        char *b = malloc(3000);
+        memset(b, 'b', 3000);
+        CHECK_EQ(send_str(fd, b, 3000), 3000);
+        free(b);
+        weir_http_parser p;
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        char buf[4096];
+        size_t have = 0;
+        reply r;
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 200);
+        CHECK_STR(r.body, "3000");
+        weir_http_parser_close(&p);
+        weir_io_close(fd);
+
+        fd = connect_to(port);
+        h = "POST /upload HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            "Content-Length: 70000\r\n\r\n";
+        CHECK_EQ(send_str(fd, h, strlen(h)), (ssize_t)strlen(h));
+        weir_http_parser_init(&p, WEIR_HTTP_RESPONSE, NULL);
+        have = 0;
+        CHECK_EQ(read_reply(fd, &p, buf, sizeof(buf), &have, &r, 0), 0);
+        CHECK_EQ(r.status, 413); /* no 100 first */
+        weir_http_parser_close(&p);
+        weir_io_close(fd);
+    }
+    if (have_curl()) {
+        char url[96];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/upload", port);
+        static char data[4000];
+        memset(data, 'b', sizeof(data) - 1);
+        curl_job *j = curl("-H", "Expect: 100-continue", "--data-binary", data, url, NULL);
+        CHECK_STR(j->out, "3999");
+    }
+    weir_http_server_stats st;
+    weir_http_server_stats_get(s, &st);
+    CHECK_GE(st.errors, 7);
+    finish(s);
+    return 0;
+}
+
+TEST(route_body_caps)
+{
+    test_run_main(body_cap_main, NULL);
+}
+
+/* ---- browser authentication: the cookie and the access_token link ------------------------- */
+/* GET target with the extra header lines; the reply. */
+static void get_with(int port, const char *target, const char *extra, reply *r)
+{
+    size_t len = strlen(target) + strlen(extra) + 64;
+    char *q = malloc(len);
+    CHECK(q != NULL);
+    int n = snprintf(q, len, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", target, extra);
+    CHECK_EQ(exchange(port, q, (size_t)n, r, NULL), 0);
+    free(q);
+}
+
+static intptr_t browser_auth_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = make_server(&(weir_http_server_opts){.auth_token = "s3cret-token"});
+    int port = weir_http_server_port(s);
+    int runs = handler_runs;
+    reply r;
+
+    /* The cookie: missing, wrong, look-alike names, ambiguous, too long. */
+    get_with(port, "/hello", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "missing bearer token");
+    get_with(port, "/hello", "Cookie: theme=dark\r\n", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "missing bearer token");
+    get_with(port, "/hello", "Cookie: weir_token=n0pe\r\n", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "wrong weir_token cookie");
+    CHECK_HAS(r.head, "error=\"invalid_token\"");
+    CHECK(strstr(r.body, "n0pe") == NULL && strstr(r.body, "s3cret") == NULL);
+    static const char *const bad[] = {
+        "Cookie: weir_tokenx=s3cret-token\r\n",
+        "Cookie: xweir_token=s3cret-token\r\n",
+        "Cookie: weir_token=s3cret-toke\r\n",
+        "Cookie: weir_token=s3cret-token2\r\n",
+        "Cookie: weir_token\r\n",
+        "Cookie: weir_token=s3cret-token; weir_token=s3cret-token\r\n",
+        "Cookie: weir_token=s3cret-token\r\nCookie: a=1\r\n",
+        "Cookie: a=s3cret-token\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        get_with(port, "/hello", bad[i], &r);
+        CHECK_EQ(r.status, 401);
+    }
+    {
+        size_t big = WEIR_HTTP_MAX_COOKIE_FIELD + 10;
+        char *v = malloc(big + 64);
+        int o = sprintf(v, "Cookie: weir_token=s3cret-token; pad=");
+        memset(v + o, 'p', big);
+        strcpy(v + o + big, "\r\n");
+        get_with(port, "/hello", v, &r);
+        CHECK_EQ(r.status, 401);
+        CHECK_HAS(r.body, "Cookie field longer than 4096 bytes");
+        free(v);
+    }
+    /* A wrong Authorization field decides, whatever the cookie says. */
+    get_with(port, "/hello", "Authorization: Bearer wrong\r\nCookie: weir_token=s3cret-token\r\n",
+             &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_EQ(handler_runs, runs);
+    /* Right: alone, among others, quoted. */
+    static const char *const good[] = {
+        "Cookie: weir_token=s3cret-token\r\n",
+        "Cookie: a=1; weir_token=s3cret-token; b=2\r\n",
+        "Cookie: a=1;weir_token=s3cret-token\r\n",
+        "Cookie: weir_token=\"s3cret-token\"\r\n",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        get_with(port, "/hello", good[i], &r);
+        CHECK_EQ(r.status, 200);
+        CHECK_STR(r.body, "Hello, World!");
+    }
+    CHECK_EQ(handler_runs, runs + 4);
+
+    /* The link: a valid access_token is a 303 to the same target without
+     * it (every other parameter kept, in order), setting the cookie. */
+    get_with(port, "/query?q=abc&access_token=s3cret-token&z=1", "", &r);
+    CHECK_EQ(r.status, 303);
+    CHECK_HAS(r.head, "Location: /query?q=abc&z=1\n");
+    CHECK_HAS(r.head, "Set-Cookie: weir_token=s3cret-token; Path=/; HttpOnly; SameSite=Strict\n");
+    CHECK_HAS(r.head, "Cache-Control: no-store\n");
+    CHECK_EQ(r.body_len, 0);
+    get_with(port, "/hello?access_token=s3cret%2Dtoken", "", &r); /* percent-encoded */
+    CHECK_EQ(r.status, 303);
+    CHECK_HAS(r.head, "Location: /hello\n");
+    get_with(port, "/hello?access_token=s3cret-token&", "", &r);
+    CHECK_HAS(r.head, "Location: /hello\n");
+    get_with(port, "/users/7?a=1&access%5Ftoken=s3cret-token", "", &r); /* name decoded */
+    CHECK_EQ(r.status, 303);
+    CHECK_HAS(r.head, "Location: /users/7?a=1\n");
+    CHECK_EQ(handler_runs, runs + 4); /* a redirect runs no handler */
+    /* Following it with the cookie. */
+    get_with(port, "/query?q=abc&z=1", "Cookie: weir_token=s3cret-token\r\n", &r);
+    CHECK_EQ(r.status, 200);
+    CHECK_STR(r.body, "abc");
+    /* A wrong access_token is a 401, even beside a valid field or cookie. */
+    get_with(port, "/hello?access_token=n0pe", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "wrong access_token");
+    CHECK_HAS(r.head, "error=\"invalid_token\"");
+    CHECK(strstr(r.head, "Set-Cookie") == NULL);
+    CHECK(strstr(r.body, "n0pe") == NULL && strstr(r.body, "s3cret") == NULL);
+    get_with(port, "/hello?access_token=", "", &r);
+    CHECK_EQ(r.status, 401);
+    get_with(port, "/hello?access_token=%zz", "", &r);
+    CHECK_EQ(r.status, 401);
+    get_with(port, "/hello?access_token=n0pe", "Authorization: Bearer s3cret-token\r\n", &r);
+    CHECK_EQ(r.status, 401);
+    get_with(port, "/hello?access_token=s3cret-token&access_token=s3cret-token", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "more than one access_token");
+    /* Only a GET: another method with it in the query is not let in. */
+    const char *post = "POST /echo?access_token=s3cret-token HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Length: 0\r\n\r\n";
+    CHECK_EQ(get_status(port, post), 401);
+    CHECK_EQ(handler_runs, runs + 4);
+
+    if (have_curl()) {
+        /* curl as a browser: follow the 303 with its cookie engine on. */
+        char url[128];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/hello?access_token=s3cret-token", port);
+        curl_job *j = curl("-L", "-b", "", "-w", "|%{http_code} %{num_redirects}", url, NULL);
+        CHECK_EQ(j->status, 0);
+        CHECK_STR(j->out, "Hello, World!|200 1");
+    }
+    finish(s);
+
+    /* A token no cookie can carry: its link is refused, saying why. */
+    s = make_server(&(weir_http_server_opts){.auth_token = "semi;colon"});
+    get_with(weir_http_server_port(s), "/hello?access_token=semi%3Bcolon", "", &r);
+    CHECK_EQ(r.status, 401);
+    CHECK_HAS(r.body, "cannot be carried in a cookie");
+    finish(s);
+    return 0;
+}
+
+TEST(browser_auth_cookie_and_link)
+{
+    test_run_main(browser_auth_main, NULL);
+}
+
 /* ---- a two-thread runtime --------------------------------------------------------------- */
 typedef struct mt_client {
     int port, n, ok;
