@@ -66,29 +66,21 @@ if [ ! -x "$chromium" ]; then
     exit 77
 fi
 
-start_coordinator() {
-    WEIR_LOG=info "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 --http-port 0 \
-        --heartbeat-timeout-ms 2000 >"$tmp/coord.out" 2>"$tmp/coord.log" &
-    cpid=$!
-    pids="$pids $cpid"
-    wait_for 20 grep -q "http on" "$tmp/coord.out" || fail "the coordinator did not start"
-    coord=$(sed -n 's/.*listening on \(.*\)$/\1/p' "$tmp/coord.out")
-    http=$(sed -n 's/.*http on \(.*\)$/\1/p' "$tmp/coord.out")
-}
-
 WEIR_AUTH_TOKEN=console-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 export WEIR_AUTH_TOKEN
-start_coordinator
+WEIR_LOG=info "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 --http-port 0 \
+    --heartbeat-timeout-ms 2000 >"$tmp/coord.out" 2>"$tmp/coord.log" &
+pids="$pids $!"
+wait_for 20 grep -q "http on" "$tmp/coord.out" || fail "the coordinator did not start"
+coord=$(sed -n 's/.*listening on \(.*\)$/\1/p' "$tmp/coord.out")
+http=$(sed -n 's/.*http on \(.*\)$/\1/p' "$tmp/coord.out")
 query="?access_token=$WEIR_AUTH_TOKEN"
-# A weir whose server does not yet turn ?access_token= into its cookie:
-# without a token then, or the page would get 401s.
-if ! curl -s -m 5 -D - -o /dev/null "http://$http/$query" | grep -qi '^set-cookie: *weir_token='; then
-    echo "console.sh: note: this server sets no weir_token cookie: running without a token"
-    kill -KILL "$cpid"
-    unset WEIR_AUTH_TOKEN
-    query=""
-    start_coordinator
-fi
+# The page and its API need the token: without it, 401; with it once in
+# the query, a cookie for the rest.
+code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://$http/jobs/1")
+[ "$code" = 401 ] || fail "the console without the token: $code, not 401"
+curl -s -m 5 -D - -o /dev/null "http://$http/$query" | grep -qi '^set-cookie: *weir_token=' ||
+    fail "?access_token= got no weir_token cookie"
 
 for w in w1 w2; do
     "$weir" node --role=worker --id $w --coordinator "$coord" --slots 4 --threads 1 \

@@ -6,11 +6,13 @@
 //     node console_test.mjs BASE_URL JOB_ID KILL_PID KILL_WORKER SCREENSHOT [QUERY]
 //
 // It opens BASE_URL/jobs/JOB_ID (with QUERY, "?access_token=T" when the
-// server wants a token: it answers with its cookie) and checks what the page shows: the
-// graph's three operators, "numbers" (upstream of the slow operator)
-// marked backpressured, records/s rising from nothing, a completed
-// checkpoint in the history; it saves a screenshot of the page; then it
-// SIGKILLs KILL_PID (worker KILL_WORKER) and waits for the restart, with
+// server wants a token: it answers with its cookie) and checks what the
+// page shows: the graph's three operators, figures live from the job's
+// event stream, "numbers" (upstream of the slow operator) marked
+// backpressured and "slow" named the bottleneck, records/s rising from
+// nothing, a completed checkpoint in the history; it saves a screenshot
+// of the page; then it SIGKILLs KILL_PID (worker KILL_WORKER) and waits
+// for the restart, with
 // its cause naming that worker, in the page's restart list. Every wait is
 // a poll with a generous deadline, never a fixed sleep. Exit 0 passed,
 // 1 failed, 77 chromium could not start (console.sh skips).
@@ -72,6 +74,10 @@ try {
   });
   await poll("an edge into slow", 10, async () => (await page.$$('[data-testid="edge"]')).length >= 2);
   step("the graph shows numbers, slow and sink");
+  // Fed by the job's event stream, not by polling.
+  await poll("the page live on the event stream", 30, async () =>
+    /\blive\b/.test(await attr('[data-testid="connection"]', "class")));
+  step("the page follows the job's event stream");
 
   // records/s rising: nothing at first, then a positive rate through slow.
   const first = Number((await attr('[data-op="slow"][data-testid="op"]', "data-rate")) || 0);
