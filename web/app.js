@@ -84,9 +84,20 @@ async function getJSON(url) {
     }
     const e = new Error(msg);
     e.status = r.status;
+    if (r.status === 401) showUnauthorized();
     throw e;
   }
   return r.json();
+}
+
+// The coordinator wants its token and this browser's cookie no longer
+// carries it (the coordinator was restarted with another token, say): the
+// page was loaded, its API calls are refused.
+function showUnauthorized() {
+  app.innerHTML = `<h1>Sign in</h1><div class="card" data-testid="unauthorized">
+    <p>This coordinator asks for its token (<code>WEIR_AUTH_TOKEN</code>). Open this page once as
+    <code>${esc(location.pathname)}?access_token=<i>TOKEN</i></code>: the coordinator answers with a
+    cookie, and this browser is let in from then on.</p></div>`;
 }
 
 // The coordinator's clock minus ours, learnt from now_ms (ages are its).
@@ -224,6 +235,7 @@ function jobPage(id) {
       }
     }
     lastJob = job;
+    if (isEnded(job.state)) setConn("poll", "job " + job.state);
     renderJob(job, samples, workersCache);
   }
 
@@ -401,7 +413,9 @@ function renderJob(job, hist, workers) {
       <div class="card"><h2>Last restart</h2>${
         lastRestart
           ? `<div class="big">attempt ${lastRestart.attempt}, ${fmtDur(t - lastRestart.at_ms)} ago</div><div class="sub">${esc(lastRestart.cause)}</div>`
-          : `<div class="big muted">none</div><div class="sub">the job has run without a restart</div>`
+          : job.restarts
+            ? `<div class="big">${job.restarts} restart${job.restarts > 1 ? "s" : ""}</div><div class="sub">their causes are not recorded</div>`
+            : `<div class="big muted">none</div><div class="sub">the job has run without a restart</div>`
       }</div>
     </div>
     <div class="card"><h2>Dataflow</h2>${graphSVG(job, hist, bn)}
