@@ -10,16 +10,18 @@
  *         --checkpoint-interval-ms 1000 [flags] -- [SLOW_US] [RECORDS_PER_MS_PER_SUBTASK] [KEYS]
  *
  * The source "numbers" emits v = i, i+p, ... from subtask i of p, at most
- * RECORDS_PER_MS_PER_SUBTASK records per millisecond (default 2), each
+ * RECORDS_PER_MS_PER_SUBTASK records per millisecond (default 8), each
  * with its event time the wall clock in milliseconds and watermarks 50 ms
  * behind; it runs until the job is cancelled and checkpoints its position.
  * "slow" keeps each key's count in keyed state (checkpointed with it) and
- * pays SLOW_US microseconds per record (default 1000) by sleeping, in
+ * pays SLOW_US microseconds per record (default 500) by sleeping, in
  * whole milliseconds as the debt adds up, so it holds its threads no
  * longer than a real remote call would. With the defaults "slow" manages
- * about 1000 records a second per subtask against the 2000 the source
- * offers: the source waits for credits most of the time, which the console
- * shows as backpressure on "numbers". SLOW_US 0: no bottleneck.
+ * about 2000 records a second per subtask against the 8000 the source
+ * offers: the source waits for credits nearly all the time, which the
+ * console shows as backpressure on "numbers" (and checkpoints take their
+ * barriers through the queue in front of "slow": a few hundred ms).
+ * SLOW_US 0: no bottleneck.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,7 +31,7 @@
 
 #include "weir/job.h"
 
-static long long slow_us = 1000, rate = 2, keys = 16;
+static long long slow_us = 500, rate = 8, keys = 16;
 
 static int64_t wall_ms(void)
 {
@@ -68,9 +70,11 @@ static int src_next(weir_ctx *ctx, void *state)
     long long p = weir_ctx_parallelism(ctx);
     long long due = c->base + (weir_time_now() - c->t0) / WEIR_MSEC * rate;
     long long own = src_own(ctx, c);
+    /* A few records a call: the engine counts what a call emitted when it
+     * returns, so small calls keep the figures smooth under backpressure. */
     long long batch = due > own ? due - own : 0;
-    if (batch > 1000)
-        batch = 1000;
+    if (batch > 64)
+        batch = 64;
     int64_t ts = wall_ms();
     for (long long i = 0; i < batch; i++) {
         long long v = c->next;
@@ -183,8 +187,8 @@ static int define(weir_job *j, int argc, char **argv)
 {
     if (argc > 4 || (argc > 1 && num(argv[1], 0, &slow_us)) ||
         (argc > 2 && num(argv[2], 1, &rate)) || (argc > 3 && num(argv[3], 1, &keys))) {
-        fprintf(stderr, "console_job: [SLOW_US >= 0 (default 1000)] "
-                        "[RECORDS_PER_MS_PER_SUBTASK >= 1 (default 2)] [KEYS >= 1 (default 16)]\n");
+        fprintf(stderr, "console_job: [SLOW_US >= 0 (default 500)] "
+                        "[RECORDS_PER_MS_PER_SUBTASK >= 1 (default 8)] [KEYS >= 1 (default 16)]\n");
         return -EINVAL;
     }
     weir_stream *s = weir_job_source(j, "numbers", &numbers, NULL);

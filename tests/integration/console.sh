@@ -91,10 +91,10 @@ for w in w1 w2; do
     wait_for 20 grep -q registered "$tmp/$w.out" || fail "worker $w did not register"
 done
 
-# The slow operator pays 3 ms a record against the 2 a millisecond each
+# The slow operator pays 500 µs a record against the 8 a millisecond each
 # source subtask offers: its input waits for credits nearly all the time.
 "$weir" submit "$plugin" --coordinator "$coord" --parallelism 2 --detach \
-    --checkpoint-dir "$tmp/ckpt" --checkpoint-interval-ms 1000 -- 3000 2 \
+    --checkpoint-dir "$tmp/ckpt" --checkpoint-interval-ms 1000 -- 500 8 \
     >"$tmp/submit.out" 2>"$tmp/submit.log" || fail "weir submit failed: $(cat "$tmp/submit.log")"
 id=$(grep -o '[0-9][0-9]*' "$tmp/submit.out" | head -n 1)
 [ -n "$id" ] || fail "no job id from weir submit: $(cat "$tmp/submit.out")"
