@@ -12,10 +12,11 @@
 // backpressured and "slow" named the bottleneck, records/s rising from
 // nothing, a completed checkpoint in the history; it saves a screenshot
 // of the page; then it SIGKILLs KILL_PID (worker KILL_WORKER) and waits
-// for the restart, with
-// its cause naming that worker, in the page's restart list. Every wait is
-// a poll with a generous deadline, never a fixed sleep. Exit 0 passed,
-// 1 failed, 77 chromium could not start (console.sh skips).
+// for the restart, with its cause naming that worker, in the page's
+// restart list and the jobs list; last it cancels the job and waits for
+// its page to say so. Every wait is a poll with a generous deadline,
+// never a fixed sleep. Exit 0 passed, 1 failed, 77 chromium could not
+// start (console.sh skips).
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -135,6 +136,16 @@ try {
     Number(await page.$eval(`[data-testid="job-row"][data-job-id="${jobId}"] [data-testid="job-restarts"]`,
       (e) => e.textContent)) >= 1);
   step("the jobs list shows the job and its restart");
+
+  // Cancelled (DELETE, with the page's cookie): its page says so.
+  await page.click(`a[href="/jobs/${jobId}"]`);
+  await poll("the job's page again", 30, () => page.$('[data-testid="graph"]'));
+  const status = await page.evaluate(async (u) => (await fetch(u, { method: "DELETE" })).status,
+    `/api/v1/jobs/${jobId}`);
+  if (status >= 300) throw new Error(`DELETE /api/v1/jobs/${jobId}: ${status}`);
+  await poll("the job shown cancelled", 60, async () =>
+    (await page.$eval('[data-testid="job-title"] [data-testid="state"]', (e) => e.textContent)) === "cancelled");
+  step("the cancelled job's page says so");
   if (problems.length) throw new Error(problems.join("; "));
 } catch (e) {
   failed = true;
