@@ -710,7 +710,8 @@ typedef struct weir_ckpt_info {
     int64_t trigger_ms;  /* when it was triggered */
     int64_t end_ms;      /* when it completed or was abandoned; 0 in progress */
     int64_t duration_ns; /* trigger to end */
-    uint64_t bytes;      /* completed: the state and positions its subtasks wrote */
+    uint64_t bytes;      /* completed: the state and positions its subtasks wrote
+                            (a final checkpoint writes none: nothing runs after it) */
     char reason[160];    /* abandoned: why */
 } weir_ckpt_info;
 /* Copy the latest min(cap, how many) into out, oldest first: how many. */

@@ -402,7 +402,9 @@ static intptr_t wjob_main(void *arg)
     pthread_mutex_unlock(&wk->mu);
     if ((e = weir__plan_decode(J->plan_bytes, J->plan_len, &p, msg, sizeof(msg))) < 0)
         goto report;
+    pthread_mutex_lock(&wk->mu); /* post_stats reads it */
     J->plan = p;
+    pthread_mutex_unlock(&wk->mu);
     for (uint32_t i = 0; i < J->nsubs; i++)
         if (J->subs[i].chain >= p->nchains || J->subs[i].sub >= p->chains[J->subs[i].chain].par) {
             e = -EBADMSG;

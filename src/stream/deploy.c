@@ -98,12 +98,19 @@ static int reset_ops(run *r)
         sop *o = j->ops[i];
         o->records_in = o->records_out = o->backpressure_ns = 0;
         o->watermark = INT64_MAX;
-        weir__free(o->sub);
-        if (!(o->sub = weir__calloc((size_t)o->par, sizeof(*o->sub))))
+        weir__sub_figures *sub = weir__calloc((size_t)o->par, sizeof(*sub));
+        if (!sub)
             return -ENOMEM;
-        o->sub_n = o->par;
         for (int k = 0; k < o->par; k++)
-            o->sub[k].wm = WEIR_WATERMARK_MIN;
+            sub[k].wm = WEIR_WATERMARK_MIN;
+        /* Under the job's lock: a reader of the figures (another thread's
+         * weir_job_op_subtask_stats) holds it. */
+        pthread_mutex_lock(&j->lock);
+        weir__sub_figures *old = o->sub;
+        o->sub = sub;
+        o->sub_n = o->par;
+        pthread_mutex_unlock(&j->lock);
+        weir__free(old);
     }
     return 0;
 }

@@ -403,10 +403,8 @@ int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)
             /* During a run: the lowest of its subtasks' watermarks now;
              * after it: the lowest they ended with. */
             pthread_mutex_lock((pthread_mutex_t *)&j->lock);
-            int running = j->running;
-            pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
             int64_t wm = INT64_MAX;
-            if (running && o->sub) {
+            if (j->running && o->sub) {
                 for (int k = 0; k < o->sub_n; k++) {
                     int64_t w = atomic_load_explicit(&o->sub[k].wm, memory_order_relaxed);
                     if (w < wm)
@@ -415,6 +413,7 @@ int weir_job_op_stats(const weir_job *j, const char *op, weir_op_stats *st)
             } else {
                 wm = o->watermark;
             }
+            pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
             st->watermark = wm;
             return 0;
         }
@@ -428,14 +427,17 @@ int weir_job_op_subtask_stats(const weir_job *j, int i, int subtask, weir_op_sta
     if (i < 0 || i >= j->nops)
         return -ENOENT;
     const sop *o = j->ops[i];
-    if (!o->sub || subtask < 0 || subtask >= o->sub_n)
-        return -ERANGE;
-    const weir__sub_figures *f = &o->sub[subtask];
-    *st = (weir_op_stats){
-        .records_in = atomic_load_explicit(&f->in, memory_order_relaxed),
-        .records_out = atomic_load_explicit(&f->out, memory_order_relaxed),
-        .watermark = atomic_load_explicit(&f->wm, memory_order_relaxed),
-        .backpressure_ns = atomic_load_explicit(&f->bp_ns, memory_order_relaxed),
-    };
-    return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&j->lock); /* the array is replaced under it */
+    int e = !o->sub || subtask < 0 || subtask >= o->sub_n ? -ERANGE : 0;
+    if (!e) {
+        const weir__sub_figures *f = &o->sub[subtask];
+        *st = (weir_op_stats){
+            .records_in = atomic_load_explicit(&f->in, memory_order_relaxed),
+            .records_out = atomic_load_explicit(&f->out, memory_order_relaxed),
+            .watermark = atomic_load_explicit(&f->wm, memory_order_relaxed),
+            .backpressure_ns = atomic_load_explicit(&f->bp_ns, memory_order_relaxed),
+        };
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&j->lock);
+    return e;
 }

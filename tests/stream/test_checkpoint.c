@@ -187,6 +187,33 @@ static intptr_t run_main(void *arg)
     ra->res.err = weir_job_run(j, &o);
     snprintf(ra->res.error, sizeof(ra->res.error), "%s", weir_job_error(j));
     weir_job_ckpt_stats(j, &ra->res.ck);
+    /* The history agrees: the latest completed ones, each with its bytes
+     * and times, ids rising; the operators' subtasks add up to them. */
+    weir_ckpt_info h[WEIR_CKPT_HISTORY];
+    int nh = weir_job_ckpt_history(j, h, WEIR_CKPT_HISTORY);
+    uint64_t done = 0;
+    for (int k = 0; k < nh; k++) {
+        CHECK(k == 0 || h[k].id > h[k - 1].id);
+        CHECK_GT(h[k].trigger_ms, 0);
+        if (h[k].state != WEIR_CKPT_COMPLETED)
+            continue;
+        done++;
+        if (!h[k].final) /* a final one saves no state: nothing runs after it */
+            CHECK_GT(h[k].bytes, 0u);
+        CHECK_GE(h[k].end_ms, h[k].trigger_ms);
+        CHECK_GE(h[k].duration_ns, 0);
+    }
+    CHECK_EQ(done, ra->res.ck.completed < WEIR_CKPT_HISTORY ? ra->res.ck.completed : done);
+    if (ra->res.ck.latest)
+        CHECK(nh > 0);
+    for (int i = 0; i < weir_job_ops(j); i++) {
+        weir_op_stats all, one;
+        uint64_t in = 0;
+        CHECK_EQ(weir_job_op_stats(j, weir_job_op_name(j, i), &all), 0);
+        for (int k = 0; weir_job_op_subtask_stats(j, i, k, &one) == 0; k++)
+            in += one.records_in;
+        CHECK_EQ(in, all.records_in);
+    }
     weir_job_free(j);
     return 0;
 }

@@ -121,6 +121,15 @@ static intptr_t chain_main(void *arg)
     CHECK_EQ(st.records_out, 5000);
     CHECK_EQ(st.watermark, WEIR_WATERMARK_MAX);
     CHECK_EQ(weir_job_op_stats(j, "nope", &st), -ENOENT);
+    /* Its one subtask's share is the whole; there is no second. */
+    CHECK_STR(weir_job_op_name(j, 2), "even");
+    CHECK_EQ(weir_job_op_subtask_stats(j, 2, 0, &st), 0);
+    CHECK_EQ(st.records_in, 10000);
+    CHECK_EQ(st.records_out, 5000);
+    CHECK_EQ(weir_job_op_subtask_stats(j, 2, 1, &st), -ERANGE);
+    CHECK_EQ(weir_job_op_subtask_stats(j, 9, 0, &st), -ENOENT);
+    CHECK_EQ(weir_job_op_subtask_stats(j, -1, 0, &st), -ENOENT);
+    CHECK_EQ(weir_job_op_subtask_stats(NULL, 2, 0, &st), -EINVAL);
     weir_collector_free(c);
     weir_job_free(j);
     return 0;
