@@ -31,6 +31,10 @@
  * A waitgroup counts connection fibers from before their spawn to their
  * last touch of the server, so stop returns only when none can touch it.
  *
+ * Beside this file: http_server_int.h holds the shared types,
+ * http_stream.c the streamed answers (weir_http_res_stream_*) and
+ * http_auth.c the token check with its cookie and access_token link.
+ *
  * Static files are opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
  * relative to the mounted directory, after a lexical check of the decoded
  * path (no NUL, no "." or ".." segment): the kernel refuses any resolution
@@ -60,113 +64,16 @@
 #include "weir/net.h"
 #include "weir/sync.h"
 
-#define RBUF_SIZE     (16u << 10)
-#define FILE_CHUNK    (64u << 10)
-#define OUT_KEEP      (64u << 10) /* answers buffered before a flush; buffer kept between */
-#define MAX_LISTENERS 64
-#define REJECTING     64 /* 503 answers in flight at once */
+#include "http_server_int.h"
 
-/* ---- routes --------------------------------------------------------------------------- */
-enum { SEG_LIT, SEG_PARAM, SEG_WILD };
-enum { ROUTE_HANDLER, ROUTE_STATIC, ROUTE_METRICS };
-
-typedef struct seg {
-    int kind;
-    const char *s; /* literal text or parameter name (NUL-terminated, in route->text) */
-    size_t len;
-} seg;
-
-typedef struct route {
-    struct route *next;
-    int kind, flags;
-    char *method; /* NULL: any */
-    char *text;   /* the pattern, cut into segments in place */
-    seg *segs;
-    size_t nseg;
-    weir_http_handler h;
-    void *arg;
-    int dirfd;              /* ROUTE_STATIC */
-    struct weir_metrics *m; /* ROUTE_METRICS */
-    uint64_t max_body;      /* the route's body cap (weir_http_route_max_body), or 0 */
-} route;
+#define REJECTING 64 /* 503 answers in flight at once */
 
 /* ---- metrics -------------------------------------------------------------------------- */
 static const char *const method_names[] = {"GET",    "HEAD",    "POST",  "PUT",
                                            "DELETE", "OPTIONS", "PATCH", "other"};
 #define NMETHODS (sizeof(method_names) / sizeof(method_names[0]))
+_Static_assert(NMETHODS == WEIR__HTTP_NMETHODS, "the server's m_req array");
 static const char *const class_names[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
-
-struct weir_http_server {
-    weir_http_server_opts o;
-    weir_http_limits plim; /* the parsers': o.limits, max_body the largest of any route */
-    char *host;
-    char *token;
-    size_t token_len;
-    int token_cookie_ok; /* the token is a valid cookie value (RFC 6265 cookie-octets) */
-    route *routes, **tail;
-    int started;          /* under lock */
-    _Atomic int stopping; /* written under lock; read anywhere */
-    _Atomic long refs;    /* the owner's, each accept loop's, each connection's */
-    int nlisten;
-    struct acceptor {
-        weir_http_server *s;
-        int lfd;
-    } acc[MAX_LISTENERS];
-    weir_task *acceptors[MAX_LISTENERS];
-    int port;
-    pthread_mutex_t lock;
-    weir__list conns; /* of conn.node; under lock */
-    weir_waitgroup *wg;
-    _Atomic uint64_t accepted, open, rejected, requests, errors, timeouts;
-    _Atomic int rejecting; /* 503 answers being sent */
-    weir_counter *m_req[NMETHODS];
-    weir_counter *m_resp[5];
-    weir_histogram *m_dur;
-    weir_gauge *m_conns;
-};
-
-struct weir_http_res {
-    struct conn *c;
-    weir_http_buf hdr; /* the handler's header fields, serialized */
-    int done;          /* an answer was given */
-    int status;
-    int head_only; /* HEAD request: head without the body */
-    int close;     /* answer with Connection: close and close */
-    int file_fd;   /* a static file to stream after the head, or -1 */
-    uint64_t file_size;
-    int stream;     /* STREAM_*: a streamed answer (weir_http_res_stream_start) */
-    int chunked;    /* the streamed body is chunked (HTTP/1.1), else close-delimited */
-    int stream_err; /* the write that broke the stream (later calls return it) */
-};
-
-/* A streamed answer's state: the head went out, then the body is written
- * as the handler goes, until its end (written by the handler or for it). */
-enum { STREAM_NONE, STREAM_OPEN, STREAM_ENDED };
-
-typedef struct conn {
-    weir__list node; /* on s->conns while its loop serves */
-    weir_http_server *s;
-    int fd;
-    int busy;      /* under s->lock */
-    int streaming; /* under s->lock: a streamed answer is open (stop shuts its reads) */
-    int linger;    /* close gracefully: the client may still be sending */
-    weir_task *task;
-    char peer[WEIR_NET_ADDRSTRLEN];
-    weir_http_parser p;
-    uint8_t rbuf[RBUF_SIZE];
-    uint8_t *body;
-    size_t blen, bcap;
-    weir_http_buf out;
-    weir_http_res res;
-    const route *rt; /* the route chosen at HEAD */
-    weir_http_req req;
-    int early_status; /* an answer decided at HEAD (401, 404, 405, 417...) */
-    const char *early_msg;
-    int auth_invalid;  /* the 401 is for a wrong token (not a missing one) */
-    int auth_redirect; /* a valid access_token in the query: 303 to set the cookie */
-    char allow[96];
-    int64_t t0;
-} conn;
 
 /* ---- small helpers -------------------------------------------------------------------- */
 static int fiber_caller(void)
@@ -188,16 +95,6 @@ static int str_eq(weir_http_str a, const char *lit)
 static int lower(int c)
 {
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
-/* Compare a (sent by the client) with the secret b in time that depends on
- * b's length only: neither where they differ nor a's length shows. */
-static int ct_equal(const char *a, size_t an, const char *b, size_t bn)
-{
-    unsigned char d = an != bn;
-    for (size_t i = 0; i < bn; i++)
-        d |= (unsigned char)((i < an ? a[i] : 0) ^ b[i]);
-    return d == 0;
 }
 
 static int method_index(weir_http_str m)
@@ -357,7 +254,7 @@ int weir_http_res_header(weir_http_res *r, const char *name, const char *value)
 
 /* Status line and the fields every answer has, into the connection's
  * output; the body framing is the caller's. */
-static void put_head(conn *c, weir_http_res *r, int status, const char *ctype)
+void weir__http_put_head(conn *c, weir_http_res *r, int status, const char *ctype)
 {
     weir_http_buf *b = &c->out;
     weir_http_put_status_line(b, 1, status, NULL);
@@ -404,7 +301,7 @@ int weir_http_res_send(weir_http_res *r, int status, const char *content_type, c
         return -EINVAL;
     conn *c = r->c;
     size_t mark = c->out.len;
-    put_head(c, r, status, content_type);
+    weir__http_put_head(c, r, status, content_type);
     if (status == 204 || status == 304) {
         weir_http_put_end(&c->out);
     } else {
@@ -876,183 +773,6 @@ static void route_request(conn *c)
     c->early_status = path_matched ? 405 : 404;
 }
 
-/* The query parameter named access_token in q[0..n): its raw value in *v;
- * the count of such parameters (names compared decoded). */
-static int find_access_token(const char *q, size_t n, weir_http_str *v)
-{
-    const char *end = q + n;
-    int found = 0;
-    while (q && q < end) {
-        const char *amp = memchr(q, '&', (size_t)(end - q));
-        const char *pe = amp ? amp : end;
-        const char *eq = memchr(q, '=', (size_t)(pe - q));
-        const char *ke = eq ? eq : pe;
-        char key[16];
-        ssize_t kn = weir_http_pct_decode(q, (size_t)(ke - q), key, sizeof(key), 1);
-        if (kn == 12 && memcmp(key, "access_token", 12) == 0) {
-            if (!found++)
-                *v = eq ? (weir_http_str){eq + 1, (size_t)(pe - eq - 1)} : (weir_http_str){pe, 0};
-        }
-        q = amp ? amp + 1 : end;
-    }
-    return found;
-}
-
-/* Is v (raw, percent-encoded) the token? Decoded without '+' as space (a
- * token holds no space, and a '+' sent as it is stays one). */
-static int access_token_ok(weir_http_server *s, weir_http_str v)
-{
-    char tok[WEIR_HTTP_MAX_TOKEN + 1];
-    if (v.len > WEIR_HTTP_MAX_AUTH_FIELD)
-        return 0;
-    ssize_t n = weir_http_pct_decode(v.p, v.len, tok, sizeof(tok), 0);
-    /* A value too long or badly escaped is compared as empty: the same
-     * time as any wrong token. */
-    return ct_equal(tok, n < 0 ? 0 : (size_t)n, s->token, s->token_len) && n >= 0;
-}
-
-/* The weir_token cookie among the Cookie field's "a=1; b=2" pairs: 1 with
- * its value in *v (quotes removed), 0 when none, -1 when there are two. */
-static int find_cookie(const weir_http_str *f, weir_http_str *v)
-{
-    const char *p = f->p, *end = f->p + f->len;
-    int found = 0;
-    while (p < end) {
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        const char *semi = memchr(p, ';', (size_t)(end - p));
-        const char *pe = semi ? semi : end;
-        const char *eq = memchr(p, '=', (size_t)(pe - p));
-        if (eq && eq - p == 10 && memcmp(p, "weir_token", 10) == 0) {
-            if (found++)
-                return -1;
-            const char *a = eq + 1, *b = pe;
-            while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
-                b--;
-            if (b - a >= 2 && a[0] == '"' && b[-1] == '"')
-                a++, b--;
-            *v = (weir_http_str){a, (size_t)(b - a)};
-        }
-        p = semi ? semi + 1 : end;
-    }
-    return found;
-}
-
-/* Does the request carry the token? NULL when it does (or no token is
- * configured), else why not: the 401's message, which names what is wrong
- * but never what the token is. No route is exempt and the answer does not
- * depend on routing: without the token an existing path and an unknown
- * one get the same 401, whatever the method, so nobody without the token
- * can probe which routes exist. OPTIONS is no exception: the 204 the
- * server answers itself lists the path's methods, and a CORS preflight
- * gains nothing from it (the server sends no Access-Control-* fields, so a
- * browser refuses the cross-origin request either way). *invalid: a
- * bearer token was presented and is wrong (error="invalid_token").
- *
- * Three ways to carry it, for a browser cannot set Authorization on a page
- * load or an EventSource: the Authorization field, which decides when
- * present; else the weir_token cookie; and a GET whose query holds
- * access_token=<token>, which is answered 303 to the same target without
- * it, setting the cookie (c->auth_redirect), so the token leaves the
- * address bar and the history. Every comparison is constant-time. */
-static const char *auth_refusal(conn *c, int *invalid)
-{
-    weir_http_server *s = c->s;
-    *invalid = 0;
-    if (!s->token)
-        return NULL;
-    weir_http_str v;
-    int nq =
-        str_eq(c->p.method, "GET") ? find_access_token(c->req.query.p, c->req.query.len, &v) : 0;
-    if (nq > 1)
-        return "more than one access_token parameter";
-    if (nq == 1) {
-        if (!access_token_ok(s, v)) {
-            *invalid = 1;
-            return "wrong access_token";
-        }
-        if (!s->token_cookie_ok)
-            return "the token cannot be carried in a cookie (it holds '\"', ',', ';' or '\\')";
-        c->auth_redirect = 1;
-        return "see the target without access_token"; /* the 303 (not an error) */
-    }
-    ssize_t i = weir_http_find(c->p.headers, c->p.nheaders, "authorization", 0);
-    if (i < 0) {
-        ssize_t k = weir_http_find(c->p.headers, c->p.nheaders, "cookie", 0);
-        if (k < 0)
-            return "missing bearer token (Authorization: Bearer <token>)";
-        if (weir_http_find(c->p.headers, c->p.nheaders, "cookie", (size_t)k + 1) >= 0)
-            return "more than one Cookie field";
-        const weir_http_str *f = &c->p.headers[k].value;
-        if (f->len > WEIR_HTTP_MAX_COOKIE_FIELD)
-            return "Cookie field longer than " STR(WEIR_HTTP_MAX_COOKIE_FIELD) " bytes";
-        int nc = find_cookie(f, &v);
-        if (nc < 0)
-            return "more than one weir_token cookie";
-        if (nc == 0)
-            return "missing bearer token (Authorization: Bearer <token>)";
-        if (!ct_equal(v.p, v.len, s->token, s->token_len)) {
-            *invalid = 1;
-            return "wrong weir_token cookie";
-        }
-        return NULL;
-    }
-    /* Two fields: which one counts is where a proxy and we could disagree. */
-    if (weir_http_find(c->p.headers, c->p.nheaders, "authorization", (size_t)i + 1) >= 0)
-        return "more than one Authorization field";
-    const weir_http_str *a = &c->p.headers[i].value;
-    if (a->len > WEIR_HTTP_MAX_AUTH_FIELD) {
-        *invalid = 1;
-        return "wrong bearer token";
-    }
-    static const char scheme[] = "bearer ";
-    if (a->len < 7)
-        return "Authorization is not \"Bearer <token>\"";
-    for (size_t k = 0; k < 7; k++)
-        if (lower(a->p[k]) != scheme[k])
-            return "Authorization is not \"Bearer <token>\"";
-    size_t off = 7;
-    while (off < a->len && a->p[off] == ' ')
-        off++;
-    if (!ct_equal(a->p + off, a->len - off, s->token, s->token_len)) {
-        *invalid = 1;
-        return "wrong bearer token";
-    }
-    return NULL;
-}
-
-/* The 303 for a valid access_token: Location is the same path and query
- * without the access_token parameters (the others kept as sent, in order),
- * and the cookie is set. Into r->hdr; 0 or -ENOMEM. */
-static int put_redirect(conn *c)
-{
-    weir_http_res *r = &c->res;
-    const weir_http_req *q = &c->req;
-    weir_http_buf loc;
-    weir_http_buf_init(&loc);
-    weir_http_put_raw(&loc, q->path.p, q->path.len);
-    const char *p = q->query.p, *end = q->query.p + q->query.len;
-    int first = 1;
-    while (p && p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        const char *pe = amp ? amp : end;
-        weir_http_str v;
-        if (pe > p && find_access_token(p, (size_t)(pe - p), &v) == 0) {
-            weir_http_put_raw(&loc, first ? "?" : "&", 1);
-            weir_http_put_raw(&loc, p, (size_t)(pe - p));
-            first = 0;
-        }
-        p = amp ? amp + 1 : end;
-    }
-    weir_http_put_header_n(&r->hdr, "Location", 8, loc.p, loc.len);
-    weir_http_buf_close(&loc);
-    weir_http_put_raw(&r->hdr, "Set-Cookie: weir_token=", 23);
-    weir_http_put_raw(&r->hdr, c->s->token, c->s->token_len);
-    weir_http_put_raw(&r->hdr, "; Path=/; HttpOnly; SameSite=Strict\r\n", 37);
-    weir_http_put_raw(&r->hdr, "Cache-Control: no-store\r\nReferrer-Policy: no-referrer\r\n", 55);
-    return r->hdr.err;
-}
-
 /* ---- the connection ------------------------------------------------------------------- */
 /* Write it all, under the write deadline. (A plain send(2) tried first was
  * measured: with io_uring it costs more CPU per request than letting the
@@ -1072,7 +792,7 @@ static ssize_t send_all(conn *c, const void *p, size_t n, int64_t deadline)
     return (ssize_t)done;
 }
 
-static int flush(conn *c)
+int weir__http_flush(conn *c)
 {
     if (c->out.len == 0)
         return 0;
@@ -1127,7 +847,7 @@ static void answer_plain(conn *c, int status, const char *msg, int close)
                                              : "Bearer realm=\"weir\"");
     if (status == 405 || (status == 204 && c->allow[0]))
         weir_http_put_header(&r->hdr, "Allow", c->allow[0] ? c->allow : "OPTIONS");
-    if (status == 303 && put_redirect(c) < 0) {
+    if (status == 303 && weir__http_put_redirect(c) < 0) {
         weir_http_buf_reset(&r->hdr);
         status = 500;
         msg = "out of memory";
@@ -1260,7 +980,7 @@ static void serve_static(conn *c, const route *r)
         return;
     }
     weir_http_res *res = &c->res;
-    put_head(c, res, 200, content_type_of(rel));
+    weir__http_put_head(c, res, 200, content_type_of(rel));
     char lm[32];
     if (http_date(st.st_mtime, lm))
         weir_http_put_header(&c->out, "Last-Modified", lm);
@@ -1281,7 +1001,7 @@ static int send_file(conn *c)
     weir_http_res *r = &c->res;
     int fd = r->file_fd;
     r->file_fd = -1;
-    int e = flush(c);
+    int e = weir__http_flush(c);
     /* One deadline for the whole file: a client reading a piece just before
      * each write would time out can not stretch it. */
     int64_t deadline = after_ms(c->s->o.write_timeout_ms);
@@ -1307,150 +1027,6 @@ static int send_file(conn *c)
     free(buf);
     weir_io_close(fd);
     return e;
-}
-
-/* ---- streamed answers ------------------------------------------------------------------- */
-/* The stream's head: the status line and fields of put_head, then the body
- * framing: chunked for HTTP/1.1, none for HTTP/1.0 (the body ends when the
- * connection closes, so no Content-Length and no keep-alive). A streamed
- * answer is always the connection's last. */
-int weir_http_res_stream_start(weir_http_res *r, int status, const char *content_type)
-{
-    if (!r)
-        return -EINVAL;
-    if (r->done)
-        return -EALREADY;
-    if (status < 200 || status > 999 || status == 204 || status == 304)
-        return -EINVAL;
-    if (content_type && (strchr(content_type, '\r') || strchr(content_type, '\n')))
-        return -EINVAL;
-    conn *c = r->c;
-    size_t mark = c->out.len;
-    r->close = 1;
-    r->chunked = c->p.version_minor == 1;
-    put_head(c, r, status, content_type);
-    weir_http_put_raw(&c->out, "Cache-Control: no-cache\r\n", 25);
-    if (r->chunked)
-        weir_http_put_raw(&c->out, "Transfer-Encoding: chunked\r\n", 28);
-    weir_http_put_end(&c->out);
-    if (c->out.err) {
-        int e = c->out.err;
-        c->out.err = 0;
-        c->out.len = mark;
-        return e;
-    }
-    r->done = 1;
-    r->status = status;
-    r->stream = STREAM_OPEN;
-    weir_http_server *s = c->s;
-    pthread_mutex_lock(&s->lock);
-    c->streaming = 1; /* from now on a stop shuts the socket's reads (stream_wait) */
-    pthread_mutex_unlock(&s->lock);
-    /* The head now, with any pipelined answers before it: a client waits
-     * for it before the first event. */
-    int e = flush(c);
-    if (e < 0)
-        r->stream_err = e;
-    return e;
-}
-
-static int stream_check(weir_http_res *r)
-{
-    if (!r)
-        return -EINVAL;
-    if (r->stream == STREAM_NONE)
-        return -EINVAL;
-    if (r->stream == STREAM_ENDED)
-        return -EALREADY;
-    return r->stream_err;
-}
-
-int weir_http_res_stream_write(weir_http_res *r, const void *p, size_t n)
-{
-    int e = stream_check(r);
-    if (e)
-        return e;
-    if (!p && n)
-        return -EINVAL;
-    if (n == 0 || r->head_only)
-        return 0; /* an empty chunk would end the body; HEAD has none */
-    conn *c = r->c;
-    if (r->chunked)
-        weir_http_put_chunk(&c->out, p, n);
-    else
-        weir_http_put_raw(&c->out, p, n);
-    if (c->out.err) {
-        e = c->out.err;
-        weir_http_buf_close(&c->out);
-        return e;
-    }
-    if ((e = flush(c)) < 0)
-        r->stream_err = e;
-    return e;
-}
-
-int weir_http_res_stream_end(weir_http_res *r)
-{
-    int e = stream_check(r);
-    if (e)
-        return e;
-    r->stream = STREAM_ENDED;
-    if (!r->chunked || r->head_only)
-        return 0; /* the close ends the body */
-    conn *c = r->c;
-    weir_http_put_last_chunk(&c->out, NULL, 0);
-    if ((e = flush(c)) < 0)
-        r->stream_err = e;
-    return e;
-}
-
-/* Wait for the deadline while watching the socket: the client's close (a
- * read of 0, a reset) ends the wait at once, bytes it sends are dropped. A
- * stop shuts the reads of every open stream (shutdown(SHUT_RD), see
- * weir_http_server_stop), which a pending read sees as 0: the stopping flag,
- * set before, tells the two apart. It is read before each read, so a stop
- * just before the read is seen by the read itself. */
-int weir_http_res_stream_wait(weir_http_res *r, int64_t deadline)
-{
-    int e = stream_check(r);
-    if (e)
-        return e;
-    conn *c = r->c;
-    uint8_t sink[512];
-    for (;;) {
-        if (atomic_load(&c->s->stopping))
-            return -ECANCELED;
-        ssize_t n = weir_io_recv(c->fd, sink, sizeof(sink), 0, deadline);
-        if (n == -ETIMEDOUT)
-            return 0;
-        if (n == -ECANCELED)
-            return -ECANCELED;
-        if (n > 0)
-            continue;
-        if (atomic_load(&c->s->stopping))
-            return -ECANCELED;
-        return -ECONNRESET; /* 0 (EOF) or a reset */
-    }
-}
-
-/* The handler of a streamed answer returned: end the body for it, unless
- * it failed (then the connection closes without the end, which a chunked
- * client sees as a broken body: nothing else can follow a sent head). */
-static void stream_finish(conn *c, int handler_rc)
-{
-    weir_http_res *r = &c->res;
-    if (r->stream == STREAM_OPEN && handler_rc >= 0 && !r->stream_err)
-        weir_http_res_stream_end(r);
-    else if (r->stream == STREAM_OPEN)
-        c->out.len = 0; /* nothing more goes out */
-    /* A whole body: close gracefully, so bytes the client sent meanwhile
-     * cannot make the close a reset that destroys the body's end. */
-    c->linger = !r->stream_err && handler_rc >= 0;
-    r->stream = STREAM_ENDED;
-    weir_http_server *s = c->s;
-    pthread_mutex_lock(&s->lock);
-    c->streaming = 0;
-    pthread_mutex_unlock(&s->lock);
 }
 
 static void serve_metrics(conn *c, const route *r)
@@ -1526,7 +1102,7 @@ static void on_head(conn *c, int body_buffered)
         q->query = qm ? (weir_http_str){qm + 1, (size_t)(end - qm - 1)} : (weir_http_str){"", 0};
     }
 routed_path:
-    if ((c->early_msg = auth_refusal(c, &c->auth_invalid))) {
+    if ((c->early_msg = weir__http_auth_refusal(c, &c->auth_invalid))) {
         c->early_status = c->auth_redirect ? 303 : 401;
         return;
     }
@@ -1560,7 +1136,7 @@ routed_path:
              * waiting for it (no body bytes arrived yet). */
             if (p->version_minor == 1 && has_body(p) && !body_buffered) {
                 weir_http_put_raw(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-                flush(c);
+                weir__http_flush(c);
             }
         } else {
             c->early_status = 417;
@@ -1614,7 +1190,7 @@ static void on_done(conn *c)
     size_t mark = c->out.len;
     int e = r->h(q, &c->res, r->arg);
     if (c->res.stream != STREAM_NONE) {
-        stream_finish(c, e);
+        weir__http_stream_finish(c, e);
         account(c, c->res.status);
         return;
     }
@@ -1654,7 +1230,7 @@ static void answer_and_close(conn *c, int status, const char *msg)
     c->res.close = 1;
     c->linger = 1;
     answer_plain(c, status, msg, 1);
-    flush(c);
+    weir__http_flush(c);
 }
 
 /* Only CR/LF in d[0..n)? (Clients may send a stray CRLF after a body.) */
@@ -1688,7 +1264,7 @@ static void serve(conn *c)
         pos += (size_t)n;
         switch (ev.kind) {
         case WEIR_HTTP_NEED_MORE: {
-            if (flush(c) < 0)
+            if (weir__http_flush(c) < 0)
                 return;
             pos = have = 0;
             /* Between requests, and every answer is out: the connection is
@@ -1734,7 +1310,7 @@ static void serve(conn *c)
                 c->res.close = 1;
                 c->linger = 1;
                 answer_plain(c, c->early_status, c->early_msg, 1);
-                flush(c);
+                weir__http_flush(c);
                 return;
             }
             break;
@@ -1757,7 +1333,7 @@ static void serve(conn *c)
                 c->bcap = 0;
             }
             if (close) {
-                flush(c);
+                weir__http_flush(c);
                 return;
             }
             deadline = 0;
@@ -1769,7 +1345,7 @@ static void serve(conn *c)
                     c->t0 = weir_time_now();
                 /* Answers wait to go out together, up to a bound: a burst of
                  * pipelined requests cannot pile up answers in memory. */
-                if (c->out.len >= OUT_KEEP && flush(c) < 0)
+                if (c->out.len >= OUT_KEEP && weir__http_flush(c) < 0)
                     return;
             } else {
                 phase = PHASE_IDLE; /* idle once the answer is out (NEED_MORE) */

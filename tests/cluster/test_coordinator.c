@@ -646,17 +646,17 @@ static intptr_t versions_main(void *arg)
         weir__cl_msg a;
         raw_recv_msg(fd, &fp, WEIR_CLUSTER_REGISTER_ACK, &a);
         CHECK_EQ(a.u.reg_ack.status, WEIR__CL_REFUSED);
-        CHECK_HAS(a.u.reg_ack.message, "the worker speaks version 1, this coordinator speaks 2 "
+        CHECK_HAS(a.u.reg_ack.message, "the worker speaks version 1, this coordinator speaks 3 "
                                        "and talks to 2 at the oldest: upgrade the worker");
         weir__cl_msg_free(&a);
         raw_expect_closed(fd);
         weir_frame_parser_close(&fp);
         weir_io_close(fd);
     }
-    /* A worker that talks to version 3 at the oldest. */
+    /* A worker that talks to version 4 at the oldest. */
     {
         int fd = raw_connect(&c, 0);
-        weir__cl_msg m = register_msg("future", 4, 3, 4);
+        weir__cl_msg m = register_msg("future", 5, 4, 4);
         raw_send_msg(fd, &m);
         CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
         weir__cl_msg a;
@@ -665,8 +665,8 @@ static intptr_t versions_main(void *arg)
         CHECK_EQ(a.u.reg_ack.version, WEIR_CLUSTER_PROTO_VERSION);
         CHECK_EQ(a.u.reg_ack.min_compat, WEIR_CLUSTER_PROTO_MIN_COMPAT);
         CHECK_HAS(a.u.reg_ack.message, "protocol mismatch");
-        CHECK_HAS(a.u.reg_ack.message, "this coordinator speaks version 2");
-        CHECK_HAS(a.u.reg_ack.message, "the worker speaks 4 and talks to 3 at the oldest");
+        CHECK_HAS(a.u.reg_ack.message, "this coordinator speaks version 3");
+        CHECK_HAS(a.u.reg_ack.message, "the worker speaks 5 and talks to 4 at the oldest");
         CHECK_HAS(a.u.reg_ack.message, "upgrade this coordinator");
         weir__cl_msg_free(&a);
         raw_expect_closed(fd);
@@ -677,14 +677,14 @@ static intptr_t versions_main(void *arg)
     {
         int fd = raw_connect(&c, 0);
         weir__cl_msg m = {.kind = WEIR_CLUSTER_HELLO_CLIENT};
-        m.u.hello = (weir__cl_hello_client){3, 3, "future client"};
+        m.u.hello = (weir__cl_hello_client){4, 4, "future client"};
         raw_send_msg(fd, &m);
         CHECK_EQ(weir_frame_parser_init(&fp, NULL), 0);
         weir__cl_msg a;
         raw_recv_msg(fd, &fp, WEIR_CLUSTER_HELLO_CLIENT_ACK, &a);
         CHECK_EQ(a.u.hello_ack.status, WEIR__CL_REFUSED);
-        CHECK_HAS(a.u.hello_ack.message, "this coordinator speaks version 2");
-        CHECK_HAS(a.u.hello_ack.message, "the client speaks 3 and talks to 3 at the oldest");
+        CHECK_HAS(a.u.hello_ack.message, "this coordinator speaks version 3");
+        CHECK_HAS(a.u.hello_ack.message, "the client speaks 4 and talks to 4 at the oldest");
         CHECK_HAS(a.u.hello_ack.message, "upgrade this coordinator");
         weir__cl_msg_free(&a);
         raw_expect_closed(fd);
