@@ -200,7 +200,7 @@ function workersHTML(ws) {
       .map(
         (w) => `<tr data-testid="worker" data-worker="${esc(w.id)}" data-state="${esc(w.state)}">
       <td><b>${esc(w.id)}</b></td><td>${esc(w.host)}</td><td>${badge(w.state)}</td>
-      <td class="num">${w.used ?? "–"} / ${w.slots ?? "–"}</td>
+      <td class="num">${w.used ?? "–"} / ${w.slots == null ? "–" : w.slots > 1e6 ? "∞" : w.slots}</td>
       <td class="num">${w.last_seen_ms_ago == null ? "–" : fmtMs(w.last_seen_ms_ago) + " ago"}</td>
       <td>${esc(w.cause || "")}</td></tr>`
       )
@@ -438,7 +438,7 @@ function renderJob(job, hist, workers) {
 // ---- the graph -----------------------------------------------------------------------------
 const BOX_W = 200;
 const BOX_H = 96;
-const GAP_X = 90;
+const GAP_X = 70;
 const GAP_Y = 28;
 
 function graphSVG(job, hist, bn) {
