@@ -77,8 +77,13 @@ static int h_embedded(weir_http_req *req, weir_http_res *res, void *arg)
             return weir_http_res_error(res, 404, "not found");
     }
     int e;
+    /* The page takes nothing from anywhere but its coordinator, runs no
+     * inline script and is framed by no other site. */
     if ((e = weir_http_res_header(res, "Cache-Control", "no-cache")) ||
-        (e = weir_http_res_header(res, "X-Content-Type-Options", "nosniff")))
+        (e = weir_http_res_header(res, "X-Content-Type-Options", "nosniff")) ||
+        (e = weir_http_res_header(res, "Content-Security-Policy",
+                                  "default-src 'self'; img-src 'self' data:; "
+                                  "frame-ancestors 'none'; base-uri 'none'; form-action 'none'")))
         return e;
     return weir_http_res_send(res, 200, content_type(f->path), f->data, f->len);
 }

@@ -28,7 +28,7 @@ static int h_api(weir_http_req *req, weir_http_res *res, void *arg)
 
 typedef struct got {
     int status;
-    char ctype[128], cache[64];
+    char ctype[128], cache[64], csp[256];
     char *body;
     size_t len;
 } got;
@@ -52,6 +52,8 @@ static void get(int port, const char *method, const char *path, got *g)
     snprintf(g->ctype, sizeof(g->ctype), "%s", v ? v : "");
     v = weir_http_client_resp_header(&r, "Cache-Control");
     snprintf(g->cache, sizeof(g->cache), "%s", v ? v : "");
+    v = weir_http_client_resp_header(&r, "Content-Security-Policy");
+    snprintf(g->csp, sizeof(g->csp), "%s", v ? v : "");
     g->len = r.body_len;
     g->body = malloc(r.body_len + 1);
     CHECK(g->body != NULL);
@@ -94,6 +96,7 @@ static intptr_t embedded_main(void *arg)
     CHECK_EQ(g.status, 200);
     CHECK_STR(g.ctype, "text/html; charset=utf-8");
     CHECK_STR(g.cache, "no-cache");
+    CHECK_HAS(g.csp, "default-src 'self'");
     CHECK_EQ(g.len, index->len);
     CHECK(memcmp(g.body, index->data, index->len) == 0);
     CHECK_HAS(g.body, "app.js");

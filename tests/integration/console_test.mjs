@@ -46,6 +46,9 @@ try {
 const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
 const problems = [];
 page.on("pageerror", (e) => problems.push("page error: " + e.message));
+page.on("console", (m) => {
+  if (m.type() === "error" && /Content Security Policy/i.test(m.text())) problems.push(m.text());
+});
 
 // poll(what, seconds, fn): fn() until it returns a truthy value.
 async function poll(what, seconds, fn) {
