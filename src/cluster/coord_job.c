@@ -886,7 +886,7 @@ intptr_t weir__coord_job_main(void *arg)
      * hears nothing but the connection's end (weir submit --ha-dir then
      * follows the job to the next leader). */
     pthread_mutex_lock(&c->mu);
-    int handed_on = c->ha && c->stopping && J->state == WEIR__CL_JOB_CANCELLED;
+    int handed_on = weir__coord_handed_on_locked(J);
     pthread_mutex_unlock(&c->mu);
     if (!handed_on)
         send_completed(cl, &jc);

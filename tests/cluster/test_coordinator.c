@@ -1936,6 +1936,47 @@ TEST(a_superseded_leader_completes_no_checkpoint)
     tee_end();
 }
 
+/* A user's cancel that races the leader's own stop stays a cancel: the
+ * job's record moves to the history, so the next leader does not run it
+ * again (a job cancelled only by the stop is handed on: see ha.sh). */
+static intptr_t cancel_race_main(void *arg)
+{
+    (void)arg;
+    char dir[] = "/tmp/weir-test-cancelrace-XXXXXX", path[300];
+    CHECK(mkdtemp(dir) != NULL);
+    cnode c = {.o = {.ha_dir = dir, .max_restarts = -1}};
+    coord_start(&c);
+    wnode w;
+    worker_start(&w, "a", &c, 4);
+    weir__client *cl = client_open(&c);
+    char *args[] = {"1000000000000"}; /* runs until cancelled */
+    weir__client_submit_opts o = count_job(1, args, 1);
+    uint64_t job = submit_ok(cl, &o);
+    snprintf(path, sizeof(path), "%s/jobs/%" PRIu64 ".json", dir, job);
+    CHECK_EQ(access(path, F_OK), 0);
+    char msg[2048];
+    weir__cl_cancel_job_ack ca;
+    CHECK_EQ(weir__client_cancel(cl, job, &ca, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(ca.status, WEIR__CL_CANCEL_OK);
+    weir__client_cancel_free(&ca);
+    weir__client_close(cl);
+    coord_stop(&c); /* at once: the stop's own cancel comes on top */
+    CHECK_EQ(access(path, F_OK), -1);
+    snprintf(path, sizeof(path), "%s/history/%" PRIu64 ".json", dir, job);
+    CHECK_EQ(access(path, F_OK), 0);
+    worker_stop(&w);
+    snprintf(msg, sizeof(msg), "rm -rf '%s'", dir);
+    CHECK_EQ(system(msg), 0);
+    return 0;
+}
+
+TEST(a_users_cancel_racing_the_leaders_stop_stays_a_cancel)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, cancel_race_main, NULL), 0);
+    tee_end();
+}
+
 TEST(a_worker_follows_the_leader_file_past_a_superseded_leader)
 {
     tee_begin();
