@@ -12,6 +12,7 @@
 #define WEIR_BASE_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -36,6 +37,19 @@ typedef struct weir_allocator {
     void (*free)(void *p);
 } weir_allocator;
 int weir_set_allocator(const weir_allocator *a);
+
+/* A configuration value that may name a secret held in the environment:
+ * "env://VAR" stands for the value of $VAR; any other value stands for
+ * itself. The value it stands for is copied into out (cap bytes, NUL
+ * included): its length; -ENOENT when $VAR is not set or empty, -EINVAL
+ * for a NULL argument, a VAR that is not a variable name (letters, digits
+ * and _, not starting with a digit) or a value holding a control
+ * character, -ENOSPC when out is too small. why (may be NULL) says what
+ * was wrong, naming the variable and never its value. Connector options
+ * that carry secrets (the lookup operator's headers) take such values and
+ * read them where they run, so a secret is never in a job's arguments, a
+ * logged URI or a plan. */
+ssize_t weir_env_ref(const char *value, char *out, size_t cap, char *why, size_t whycap);
 
 #ifdef __cplusplus
 }

@@ -495,8 +495,19 @@ typedef struct weir_lookup_resp {
     int attempts; /* attempts made */
 } weir_lookup_resp;
 
-#define WEIR_LOOKUP_CAPACITY   100
-#define WEIR_LOOKUP_TIMEOUT_MS 10000
+#define WEIR_LOOKUP_CAPACITY    100
+#define WEIR_LOOKUP_TIMEOUT_MS  10000
+#define WEIR_LOOKUP_MAX_HEADERS 16
+
+/* A header field every lookup request carries. value may be "env://VAR"
+ * (weir/base.h weir_env_ref): read from the environment of the process
+ * that runs the operator (a worker) when it opens, so a token never
+ * travels in the job's arguments or its plan; unset, the job fails naming
+ * the variable. */
+typedef struct weir_lookup_header {
+    const char *name;  /* a token; not Content-Type, Content-Length, Host or Connection */
+    const char *value; /* no CR, LF or NUL */
+} weir_lookup_header;
 
 typedef struct weir_lookup_def {
     /* Fill *req for record in: 0, or a negative errno (fails the job). */
@@ -514,11 +525,17 @@ typedef struct weir_lookup_def {
     weir_retry_policy retry;
     weir_breaker_opts breaker;
     int no_breaker;
+    /* Header fields of every request (at most WEIR_LOOKUP_MAX_HEADERS),
+     * copied when the operator is made. */
+    const weir_lookup_header *headers;
+    int nheaders;
 } weir_lookup_def;
 
 /* The lookup operator reading s (keyed or not). NULL with the job's error
- * for a NULL request or result, a negative capacity or timeout, or a bad
- * retry policy or breaker option. */
+ * for a NULL request or result, a negative capacity or timeout, a bad
+ * retry policy or breaker option, or a header that is not allowed (too
+ * many, a name that is not a token or one the client writes itself, a
+ * value with CR, LF or NUL, a malformed env:// reference). */
 weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_lookup_def *def,
                                 void *arg);
 

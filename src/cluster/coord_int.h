@@ -85,8 +85,9 @@ struct cjob {
     uint8_t state;
     uint64_t submitted_ms, ended_ms;
     char message[WEIR_CLUSTER_MESSAGE_MAX];
-    int ended; /* its end is decided: nothing more is routed to it */
-    int gone;  /* its fiber is done with it: ListJobs may forget it */
+    int ended;       /* its end is decided: nothing more is routed to it */
+    int user_cancel; /* a client (or the HTTP API) cancelled it */
+    int gone;        /* its fiber is done with it: ListJobs may forget it */
     /* the submission (immutable once published) */
     uint32_t par;
     weir_plugin *plugin;
@@ -227,6 +228,14 @@ static inline void weir__coord_aw_set_locked(cjob *J, wsess **v, uint32_t n)
 /* coordinator.c: how many worker sessions are alive and how many jobs
  * have not ended (mu held). */
 void weir__coord_count_locked(const coord *c, int *workers, int *jobs);
+
+/* Whether J, cancelled, is the next leader's to run on (mu held): it was
+ * cancelled because this coordinator stops under HA, and no client asked
+ * for it - a user's cancel that races the stop stays a cancel. */
+static inline int weir__coord_handed_on_locked(const cjob *J)
+{
+    return J->c->ha && J->c->stopping && J->state == WEIR__CL_JOB_CANCELLED && !J->user_cancel;
+}
 
 /* coordinator.c: a worker lost for a cause of the metrics' label
  * (heartbeat, stall, overflow, closed, malformed, replaced) with the

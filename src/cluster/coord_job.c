@@ -25,6 +25,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/placement.h"
 #include "cluster/plugins.h"
@@ -101,6 +102,45 @@ static weir__ckpt_link *make_clink(void *arg, run *r)
     k->l.ops = &clink_ops;
     k->J = arg;
     return &k->l;
+}
+
+/* ---- the checkpoints' fence ------------------------------------------------------------------ */
+/* With HA a checkpoint completes only while this coordinator leads: its
+ * COMPLETED marker is written inside the leader's fence (ha.h), so a
+ * superseded leader that runs on for a moment (frozen past its lease, then
+ * woken) cannot complete one its successor does not know of. */
+typedef struct fence_job {
+    weir__ha *ha;
+    char msg[400];
+} fence_job;
+
+static intptr_t b_fence(void *arg)
+{
+    fence_job *f = arg;
+    return weir__ha_fence_enter(f->ha, f->msg, sizeof(f->msg));
+}
+
+static int ckpt_fence(void *arg, int *token, char *why, size_t cap)
+{
+    cjob *J = arg;
+    *token = -1;
+    if (!J->c->ha)
+        return 0; /* no HA: nothing to fence */
+    fence_job f = {.ha = J->c->ha};
+    int fd = (int)weir__blocking_run_shielded(b_fence, &f);
+    if (fd < 0) { /* any doubt: not ours to complete */
+        snprintf(why, cap, "%s", f.msg[0] ? f.msg : weir_strerror(fd));
+        return -ESTALE;
+    }
+    *token = fd;
+    return 0;
+}
+
+static void ckpt_unfence(void *arg, int token)
+{
+    (void)arg;
+    if (token >= 0)
+        weir__ha_fence_leave(token);
 }
 
 /* ---- a job's attempts ------------------------------------------------------------------------ */
@@ -618,6 +658,8 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
     weir__deploy d = {.link = make_clink,
                       .id_floor = *max_id,
                       .restore_id = restore && J->recovered == 1 ? J->restore_id : 0,
+                      .fence = J->c->ha ? ckpt_fence : NULL,
+                      .unfence = ckpt_unfence,
                       .arg = J};
     run *r = NULL;
     /* A job a new leader took over may find its directories still held by
@@ -844,7 +886,7 @@ intptr_t weir__coord_job_main(void *arg)
      * hears nothing but the connection's end (weir submit --ha-dir then
      * follows the job to the next leader). */
     pthread_mutex_lock(&c->mu);
-    int handed_on = c->ha && c->stopping && J->state == WEIR__CL_JOB_CANCELLED;
+    int handed_on = weir__coord_handed_on_locked(J);
     pthread_mutex_unlock(&c->mu);
     if (!handed_on)
         send_completed(cl, &jc);

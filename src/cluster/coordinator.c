@@ -800,7 +800,7 @@ void weir__coord_job_ended(cjob *J)
     pthread_mutex_lock(&c->mu);
     /* A job cancelled because this coordinator stops is the next leader's
      * to run on. */
-    int keep = !c->ha || (c->stopping && J->state == WEIR__CL_JOB_CANCELLED);
+    int keep = !c->ha || weir__coord_handed_on_locked(J);
     const char *state = weir__cl_job_state_name(J->state);
     char message[WEIR_CLUSTER_MESSAGE_MAX];
     snprintf(message, sizeof(message), "%s", J->message);
@@ -1516,6 +1516,7 @@ int weir__coord_cancel(coord *c, uint64_t id, const char *reason)
     if (st == WEIR__CL_CANCEL_OK) {
         ev x = {.kind = EV_CANCEL, .message = weir__strdup(reason)};
         post_ev_locked(J, &x);
+        J->user_cancel = 1; /* not the next leader's to run, even if this one stops now */
     }
     pthread_mutex_unlock(&c->mu);
     return st;

@@ -414,9 +414,9 @@ int weir__ha_plugin_read(weir__ha *ha, const uint8_t sha[WEIR__SHA256_SIZE], uin
  * election's write of the leader file holds the same lock exclusively.
  * So a new leader either bumps the epoch first (and the old one's write is
  * refused) or after (and lists what the old one wrote). Returns the
- * descriptor to hand to fence_leave, or a negative errno with msg.
+ * descriptor to hand to weir__ha_fence_leave, or a negative errno with msg.
  */
-static int fence_enter(weir__ha *ha, char *msg, size_t cap)
+int weir__ha_fence_enter(weir__ha *ha, char *msg, size_t cap)
 {
     char wl[4300];
     snprintf(wl, sizeof(wl), "%s.wlock", ha->leader);
@@ -447,7 +447,7 @@ static int fence_enter(weir__ha *ha, char *msg, size_t cap)
     return lfd;
 }
 
-static void fence_leave(int lfd)
+void weir__ha_fence_leave(int lfd)
 {
     flock(lfd, LOCK_UN);
     close(lfd);
@@ -463,11 +463,11 @@ static int job_record_write(weir__ha *ha, const char *sub, uint64_t id, json_t *
     if (e < 0)
         return e;
     sub_path(ha, path, sizeof(path), sub, name);
-    int lfd = fence_enter(ha, msg, cap);
+    int lfd = weir__ha_fence_enter(ha, msg, cap);
     if (lfd < 0)
         return lfd;
     e = weir__ha_cas_write(path, ha->epoch, obj, NULL, msg, cap);
-    fence_leave(lfd);
+    weir__ha_fence_leave(lfd);
     return e;
 }
 

@@ -119,6 +119,16 @@ void weir__ha_close(weir__ha *ha);
 int weir__ha_cas_write(const char *path, uint64_t epoch, json_t *obj, uint64_t *stored, char *msg,
                        size_t cap);
 
+/* The leader's fence around a write that must not happen once another
+ * leads (a job record, a checkpoint's COMPLETED marker): a shared flock on
+ * the leader file's .wlock (an election's write holds it exclusively),
+ * then the leader file's epoch checked against this leader's. The
+ * descriptor to hand to weir__ha_fence_leave after the write, or -ESTALE
+ * (another coordinator leads now) or another negative errno, with msg.
+ * Blocking: file I/O. */
+int weir__ha_fence_enter(weir__ha *ha, char *msg, size_t cap);
+void weir__ha_fence_leave(int lfd);
+
 /* ---- what a leader keeps of its jobs (DIR/jobs, DIR/history, DIR/plugins) ----
  * A running job's record (DIR/jobs/ID.json, its submission as the
  * coordinator encodes it) and its plugins (DIR/plugins/SHA256.so, named by

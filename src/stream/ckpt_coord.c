@@ -291,14 +291,33 @@ static void hist_end_locked(weir_job *j, uint64_t id, int state, uint64_t bytes,
     snprintf(h->reason, sizeof(h->reason), "%s", why ? why : "");
 }
 
+static void abandon(run *r, uint64_t id, int64_t t0, const char *why);
+#define FENCED 1 /* complete(): the fence refused, the checkpoint was abandoned */
+
 /* Checkpoint id was acknowledged by every subtask: its manifest, then
- * COMPLETED-<id>, then COMPLETE to every subtask. 0, or the error that
- * failed the job. */
+ * COMPLETED-<id>, then COMPLETE to every subtask. 0, FENCED, or the error
+ * that failed the job. */
 static int complete(run *r, uint64_t id, int final, const weir__ckpt_msg *acks, int64_t t0)
 {
     weir_job *j = r->j;
+    /* A coordinator that no longer leads (the deploy's fence) publishes
+     * nothing: the checkpoint is abandoned, its successor's to take. */
+    int token = -1;
+    if (r->fence) {
+        char why[400];
+        if (r->fence(r->ended_arg, &token, why, sizeof(why)) < 0) {
+            weir__log(WEIR__LOG_WARN, "stream.checkpoint",
+                      "job %s: checkpoint %" PRIu64 " not completed: %s", j->name, id, why);
+            char reason[160];
+            snprintf(reason, sizeof(reason), "not completed: %.140s", why);
+            abandon(r, id, t0, reason);
+            return FENCED;
+        }
+    }
     int e = write_manifest(r, id, final, acks);
     if (e < 0) {
+        if (r->unfence)
+            r->unfence(r->ended_arg, token);
         weir__stream_fail(j, e, "writing %s/chk-%" PRIu64 "/MANIFEST.json: %s", r->o.checkpoint_dir,
                           id, weir_strerror(e));
         return e;
@@ -307,7 +326,10 @@ static int complete(run *r, uint64_t id, int final, const weir__ckpt_msg *acks, 
     snprintf(name, sizeof(name), "COMPLETED-%" PRIu64, id);
     int n = snprintf(text, sizeof(text), "weir checkpoint %" PRIu64 "\njob %s\n%s", id, j->name,
                      final ? "final\n" : "");
-    if ((e = weir__storage_put(r->store, name, text, (size_t)n)) < 0) {
+    e = weir__storage_put(r->store, name, text, (size_t)n);
+    if (r->unfence)
+        r->unfence(r->ended_arg, token);
+    if (e < 0) {
         weir__stream_fail(j, e, "writing %s/%s: %s", r->o.checkpoint_dir, name, weir_strerror(e));
         return e;
     }
@@ -462,7 +484,15 @@ intptr_t weir__ckpt_coordinator(void *arg)
         acks[k] = a;
         if (++got < p->nsubtasks)
             continue;
-        if ((e = complete(r, want, final != 0, acks, t0)) < 0 || final) {
+        int ce = complete(r, want, final != 0, acks, t0);
+        if (ce == FENCED) { /* not ours to complete: abandoned */
+            if (final)
+                break; /* (ABORT below) */
+            cur = 0;
+            next = weir_time_after_ms(r->o.checkpoint_interval_ms);
+            continue;
+        }
+        if ((e = ce) < 0 || final) {
             final_told = final && !e;
             break;
         }

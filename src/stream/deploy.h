@@ -52,6 +52,14 @@ typedef struct weir__deploy {
      * thread, after its operators closed (NULL: nothing). A cluster's
      * worker reports it to the coordinator at once. */
     void (*ended)(void *arg, subtask *st, int err);
+    /* The checkpoint coordinator of this run calls fence before it
+     * publishes a completed checkpoint (its manifest and COMPLETED marker)
+     * and unfence(token) after: 0 with *token (what unfence lets go; -1:
+     * nothing), or, from a coordinator that no longer leads (a cluster's
+     * superseded leader), -ESTALE with why: the checkpoint is abandoned
+     * instead of completed. NULL: no fence. */
+    int (*fence)(void *arg, int *token, char *why, size_t cap);
+    void (*unfence)(void *arg, int token);
     void *arg;
 } weir__deploy;
 

@@ -59,6 +59,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/alloc.h"
 #include "stream/controller.h"
@@ -69,8 +70,9 @@
 
 /* The operator's configuration: lives as long as the job. */
 typedef struct lk_cfg {
-    weir_lookup_def def;
+    weir_lookup_def def; /* def.headers: hs */
     void *arg;
+    weir_lookup_header hs[WEIR_LOOKUP_MAX_HEADERS]; /* strings after the struct */
 } lk_cfg;
 
 typedef struct lookup lookup;
@@ -112,6 +114,11 @@ struct lookup {
     int capacity;
     int workers;
     lk_ent *cur; /* the entry whose result() runs now */
+    /* Every request's header fields, their env:// values read at open;
+     * read-only after it. The Content-Type of an entry comes last. */
+    weir_http_header *hdr;
+    int nhdr;
+    char *hvals;
     weir__mail mail;
     pthread_mutex_t lock; /* closed, posted, lost */
     int closed, posted, lost;
@@ -144,11 +151,16 @@ static int64_t attempt(void *arg, int n, int64_t deadline)
     if (lk->breaker && weir_breaker_allow(lk->breaker) < 0)
         return -EAGAIN;
     weir_http_client_resp_free(&e->resp);
-    weir_http_header h = {{"Content-Type", 12}, {e->ctype, e->ctype ? strlen(e->ctype) : 0}};
+    weir_http_header h[WEIR_LOOKUP_MAX_HEADERS + 1];
+    int nh = lk->nhdr;
+    if (nh)
+        memcpy(h, lk->hdr, (size_t)nh * sizeof(*h));
+    if (e->ctype)
+        h[nh++] = (weir_http_header){{"Content-Type", 12}, {e->ctype, strlen(e->ctype)}};
     weir_http_client_req rq = {.method = e->method,
                                .url = e->url,
-                               .headers = e->ctype ? &h : NULL,
-                               .nheaders = e->ctype ? 1 : 0,
+                               .headers = nh ? h : NULL,
+                               .nheaders = (size_t)nh,
                                .body = e->body,
                                .body_len = e->body_len,
                                .deadline = weir_time_after_ms(lk->cfg->def.timeout_ms)};
@@ -492,7 +504,76 @@ static void lk_close(void *state)
         weir_http_client_free(lk->client);
     if (lk->breaker)
         weir_breaker_free(lk->breaker);
+    weir__free(lk->hdr);
+    weir__free(lk->hvals);
     unref(lk); /* the inbox's pointers were the list's */
+}
+
+/* The header fields, env:// values read from this process's environment
+ * (a worker's, where the operator runs). */
+static int open_headers(weir_ctx *ctx, lookup *lk)
+{
+    const weir_lookup_def *d = &lk->cfg->def;
+    if (!d->nheaders)
+        return 0;
+    lk->hdr = weir__calloc((size_t)d->nheaders, sizeof(*lk->hdr));
+    lk->hvals = weir__malloc((size_t)d->nheaders * (WEIR_LOOKUP_BUF + 1));
+    if (!lk->hdr || !lk->hvals)
+        return -ENOMEM;
+    for (int i = 0; i < d->nheaders; i++) {
+        char *v = lk->hvals + (size_t)i * (WEIR_LOOKUP_BUF + 1), why[320];
+        ssize_t n = weir_env_ref(d->headers[i].value, v, WEIR_LOOKUP_BUF + 1, why, sizeof(why));
+        if (n >= 0 && (memchr(v, '\r', (size_t)n) || memchr(v, '\n', (size_t)n))) {
+            n = -EINVAL;
+            snprintf(why, sizeof(why), "the value holds CR or LF");
+        }
+        if (n < 0)
+            return weir_fail(ctx, (int)n, "lookup \"%s\": header %s: %s", ctx->op->name,
+                             d->headers[i].name, why);
+        lk->hdr[i] =
+            (weir_http_header){{d->headers[i].name, strlen(d->headers[i].name)}, {v, (size_t)n}};
+    }
+    lk->nhdr = d->nheaders;
+    return 0;
+}
+
+/* Whether name is a token (RFC 9110) the operator may set. */
+static int header_ok(const char *name)
+{
+    static const char *const own[] = {"content-type", "content-length", "host", "connection",
+                                      "transfer-encoding"};
+    if (!name || !*name || strlen(name) > 64)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!strchr("!#$%&'*+-.^_`|~", *p) && !(*p >= '0' && *p <= '9') &&
+            !(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z'))
+            return 0;
+    for (size_t i = 0; i < sizeof(own) / sizeof(*own); i++)
+        if (strcasecmp(name, own[i]) == 0)
+            return 0;
+    return 1;
+}
+
+/* Why the definition's headers are refused, or NULL. */
+static const char *headers_bad(const weir_lookup_def *d)
+{
+    if (d->nheaders < 0 || d->nheaders > WEIR_LOOKUP_MAX_HEADERS || (d->nheaders && !d->headers))
+        return "needs 0..16 headers";
+    for (int i = 0; i < d->nheaders; i++) {
+        const char *v = d->headers[i].value;
+        if (!header_ok(d->headers[i].name))
+            return "has a header name that is not a token, or one the client writes itself "
+                   "(Content-Type, Content-Length, Host, Connection, Transfer-Encoding)";
+        if (!v || strchr(v, '\r') || strchr(v, '\n') || strlen(v) > WEIR_LOOKUP_BUF)
+            return "has a header value that is NULL, too long or holds CR or LF";
+        char tmp[8];
+        char why[160];
+        if (strncmp(v, "env://", 6) == 0 &&
+            weir_env_ref(v, tmp, sizeof(tmp), why, sizeof(why)) == -EINVAL &&
+            strstr(why, "does not name"))
+            return "has a header env:// reference that does not name an environment variable";
+    }
+    return NULL;
 }
 
 static int lk_open(weir_ctx *ctx, void *arg, void **state)
@@ -520,7 +601,7 @@ static int lk_open(weir_ctx *ctx, void *arg, void **state)
         return -ENOMEM;
     if (!cfg->def.no_breaker && !(lk->breaker = weir_breaker_new(&cfg->def.breaker)))
         return errno ? -errno : -ENOMEM;
-    return 0;
+    return open_headers(ctx, lk);
 }
 
 weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_lookup_def *def,
@@ -534,6 +615,8 @@ weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_loo
                       : def->timeout_ms < 0 ? "needs a timeout_ms >= 0"
                                             : NULL;
     if (!bad)
+        bad = headers_bad(def);
+    if (!bad)
         bad = weir_retry_policy_check(&def->retry);
     if (!bad && !def->no_breaker)
         bad = weir_breaker_opts_check(&def->breaker);
@@ -541,12 +624,23 @@ weir_stream *weir_stream_lookup(weir_stream *s, const char *name, const weir_loo
         weir__stream_fail(s->j, -EINVAL, "lookup \"%s\": %s", name ? name : "?", bad);
         return NULL;
     }
-    lk_cfg *cfg = weir__malloc(sizeof(*cfg));
+    size_t strs = 0;
+    for (int i = 0; i < def->nheaders; i++)
+        strs += strlen(def->headers[i].name) + strlen(def->headers[i].value) + 2;
+    lk_cfg *cfg = weir__malloc(sizeof(*cfg) + strs);
     if (!cfg) {
         weir__stream_fail(s->j, -ENOMEM, "out of memory");
         return NULL;
     }
-    *cfg = (lk_cfg){*def, arg};
+    *cfg = (lk_cfg){.def = *def, .arg = arg};
+    char *p = (char *)(cfg + 1);
+    for (int i = 0; i < def->nheaders; i++) {
+        size_t nl = strlen(def->headers[i].name) + 1, vl = strlen(def->headers[i].value) + 1;
+        cfg->hs[i].name = memcpy(p, def->headers[i].name, nl);
+        cfg->hs[i].value = memcpy(p + nl, def->headers[i].value, vl);
+        p += nl + vl;
+    }
+    cfg->def.headers = cfg->hs;
     if (!cfg->def.capacity)
         cfg->def.capacity = WEIR_LOOKUP_CAPACITY;
     if (!cfg->def.timeout_ms)

@@ -188,6 +188,8 @@ int weir__job_run_plan(weir_job *j, const weir__plan *p, const weir_run_opts *op
     r.id_floor = d ? d->id_floor : 0;
     r.ended = d ? d->ended : NULL;
     r.ended_arg = d ? d->arg : NULL;
+    r.fence = d ? d->fence : NULL;
+    r.unfence = d ? d->unfence : NULL;
     r.spans = d && d->link;
     if (!e && d && d->link && !(r.link = d->link(d->arg, &r))) {
         e = errno ? -errno : -ENOMEM;
@@ -316,6 +318,9 @@ int weir__job_coord_begin(weir_job *j, const weir__plan *p, const weir_run_opts 
     e = weir__deploy_build(r, p, &nd);
     r->restore_id = d->restore_id;
     r->id_floor = d->id_floor;
+    r->fence = d->fence;
+    r->unfence = d->unfence;
+    r->ended_arg = d->arg;
     r->spans = 1;
     if (!e && r->o.checkpoint_interval_ms > 0 && (!d->link || !(r->link = d->link(d->arg, r)))) {
         e = d->link && errno ? -errno : -ENOMEM;

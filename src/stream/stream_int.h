@@ -360,7 +360,9 @@ struct run {
     uint64_t id_floor;        /* the deploy's floor for id_base (deploy.h) */
     _Atomic uint64_t last_id; /* the last checkpoint id the coordinator triggered */
     _Atomic int no_final;     /* the coordinator gave up: no final checkpoint will complete */
-    void (*ended)(void *arg, subtask *st, int err); /* the deploy's (deploy.h) */
+    void (*ended)(void *arg, subtask *st, int err);             /* the deploy's (deploy.h) */
+    int (*fence)(void *arg, int *token, char *why, size_t cap); /* the deploy's (deploy.h) */
+    void (*unfence)(void *arg, int token);
     void *ended_arg;
     weir__dirlocks locks;        /* the checkpoint and sink directories, held while it runs */
     struct weir__storage *store; /* the checkpoint directory's (state/storage.h) */

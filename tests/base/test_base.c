@@ -283,6 +283,33 @@ TEST(list_ops)
 }
 
 /* ---- big-endian codec ----------------------------------------------------------------- */
+TEST(env_refs_stand_for_their_variable_and_never_show_it)
+{
+    char out[32], why[160];
+    CHECK_EQ(weir_env_ref("plain value", out, sizeof(out), why, sizeof(why)), 11);
+    CHECK_STR(out, "plain value");
+    setenv("WEIR_TEST_ENV_REF", "s3cr3t", 1);
+    CHECK_EQ(weir_env_ref("env://WEIR_TEST_ENV_REF", out, sizeof(out), why, sizeof(why)), 6);
+    CHECK_STR(out, "s3cr3t");
+    CHECK_EQ(weir_env_ref("env://WEIR_TEST_ENV_REF", out, 4, why, sizeof(why)), -ENOSPC);
+    CHECK(strstr(why, "s3cr3t") == NULL);
+    setenv("WEIR_TEST_ENV_REF", "bad\nvalue", 1);
+    CHECK_EQ(weir_env_ref("env://WEIR_TEST_ENV_REF", out, sizeof(out), why, sizeof(why)), -EINVAL);
+    CHECK_HAS(why, "$WEIR_TEST_ENV_REF holds a control character");
+    setenv("WEIR_TEST_ENV_REF", "", 1);
+    CHECK_EQ(weir_env_ref("env://WEIR_TEST_ENV_REF", out, sizeof(out), why, sizeof(why)), -ENOENT);
+    CHECK_HAS(why, "$WEIR_TEST_ENV_REF is empty");
+    unsetenv("WEIR_TEST_ENV_REF");
+    CHECK_EQ(weir_env_ref("env://WEIR_TEST_ENV_REF", out, sizeof(out), why, sizeof(why)), -ENOENT);
+    CHECK_HAS(why, "$WEIR_TEST_ENV_REF is not set");
+    const char *bad[] = {"env://", "env://1A", "env://A-B", "env://A B"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        CHECK_EQ(weir_env_ref(bad[i], out, sizeof(out), why, sizeof(why)), -EINVAL);
+        CHECK_HAS(why, "does not name an environment variable");
+    }
+    CHECK_EQ(weir_env_ref(NULL, out, sizeof(out), NULL, 0), -EINVAL);
+}
+
 TEST(be_round_trips)
 {
     uint8_t b[9];

@@ -1866,6 +1866,117 @@ static intptr_t superseded_main(void *arg)
     return 0;
 }
 
+/* The latest COMPLETED-<id> marker in dir (0: none). */
+static uint64_t latest_marker(const char *dir)
+{
+    DIR *d = opendir(dir);
+    uint64_t best = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        unsigned long long id;
+        char extra;
+        if (sscanf(de->d_name, "COMPLETED-%llu%c", &id, &extra) == 1 && id > best)
+            best = id;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
+/* A leader whose HA directory names a later epoch - another coordinator
+ * leads now, while this one still runs (frozen past its lease, woken) -
+ * completes no checkpoint: each is abandoned at its COMPLETED marker's
+ * fence, which it shows in the job's history, and no marker is written. */
+static intptr_t ckpt_fence_main(void *arg)
+{
+    (void)arg;
+    char dir[] = "/tmp/weir-test-ckfence-XXXXXX", ck[300];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(ck, sizeof(ck), "%s/ck", dir);
+    cnode c = {.o = {.ha_dir = dir, .max_restarts = -1}};
+    coord_start(&c);
+    wnode w;
+    worker_start(&w, "a", &c, 4);
+    weir__client *cl = client_open(&c);
+    char *args[] = {"1000000000000"}; /* runs until cancelled */
+    weir__client_submit_opts o = count_job(1, args, 1);
+    o.checkpoint_dir = ck;
+    o.checkpoint_interval_ms = 50;
+    uint64_t job = submit_ok(cl, &o);
+    int64_t deadline = DEADLINE();
+    while (latest_marker(ck) < 2) {
+        CHECK_LT(weir_time_now(), deadline);
+        weir_time_sleep(10 * WEIR_MSEC);
+    }
+    put_leader(dir, 1, 2, 0); /* epoch 2: another leads */
+    wait_log("not completed: ", 1);
+    CHECK_GE(log_count("above this coordinator's 1: another coordinator leads now"), 1);
+    uint64_t at = latest_marker(ck);
+    wait_log("not completed: ", 4); /* three more tries, none completed */
+    CHECK_EQ(latest_marker(ck), at);
+    char msg[2048];
+    weir__cl_job_detail d;
+    CHECK_EQ(weir__client_describe(cl, job, &d, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(d.status, WEIR__CL_DETAIL_OK);
+    CHECK_HAS(d.json, "\"state\":\"aborted\"");
+    CHECK_HAS(d.json, "not completed: ");
+    weir__client_detail_free(&d);
+    weir__client_close(cl);
+    worker_stop(&w);
+    coord_stop(&c);
+    snprintf(msg, sizeof(msg), "rm -rf '%s'", dir);
+    CHECK_EQ(system(msg), 0);
+    return 0;
+}
+
+TEST(a_superseded_leader_completes_no_checkpoint)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, ckpt_fence_main, NULL), 0);
+    tee_end();
+}
+
+/* A user's cancel that races the leader's own stop stays a cancel: the
+ * job's record moves to the history, so the next leader does not run it
+ * again (a job cancelled only by the stop is handed on: see ha.sh). */
+static intptr_t cancel_race_main(void *arg)
+{
+    (void)arg;
+    char dir[] = "/tmp/weir-test-cancelrace-XXXXXX", path[300];
+    CHECK(mkdtemp(dir) != NULL);
+    cnode c = {.o = {.ha_dir = dir, .max_restarts = -1}};
+    coord_start(&c);
+    wnode w;
+    worker_start(&w, "a", &c, 4);
+    weir__client *cl = client_open(&c);
+    char *args[] = {"1000000000000"}; /* runs until cancelled */
+    weir__client_submit_opts o = count_job(1, args, 1);
+    uint64_t job = submit_ok(cl, &o);
+    snprintf(path, sizeof(path), "%s/jobs/%" PRIu64 ".json", dir, job);
+    CHECK_EQ(access(path, F_OK), 0);
+    char msg[2048];
+    weir__cl_cancel_job_ack ca;
+    CHECK_EQ(weir__client_cancel(cl, job, &ca, DEADLINE(), msg, sizeof(msg)), 0);
+    CHECK_EQ(ca.status, WEIR__CL_CANCEL_OK);
+    weir__client_cancel_free(&ca);
+    weir__client_close(cl);
+    coord_stop(&c); /* at once: the stop's own cancel comes on top */
+    CHECK_EQ(access(path, F_OK), -1);
+    snprintf(path, sizeof(path), "%s/history/%" PRIu64 ".json", dir, job);
+    CHECK_EQ(access(path, F_OK), 0);
+    worker_stop(&w);
+    snprintf(msg, sizeof(msg), "rm -rf '%s'", dir);
+    CHECK_EQ(system(msg), 0);
+    return 0;
+}
+
+TEST(a_users_cancel_racing_the_leaders_stop_stays_a_cancel)
+{
+    tee_begin();
+    CHECK_EQ(test_run_on_rt(2, cancel_race_main, NULL), 0);
+    tee_end();
+}
+
 TEST(a_worker_follows_the_leader_file_past_a_superseded_leader)
 {
     tee_begin();

@@ -73,6 +73,19 @@ static int h_value(weir_http_req *req, weir_http_res *res, void *arg)
     return answer(req, res, param_n(req), 200);
 }
 
+/* The value only with the token the test set (WEIR_TEST_LOOKUP_TOKEN) and
+ * the literal header beside it; 401 otherwise. */
+static int h_auth(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    const weir_http_str *a = weir_http_req_header(req, "Authorization");
+    const weir_http_str *t = weir_http_req_header(req, "X-Trace");
+    if (!a || a->len != 14 || memcmp(a->p, "Bearer s3cr3t!", 14) != 0 || !t || t->len != 3 ||
+        memcmp(t->p, "job", 3) != 0)
+        return weir_http_res_error(res, 401, "no token");
+    return answer(req, res, param_n(req), 200);
+}
+
 /* Every odd try of an id is a 503. */
 static int h_flaky(weir_http_req *req, weir_http_res *res, void *arg)
 {
@@ -350,6 +363,7 @@ static intptr_t env_main(void *arg)
     CHECK_EQ(weir_http_route(srv, "GET", "/flaky/:n", h_flaky, NULL, 0), 0);
     CHECK_EQ(weir_http_route(srv, "GET", "/slow/:n", h_slow, NULL, 0), 0);
     CHECK_EQ(weir_http_route(srv, "POST", "/post", h_post, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(srv, "GET", "/auth/:n", h_auth, NULL, 0), 0);
     CHECK_EQ(weir_http_server_start(srv), 0);
     v->c->port = weir_http_server_port(srv);
     CHECK_GT(v->c->port, 0);
@@ -562,6 +576,38 @@ TEST(with_fail_on_error_a_failed_lookup_fails_the_job_naming_it)
     free(c);
 }
 
+static const weir_lookup_header auth_headers[] = {
+    {"Authorization", "env://WEIR_TEST_LOOKUP_TOKEN"},
+    {"X-Trace", "job"},
+};
+
+TEST(headers_go_with_every_request_their_secrets_read_from_the_environment)
+{
+    service_reset();
+    setenv("WEIR_TEST_LOOKUP_TOKEN", "Bearer s3cr3t!", 1);
+    cfg *c = new_cfg(200, 2, 1, 8);
+    c->route = "auth";
+    c->def.headers = auth_headers;
+    c->def.nheaders = 2;
+    run(c, 0);
+    CHECK_EQ(c->result, 0);
+    check_all_once(c);
+    CHECK_EQ(atomic_load(&c->errors), 0);
+    free(c);
+    /* Unset where the operator runs: the job fails naming the variable,
+     * never showing a value. */
+    unsetenv("WEIR_TEST_LOOKUP_TOKEN");
+    service_reset();
+    c = new_cfg(20, 1, 1, 8);
+    c->route = "auth";
+    c->def.headers = auth_headers;
+    c->def.nheaders = 2;
+    run(c, 0);
+    CHECK_EQ(c->result, -ENOENT);
+    CHECK_HAS(c->error, "header Authorization: $WEIR_TEST_LOOKUP_TOKEN is not set");
+    free(c);
+}
+
 TEST(a_bad_definition_is_refused_when_the_graph_is_built)
 {
     weir_job *j = weir_job_new("bad");
@@ -576,6 +622,31 @@ TEST(a_bad_definition_is_refused_when_the_graph_is_built)
     d = (weir_lookup_def){.request = lk_request, .result = lk_result};
     d.retry.multiplier = 0.5;
     CHECK(weir_stream_lookup(s, "x", &d, NULL) == NULL);
+    weir_job_free(j);
+    /* Headers: one the client writes itself, a name that is not a token,
+     * a value with CR LF, an env:// that names no variable, too many. */
+    static const weir_lookup_header bad[][1] = {{{"Content-Length", "3"}},
+                                                {{"Bad Name", "x"}},
+                                                {{"X-A", "a\r\nX-Evil: 1"}},
+                                                {{"X-A", "env://1ABC"}},
+                                                {{"X-A", NULL}}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        j = weir_job_new("bad3");
+        s = weir_job_source(j, "gen", &sd, NULL);
+        d = (weir_lookup_def){
+            .request = lk_request, .result = lk_result, .headers = bad[i], .nheaders = 1};
+        CHECK(weir_stream_lookup(s, "x", &d, NULL) == NULL);
+        CHECK_HAS(weir_job_error(j), "header");
+        weir_job_free(j);
+    }
+    j = weir_job_new("bad4");
+    s = weir_job_source(j, "gen", &sd, NULL);
+    d = (weir_lookup_def){.request = lk_request,
+                          .result = lk_result,
+                          .headers = auth_headers,
+                          .nheaders = WEIR_LOOKUP_MAX_HEADERS + 1};
+    CHECK(weir_stream_lookup(s, "x", &d, NULL) == NULL);
+    CHECK_HAS(weir_job_error(j), "headers");
     weir_job_free(j);
 }
 
