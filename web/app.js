@@ -319,10 +319,9 @@ const isEnded = (s) => s === "succeeded" || s === "failed" || s === "cancelled";
 // An operator's throughput: what a source emits, what the others take in.
 function opRate(op, job) {
   const kind = planOp(job, op.name)?.kind;
-  if (kind === "source" || (op.records_in_per_s == null && op.records_out_per_s != null))
-    return op.records_out_per_s;
-  if (kind == null && !op.records_in && op.records_out) return op.records_out_per_s;
-  return op.records_in_per_s;
+  if (kind === "source") return op.records_out_per_s;
+  if (kind) return op.records_in_per_s;
+  return op.records_in ? op.records_in_per_s : op.records_out_per_s; // no plan: a source takes nothing in
 }
 
 function planOp(job, name) {
