@@ -15,8 +15,10 @@
  * it reads as wall-clock time (else its value), and the latest completed
  * checkpoint. It only reads, so the job runs the same with or without it;
  * a coordinator it cannot reach (a leader changing) leaves the line as it
- * was until the next second.
+ * was until the next second, and one too old to describe a job (protocol
+ * version 2) gets no line.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdatomic.h>
@@ -119,7 +121,10 @@ static intptr_t progress_main(void *arg)
             continue;
         }
         weir__cl_job_detail d;
-        if (weir__client_describe(c, job, &d, weir_time_after_ms(5000), msg, sizeof(msg)) < 0) {
+        int e = weir__client_describe(c, job, &d, weir_time_after_ms(5000), msg, sizeof(msg));
+        if (e == -EPROTONOSUPPORT)
+            break; /* a coordinator too old to describe a job: no line */
+        if (e < 0) {
             weir__client_close(c);
             c = NULL;
             continue;

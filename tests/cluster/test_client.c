@@ -809,6 +809,80 @@ TEST(list_and_cancel_round_trips)
     CHECK_EQ(test_run_main(list_cancel_main, NULL), 0);
 }
 
+/* ---- describe ------------------------------------------------------------------------- */
+
+static int describe_v2; /* the fake speaks protocol 2 */
+
+static void describe_script(fake *f)
+{
+    if (describe_v2) {
+        fake_expect(f, WEIR_CLUSTER_HELLO_CLIENT);
+        fake_hello_ack(f, 2, 2, WEIR__CL_ACCEPTED, "");
+        fake_expect_eof(f); /* nothing is asked of it */
+        return;
+    }
+    fake_hello(f);
+    static const struct {
+        uint64_t answer;
+        int status;
+        const char *json;
+    } d[] = {{4, WEIR__CL_DETAIL_OK, "{\"id\":4,\"state\":\"running\"}"},
+             {5, WEIR__CL_DETAIL_UNKNOWN, ""},
+             {7, WEIR__CL_DETAIL_OK, "{}"}};
+    for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++) {
+        weir_frame fr;
+        weir__cl_msg m;
+        fake_recv(f, WEIR_CLUSTER_DESCRIBE_JOB, &fr, &m);
+        fake_drop(&fr, &m);
+        weir__cl_msg a = {.kind = WEIR_CLUSTER_JOB_DETAIL,
+                          .u.job_detail = {d[i].answer, (uint8_t)d[i].status, (char *)d[i].json}};
+        fake_send(f, &a);
+    }
+    fake_expect_eof(f);
+}
+
+static intptr_t describe_main(void *arg)
+{
+    (void)arg;
+    char msg[1024];
+    weir__cl_job_detail d;
+    for (describe_v2 = 0; describe_v2 < 2; describe_v2++) {
+        fake f;
+        fake_start(&f, describe_script);
+        weir__client *c;
+        open_ok(&f, &c);
+        if (describe_v2) {
+            /* An older coordinator cannot describe a job: refused here,
+             * saying where else to look, and nothing is sent. */
+            CHECK_EQ(weir__client_describe(c, 4, &d, DEADLINE(), msg, sizeof(msg)),
+                     -EPROTONOSUPPORT);
+            CHECK_HAS(msg, "speaks protocol version 2, which cannot describe a job");
+            CHECK_HAS(msg, "GET /api/v1/jobs/4");
+        } else {
+            CHECK_EQ(weir__client_describe(c, 4, &d, DEADLINE(), msg, sizeof(msg)), 0);
+            CHECK_EQ(d.status, WEIR__CL_DETAIL_OK);
+            CHECK_STR(d.json, "{\"id\":4,\"state\":\"running\"}");
+            weir__client_detail_free(&d);
+            CHECK(d.json == NULL);
+            CHECK_EQ(weir__client_describe(c, 5, &d, DEADLINE(), msg, sizeof(msg)), 0);
+            CHECK_EQ(d.status, WEIR__CL_DETAIL_UNKNOWN);
+            weir__client_detail_free(&d);
+            CHECK_EQ(weir__client_describe(c, 0, &d, DEADLINE(), msg, sizeof(msg)), -EINVAL);
+            /* A detail of another job than the one asked for. */
+            CHECK_EQ(weir__client_describe(c, 6, &d, DEADLINE(), msg, sizeof(msg)), -EBADMSG);
+            CHECK_HAS(msg, "answered the description of job 6 with one of job 7");
+        }
+        weir__client_close(c);
+        fake_finish(&f);
+    }
+    return 0;
+}
+
+TEST(describe_round_trips_and_is_not_asked_of_an_older_coordinator)
+{
+    CHECK_EQ(test_run_main(describe_main, NULL), 0);
+}
+
 /* ---- connecting ----------------------------------------------------------------------- */
 
 static intptr_t refused_connect_main(void *arg)

@@ -38,6 +38,7 @@
 
 #include "base/alloc.h"
 #include "base/be.h"
+#include "rt/rt_int.h"
 #include "cluster/client.h"
 #include "cluster/coord_int.h"
 #include "cluster/ha.h"
@@ -1883,6 +1884,19 @@ static uint64_t latest_marker(const char *dir)
     return best;
 }
 
+typedef struct put_leader_arg {
+    const char *dir;
+    int port;
+    uint64_t epoch;
+} put_leader_arg;
+
+static intptr_t b_put_leader(void *arg)
+{
+    put_leader_arg *a = arg;
+    put_leader(a->dir, a->port, a->epoch, 0);
+    return 0;
+}
+
 /* A leader whose HA directory names a later epoch - another coordinator
  * leads now, while this one still runs (frozen past its lease, woken) -
  * completes no checkpoint: each is abandoned at its COMPLETED marker's
@@ -1908,7 +1922,10 @@ static intptr_t ckpt_fence_main(void *arg)
         CHECK_LT(weir_time_now(), deadline);
         weir_time_sleep(10 * WEIR_MSEC);
     }
-    put_leader(dir, 1, 2, 0); /* epoch 2: another leads */
+    /* Epoch 2: another leads. Written on the blocking pool, as another
+     * process would: its exclusive lock waits for the fence's shared one,
+     * which a fiber of this process holds. */
+    CHECK_EQ(weir__blocking_run_shielded(b_put_leader, &(put_leader_arg){dir, 1, 2}), 0);
     wait_log("not completed: ", 1);
     CHECK_GE(log_count("above this coordinator's 1: another coordinator leads now"), 1);
     uint64_t at = latest_marker(ck);
