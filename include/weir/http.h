@@ -342,10 +342,14 @@ const char *weir_http_status_text(int status);
  *
  * Transports. http:// uses the built-in plain TCP transport
  * (weir_net_connect, then weir_io_recv/send). https:// uses the transport
- * given in weir_http_client_opts.https (TLS is not part of weir yet); a
- * client without one fails https:// requests with -EPROTONOSUPPORT, and
- * resp->error says why. A transport's functions run in the requesting
- * fiber and may suspend.
+ * given in weir_http_client_opts.https: weir's own is made by
+ * weir_http_tls_transport_init over a TLS client context (weir/tls.h),
+ * and checks the URL's host against the server's certificate. A client
+ * without one fails https:// requests with -EPROTONOSUPPORT, and
+ * resp->error says why. A failed handshake is -EPROTO (or the socket's
+ * errno) with the TLS layer's message in resp->error ("TLS to HOST:PORT:
+ * the certificate names ..."). A transport's functions run in the
+ * requesting fiber and may suspend.
  *
  * Errors, besides those of weir/net.h, weir/io.h and the parser (table at
  * the top of this header, for the response):
@@ -372,7 +376,7 @@ const char *weir_http_status_text(int status);
  *   -ECONNRESET       the server closed the connection before the response
  *                     was complete
  *
- * On failure resp->error holds a short static text of what went wrong.
+ * On failure resp->error holds a short text of what went wrong.
  */
 #include "net.h"
 
@@ -393,9 +397,14 @@ const char *weir_http_status_text(int status);
  * -EBADMSG when bytes are waiting that nobody asked for (the connection
  * is closed unused, stat `unasked`); -ECONNRESET or another negative
  * errno when the peer closed or reset it (closed unused, stat `stale`).
- * The TCP transport peeks with recv(MSG_PEEK | MSG_DONTWAIT). A TLS layer
- * should answer for its own buffered plaintext and then ask the socket
- * underneath. */
+ * The TCP transport peeks with recv(MSG_PEEK | MSG_DONTWAIT); the TLS one
+ * asks the session (weir_tls_idle_check), since a raw peek would take a
+ * TLS 1.3 session ticket that arrives after the handshake for unasked
+ * bytes.
+ *
+ * connect_msg() (optional) is connect() with a message: when set it is
+ * called instead, and on failure a non-empty msg[cap] becomes
+ * resp->error (the TLS transport's handshake failures say what to fix). */
 typedef struct weir_http_transport {
     int (*connect)(void *ctx, const char *host, int port, int64_t deadline, void **conn);
     ssize_t (*read)(void *conn, void *buf, size_t len, int64_t deadline);
@@ -403,11 +412,23 @@ typedef struct weir_http_transport {
     void (*close)(void *conn);
     void *ctx;
     int (*idle_check)(void *conn);
+    int (*connect_msg)(void *ctx, const char *host, int port, int64_t deadline, void **conn,
+                       char *msg, size_t cap);
 } weir_http_transport;
 
 /* The built-in plain TCP transport (what http:// uses). A wrapper such as a
  * TLS layer may call it for the socket underneath. */
 extern const weir_http_transport weir_http_tcp_transport;
+
+typedef struct weir_tls_ctx weir_tls_ctx;
+/* weir's HTTPS transport into *t: TCP, then a TLS client handshake with
+ * ctx (a client context of weir/tls.h: the authority, a client
+ * certificate for mutual TLS, no_verify_hostname) under the request's
+ * deadline, the URL's host sent as SNI and checked against the server's
+ * certificate. Closing frees the session and the socket at once (no
+ * close_notify exchange). ctx is borrowed and must outlive every client
+ * using t. 0, or -EINVAL for a NULL argument. */
+int weir_http_tls_transport_init(weir_http_transport *t, weir_tls_ctx *ctx);
 
 #define WEIR_HTTP_CLIENT_MAX_CONNS    16
 #define WEIR_HTTP_CLIENT_MAX_RESPONSE (16u << 20) /* body bytes: 16 MiB */
@@ -491,10 +512,12 @@ typedef struct weir_http_client_resp {
     size_t ntrailers;
     char *body;
     size_t body_len;
-    /* After a failure: a short static text of the cause ("" on success). */
+    /* After a failure: a short text of the cause ("" on success): static,
+     * or the transport's message held in this struct (valid while it is). */
     const char *error;
     struct {
         void *fields; /* one block: the arrays and the strings */
+        char why[512];
     } priv;
 } weir_http_client_resp;
 

@@ -85,6 +85,13 @@ int weir_tls_accept(weir_tls_ctx *ctx, int fd, int64_t deadline, weir_tls **out,
 ssize_t weir_tls_read(weir_tls *t, void *buf, size_t len, int64_t deadline);
 /* All len bytes: 0 or a negative errno (part may have been sent). */
 int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline);
+/* Whether an idle session may carry another request, without waiting:
+ * 0 nothing is waiting to be read and the peer has not closed it
+ * (post-handshake messages such as TLS 1.3 session tickets are taken in
+ * and are not data), -EBADMSG application bytes are waiting, -ECONNRESET
+ * the peer closed it (close_notify or a TCP close), another negative
+ * errno a TLS failure. From a fiber or a plain thread. */
+int weir_tls_idle_check(weir_tls *t);
 /* Frames over TLS: as weir_frame_read / weir_frame_write (weir/net.h). */
 ssize_t weir_tls_frame_read(weir_tls *t, weir_frame_parser *p, weir_frame *out, int64_t deadline);
 int weir_tls_frame_write(weir_tls *t, const void *frame, size_t len, int64_t deadline);

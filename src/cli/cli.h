@@ -131,6 +131,28 @@ int weir__cli_tls_check(const char *cmd, const weir__cli_tls *t, int server);
  * that is not its certificate's). weir_tls_ctx_free it. */
 int weir__cli_tls_ctx(const char *cmd, const weir__cli_tls *t, int server, weir_tls_ctx **out);
 
+/*
+ * A coordinator's etcd flags beyond --etcd-endpoints (docs/cluster.md,
+ * "Electing through etcd"): --etcd-ca FILE (required with https://
+ * endpoints), --etcd-cert FILE and --etcd-key FILE (a client certificate,
+ * both or neither), --etcd-no-verify-hostname, --etcd-user NAME and
+ * --etcd-password env://VAR (only a reference: the secret is read from
+ * the environment, never taken from the command line).
+ */
+typedef struct weir__cli_etcd {
+    const char *ca, *cert, *key, *user, *password_ref;
+    int no_verify_hostname;
+    char password[1024]; /* what password_ref stands for */
+} weir__cli_etcd;
+/* As weir__cli_tls_flag, for the flags above: 1 when name is one. */
+int weir__cli_etcd_flag(const char *name, const char *val, weir__cli_etcd *t);
+/* Check t against the endpoints (NULL: none given) and fill *o: the
+ * files load, https:// has --etcd-ca, no scheme is mixed, the password's
+ * variable is set. CLI_USAGE with the problem printed, else CLI_OK. */
+struct weir__etcd_opts;
+int weir__cli_etcd_check(const char *cmd, weir__cli_etcd *t, const char *endpoints,
+                         struct weir__etcd_opts *o);
+
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);
 

@@ -39,7 +39,8 @@ static void usage_node(FILE *f)
           "                 [--http-port P [--http-static-dir DIR]] [--cache-dir D] [--threads N]\n"
           "                 [--ha-dir DIR [--ha-allow-unsafe-locks]\n"
           "                  [--etcd-endpoints URL[,URL] [--etcd-cluster NAME]\n"
-          "                   [--etcd-lease-ttl-s N]]] [--max-pending-connections N]\n"
+          "                   [--etcd-lease-ttl-s N] [etcd TLS and auth]]]\n"
+          "                 [--max-pending-connections N]\n"
           "                 [liveness and outbound settings] [--tls-cert F --tls-key F\n"
           "                 [--tls-client-ca F]]\n"
           "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
@@ -70,6 +71,13 @@ static void usage_node(FILE *f)
           "  --etcd-cluster NAME  the leader key's namespace (default weir)\n"
           "  --etcd-lease-ttl-s N  the lease's TTL (default 10): a leader frozen or cut off\n"
           "                      this long is replaced\n"
+          "  --etcd-ca FILE      https:// endpoints (required with them): the authority\n"
+          "                      the members' certificates chain to; they must name the\n"
+          "                      endpoint's host unless --etcd-no-verify-hostname\n"
+          "  --etcd-cert FILE, --etcd-key FILE  a client certificate for etcd's\n"
+          "                      --client-cert-auth\n"
+          "  --etcd-user NAME, --etcd-password env://VAR  etcd's auth: the password is\n"
+          "                      read from $VAR (only an env:// reference is taken)\n"
           "  --max-pending-connections N  connections admitted at once before their first\n"
           "                      frame (default 64); a flood beyond evicts its own\n"
           "  --heartbeat-timeout-ms M  a worker silent this long is lost (default 2000)\n"
@@ -213,7 +221,8 @@ enum {
     N_ETCD,
     N_ETCD_CLUSTER,
     N_ETCD_TTL,
-    N_TLS, /* one of the TLS flags: weir__cli_tls_flag */
+    N_TLS,      /* one of the TLS flags: weir__cli_tls_flag */
+    N_ETCD_SEC, /* one of etcd's TLS and auth flags: weir__cli_etcd_flag */
     /* The coordinator's settings (coord_settings) from here on. */
     N_HEARTBEAT,
     N_WATCHDOG,
@@ -243,6 +252,12 @@ static const weir__cli_flag node_flags[] = {
     {"--etcd-endpoints", N_ETCD, 1},
     {"--etcd-cluster", N_ETCD_CLUSTER, 1},
     {"--etcd-lease-ttl-s", N_ETCD_TTL, 1},
+    {"--etcd-ca", N_ETCD_SEC, 1},
+    {"--etcd-cert", N_ETCD_SEC, 1},
+    {"--etcd-key", N_ETCD_SEC, 1},
+    {"--etcd-no-verify-hostname", N_ETCD_SEC, 0},
+    {"--etcd-user", N_ETCD_SEC, 1},
+    {"--etcd-password", N_ETCD_SEC, 1},
     {"--tls-cert", N_TLS, 1},
     {"--tls-key", N_TLS, 1},
     {"--tls-client-ca", N_TLS, 1},
@@ -294,6 +309,7 @@ typedef struct node_cmdline {
     int coord_flags; /* coordinator settings given */
     coord_settings set;
     weir__cli_tls tls;
+    weir__cli_etcd etcd;
 } node_cmdline;
 
 /*
@@ -467,6 +483,9 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
         case N_TLS:
             weir__cli_tls_flag(f->name, v, &l->tls);
             break;
+        case N_ETCD_SEC:
+            weir__cli_etcd_flag(f->name, v, &l->etcd);
+            break;
         }
     }
     if (!l->role || (strcmp(l->role, "coordinator") != 0 && strcmp(l->role, "worker") != 0)) {
@@ -496,7 +515,8 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
     }
     if (a->worker) {
         if (l->port || coord_given || l->pending || l->coord_flags || a->co.etcd_endpoints ||
-            a->co.etcd_cluster || l->etcd_ttl) {
+            a->co.etcd_cluster || l->etcd_ttl || l->etcd.ca || l->etcd.cert || l->etcd.key ||
+            l->etcd.user || l->etcd.password_ref || l->etcd.no_verify_hostname) {
             weir__cli_errf(cmd, "--port, --bind-host, --advertise-host, --http-static-dir, "
                                 "--max-pending-connections, the --etcd-* flags and the liveness "
                                 "and outbound settings are for the coordinator (a worker finds "
@@ -572,6 +592,8 @@ static int parse_node(int argc, char **argv, node_args *a, node_cmdline *l)
                            a->co.etcd_cluster);
             return CLI_USAGE;
         }
+        if (weir__cli_etcd_check(cmd, &l->etcd, a->co.etcd_endpoints, &a->co.etcd) != CLI_OK)
+            return CLI_USAGE;
         if (l->etcd_ttl) {
             if (weir__cli_parse_num(cmd, "--etcd-lease-ttl-s", l->etcd_ttl, 1, 3600, &n))
                 return CLI_USAGE;

@@ -2100,14 +2100,15 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
     if (c->o.etcd_endpoints) {
         snprintf(c->etcd_key, sizeof(c->etcd_key), "/weir/%s/leader",
                  c->o.etcd_cluster ? c->o.etcd_cluster : "weir");
-        if ((e = weir__etcd_open(c->o.etcd_endpoints,
-                                 c->o.etcd_lease_ttl_s > 0 ? c->o.etcd_lease_ttl_s : 10, &c->etcd,
-                                 msg, cap)) < 0)
+        if ((e = weir__etcd_open_opts(c->o.etcd_endpoints,
+                                      c->o.etcd_lease_ttl_s > 0 ? c->o.etcd_lease_ttl_s : 10,
+                                      &c->o.etcd, &c->etcd, msg, cap)) < 0)
             return e;
     }
     for (int said = 0, warned = 0;;) {
         e = c->etcd ? etcd_try_lead(c, msg, cap) : ha_call_run(c, HA_TRY, 0, msg, cap);
-        if (e < 0 && c->etcd && e != -ENOMEM && e != -ESTALE) {
+        /* A refused password is not worth retrying: the node stops. */
+        if (e < 0 && c->etcd && e != -ENOMEM && e != -ESTALE && e != -EACCES) {
             /* etcd unreachable or answering badly: keep standing by. */
             if (!warned++)
                 weir__log(WEIR__LOG_WARN, LOG, "campaigning in etcd: %s (retrying)", msg);

@@ -23,14 +23,21 @@
 
 #include "base/alloc.h"
 #include "base/json_depth.h"
+#include "base/log.h"
 #include "weir/http.h"
 #include "weir/rt.h"
+#include "weir/tls.h"
 
 #define JSON_DEPTH_MAX 32
 #define PEER_TEXT_MAX  200 /* bytes of an error text of etcd's quoted in a message */
 
 struct weir__etcd {
     weir_http_client *http;
+    weir_tls_ctx *tls; /* https:// endpoints */
+    weir_http_transport tr;
+    int https;
+    char *user, *password; /* auth: NULL for none */
+    char *token;           /* the token authenticate gave, while valid */
     char ep[WEIR__ETCD_ENDPOINTS_MAX][WEIR__ETCD_ENDPOINT_MAX + 16];
     int nep, cur;
     int ttl_s;
@@ -69,18 +76,19 @@ static int host_char(int c)
     return isalnum(c) || c == '.' || c == '-' || c == '_';
 }
 
-/* One entry s[0..n) into out as "http://host:port", or a reason. */
-static const char *parse_endpoint(const char *s, size_t n, char *out, size_t outcap)
+/* One entry s[0..n) into out as "http[s]://host:port" (*https: which), or
+ * a reason. */
+static const char *parse_endpoint(const char *s, size_t n, char *out, size_t outcap, int *https)
 {
     if (n == 0)
         return "empty entry";
     if (n > WEIR__ETCD_ENDPOINT_MAX)
         return "longer than 255 bytes";
-    if (n >= 8 && strncasecmp(s, "https://", 8) == 0)
-        return "https:// is not supported yet (no TLS): use http://";
-    if (n < 7 || strncmp(s, "http://", 7) != 0)
-        return "not http://HOST:PORT";
-    size_t i = 7, h0, h1;
+    int tls = n >= 8 && strncmp(s, "https://", 8) == 0;
+    if (!tls && (n < 7 || strncmp(s, "http://", 7) != 0))
+        return "not http://HOST:PORT or https://HOST:PORT";
+    *https = tls;
+    size_t i = tls ? 8 : 7, h0, h1;
     if (i < n && s[i] == '[') {
         h0 = i;
         for (i++; i < n && (isxdigit((unsigned char)s[i]) || s[i] == ':' || s[i] == '.'); i++)
@@ -109,7 +117,7 @@ static const char *parse_endpoint(const char *s, size_t n, char *out, size_t out
         i++;
     if (i != n)
         return "unexpected text after host:port (no path, user or query allowed)";
-    snprintf(out, outcap, "http://%.*s:%ld", (int)(h1 - h0), s + h0, port);
+    snprintf(out, outcap, "%s://%.*s:%ld", tls ? "https" : "http", (int)(h1 - h0), s + h0, port);
     return NULL;
 }
 
@@ -129,12 +137,16 @@ static int parse_endpoints(weir__etcd *e, const char *list, char *msg, size_t ca
         if (e->nep == WEIR__ETCD_ENDPOINTS_MAX)
             return fail(msg, cap, -EINVAL, "etcd endpoints: more than %d entries",
                         WEIR__ETCD_ENDPOINTS_MAX);
-        const char *why = parse_endpoint(s, n, e->ep[e->nep], sizeof(e->ep[0]));
+        int https = 0;
+        const char *why = parse_endpoint(s, n, e->ep[e->nep], sizeof(e->ep[0]), &https);
+        if (!why && e->nep > 0 && https != e->https)
+            why = "http:// and https:// endpoints mixed: the members are reached one way";
         if (why) {
             char shown[WEIR__ETCD_ENDPOINT_MAX + 1];
             peer_text(shown, sizeof(shown), s, n);
             return fail(msg, cap, -EINVAL, "etcd endpoint %d \"%s\": %s", idx, shown, why);
         }
+        e->https = https;
         e->nep++;
         if (!end)
             return 0;
@@ -144,6 +156,33 @@ static int parse_endpoints(weir__etcd *e, const char *list, char *msg, size_t ca
 
 int weir__etcd_open(const char *endpoints, int ttl_s, weir__etcd **out, char *msg, size_t cap)
 {
+    return weir__etcd_open_opts(endpoints, ttl_s, NULL, out, msg, cap);
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = weir__malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* Free a secret after wiping it. */
+static void free_secret(char **p)
+{
+    if (*p) {
+        explicit_bzero(*p, strlen(*p));
+        weir__free(*p);
+        *p = NULL;
+    }
+}
+
+int weir__etcd_open_opts(const char *endpoints, int ttl_s, const weir__etcd_opts *opts,
+                         weir__etcd **out, char *msg, size_t cap)
+{
+    weir__etcd_opts none = {0};
+    const weir__etcd_opts *o = opts ? opts : &none;
     if (out)
         *out = NULL;
     if (!out || !endpoints)
@@ -155,15 +194,40 @@ int weir__etcd_open(const char *endpoints, int ttl_s, weir__etcd **out, char *ms
     if (!e)
         return fail(msg, cap, -ENOMEM, "etcd: out of memory");
     int rc = parse_endpoints(e, endpoints, msg, cap);
-    if (rc < 0) {
-        weir__free(e);
-        return rc;
+    if (rc == 0 && e->https && !o->ca_file)
+        rc = fail(msg, cap, -EINVAL,
+                  "etcd: https:// endpoints need the CA file that signed the members' "
+                  "certificates");
+    if (rc == 0 && !e->https && (o->ca_file || o->cert_file || o->key_file))
+        rc = fail(msg, cap, -EINVAL,
+                  "etcd: a CA file or client certificate needs https:// endpoints");
+    if (rc == 0 && !o->cert_file != !o->key_file)
+        rc = fail(msg, cap, -EINVAL,
+                  "etcd: a client certificate needs its key, and a key its "
+                  "certificate");
+    if (rc == 0 && o->user && (!*o->user || !o->password))
+        rc = fail(msg, cap, -EINVAL, "etcd: a user needs a name and a password");
+    if (rc == 0 && e->https) {
+        char why[1024];
+        weir_tls_opts t = {.ca_file = o->ca_file,
+                           .cert_file = o->cert_file,
+                           .key_file = o->key_file,
+                           .no_verify_hostname = o->no_verify_hostname};
+        if (!(e->tls = weir_tls_ctx_new(0, &t, why, sizeof(why))))
+            rc = fail(msg, cap, -EINVAL, "etcd TLS: %s", why);
+        else
+            weir_http_tls_transport_init(&e->tr, e->tls);
     }
-    weir_http_client_opts o = {.max_response = WEIR__ETCD_RESPONSE_MAX};
-    e->http = weir_http_client_new(&o);
-    if (!e->http) {
-        weir__free(e);
-        return fail(msg, cap, -ENOMEM, "etcd: HTTP client: out of memory");
+    if (rc == 0 && o->user &&
+        (!(e->user = dup_str(o->user)) || !(e->password = dup_str(o->password))))
+        rc = fail(msg, cap, -ENOMEM, "etcd: out of memory");
+    weir_http_client_opts ho = {.max_response = WEIR__ETCD_RESPONSE_MAX,
+                                .https = e->https ? &e->tr : NULL};
+    if (rc == 0 && !(e->http = weir_http_client_new(&ho)))
+        rc = fail(msg, cap, -ENOMEM, "etcd: HTTP client: out of memory");
+    if (rc < 0) {
+        weir__etcd_close(e);
+        return rc;
     }
     e->ttl_s = ttl_s;
     e->request_ms = WEIR__ETCD_REQUEST_MS;
@@ -177,6 +241,10 @@ void weir__etcd_close(weir__etcd *e)
     if (!e)
         return;
     weir_http_client_free(e->http);
+    weir_tls_ctx_free(e->tls);
+    weir__free(e->user);
+    free_secret(&e->password);
+    free_secret(&e->token);
     weir__free(e->key);
     weir__free(e);
 }
@@ -259,6 +327,7 @@ typedef struct ctx {
     const char *url;
     char *msg;
     size_t cap;
+    int64_t *code; /* where an error answer's gRPC code goes (NULL: nowhere) */
 } ctx;
 
 static int bad(const ctx *c, const char *what)
@@ -403,6 +472,8 @@ static int peer_error(const ctx *c, int status, const json_t *err)
         if (json_is_integer(k))
             code = json_integer_value(k);
     }
+    if (c->code)
+        *c->code = code;
     int rc = code >= 0 ? grpc_errno(code) : status == 404 ? -ENOENT : -EPROTO;
     return fail(c->msg, c->cap, rc, "etcd %s: HTTP %d: %s", c->url, status,
                 text[0] ? text : "(no error text)");
@@ -442,10 +513,11 @@ static int parse_body(const ctx *c, const char *body, size_t n, int stream, json
  * create-if-absent transaction sent again finds the key under this lease
  * (a campaign that leads), a delete or a revoke again changes nothing, and
  * a second grant leaves a lease nobody uses, which expires after its TTL. */
-static int call(weir__etcd *e, const char *path, json_t *req, int stream, json_t **out, char *msg,
-                size_t cap)
+static int call_raw(weir__etcd *e, const char *path, json_t *req, int stream, json_t **out,
+                    char *msg, size_t cap, int64_t *code)
 {
     *out = NULL;
+    *code = -1;
     char *body = json_dumps(req, JSON_COMPACT);
     if (!body)
         return fail(msg, cap, -ENOMEM, "etcd: out of memory");
@@ -456,7 +528,7 @@ static int call(weir__etcd *e, const char *path, json_t *req, int stream, json_t
         int idx = (e->cur + i) % e->nep;
         char url[sizeof(e->ep[0]) + 64];
         snprintf(url, sizeof(url), "%s%s", e->ep[idx], path);
-        ctx c = {url, msg, cap};
+        ctx c = {url, msg, cap, code};
         int64_t now = weir_time_now();
         if (now >= overall)
             break;
@@ -464,7 +536,18 @@ static int call(weir__etcd *e, const char *path, json_t *req, int stream, json_t
         if (dl > overall)
             dl = overall;
         weir_http_client_resp r = {0};
-        int x = weir_http_post(e->http, url, "application/json", body, blen, dl, &r);
+        /* etcd takes the token as it is (no "Bearer"). */
+        weir_http_header h[2] = {{{"Content-Type", 12}, {"application/json", 16}}};
+        if (e->token)
+            h[1] = (weir_http_header){{"Authorization", 13}, {e->token, strlen(e->token)}};
+        weir_http_client_req q = {.method = "POST",
+                                  .url = url,
+                                  .headers = h,
+                                  .nheaders = e->token ? 2 : 1,
+                                  .body = body,
+                                  .body_len = blen,
+                                  .deadline = dl};
+        int x = weir_http_client_do(e->http, &q, &r);
         if (x < 0) {
             rc = fail(msg, cap, x, "etcd %s: %s (%s)", url, weir_net_strerror(x),
                       r.error && r.error[0] ? r.error : "request failed");
@@ -508,7 +591,73 @@ static int call(weir__etcd *e, const char *path, json_t *req, int stream, json_t
         weir_http_client_resp_free(&r);
         break;
     }
+    /* The request may hold the password (authenticate). */
+    explicit_bzero(body, blen);
     free(body);
+    return rc;
+}
+
+/* Authenticate as e->user: a new token in e->token, or -EACCES with a
+ * message naming the user (never the password), or another negative errno
+ * (etcd unreachable). */
+static int authenticate(weir__etcd *e, char *msg, size_t cap)
+{
+    free_secret(&e->token);
+    json_t *req = json_pack("{s:s,s:s}", "name", e->user, "password", e->password), *v = NULL;
+    if (!req)
+        return fail(msg, cap, -ENOMEM, "etcd: out of memory");
+    int64_t code;
+    int rc = call_raw(e, "/v3/auth/authenticate", req, 0, &v, msg, cap, &code);
+    json_t *pw = json_object_get(req, "password");
+    if (json_is_string(pw))
+        explicit_bzero((char *)json_string_value(pw), json_string_length(pw));
+    json_decref(req);
+    if (rc < 0) {
+        if (code >= 0) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", msg ? msg : "");
+            rc = fail(msg, cap, -EACCES, "etcd: authentication as user \"%s\" failed: %s", e->user,
+                      why);
+        }
+        return rc;
+    }
+    char url[sizeof(e->ep[0]) + 32];
+    snprintf(url, sizeof(url), "%s/v3/auth/authenticate", e->ep[e->cur]);
+    ctx c = {url, msg, cap, NULL};
+    const json_t *t = json_object_get(v, "token");
+    if (!json_is_string(t) || json_string_length(t) == 0 || json_string_length(t) > 4096)
+        rc = bad(&c, "no \"token\" string");
+    else {
+        const char *tv = json_string_value(t);
+        for (size_t i = 0; rc == 0 && i < json_string_length(t); i++)
+            if (tv[i] < 0x21 || tv[i] > 0x7e)
+                rc = bad(&c, "a \"token\" that cannot be sent in a header field");
+        if (rc == 0 && !(e->token = dup_str(tv)))
+            rc = fail(msg, cap, -ENOMEM, "etcd: out of memory");
+    }
+    json_decref(v);
+    return rc;
+}
+
+/* call_raw with the token of e->user when e has one: authenticated first,
+ * and once more when etcd says the token is not (or no longer) valid (code
+ * 16, Unauthenticated: it expired, auth was turned off and on, or the
+ * member that answers did not issue it), the request then sent again. */
+static int call(weir__etcd *e, const char *path, json_t *req, int stream, json_t **out, char *msg,
+                size_t cap)
+{
+    int rc;
+    if (e->user && !e->token && (rc = authenticate(e, msg, cap)) < 0)
+        return rc;
+    int64_t code;
+    rc = call_raw(e, path, req, stream, out, msg, cap, &code);
+    if (rc < 0 && e->user && code == 16) {
+        weir__log(WEIR__LOG_INFO, "cluster.etcd", "etcd %s: token refused; authenticating again",
+                  e->ep[e->cur]);
+        if ((rc = authenticate(e, msg, cap)) < 0)
+            return rc;
+        rc = call_raw(e, path, req, stream, out, msg, cap, &code);
+    }
     return rc;
 }
 
@@ -602,7 +751,7 @@ static int grant(weir__etcd *e, char *msg, size_t cap)
         return rc;
     char url[sizeof(e->ep[0]) + 16];
     snprintf(url, sizeof(url), "%s/v3/lease/grant", e->ep[e->cur]);
-    ctx c = {url, msg, cap};
+    ctx c = {url, msg, cap, NULL};
     int64_t id, ttl;
     if ((rc = get_i64(&c, v, "ID", &id)) == 0 && (rc = get_i64(&c, v, "TTL", &ttl)) == 0) {
         if (id == 0 || ttl <= 0)
@@ -633,7 +782,7 @@ static int txn_create(weir__etcd *e, const char *key, const char *k64, const cha
         return rc;
     char url[sizeof(e->ep[0]) + 16];
     snprintf(url, sizeof(url), "%s/v3/kv/txn", e->ep[e->cur]);
-    ctx c = {url, msg, cap};
+    ctx c = {url, msg, cap, NULL};
     int64_t rev = 0, create = 0, holder_lease = 0;
     const json_t *ok = json_object_get(v, "succeeded");
     json_t *resps = NULL, *r0 = NULL;
@@ -737,7 +886,7 @@ int weir__etcd_keepalive(weir__etcd *e, int *ttl_s, char *msg, size_t cap)
         return rc;
     char url[sizeof(e->ep[0]) + 32];
     snprintf(url, sizeof(url), "%s/v3/lease/keepalive", e->ep[e->cur]);
-    ctx c = {url, msg, cap};
+    ctx c = {url, msg, cap, NULL};
     int64_t rid, ttl;
     /* A TTL of 0 (or none) is a lease etcd no longer has, whatever the ID
      * says: stepping down on it is the safe side. */
@@ -777,7 +926,7 @@ int weir__etcd_leader(weir__etcd *e, const char *key, char *value, size_t vcap, 
         return rc;
     char url[sizeof(e->ep[0]) + 16];
     snprintf(url, sizeof(url), "%s/v3/kv/range", e->ep[e->cur]);
-    ctx c = {url, msg, cap};
+    ctx c = {url, msg, cap, NULL};
     int64_t create = 0, lease = 0;
     rc = read_range(&c, v, key, value, vcap, &create, &lease);
     if (rc == 1 && epoch)

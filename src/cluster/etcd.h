@@ -16,7 +16,7 @@
  * one as soon as its keepalive reports the lease gone (-ESTALE), and
  * should stop when it cannot reach etcd for longer than its TTL.
  *
- * etcd is reached over its JSON gateway (POST http://HOST:PORT/v3/...,
+ * etcd is reached over its JSON gateway (POST http[s]://HOST:PORT/v3/...,
  * keys and values base64, int64 fields as JSON strings) with weir's
  * HTTP/1.1 client. An endpoint list names the cluster's members: every
  * request goes to the member that answered last, and on a connection
@@ -27,6 +27,18 @@
  * nested deeper than 32 levels, and any field of the wrong type or
  * outside its bounds are refused (-EBADMSG or -EMSGSIZE, with a message
  * naming the endpoint and the field).
+ *
+ * https:// members are reached with weir's TLS (weir/tls.h): their
+ * certificates must chain to the CA file given and name the host of the
+ * endpoint (unless no_verify_hostname), and a client certificate is
+ * presented when given (etcd's --client-cert-auth). With a user (etcd's
+ * auth enabled) the client authenticates first (/v3/auth/authenticate)
+ * and sends the token in the Authorization field of every request; a
+ * token etcd no longer takes (gRPC code 16: it expired, auth was turned
+ * off and on, another member answers) is replaced by authenticating again,
+ * once, and the request sent again. A refused password is -EACCES with a
+ * message naming the user. The password and the token are never in a
+ * message or a log line, and are wiped when freed.
  *
  * Keys and values are text (no NUL byte). Errors are negative errnos with
  * a message in msg[cap] (msg may be NULL). Every function that talks to
@@ -49,12 +61,29 @@
 
 typedef struct weir__etcd weir__etcd;
 
-/* A client of the members in endpoints ("http://host:port", several
- * separated by commas; the port defaults to 2379, a trailing '/' is
- * allowed, nothing else after the port) whose lease, when it campaigns,
- * lives ttl_s seconds (1..WEIR__ETCD_TTL_MAX) without a keepalive. 0 with
- * *out, or -EINVAL with msg naming the malformed entry (an https:// one
- * too: TLS is not supported yet), or -ENOMEM. Nothing is sent yet. */
+/* How etcd is reached beyond its endpoints; every field may be 0. */
+typedef struct weir__etcd_opts {
+    /* https:// endpoints: the CA file their certificates chain to
+     * (required), a client certificate and key (both or neither), and
+     * whether a certificate that does not name the endpoint's host is
+     * taken. Refused with http:// endpoints. */
+    const char *ca_file, *cert_file, *key_file;
+    int no_verify_hostname;
+    /* etcd auth: the user and its password (the secret itself; copied). */
+    const char *user, *password;
+} weir__etcd_opts;
+
+/* A client of the members in endpoints ("http://host:port" or
+ * "https://host:port", several separated by commas, all of one scheme;
+ * the port defaults to 2379, a trailing '/' is allowed, nothing else after
+ * the port) whose lease, when it campaigns, lives ttl_s seconds
+ * (1..WEIR__ETCD_TTL_MAX) without a keepalive. 0 with *out, or -EINVAL
+ * with msg naming the malformed entry, http:// and https:// mixed,
+ * https:// without a CA file, a certificate file that does not load (its
+ * name and what is wrong), or -ENOMEM. Nothing is sent yet. o may be
+ * NULL (weir__etcd_open: plain http://, no auth). */
+int weir__etcd_open_opts(const char *endpoints, int ttl_s, const weir__etcd_opts *o,
+                         weir__etcd **out, char *msg, size_t cap);
 int weir__etcd_open(const char *endpoints, int ttl_s, weir__etcd **out, char *msg, size_t cap);
 
 /* Free e without telling etcd anything (weir__etcd_resign first to step
@@ -100,7 +129,7 @@ int weir__etcd_resign(weir__etcd *e, char *msg, size_t cap);
 uint64_t weir__etcd_epoch(const weir__etcd *e);
 /* The lease e holds, 0 for none. */
 int64_t weir__etcd_lease(const weir__etcd *e);
-/* The member that answered last ("http://host:port"); the first one
+/* The member that answered last ("http[s]://host:port"); the first one
  * before any answer. Valid until weir__etcd_close. */
 const char *weir__etcd_endpoint(const weir__etcd *e);
 

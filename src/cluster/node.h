@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster/etcd.h"
 #include "cluster/outbox.h"
 #include "cluster/proto.h"
 #include "weir/stream.h"
@@ -97,6 +98,9 @@ typedef struct weir__coord_opts {
     const char *etcd_endpoints;
     const char *etcd_cluster;
     int etcd_lease_ttl_s;
+    /* How etcd is reached (cluster/etcd.h, weir__etcd_opts): TLS to
+     * https:// members, etcd's auth (the password itself, never logged). */
+    weir__etcd_opts etcd;
     void (*on_standby)(void *arg, const char *ha_dir);
     /* Once listening: the port bound (the CLI prints it); the HTTP port
      * (when http). */

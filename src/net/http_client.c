@@ -521,7 +521,8 @@ static void idle_put(weir_http_client *c, pool *p, conn *k)
     close_all(c, &dead);
 }
 
-static int conn_open(weir_http_client *c, pool *p, int64_t deadline, conn **out)
+static int conn_open(weir_http_client *c, pool *p, int64_t deadline, conn **out, char *msg,
+                     size_t cap)
 {
     conn *k = calloc(1, sizeof(*k));
     if (!k)
@@ -530,7 +531,9 @@ static int conn_open(weir_http_client *c, pool *p, int64_t deadline, conn **out)
     k->rbuf = malloc(RBUF_SIZE);
     int r = k->rbuf ? weir_http_parser_init(&k->parser, WEIR_HTTP_RESPONSE, &c->limits) : -ENOMEM;
     if (r == 0)
-        r = p->tr->connect(p->tr->ctx, p->host, p->port, deadline, &k->tc);
+        r = p->tr->connect_msg
+                ? p->tr->connect_msg(p->tr->ctx, p->host, p->port, deadline, &k->tc, msg, cap)
+                : p->tr->connect(p->tr->ctx, p->host, p->port, deadline, &k->tc);
     if (r < 0) {
         weir_http_parser_close(&k->parser);
         free(k->rbuf);
@@ -1254,8 +1257,9 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
         }
         conn *k = fresh_only ? NULL : idle_take(c, p);
         int reused = k != NULL;
-        if (!k && (r = conn_open(c, p, deadline, &k)) < 0) {
-            why = "could not connect";
+        resp->priv.why[0] = '\0';
+        if (!k && (r = conn_open(c, p, deadline, &k, resp->priv.why, sizeof(resp->priv.why))) < 0) {
+            why = resp->priv.why[0] ? resp->priv.why : "could not connect";
             break;
         }
         int keep = 0, got = 0;
@@ -1291,7 +1295,7 @@ int weir_http_client_do(weir_http_client *c, const weir_http_client_req *req,
     weir_http_buf_close(&head);
     if (r < 0) {
         /* exchange() leaves resp untouched on failure. */
-        if (r == -ETIMEDOUT)
+        if (r == -ETIMEDOUT && why != resp->priv.why)
             why = "the request's deadline passed";
         return fail(resp, r, why);
     }

@@ -793,6 +793,29 @@ ssize_t weir_tls_read(weir_tls *t, void *buf, size_t len, int64_t deadline)
     return (ssize_t)a.done;
 }
 
+int weir_tls_idle_check(weir_tls *t)
+{
+    if (!t)
+        return -EINVAL;
+    /* One peek, never a wait: it reads what the socket holds without
+     * blocking (the BIO reads with MSG_DONTWAIT), handles post-handshake
+     * messages such as TLS 1.3 session tickets, and says whether
+     * application bytes remain. */
+    unsigned char b;
+    size_t n = 0;
+    short events = 0;
+    pthread_mutex_lock(&t->mu);
+    ERR_clear_error();
+    int r = SSL_peek_ex(t->ssl, &b, 1, &n);
+    int f = r > 0 ? 0 : failure(t, OP_READ, r, &events);
+    pthread_mutex_unlock(&t->mu);
+    if (r > 0)
+        return -EBADMSG;
+    if (f == 1)
+        return -ECONNRESET; /* close_notify */
+    return f;
+}
+
 int weir_tls_write(weir_tls *t, const void *buf, size_t len, int64_t deadline)
 {
     if (!t || (!buf && len))

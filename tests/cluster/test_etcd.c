@@ -26,14 +26,24 @@
 #include "base/alloc.h"
 #include "cluster/etcd.h"
 #include "test.h"
+#include "test_certs.h"
 #include "weir/http.h"
 #include "weir/rt.h"
 
 #define ETCD_BIN "/usr/bin/etcd"
 
-static pid_t etcd_pid;
-static char etcd_dir[64];
-static char etcd_url[64];
+/* An etcd of the test's: 0 the plain one most tests share, 1 https with
+ * client certificates, 2 auth enabled. */
+typedef struct etcd_inst {
+    pid_t pid;
+    char dir[64];
+    char url[64];
+    char ctl[512]; /* "etcdctl --endpoints=URL [TLS flags]" */
+} etcd_inst;
+static etcd_inst insts[3];
+#define etcd_url  (insts[0].url)
+#define ETCD_TLS  1
+#define ETCD_AUTH 2
 
 /* ---- the etcd under test ------------------------------------------------------------- */
 static int free_port(void)
@@ -61,56 +71,41 @@ static void rm_rf(const char *d)
 
 static void etcd_stop(void)
 {
-    if (etcd_pid > 0) {
-        kill(etcd_pid, SIGTERM);
-        waitpid(etcd_pid, NULL, 0);
-        etcd_pid = 0;
-    }
-    if (etcd_dir[0]) {
-        rm_rf(etcd_dir);
-        etcd_dir[0] = '\0';
+    for (int i = 0; i < 3; i++) {
+        etcd_inst *x = &insts[i];
+        if (x->pid > 0) {
+            kill(x->pid, SIGTERM);
+            waitpid(x->pid, NULL, 0);
+            x->pid = 0;
+        }
+        if (x->dir[0]) {
+            rm_rf(x->dir);
+            x->dir[0] = '\0';
+        }
     }
 }
 
 /* A failed CHECK aborts: take etcd and its directory down first. */
 static void on_abort(int sig)
 {
-    if (etcd_pid > 0) {
-        kill(etcd_pid, SIGKILL);
-        waitpid(etcd_pid, NULL, 0);
+    for (int i = 0; i < 3; i++) {
+        if (insts[i].pid > 0) {
+            kill(insts[i].pid, SIGKILL);
+            waitpid(insts[i].pid, NULL, 0);
+        }
+        if (insts[i].dir[0])
+            rm_rf(insts[i].dir);
     }
-    if (etcd_dir[0])
-        rm_rf(etcd_dir);
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-/* GET /health answers {"health":"true"} (plain blocking sockets: no runtime). */
-static int etcd_healthy(int port)
+/* Run "CTL args" (an etcdctl command line); its exit status. */
+static int ctl(const etcd_inst *x, const char *args)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return 0;
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {.tv_sec = 1};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    int ok = 0;
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-        const char *q = "GET /health HTTP/1.0\r\n\r\n";
-        if (write(fd, q, strlen(q)) == (ssize_t)strlen(q)) {
-            char buf[2048];
-            size_t n = 0;
-            ssize_t r;
-            while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-                n += (size_t)r;
-            buf[n] = '\0';
-            ok = strstr(buf, "\"health\":\"true\"") != NULL;
-        }
-    }
-    close(fd);
-    return ok;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s %s >/dev/null 2>&1", x->ctl, args);
+    return system(cmd);
 }
 
 static void sleep_ms(int ms)
@@ -119,28 +114,39 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Start etcd once per test binary (from the main thread, before any
- * runtime); etcd_url is its client URL. */
-static void etcd_up(void)
+/* Start etcd number i once per test binary (from the main thread, before
+ * any runtime); insts[i].url is its client URL. ETCD_TLS serves https
+ * with certs_file("server.pem") and asks for client certificates signed
+ * by ca.pem (certs_make first). */
+static void etcd_start(int i)
 {
-    if (etcd_pid > 0)
+    etcd_inst *x = &insts[i];
+    if (x->pid > 0)
         return;
     if (access(ETCD_BIN, X_OK) != 0)
         TEST__FAIL("etcd not found: run scripts/deps.sh (etcd-server)");
-    snprintf(etcd_dir, sizeof(etcd_dir), "/tmp/weir-test-etcd-XXXXXX");
-    CHECK(mkdtemp(etcd_dir));
-    signal(SIGABRT, on_abort);
-    atexit(etcd_stop);
+    snprintf(x->dir, sizeof(x->dir), "/tmp/weir-test-etcd-XXXXXX");
+    CHECK(mkdtemp(x->dir));
+    static int hooked;
+    if (!hooked++) {
+        signal(SIGABRT, on_abort);
+        atexit(etcd_stop);
+    }
     int cport = free_port(), pport = free_port();
     while (pport == cport)
         pport = free_port();
     char data[128], log[128], client[64], peer[64], cluster[96];
-    snprintf(data, sizeof(data), "%s/data", etcd_dir);
-    snprintf(log, sizeof(log), "%s/etcd.log", etcd_dir);
-    snprintf(client, sizeof(client), "http://127.0.0.1:%d", cport);
+    snprintf(data, sizeof(data), "%s/data", x->dir);
+    snprintf(log, sizeof(log), "%s/etcd.log", x->dir);
+    snprintf(client, sizeof(client), "%s://127.0.0.1:%d", i == ETCD_TLS ? "https" : "http", cport);
     snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", pport);
     snprintf(cluster, sizeof(cluster), "default=%s", peer);
-    snprintf(etcd_url, sizeof(etcd_url), "%s", client);
+    snprintf(x->url, sizeof(x->url), "%s", client);
+    if (i == ETCD_TLS)
+        snprintf(x->ctl, sizeof(x->ctl), "etcdctl --endpoints=%s --cacert=%s --cert=%s --key=%s",
+                 client, certs_file("ca.pem"), certs_file("client.pem"), certs_file("client.key"));
+    else
+        snprintf(x->ctl, sizeof(x->ctl), "etcdctl --endpoints=%s", client);
     pid_t p = fork();
     CHECK(p >= 0);
     if (p == 0) {
@@ -151,20 +157,28 @@ static void etcd_up(void)
             dup2(fd, 2);
             close(fd);
         }
-        execl(ETCD_BIN, "etcd", "--name", "default", "--data-dir", data, "--listen-client-urls",
-              client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-              "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, (char *)NULL);
+        if (i == ETCD_TLS)
+            execl(ETCD_BIN, "etcd", "--name", "default", "--data-dir", data, "--listen-client-urls",
+                  client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                  "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+                  "--cert-file", certs_file("server.pem"), "--key-file", certs_file("server.key"),
+                  "--trusted-ca-file", certs_file("ca.pem"), "--client-cert-auth", (char *)NULL);
+        else
+            execl(ETCD_BIN, "etcd", "--name", "default", "--data-dir", data, "--listen-client-urls",
+                  client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                  "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+                  (char *)NULL);
         _exit(127);
     }
-    etcd_pid = p;
+    x->pid = p;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        if (etcd_healthy(cport))
+        if (ctl(x, "--command-timeout=1s endpoint health") == 0)
             return;
         int st;
-        if (waitpid(etcd_pid, &st, WNOHANG) == etcd_pid) {
-            etcd_pid = 0;
+        if (waitpid(x->pid, &st, WNOHANG) == x->pid) {
+            x->pid = 0;
             char cmd[256];
             snprintf(cmd, sizeof(cmd), "tail -20 '%s' >&2", log);
             if (system(cmd) != 0)
@@ -176,6 +190,11 @@ static void etcd_up(void)
             TEST__FAIL("etcd on %s not healthy after 20 s", client);
         sleep_ms(100);
     }
+}
+
+static void etcd_up(void)
+{
+    etcd_start(0);
 }
 
 /* Run fn(arg) as a fiber on a runtime of two threads. */
@@ -427,6 +446,222 @@ TEST(an_endpoint_list_fails_over_past_a_dead_member)
     CHECK_EQ(run(failover_main, NULL), 0);
 }
 
+/* ---- over https, with client certificates ---------------------------------------------- */
+static weir__etcd *open_opts_ok(const char *eps, const weir__etcd_opts *o)
+{
+    char msg[1024] = "";
+    weir__etcd *e = NULL;
+    int rc = weir__etcd_open_opts(eps, 10, o, &e, msg, sizeof(msg));
+    if (rc != 0)
+        TEST__FAIL("weir__etcd_open_opts(%s): %d %s", eps, rc, msg);
+    return e;
+}
+
+static intptr_t tls_main(void *arg)
+{
+    (void)arg;
+    const char *url = insts[ETCD_TLS].url, *key = "/weir/test/tls";
+    weir__etcd_opts o = {.ca_file = certs_file("ca.pem"),
+                         .cert_file = certs_file("client.pem"),
+                         .key_file = certs_file("client.key")};
+    weir__etcd *a = open_opts_ok(url, &o), *b = open_opts_ok(url, &o);
+    char holder[256] = "", msg[1024] = "";
+    uint64_t ea = 0, eb = 0;
+    CHECK_EQ(campaign(a, key, "host-a:7000", &ea, holder, sizeof(holder)), 1);
+    CHECK_EQ(campaign(b, key, "host-b:7001", &eb, holder, sizeof(holder)), 0);
+    CHECK_STR(holder, "host-a:7000");
+    CHECK_EQ(eb, ea);
+    int ttl = 0;
+    CHECK_EQ(weir__etcd_keepalive(a, &ttl, msg, sizeof(msg)), 0);
+    CHECK_GT(ttl, 0);
+    CHECK_EQ(weir__etcd_resign(a, msg, sizeof(msg)), 0);
+    CHECK_EQ(campaign(b, key, "host-b:7001", &eb, holder, sizeof(holder)), 1);
+    CHECK_GT(eb, ea);
+    CHECK_EQ(weir__etcd_resign(b, msg, sizeof(msg)), 0);
+    CHECK_STR(weir__etcd_endpoint(a), url);
+    weir__etcd_close(a);
+    weir__etcd_close(b);
+
+    /* An authority that did not sign etcd's certificate: refused, saying so. */
+    weir__etcd_opts wrong = o;
+    wrong.ca_file = certs_file("other-ca.pem");
+    weir__etcd *w = open_opts_ok(url, &wrong);
+    int rc = weir__etcd_campaign(w, key, "w", &ea, NULL, 0, msg, sizeof(msg));
+    printf("    wrong CA: %d %s\n", rc, msg);
+    CHECK_EQ(rc, -EPROTO);
+    CHECK_HAS(msg, url);
+    CHECK_HAS(msg, "not signed by the configured CA file");
+    CHECK_HAS(msg, "other-ca.pem");
+    weir__etcd_close(w);
+
+    /* No client certificate: etcd (--client-cert-auth) refuses the handshake. */
+    weir__etcd_opts bare = {.ca_file = certs_file("ca.pem")};
+    w = open_opts_ok(url, &bare);
+    rc = weir__etcd_campaign(w, key, "w", &ea, NULL, 0, msg, sizeof(msg));
+    printf("    no client certificate: %d %s\n", rc, msg);
+    CHECK_LT(rc, 0);
+    CHECK_HAS(msg, url);
+    weir__etcd_close(w);
+    return 0;
+}
+
+TEST(over_https_with_client_certificates)
+{
+    certs_make();
+    etcd_start(ETCD_TLS);
+    CHECK_EQ(run(tls_main, NULL), 0);
+}
+
+static void tls_refused(const char *eps, const weir__etcd_opts *o, const char *needle)
+{
+    char msg[1024] = "";
+    weir__etcd *e = (weir__etcd *)1;
+    int rc = weir__etcd_open_opts(eps, 10, o, &e, msg, sizeof(msg));
+    if (rc != -EINVAL)
+        TEST__FAIL("\"%s\" not refused: %d %s", eps, rc, msg);
+    CHECK(e == NULL);
+    CHECK_HAS(msg, needle);
+}
+
+TEST(tls_and_auth_options_are_checked_at_open)
+{
+    certs_make();
+    weir__etcd_opts none = {0}, ca = {.ca_file = certs_file("ca.pem")};
+    tls_refused("https://h:1", &none, "CA file");
+    tls_refused("https://h:1,http://h:2", &ca, "mixed");
+    tls_refused("http://h:1", &ca, "needs https://");
+    weir__etcd_opts half = ca;
+    half.cert_file = certs_file("client.pem");
+    tls_refused("https://h:1", &half, "its key");
+    weir__etcd_opts missing = {.ca_file = "/nonexistent/ca.pem"};
+    tls_refused("https://h:1", &missing, "/nonexistent/ca.pem");
+    weir__etcd_opts mismatched = ca;
+    mismatched.cert_file = certs_file("client.pem");
+    mismatched.key_file = certs_file("rogue.key");
+    tls_refused("https://h:1", &mismatched, "rogue.key");
+    weir__etcd_opts nopw = {.user = "u"};
+    tls_refused("http://h:1", &nopw, "password");
+    weir__etcd *e = open_opts_ok("https://h:1", &ca);
+    CHECK_STR(weir__etcd_endpoint(e), "https://h:1");
+    weir__etcd_close(e);
+}
+
+/* ---- with etcd's auth ------------------------------------------------------------------ */
+/* POST body to the auth etcd's path with token (NULL: none); the status. */
+static int gateway(const char *path, const char *token, const char *body, char *out, size_t cap)
+{
+    weir_http_client *h = weir_http_client_new(NULL);
+    CHECK(h != NULL);
+    char url[256];
+    snprintf(url, sizeof(url), "%s%s", insts[ETCD_AUTH].url, path);
+    weir_http_header hd[1] = {{{"Authorization", 13}, {token, token ? strlen(token) : 0}}};
+    weir_http_client_req q = {.method = "POST",
+                              .url = url,
+                              .headers = hd,
+                              .nheaders = token ? 1 : 0,
+                              .body = body,
+                              .body_len = strlen(body),
+                              .deadline = weir_time_after_ms(10000)};
+    weir_http_client_resp r;
+    CHECK_EQ(weir_http_client_do(h, &q, &r), 0);
+    if (out)
+        snprintf(out, cap, "%s", r.body);
+    int st = r.status;
+    weir_http_client_resp_free(&r);
+    weir_http_client_free(h);
+    return st;
+}
+
+/* Turn auth off and on again (etcd then forgets every token it gave). */
+static void auth_cycle(void)
+{
+    char body[1024], tok[256];
+    CHECK_EQ(gateway("/v3/auth/authenticate", NULL, "{\"name\":\"root\",\"password\":\"rootpw\"}",
+                     body, sizeof(body)),
+             200);
+    char *t = strstr(body, "\"token\":\"");
+    CHECK(t != NULL);
+    t += 9;
+    size_t n = strcspn(t, "\"");
+    CHECK_LT(n, sizeof(tok));
+    memcpy(tok, t, n);
+    tok[n] = '\0';
+    CHECK_EQ(gateway("/v3/auth/disable", tok, "{}", NULL, 0), 200);
+    CHECK_EQ(gateway("/v3/auth/enable", NULL, "{}", NULL, 0), 200);
+}
+
+static intptr_t auth_main(void *arg)
+{
+    (void)arg;
+    const char *url = insts[ETCD_AUTH].url, *key = "/weir/test/auth";
+    weir__etcd_opts o = {.user = "tester", .password = "testpw"};
+    weir__etcd *a = open_opts_ok(url, &o);
+    char holder[256] = "", msg[1024] = "";
+    uint64_t ea = 0, e2 = 0;
+    CHECK_EQ(campaign(a, key, "host-a:7000", &ea, holder, sizeof(holder)), 1);
+    CHECK_EQ(weir__etcd_keepalive(a, NULL, msg, sizeof(msg)), 0);
+
+    /* Without auth the key is not to be read. */
+    weir__etcd *anon = open_ok(url, 10);
+    int rc = weir__etcd_leader(anon, key, NULL, 0, NULL, msg, sizeof(msg));
+    printf("    no user: %d %s\n", rc, msg);
+    CHECK_LT(rc, 0);
+    weir__etcd_close(anon);
+
+    /* etcd forgets the token: the next requests authenticate again. */
+    auth_cycle();
+    int ttl = 0;
+    rc = weir__etcd_keepalive(a, &ttl, msg, sizeof(msg));
+    if (rc != 0)
+        fprintf(stderr, "keepalive after the token went: %d %s\n", rc, msg);
+    CHECK_EQ(rc, 0);
+    CHECK_GT(ttl, 0);
+    auth_cycle();
+    CHECK_EQ(campaign(a, key, "host-a:7000", &e2, NULL, 0), 1);
+    CHECK_EQ(e2, ea);
+    auth_cycle();
+    CHECK_EQ(weir__etcd_resign(a, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_leader(a, key, NULL, 0, NULL, msg, sizeof(msg)), 0);
+    weir__etcd_close(a);
+
+    /* A wrong password: authentication failed, naming the user, not the password. */
+    weir__etcd_opts wrong = {.user = "tester", .password = "s3cr3t-wrong"};
+    weir__etcd *w = open_opts_ok(url, &wrong);
+    rc = weir__etcd_campaign(w, key, "w", &ea, NULL, 0, msg, sizeof(msg));
+    printf("    wrong password: %d %s\n", rc, msg);
+    CHECK_EQ(rc, -EACCES);
+    CHECK_HAS(msg, "authentication as user \"tester\" failed");
+    CHECK(strstr(msg, "s3cr3t") == NULL);
+    CHECK_EQ(weir__etcd_lease(w), 0);
+    weir__etcd_close(w);
+
+    /* A user whose role does not cover the key: refused. */
+    weir__etcd_opts other = {.user = "outsider", .password = "outpw"};
+    w = open_opts_ok(url, &other);
+    rc = weir__etcd_campaign(w, key, "w", &ea, NULL, 0, msg, sizeof(msg));
+    printf("    no permission: %d %s\n", rc, msg);
+    CHECK_EQ(rc, -EPERM);
+    weir__etcd_close(w);
+    return 0;
+}
+
+TEST(with_etcd_auth_a_token_and_authenticating_again)
+{
+    etcd_start(ETCD_AUTH);
+    const etcd_inst *x = &insts[ETCD_AUTH];
+    const char *setup[] = {"user add root:rootpw",
+                           "role add weir",
+                           "role grant-permission weir --prefix=true readwrite /weir/",
+                           "user add tester:testpw",
+                           "user grant-role tester weir",
+                           "user add outsider:outpw",
+                           "auth enable"};
+    for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++)
+        if (ctl(x, setup[i]) != 0)
+            TEST__FAIL("%s %s failed", x->ctl, setup[i]);
+    CHECK_EQ(run(auth_main, NULL), 0);
+}
+
 /* ---- without etcd ---------------------------------------------------------------------- */
 static void refused(const char *eps, const char *needle1, const char *needle2)
 {
@@ -452,7 +687,8 @@ TEST(malformed_endpoint_lists_are_refused_naming_the_entry)
     refused("http://h:12x", "\"http://h:12x\"", NULL);
     refused("http://a:1,,http://b:2", "endpoint 2", "empty");
     refused("http://a:1,http://b:2,", "endpoint 3", "empty");
-    refused("http://a:1,https://b:2", "endpoint 2 \"https://b:2\"", "TLS");
+    refused("http://a:1,https://b:2", "endpoint 2 \"https://b:2\"", "mixed");
+    refused("https://a:1", "CA file", NULL);
     refused("http://h:1/v3", "\"http://h:1/v3\"", "path");
     refused("http://user@h:1", "\"http://user@h:1\"", NULL);
     refused("http://[::1:2379", "IPv6", NULL);

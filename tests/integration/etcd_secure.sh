@@ -1,0 +1,180 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# etcd_secure.sh WEIR_COMMAND
+#
+# Coordinators electing through an etcd reached over https and through
+# one with auth enabled (Debian's etcd-server, started here on loopback;
+# certificates made with the openssl command):
+#
+#   - https with client certificates (etcd --client-cert-auth): the first
+#     coordinator (--etcd-ca, --etcd-cert, --etcd-key) leads, the second
+#     stands by and leads once the first is stopped; one whose --etcd-ca is
+#     another authority stands by, its log saying the certificate is not
+#     signed by that CA file;
+#   - auth: with --etcd-user and --etcd-password env://VAR the coordinator
+#     leads, and the password is in none of its output; a wrong password
+#     stops the node with a message that authentication failed for that
+#     user (the password nowhere), an unset variable is refused at start
+#     (exit 2) naming the variable.
+set -eu
+weir=$1
+tmp=$(mktemp -d /tmp/weir-etcd-secure-XXXXXX)
+pids=""
+cleanup() {
+    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+[ -z "${KEEP:-}" ] || trap - EXIT
+
+fail() {
+    echo "etcd_secure.sh: FAIL: $*" >&2
+    for f in "$tmp"/*.out "$tmp"/*.log; do
+        [ -f "$f" ] || continue
+        echo "--- $f" >&2
+        tail -n 30 "$f" >&2
+    done
+    exit 1
+}
+
+wait_for() { # wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds
+    limit=$(($1 * 20))
+    shift
+    i=0
+    while ! "$@" >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ $i -lt $limit ] || return 1
+        sleep 0.05
+    done
+}
+
+[ -x /usr/bin/etcd ] || fail "etcd not found: run scripts/deps.sh (etcd-server)"
+command -v openssl >/dev/null 2>&1 || fail "openssl not found: run scripts/deps.sh (openssl)"
+
+# ---- certificates ----
+ca() {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj "/CN=weir test $1" -keyout "$tmp/$1.key" -out "$tmp/$1.crt" 2>/dev/null ||
+        fail "openssl could not make the authority $1"
+}
+cert() { # cert NAME CA SAN
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+        -keyout "$tmp/$1.key" -out "$tmp/$1.csr" 2>/dev/null || fail "openssl: request for $1"
+    printf 'subjectAltName=%s\n' "$3" >"$tmp/$1.ext"
+    openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.crt" -CAkey "$tmp/$2.key" \
+        -CAcreateserial -days 2 -extfile "$tmp/$1.ext" -out "$tmp/$1.crt" 2>/dev/null ||
+        fail "openssl: signing $1"
+}
+ca ca
+ca other-ca
+cert server ca "DNS:localhost,IP:127.0.0.1"
+cert client ca "DNS:weir-coordinator"
+
+# ---- etcd: start_etcd SCHEME [ARGS...] sets eport, etcd_pid, ctl ----
+start_etcd() {
+    scheme=$1
+    shift
+    tries=0
+    while :; do
+        tries=$((tries + 1))
+        [ $tries -le 5 ] || fail "etcd did not start"
+        eport=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000))
+        pport=$((eport + 1))
+        rm -rf "$tmp/etcd"
+        /usr/bin/etcd --name weir-test --data-dir "$tmp/etcd" \
+            --listen-client-urls "$scheme://127.0.0.1:$eport" \
+            --advertise-client-urls "$scheme://127.0.0.1:$eport" \
+            --listen-peer-urls "http://127.0.0.1:$pport" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+            --initial-cluster "weir-test=http://127.0.0.1:$pport" "$@" >"$tmp/etcd.log" 2>&1 &
+        etcd_pid=$!
+        pids="$pids $etcd_pid"
+        ctl="etcdctl --endpoints=$scheme://127.0.0.1:$eport"
+        [ "$scheme" = http ] ||
+            ctl="$ctl --cacert=$tmp/ca.crt --cert=$tmp/client.crt --key=$tmp/client.key"
+        # shellcheck disable=SC2086 # $ctl is a command line
+        if wait_for 20 $ctl --command-timeout=1s endpoint health; then
+            return 0
+        fi
+        kill -KILL "$etcd_pid" 2>/dev/null || true
+    done
+}
+stop_etcd() {
+    kill -TERM "$etcd_pid" 2>/dev/null || true
+    wait "$etcd_pid" 2>/dev/null || true
+}
+
+ha="$tmp/ha"
+start_coordinator() { # start_coordinator NAME FLAGS...: sets c_NAME to its pid
+    name=$1
+    shift
+    WEIR_LOG=info "$weir" node --role=coordinator --bind-host 127.0.0.1 --port 0 --ha-dir "$ha" \
+        --etcd-lease-ttl-s 2 --etcd-cluster "t$eport" "$@" >"$tmp/$name.out" 2>"$tmp/$name.log" &
+    eval "c_$name=\$!"
+    pids="$pids $!"
+}
+leads() { grep -q "listening on 127.0.0.1:" "$tmp/$1.out"; }
+stands_by() { grep -q "standing by in $ha" "$tmp/$1.out"; }
+
+# ---- https with client certificates ----
+start_etcd https --cert-file "$tmp/server.crt" --key-file "$tmp/server.key" \
+    --trusted-ca-file "$tmp/ca.crt" --client-cert-auth
+eps="https://127.0.0.1:$eport"
+tlsflags="--etcd-endpoints $eps --etcd-ca $tmp/ca.crt --etcd-cert $tmp/client.crt --etcd-key $tmp/client.key"
+# shellcheck disable=SC2086 # $tlsflags is a list of flags
+start_coordinator a $tlsflags
+wait_for 30 leads a || fail "coordinator a did not lead over https"
+# shellcheck disable=SC2086
+start_coordinator b $tlsflags
+wait_for 30 stands_by b || fail "coordinator b did not stand by"
+start_coordinator x --etcd-endpoints "$eps" --etcd-ca "$tmp/other-ca.crt" \
+    --etcd-cert "$tmp/client.crt" --etcd-key "$tmp/client.key"
+wait_for 30 grep -q "is not signed by the configured CA file $tmp/other-ca.crt" "$tmp/x.log" ||
+    fail "a coordinator with the wrong --etcd-ca did not say so"
+leads x && fail "a coordinator with the wrong --etcd-ca leads"
+# shellcheck disable=SC2154 # c_a, c_x: set by start_coordinator
+kill -TERM "$c_a" "$c_x"
+wait "$c_a" || true
+wait "$c_x" || true
+wait_for 30 leads b || fail "coordinator b did not lead after a stopped"
+# shellcheck disable=SC2154
+kill -TERM "$c_b"
+wait "$c_b" || true
+stop_etcd
+echo "etcd_secure.sh: https with client certificates: ok"
+
+# ---- auth ----
+ha="$tmp/ha-auth" # this etcd's revisions start again: a directory of its own
+start_etcd http
+for c in "user add root:rootpw" "role add weir" \
+    "role grant-permission weir --prefix=true readwrite /weir/" \
+    "user add tester:pw-Xq7-tester" "user grant-role tester weir" "auth enable"; do
+    # shellcheck disable=SC2086 # $ctl and $c are command lines
+    $ctl $c >/dev/null 2>&1 || fail "etcdctl $c"
+done
+eps="http://127.0.0.1:$eport"
+WEIR_ETCD_PW=pw-Xq7-tester
+export WEIR_ETCD_PW
+start_coordinator a --etcd-endpoints "$eps" --etcd-user tester --etcd-password env://WEIR_ETCD_PW
+wait_for 30 leads a || fail "coordinator a did not lead with etcd's auth"
+WEIR_ETCD_PW=wrong-Zk9-password
+start_coordinator w --etcd-endpoints "$eps" --etcd-user tester --etcd-password env://WEIR_ETCD_PW
+rc=0
+# shellcheck disable=SC2154 # c_w: set by start_coordinator
+wait "$c_w" || rc=$?
+[ $rc -ne 0 ] || fail "a coordinator with a wrong password did not stop"
+grep -q 'authentication as user "tester" failed' "$tmp/w.log" ||
+    fail "a wrong password: no 'authentication as user \"tester\" failed'"
+unset WEIR_ETCD_PW
+rc=0
+"$weir" node --role=coordinator --ha-dir "$ha" --etcd-endpoints "$eps" --etcd-user tester \
+    --etcd-password env://WEIR_ETCD_PW >"$tmp/u.out" 2>"$tmp/u.log" || rc=$?
+[ $rc -eq 2 ] || fail "an unset password variable: exit $rc, not 2"
+grep -q 'WEIR_ETCD_PW' "$tmp/u.log" || fail "an unset password variable is not named"
+kill -TERM "$c_a"
+wait "$c_a" || true
+if grep -l -e pw-Xq7 -e Zk9 "$tmp"/*.out "$tmp"/*.log >/dev/null 2>&1; then
+    fail "a password is in the output: $(grep -l -e pw-Xq7 -e Zk9 "$tmp"/*.out "$tmp"/*.log)"
+fi
+stop_etcd
+echo "etcd_secure.sh: auth: ok"
