@@ -27,7 +27,7 @@
 #include "test.h"
 
 static char certs_dir[64];
-static char certs_paths[16][128];
+static char certs_paths[32][128];
 static int certs_n;
 
 static const char *certs_file(const char *name)
@@ -35,7 +35,7 @@ static const char *certs_file(const char *name)
     for (int i = 0; i < certs_n; i++)
         if (strcmp(strrchr(certs_paths[i], '/') + 1, name) == 0)
             return certs_paths[i];
-    CHECK_LT(certs_n, 16);
+    CHECK_LT(certs_n, 32);
     snprintf(certs_paths[certs_n], sizeof(certs_paths[0]), "%s/%s", certs_dir, name);
     return certs_paths[certs_n++];
 }

@@ -26,6 +26,7 @@
 #include <openssl/x509v3.h>
 
 #include "test.h"
+#include "test_certs.h"
 #include "test_rt.h"
 #include "weir/io.h"
 #include "weir/net.h"
@@ -53,144 +54,25 @@ static weir_task *spawn(weir_task_fn fn, void *arg)
 }
 
 /* ---- certificates --------------------------------------------------------------------- */
-static char dir[64];
-static char path_buf[32][128];
-static int npaths;
-
-static const char *file(const char *name)
-{
-    for (int i = 0; i < npaths; i++)
-        if (strcmp(strrchr(path_buf[i], '/') + 1, name) == 0)
-            return path_buf[i];
-    CHECK_LT(npaths, 32);
-    snprintf(path_buf[npaths], sizeof(path_buf[npaths]), "%s/%s", dir, name);
-    return path_buf[npaths++];
-}
-
-static void add_ext(X509 *x, X509 *issuer, int nid, const char *value)
-{
-    X509V3_CTX v3;
-    X509V3_set_ctx(&v3, issuer, x, NULL, NULL, 0);
-    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &v3, nid, value);
-    CHECK(e != NULL);
-    CHECK_EQ(X509_add_ext(x, e, -1), 1);
-    X509_EXTENSION_free(e);
-}
-
-static EVP_PKEY *keygen(void)
-{
-    EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    CHECK(k != NULL);
-    return k;
-}
-
-/* A certificate for key, named cn, signed by issuer (NULL: self-signed CA). */
-static X509 *make_cert(EVP_PKEY *key, const char *cn, X509 *issuer, EVP_PKEY *issuer_key,
-                       const char *san)
-{
-    static long serial = 1;
-    X509 *x = X509_new();
-    CHECK(x != NULL);
-    CHECK_EQ(X509_set_version(x, 2), 1);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), serial++);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 3600L * 24 * 30);
-    CHECK_EQ(X509_set_pubkey(x, key), 1);
-    X509_NAME *name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, (const unsigned char *)"weir tests", -1, -1,
-                               0);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
-    CHECK_EQ(X509_set_issuer_name(x, issuer ? X509_get_subject_name(issuer) : name), 1);
-    X509 *iss = issuer ? issuer : x;
-    add_ext(x, iss, NID_subject_key_identifier, "hash");
-    add_ext(x, iss, NID_authority_key_identifier, "keyid:always");
-    if (!issuer) {
-        add_ext(x, iss, NID_basic_constraints, "critical,CA:TRUE");
-        add_ext(x, iss, NID_key_usage, "critical,keyCertSign,cRLSign");
-    } else {
-        add_ext(x, iss, NID_basic_constraints, "critical,CA:FALSE");
-        add_ext(x, iss, NID_key_usage, "critical,digitalSignature,keyEncipherment");
-        add_ext(x, iss, NID_ext_key_usage, "serverAuth,clientAuth");
-        if (san)
-            add_ext(x, iss, NID_subject_alt_name, san);
-    }
-    CHECK_GT(X509_sign(x, issuer ? issuer_key : key, EVP_sha256()), 0);
-    return x;
-}
-
-static void write_cert(X509 *x, const char *name)
-{
-    FILE *f = fopen(file(name), "w");
-    CHECK(f != NULL);
-    CHECK_EQ(PEM_write_X509(f, x), 1);
-    CHECK_EQ(fclose(f), 0);
-}
-
-static void write_key(EVP_PKEY *k, const char *name)
-{
-    FILE *f = fopen(file(name), "w");
-    CHECK(f != NULL);
-    CHECK_EQ(PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL), 1);
-    CHECK_EQ(fclose(f), 0);
-}
-
-static void remove_files(void)
-{
-    for (int i = 0; i < npaths; i++)
-        unlink(path_buf[i]);
-    if (dir[0])
-        rmdir(dir);
-}
-
-/* A leaf certificate and key signed by (ca, ca_key), as name.pem / name.key. */
-static void leaf(const char *name, const char *cn, const char *san, X509 *ca, EVP_PKEY *ca_key)
-{
-    char n[64];
-    EVP_PKEY *k = keygen();
-    X509 *x = make_cert(k, cn, ca, ca_key, san);
-    snprintf(n, sizeof(n), "%s.pem", name);
-    write_cert(x, n);
-    snprintf(n, sizeof(n), "%s.key", name);
-    write_key(k, n);
-    X509_free(x);
-    EVP_PKEY_free(k);
-}
-
-/*
- * ca.pem            the authority the tests trust
- * server.pem/.key   DNS:localhost, IP:127.0.0.1 (signed by ca)
- * other.pem/.key    DNS:other.example, IP:10.0.0.1 (signed by ca)
- * client.pem/.key   a client certificate signed by ca
- * other-ca.pem      another authority; rogue.pem/.key a client it signed
- * stray.key         a key no certificate goes with; empty.pem no certificate
- */
+/* test_certs.h's set (ca, other-ca, server, other, client, rogue), and
+ * stray.key, a key no certificate goes with, and empty.pem, no certificate. */
 static void make_certs(void)
 {
-    if (dir[0])
+    static int made;
+    if (made++)
         return;
-    snprintf(dir, sizeof(dir), "/tmp/weir-tls-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL);
-    atexit(remove_files);
-    EVP_PKEY *ca_key = keygen(), *other_key = keygen();
-    X509 *ca = make_cert(ca_key, "weir test CA", NULL, NULL, NULL);
-    X509 *other_ca = make_cert(other_key, "another CA", NULL, NULL, NULL);
-    write_cert(ca, "ca.pem");
-    write_cert(other_ca, "other-ca.pem");
-    leaf("server", "localhost", "DNS:localhost,IP:127.0.0.1", ca, ca_key);
-    leaf("other", "other.example", "DNS:other.example,IP:10.0.0.1", ca, ca_key);
-    leaf("client", "worker-1", "DNS:worker-1", ca, ca_key);
-    leaf("rogue", "rogue", "DNS:rogue", other_ca, other_key);
-    EVP_PKEY *stray = keygen();
-    write_key(stray, "stray.key");
+    certs_make();
+    EVP_PKEY *stray = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    CHECK(stray != NULL);
+    FILE *f = fopen(certs_file("stray.key"), "w");
+    CHECK(f != NULL);
+    CHECK_EQ(PEM_write_PrivateKey(f, stray, NULL, NULL, 0, NULL, NULL), 1);
+    CHECK_EQ(fclose(f), 0);
     EVP_PKEY_free(stray);
-    FILE *f = fopen(file("empty.pem"), "w");
+    f = fopen(certs_file("empty.pem"), "w");
     CHECK(f != NULL);
     fputs("not a certificate\n", f);
     fclose(f);
-    X509_free(ca);
-    X509_free(other_ca);
-    EVP_PKEY_free(ca_key);
-    EVP_PKEY_free(other_key);
 }
 
 static weir_tls_ctx *server_ctx(const char *name, const char *ca)
@@ -198,8 +80,9 @@ static weir_tls_ctx *server_ctx(const char *name, const char *ca)
     char cert[64], key[64], msg[512];
     snprintf(cert, sizeof(cert), "%s.pem", name);
     snprintf(key, sizeof(key), "%s.key", name);
-    weir_tls_opts o = {
-        .cert_file = file(cert), .key_file = file(key), .ca_file = ca ? file(ca) : NULL};
+    weir_tls_opts o = {.cert_file = certs_file(cert),
+                       .key_file = certs_file(key),
+                       .ca_file = ca ? certs_file(ca) : NULL};
     weir_tls_ctx *c = weir_tls_ctx_new(1, &o, msg, sizeof(msg));
     if (!c)
         fprintf(stderr, "server ctx: %s\n", msg);
@@ -210,12 +93,12 @@ static weir_tls_ctx *server_ctx(const char *name, const char *ca)
 static weir_tls_ctx *client_ctx(const char *ca, const char *name, int no_verify_hostname)
 {
     char cert[64], key[64], msg[512];
-    weir_tls_opts o = {.ca_file = file(ca), .no_verify_hostname = no_verify_hostname};
+    weir_tls_opts o = {.ca_file = certs_file(ca), .no_verify_hostname = no_verify_hostname};
     if (name) {
         snprintf(cert, sizeof(cert), "%s.pem", name);
         snprintf(key, sizeof(key), "%s.key", name);
-        o.cert_file = file(cert);
-        o.key_file = file(key);
+        o.cert_file = certs_file(cert);
+        o.key_file = certs_file(key);
     }
     weir_tls_ctx *c = weir_tls_ctx_new(0, &o, msg, sizeof(msg));
     if (!c)
@@ -685,31 +568,39 @@ static void refused(int server, weir_tls_opts o, const char *want1, const char *
 TEST(bad_context_inputs)
 {
     make_certs();
-    const char *missing = file("missing.pem");
-    refused(1, (weir_tls_opts){.cert_file = missing, .key_file = file("server.key")},
+    const char *missing = certs_file("missing.pem");
+    refused(1, (weir_tls_opts){.cert_file = missing, .key_file = certs_file("server.key")},
             "cannot read certificate", missing);
-    refused(1, (weir_tls_opts){.cert_file = missing, .key_file = file("server.key")},
+    refused(1, (weir_tls_opts){.cert_file = missing, .key_file = certs_file("server.key")},
             "No such file", NULL);
-    refused(1, (weir_tls_opts){.cert_file = file("server.pem"), .key_file = missing},
+    refused(1, (weir_tls_opts){.cert_file = certs_file("server.pem"), .key_file = missing},
             "cannot read key", missing);
-    refused(1, (weir_tls_opts){.cert_file = file("server.key"), .key_file = file("server.key")},
-            "cannot read certificate", "server.key");
-    refused(1, (weir_tls_opts){.cert_file = file("server.pem"), .key_file = file("stray.key")},
-            "key ", "stray.key does not match certificate");
-    refused(1, (weir_tls_opts){.cert_file = file("server.pem"), .key_file = file("stray.key")},
-            "server.pem", NULL);
-    refused(1, (weir_tls_opts){.cert_file = file("server.pem")}, "needs a certificate and a key",
-            NULL);
-    refused(0, (weir_tls_opts){.cert_file = file("client.pem")}, "client certificate",
-            "client.pem");
-    refused(0, (weir_tls_opts){.cert_file = file("client.pem")}, "has no key", NULL);
-    refused(0, (weir_tls_opts){.key_file = file("client.key")}, "has no certificate", "client.key");
-    refused(0, (weir_tls_opts){.ca_file = missing}, "cannot read CA file", missing);
-    refused(0, (weir_tls_opts){.ca_file = file("empty.pem")}, "empty.pem", "no PEM certificate");
     refused(1,
-            (weir_tls_opts){.cert_file = file("server.pem"),
-                            .key_file = file("server.key"),
-                            .ca_file = file("empty.pem")},
+            (weir_tls_opts){.cert_file = certs_file("server.key"),
+                            .key_file = certs_file("server.key")},
+            "cannot read certificate", "server.key");
+    refused(
+        1,
+        (weir_tls_opts){.cert_file = certs_file("server.pem"), .key_file = certs_file("stray.key")},
+        "key ", "stray.key does not match certificate");
+    refused(
+        1,
+        (weir_tls_opts){.cert_file = certs_file("server.pem"), .key_file = certs_file("stray.key")},
+        "server.pem", NULL);
+    refused(1, (weir_tls_opts){.cert_file = certs_file("server.pem")},
+            "needs a certificate and a key", NULL);
+    refused(0, (weir_tls_opts){.cert_file = certs_file("client.pem")}, "client certificate",
+            "client.pem");
+    refused(0, (weir_tls_opts){.cert_file = certs_file("client.pem")}, "has no key", NULL);
+    refused(0, (weir_tls_opts){.key_file = certs_file("client.key")}, "has no certificate",
+            "client.key");
+    refused(0, (weir_tls_opts){.ca_file = missing}, "cannot read CA file", missing);
+    refused(0, (weir_tls_opts){.ca_file = certs_file("empty.pem")}, "empty.pem",
+            "no PEM certificate");
+    refused(1,
+            (weir_tls_opts){.cert_file = certs_file("server.pem"),
+                            .key_file = certs_file("server.key"),
+                            .ca_file = certs_file("empty.pem")},
             "empty.pem", "no PEM certificate");
     /* A context for the wrong side. */
     weir_tls_ctx *c = client_ctx("ca.pem", NULL, 0);
