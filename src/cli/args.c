@@ -191,6 +191,17 @@ int weir__cli_tls_ctx(const char *cmd, const weir__cli_tls *t, int server, weir_
     return CLI_OK;
 }
 
+const char *weir__cli_fmt_rate(double v, char *buf, size_t cap)
+{
+    if (v >= 1e6)
+        snprintf(buf, cap, "%.2fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(buf, cap, "%.1fk", v / 1e3);
+    else
+        snprintf(buf, cap, "%.0f", v);
+    return buf;
+}
+
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm)
 {
     if (wm == WEIR_WATERMARK_MIN)

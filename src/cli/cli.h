@@ -155,6 +155,8 @@ int weir__cli_etcd_check(const char *cmd, weir__cli_etcd *t, const char *endpoin
 
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);
+/* A rate (records per second) as "1234", "12.3k" or "4.56M" into buf: buf. */
+const char *weir__cli_fmt_rate(double v, char *buf, size_t cap);
 
 /*
  * A job's end as `weir run` and `weir submit` print it, on stderr: the

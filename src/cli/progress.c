@@ -44,17 +44,6 @@ static double num(const json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
-static const char *si(double v, char *buf, size_t cap)
-{
-    if (v >= 1e6)
-        snprintf(buf, cap, "%.2fM", v / 1e6);
-    else if (v >= 1e4)
-        snprintf(buf, cap, "%.1fk", v / 1e3);
-    else
-        snprintf(buf, cap, "%.0f", v);
-    return buf;
-}
-
 /* The line for the job's detail d into buf. */
 static void format_line(const json_t *d, double secs, char *buf, size_t cap)
 {
@@ -102,7 +91,8 @@ static void format_line(const json_t *d, double secs, char *buf, size_t cap)
     snprintf(buf, cap,
              "[%5.0fs] sources %.0f rec (%s/s)  sinks %.0f rec (%s/s)%s  watermark %s  checkpoint "
              "%s%s%s",
-             secs, in, si(rin, b, sizeof(b)), out, si(rout, e, sizeof(e)), p, w, k,
+             secs, in, weir__cli_fmt_rate(rin, b, sizeof(b)), out,
+             weir__cli_fmt_rate(rout, e, sizeof(e)), p, w, k,
              state && strcmp(state, "running") ? "  " : "",
              state && strcmp(state, "running") ? state : "");
 }

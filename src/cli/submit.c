@@ -691,18 +691,6 @@ static double jnum(const json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
-/* A rate as "1234", "12.3k", "4.56M". */
-static const char *rate(double v, char *buf, size_t cap)
-{
-    if (v >= 1e6)
-        snprintf(buf, cap, "%.2fM", v / 1e6);
-    else if (v >= 1e4)
-        snprintf(buf, cap, "%.1fk", v / 1e3);
-    else
-        snprintf(buf, cap, "%.0f", v);
-    return buf;
-}
-
 /* A watermark's lag behind the wall clock, or why there is none. */
 static const char *lag(const json_t *o, char *buf, size_t cap)
 {
@@ -761,8 +749,8 @@ static void print_job(const json_t *d)
                     snprintf(line, sizeof(line), "%-*.*s  %-8s  %3d  %9s  %9s  %11.0f%%  %13s  %s",
                              w, w, jstr(o, "name", "?"), jstr(po, "kind", "?"),
                              (int)json_array_size(json_object_get(o, "subtasks")),
-                             rate(jnum(o, "records_in_per_s"), in, sizeof(in)),
-                             rate(jnum(o, "records_out_per_s"), out, sizeof(out)),
+                             weir__cli_fmt_rate(jnum(o, "records_in_per_s"), in, sizeof(in)),
+                             weir__cli_fmt_rate(jnum(o, "records_out_per_s"), out, sizeof(out)),
                              100 * jnum(o, "backpressure"), lag(o, lg, sizeof(lg)), workers));
         }
     }
