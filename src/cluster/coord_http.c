@@ -178,7 +178,7 @@ json_t *weir__coord_job_json_locked(const cjob *J)
     json_t *o = job_summary(J);
     if (!o)
         return NULL;
-    int64_t now_ms = weir__coord_wall_ms();
+    int64_t now_ms = weir__wall_ms();
     json_object_set_new(o, "now_ms", json_integer((json_int_t)now_ms));
     weir_ckpt_stats cs = {0};
     if (J->cur)

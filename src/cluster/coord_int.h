@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/wall.h"
 #include "cluster/admission.h"
 #include "cluster/job_view.h"
 #include "cluster/node.h"
@@ -177,13 +178,6 @@ struct coord {
         weir__plugin_stats seen; /* the process's plugin counters as last published */
     } m;
 };
-
-static inline int64_t weir__coord_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* m posted to w's outbox, stamped with the coordinator's epoch: every
  * coordinator-to-worker frame goes out through here (fencing). */

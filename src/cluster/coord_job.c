@@ -870,7 +870,7 @@ intptr_t weir__coord_job_main(void *arg)
                : outcome == A_CANCELLED ? WEIR__CL_JOB_CANCELLED
                                         : WEIR__CL_JOB_FAILED;
     snprintf(J->message, sizeof(J->message), "%s", jc.message);
-    J->ended_ms = (uint64_t)weir__coord_wall_ms();
+    J->ended_ms = (uint64_t)weir__wall_ms();
     J->ended = 1; /* readers route nothing more to it */
     J->ckpt_done_before = t.completed;
     weir_counter_inc(

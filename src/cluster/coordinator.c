@@ -765,7 +765,7 @@ static int job_persist(coord *c, cjob *J, char *why, size_t cap)
     pthread_mutex_lock(&c->mu);
     J->id = ++c->next_job;
     pthread_mutex_unlock(&c->mu);
-    J->submitted_ms = (uint64_t)weir__coord_wall_ms();
+    J->submitted_ms = (uint64_t)weir__wall_ms();
     hjob h = {.c = c, .J = J, .obj = job_record(J)};
     int e = h.obj ? (int)weir__blocking_run_shielded(b_job_put, &h) : -ENOMEM;
     json_decref(h.obj);
@@ -781,10 +781,9 @@ static void job_forget(coord *c, uint64_t id, const char *name, uint32_t par, ui
                        const char *state, const char *message)
 {
     hjob h = {.c = c, .id = id};
-    h.obj =
-        json_pack("{s:I, s:s, s:I, s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name,
-                  "parallelism", (json_int_t)par, "submitted_ms", (json_int_t)submitted_ms, "state",
-                  state, "message", message, "ended_ms", (json_int_t)weir__coord_wall_ms());
+    h.obj = json_pack("{s:I, s:s, s:I, s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name,
+                      "parallelism", (json_int_t)par, "submitted_ms", (json_int_t)submitted_ms,
+                      "state", state, "message", message, "ended_ms", (json_int_t)weir__wall_ms());
     int e = h.obj ? (int)weir__blocking_run_shielded(b_job_end, &h) : -ENOMEM;
     json_decref(h.obj);
     if (e < 0)
@@ -1151,7 +1150,7 @@ static int recover_one(coord *c, uint64_t id)
         uint64_t submitted = (uint64_t)json_integer_value(json_object_get(h.obj, "submitted_ms"));
         if (!stopping) {
             job_forget(c, id, name, r.s.parallelism, submitted, "failed", message);
-            job_add_ended(c, id, name, r.s.parallelism, submitted, (uint64_t)weir__coord_wall_ms(),
+            job_add_ended(c, id, name, r.s.parallelism, submitted, (uint64_t)weir__wall_ms(),
                           WEIR__CL_JOB_FAILED, message);
         }
     }
@@ -1310,7 +1309,7 @@ static const char *job_publish(coord *c, cjob *J, client *cl, uint64_t *id)
     else if (J->id > c->next_job)
         c->next_job = J->id;
     J->state = WEIR__CL_JOB_RUNNING;
-    J->submitted_ms = J->submitted_ms ? J->submitted_ms : (uint64_t)weir__coord_wall_ms();
+    J->submitted_ms = J->submitted_ms ? J->submitted_ms : (uint64_t)weir__wall_ms();
     J->t0 = weir_time_now();
     if (cl)
         atomic_fetch_add(&cl->refs, 1);

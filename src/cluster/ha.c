@@ -30,6 +30,7 @@
 
 #include "base/afile.h"
 #include "base/alloc.h"
+#include "base/wall.h"
 #include "base/log.h"
 #include "rt/rt_int.h"
 
@@ -47,13 +48,6 @@ struct weir__ha {
     uint64_t epoch;
     int64_t elected_ms; /* Unix time this process came to lead */
 };
-
-int64_t weir__ha_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int path_in(char *out, size_t cap, const char *dir, const char *name)
 {
@@ -581,7 +575,7 @@ uint64_t weir__ha_epoch(const weir__ha *ha)
 static json_t *leader_obj(const weir__ha *ha, int port)
 {
     return json_pack("{s:s, s:i, s:I, s:I}", "host", ha->host, "port", port, "time_ms",
-                     (json_int_t)weir__ha_wall_ms(), "elected_ms", (json_int_t)ha->elected_ms);
+                     (json_int_t)weir__wall_ms(), "elected_ms", (json_int_t)ha->elected_ms);
 }
 
 int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg, size_t cap)
@@ -599,7 +593,7 @@ int weir__ha_try_lead(weir__ha *ha, const char *host, uint64_t *epoch, char *msg
         return e;
     }
     snprintf(ha->host, sizeof(ha->host), "%s", host);
-    ha->elected_ms = weir__ha_wall_ms();
+    ha->elected_ms = weir__wall_ms();
     json_t *o = leader_obj(ha, 0);
     uint64_t ep = 0;
     int e = o ? weir__ha_cas_write(ha->leader, 0, o, &ep, msg, cap) : -ENOMEM;
@@ -622,7 +616,7 @@ int weir__ha_lead_at(weir__ha *ha, const char *host, uint64_t epoch, char *msg, 
     if (ha->leading && ha->epoch == epoch)
         return 0;
     snprintf(ha->host, sizeof(ha->host), "%s", host);
-    ha->elected_ms = weir__ha_wall_ms();
+    ha->elected_ms = weir__wall_ms();
     json_t *o = leader_obj(ha, 0);
     uint64_t stored = 0;
     int e = o ? weir__ha_cas_write(ha->leader, epoch, o, &stored, msg, cap) : -ENOMEM;

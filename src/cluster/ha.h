@@ -104,9 +104,6 @@ int weir__ha_read_leader(const char *dir, weir__ha_leader *out, char *msg, size_
  * clients following the leader). Same results. */
 int weir__ha_read_leader_pooled(const char *dir, weir__ha_leader *out, char *msg, size_t cap);
 
-/* Unix time in ms, the clock of the leader file's time_ms and elected_ms. */
-int64_t weir__ha_wall_ms(void);
-
 /* Give up leading (the lock released) and free ha. NULL: nothing. */
 void weir__ha_close(weir__ha *ha);
 

@@ -8,22 +8,15 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/alloc.h"
+#include "base/wall.h"
 #include "stream/plan.h"
 #include "stream/stream_int.h"
 #include "weir/rt.h"
 
 /* A report older than this has no rate to show: its worker went quiet. */
 #define STALE_NS (3 * WEIR_SEC)
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int weir__jv_attempt_begin(weir__job_view *v, const weir__plan *p)
 {
@@ -104,7 +97,7 @@ void weir__jv_restart_add(weir__job_view *v, uint32_t attempt, const char *cause
 {
     weir__jv_restart *r = &v->rs[v->nrs++ % WEIR__JV_KEEP];
     r->attempt = attempt;
-    r->at_ms = wall_ms();
+    r->at_ms = weir__wall_ms();
     snprintf(r->cause, sizeof(r->cause), "%s", cause ? cause : "");
 }
 
@@ -114,7 +107,7 @@ void weir__jv_error_add(weir__job_view *v, uint32_t attempt, int64_t chain, int6
     weir__jv_error *e = &v->er[v->ner++ % WEIR__JV_KEEP];
     snprintf(e->op, sizeof(e->op), "%s", op ? op : "");
     e->attempt = attempt;
-    e->at_ms = wall_ms();
+    e->at_ms = weir__wall_ms();
     e->chain = chain;
     e->sub = sub;
     snprintf(e->worker, sizeof(e->worker), "%s", worker ? worker : "");

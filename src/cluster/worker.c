@@ -46,6 +46,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/wall.h"
 #include "cluster/ha.h"
 #include "cluster/node.h"
 #include "cluster/plugins.h"
@@ -1016,7 +1017,7 @@ static int session(worker *wk, const char *host, int port, char *msg, size_t cap
                 break;
             }
         } else {
-            acc.ms[acc.n++ % ACCEPTED_RING] = weir__ha_wall_ms();
+            acc.ms[acc.n++ % ACCEPTED_RING] = weir__wall_ms();
             switch (f.kind) {
             case WEIR_CLUSTER_DEPLOY:
                 on_deploy(wk, ob, &f.u.deploy);

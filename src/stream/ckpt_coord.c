@@ -27,10 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/wall.h"
 #include "state/state_int.h"
 #include "state/storage.h"
 #include "stream/ckpt_link.h"
@@ -249,13 +249,6 @@ static int64_t order_of(const weir__plan *p, uint32_t chain, uint32_t sub)
     return k;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The history's entry of checkpoint id (j->lock held), or NULL. */
 static weir_ckpt_info *hist_find(weir_job *j, uint64_t id)
 {
@@ -272,7 +265,7 @@ static void hist_begin(weir_job *j, uint64_t id, int final)
 {
     pthread_mutex_lock(&j->lock);
     j->hist[j->nhist++ % WEIR_CKPT_HISTORY] = (weir_ckpt_info){
-        .id = id, .state = WEIR_CKPT_IN_PROGRESS, .final = final, .trigger_ms = wall_ms()};
+        .id = id, .state = WEIR_CKPT_IN_PROGRESS, .final = final, .trigger_ms = weir__wall_ms()};
     pthread_mutex_unlock(&j->lock);
 }
 
@@ -285,7 +278,7 @@ static void hist_end_locked(weir_job *j, uint64_t id, int state, uint64_t bytes,
     if (!h)
         return;
     h->state = state;
-    h->end_ms = wall_ms();
+    h->end_ms = weir__wall_ms();
     h->duration_ns = dur_ns;
     h->bytes = bytes;
     snprintf(h->reason, sizeof(h->reason), "%s", why ? why : "");
