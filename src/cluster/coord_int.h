@@ -134,7 +134,8 @@ struct coord {
     uint64_t next_job, next_serial;
     weir_scope *scope;
     int lfd;
-    int stopping; /* mu */
+    int stopping;   /* mu */
+    int superseded; /* mu: it stopped because another leads now */
     weir__plugin_cache *cache;
     char host[WEIR_CLUSTER_HOST_MAX + 1];
     char tmpdir[64]; /* the private cache directory, removed at the end */
@@ -229,6 +230,14 @@ void weir__coord_count_locked(const coord *c, int *workers, int *jobs);
 static inline int weir__coord_handed_on_locked(const cjob *J)
 {
     return J->c->ha && J->c->stopping && J->state == WEIR__CL_JOB_CANCELLED && !J->user_cancel;
+}
+
+/* Why a job of a stopping coordinator ends (mu held): it lost the
+ * leadership, or it is shutting down. */
+static inline const char *weir__coord_stop_why_locked(const coord *c)
+{
+    return c->superseded ? "this coordinator lost the leadership"
+                         : "the coordinator is shutting down";
 }
 
 /* coordinator.c: a worker lost for a cause of the metrics' label

@@ -600,14 +600,24 @@ typedef struct totals {
  * attempt runs to take it), A_CANCELLED a client's or the stop's, its
  * reason in a->why, or a negative errno: the wait itself was cancelled
  * (this coordinator is going away). */
+/* a->why for an attempt its coordinator's stop ended. */
+static void stop_why(cjob *J, attempt *a)
+{
+    pthread_mutex_lock(&J->c->mu);
+    snprintf(a->why, sizeof(a->why), "%s", weir__coord_stop_why_locked(J->c));
+    pthread_mutex_unlock(&J->c->mu);
+}
+
 static int wait_cancel(cjob *J, attempt *a, int64_t ms)
 {
     ev x;
     int r = weir_chan_recv(J->events, &x, weir_time_after_ms(ms));
     if (r == -ETIMEDOUT)
         return 0;
-    if (r != 0)
+    if (r != 0) {
+        stop_why(J, a); /* the wait itself was cancelled */
         return r;
+    }
     int cancel = x.kind == EV_CANCEL;
     if (cancel)
         snprintf(a->why, sizeof(a->why), "%s", x.message ? x.message : "cancelled");
@@ -677,7 +687,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                       J->id, weir_job_error(a->j));
         int w = wait_cancel(J, a, 200);
         if (w < 0)
-            snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+            stop_why(J, a);
         if (w)
             return A_CANCELLED;
         /* A job that failed to begin keeps its error: define it again. */
@@ -707,7 +717,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
                  a->plan->nsubtasks - a->nlistened, a->plan->nsubtasks);
     } else if (e < 0 && outcome == A_OK) {
         outcome = A_CANCELLED;
-        snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+        stop_why(J, a);
     }
     if (outcome == A_OK) {
         post_peer_updates(J, a);
@@ -724,7 +734,7 @@ static int run_attempt(cjob *J, int restore, uint64_t *max_id, attempt *a, total
         e = wait_until(J, a, r, all_done, WEIR_FOREVER, &outcome, cause, cap);
         if (e < 0 && outcome == A_OK) {
             outcome = A_CANCELLED;
-            snprintf(a->why, sizeof(a->why), "the coordinator is shutting down");
+            stop_why(J, a);
         }
     }
     if (!all_done(a)) {
@@ -795,6 +805,14 @@ intptr_t weir__coord_job_main(void *arg)
                 a.err = -EIO;
             break;
         }
+        pthread_mutex_lock(&c->mu);
+        int stopping = c->stopping;
+        pthread_mutex_unlock(&c->mu);
+        if (stopping) { /* no restart from a coordinator that stops */
+            outcome = A_CANCELLED;
+            stop_why(J, &a);
+            break;
+        }
         int64_t now = weir_time_now();
         if (last_restart && now - last_restart > c->window_ms * WEIR_MSEC)
             burst = 0; /* clean running for the window: forgiven */
@@ -855,10 +873,6 @@ intptr_t weir__coord_job_main(void *arg)
                                  .ckpt_latest = t.latest,
                                  .ckpt_restored = t.restored,
                                  .restarts = (uint32_t)restarts};
-    if (outcome != A_OK)
-        weir__log(outcome == A_CANCELLED || c->o.client_reports ? WEIR__LOG_INFO : WEIR__LOG_WARN,
-                  LOG, "job %" PRIu64 " %s: %s", J->id,
-                  outcome == A_CANCELLED ? "cancelled" : "failed", a.why);
     attempt_free(J, &a);
     pthread_mutex_lock(&c->mu);
     /* The failure itself, unless it is the last subtask error told */
@@ -872,6 +886,7 @@ intptr_t weir__coord_job_main(void *arg)
     snprintf(J->message, sizeof(J->message), "%s", jc.message);
     J->ended_ms = (uint64_t)weir__wall_ms();
     J->ended = 1; /* readers route nothing more to it */
+    int left = weir__coord_handed_on_locked(J);
     J->ckpt_done_before = t.completed;
     weir_counter_inc(
         weir_metric_counter(c->m.ended, (const char *const[]){weir__cl_job_state_name(J->state)}));
@@ -879,6 +894,13 @@ intptr_t weir__coord_job_main(void *arg)
     client *cl = J->submitter;
     J->submitter = NULL;
     pthread_mutex_unlock(&c->mu);
+    /* A job handed on is not over: the next leader runs it on. */
+    if (left)
+        weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " left to the next leader: %s", J->id, why);
+    else if (outcome != A_OK)
+        weir__log(outcome == A_CANCELLED || c->o.client_reports ? WEIR__LOG_INFO : WEIR__LOG_WARN,
+                  LOG, "job %" PRIu64 " %s: %s", J->id,
+                  outcome == A_CANCELLED ? "cancelled" : "failed", why);
     weir__coord_job_ended(J);
     /* The state is final before the submitter hears of it (a ListJobs it
      * sends next shows the end). A job cancelled because this leader

@@ -2278,6 +2278,7 @@ int weir__coord_run(const weir__coord_opts *o, char *msg, size_t cap)
              * coordinator, and the workers find the leader in ha_dir. */
             pthread_mutex_lock(&c->mu);
             c->stopping = 1;
+            c->superseded = 1;
             e = -ESTALE;
             snprintf(msg, cap, "lost the leadership (epoch %" PRIu64 "): %s", c->epoch,
                      c->step_down_why);
