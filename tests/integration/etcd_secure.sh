@@ -37,15 +37,30 @@ fail() {
     exit 1
 }
 
+t_start=$(date +%s)
+step() { echo "etcd_secure.sh: [$(($(date +%s) - t_start)) s] $*" >&2; }
+
 wait_for() { # wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds
-    limit=$(($1 * 20))
+    # The deadline is the wall clock's, not a count of polls: on a loaded
+    # machine each poll (a fork, a command) may take far longer than 50 ms.
+    end=$(($(date +%s) + $1))
     shift
-    i=0
     while ! "$@" >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt $limit ] || return 1
+        [ "$(date +%s)" -lt $end ] || return 1
         sleep 0.05
     done
+}
+
+# reap SECONDS PID: wait for PID to exit (its status in $rc), or fail
+# with the logs if it is still running after SECONDS.
+reap() {
+    end=$(($(date +%s) + $1))
+    while kill -0 "$2" 2>/dev/null; do
+        [ "$(date +%s)" -lt $end ] || fail "process $2 still running after $1 s"
+        sleep 0.05
+    done
+    rc=0
+    wait "$2" || rc=$?
 }
 
 [ -x /usr/bin/etcd ] || fail "etcd not found: run scripts/deps.sh (etcd-server)"
@@ -92,16 +107,22 @@ start_etcd() {
         ctl="etcdctl --endpoints=$scheme://127.0.0.1:$eport"
         [ "$scheme" = http ] ||
             ctl="$ctl --cacert=$tmp/ca.crt --cert=$tmp/client.crt --key=$tmp/client.key"
-        # shellcheck disable=SC2086 # $ctl is a command line
-        if wait_for 20 $ctl --command-timeout=1s endpoint health; then
+        if wait_for 30 etcd_up && kill -0 "$etcd_pid" 2>/dev/null; then
             return 0
         fi
+        echo "etcd_secure.sh: etcd on port $eport did not start; trying another port:" >&2
+        tail -n 5 "$tmp/etcd.log" >&2
         kill -KILL "$etcd_pid" 2>/dev/null || true
     done
 }
+etcd_up() { # etcd answers, or it has exited (its port taken, say): no use waiting
+    kill -0 "$etcd_pid" 2>/dev/null || return 0
+    # shellcheck disable=SC2086 # $ctl is a command line
+    $ctl --dial-timeout=1s --command-timeout=1s endpoint health
+}
 stop_etcd() {
     kill -TERM "$etcd_pid" 2>/dev/null || true
-    wait "$etcd_pid" 2>/dev/null || true
+    reap 30 "$etcd_pid"
 }
 
 ha="$tmp/ha"
@@ -117,12 +138,14 @@ leads() { grep -q "listening on 127.0.0.1:" "$tmp/$1.out"; }
 stands_by() { grep -q "standing by in $ha" "$tmp/$1.out"; }
 
 # ---- https with client certificates ----
+step "starting etcd over https"
 start_etcd https --cert-file "$tmp/server.crt" --key-file "$tmp/server.key" \
     --trusted-ca-file "$tmp/ca.crt" --client-cert-auth
 eps="https://127.0.0.1:$eport"
 tlsflags="--etcd-endpoints $eps --etcd-ca $tmp/ca.crt --etcd-cert $tmp/client.crt --etcd-key $tmp/client.key"
 # shellcheck disable=SC2086 # $tlsflags is a list of flags
 start_coordinator a $tlsflags
+step "etcd up on $eport; waiting for coordinator a to lead"
 wait_for 30 leads a || fail "coordinator a did not lead over https"
 # shellcheck disable=SC2086
 start_coordinator b $tlsflags
@@ -132,19 +155,21 @@ start_coordinator x --etcd-endpoints "$eps" --etcd-ca "$tmp/other-ca.crt" \
 wait_for 30 grep -q "is not signed by the configured CA file $tmp/other-ca.crt" "$tmp/x.log" ||
     fail "a coordinator with the wrong --etcd-ca did not say so"
 leads x && fail "a coordinator with the wrong --etcd-ca leads"
+step "stopping a and x"
 # shellcheck disable=SC2154 # c_a, c_x: set by start_coordinator
 kill -TERM "$c_a" "$c_x"
-wait "$c_a" || true
-wait "$c_x" || true
+reap 30 "$c_a"
+reap 30 "$c_x"
 wait_for 30 leads b || fail "coordinator b did not lead after a stopped"
 # shellcheck disable=SC2154
 kill -TERM "$c_b"
-wait "$c_b" || true
+reap 30 "$c_b"
 stop_etcd
 echo "etcd_secure.sh: https with client certificates: ok"
 
 # ---- auth ----
 ha="$tmp/ha-auth" # this etcd's revisions start again: a directory of its own
+step "starting etcd for auth"
 start_etcd http
 for c in "user add root:rootpw" "role add weir" \
     "role grant-permission weir --prefix=true readwrite /weir/" \
@@ -152,6 +177,7 @@ for c in "user add root:rootpw" "role add weir" \
     # shellcheck disable=SC2086 # $ctl and $c are command lines
     $ctl $c >/dev/null 2>&1 || fail "etcdctl $c"
 done
+step "auth enabled on $eport"
 eps="http://127.0.0.1:$eport"
 WEIR_ETCD_PW=pw-Xq7-tester
 export WEIR_ETCD_PW
@@ -159,20 +185,22 @@ start_coordinator a --etcd-endpoints "$eps" --etcd-user tester --etcd-password e
 wait_for 30 leads a || fail "coordinator a did not lead with etcd's auth"
 WEIR_ETCD_PW=wrong-Zk9-password
 start_coordinator w --etcd-endpoints "$eps" --etcd-user tester --etcd-password env://WEIR_ETCD_PW
-rc=0
+step "waiting for the coordinator with a wrong password to stop"
 # shellcheck disable=SC2154 # c_w: set by start_coordinator
-wait "$c_w" || rc=$?
+reap 60 "$c_w"
 [ $rc -ne 0 ] || fail "a coordinator with a wrong password did not stop"
 grep -q 'authentication as user "tester" failed' "$tmp/w.log" ||
     fail "a wrong password: no 'authentication as user \"tester\" failed'"
 unset WEIR_ETCD_PW
-rc=0
 "$weir" node --role=coordinator --ha-dir "$ha" --etcd-endpoints "$eps" --etcd-user tester \
-    --etcd-password env://WEIR_ETCD_PW >"$tmp/u.out" 2>"$tmp/u.log" || rc=$?
+    --etcd-password env://WEIR_ETCD_PW >"$tmp/u.out" 2>"$tmp/u.log" &
+pids="$pids $!"
+reap 30 $!
 [ $rc -eq 2 ] || fail "an unset password variable: exit $rc, not 2"
 grep -q 'WEIR_ETCD_PW' "$tmp/u.log" || fail "an unset password variable is not named"
+step "stopping a"
 kill -TERM "$c_a"
-wait "$c_a" || true
+reap 30 "$c_a"
 if grep -l -e pw-Xq7 -e Zk9 "$tmp"/*.out "$tmp"/*.log >/dev/null 2>&1; then
     fail "a password is in the output: $(grep -l -e pw-Xq7 -e Zk9 "$tmp"/*.out "$tmp"/*.log)"
 fi
