@@ -210,7 +210,10 @@ struct tx_channel {
     int to;
     conn c; /* fd -1 until the first send connects */
     int broken;
-    char why[640]; /* what failed connecting, when it says more than an errno */
+    _Atomic int ended;    /* END is held or out: a close after it is the consumer's end */
+    _Atomic int lost;     /* the credit reader saw the connection end before it */
+    _Atomic int credited; /* a CREDIT frame came back */
+    char why[640];        /* what failed connecting, when it says more than an errno */
     weir_sem *credits;
     uint8_t *buf;    /* frames held until the producer's next push (tx_push) */
     size_t len, cap; /* buf[0, len) held */
@@ -283,6 +286,7 @@ static intptr_t credit_reader(void *arg)
         weir__stream_fail(tx->net->r->j, -ENOMEM, "%s: no memory to read its credits", name);
         return 0;
     }
+    int lost = 0; /* the connection ended before the producer's end of input */
     for (;;) {
         /* Every CREDIT frame that is in, then one release. */
         uint64_t got = 0;
@@ -292,10 +296,11 @@ static intptr_t credit_reader(void *arg)
             const uint8_t *f;
             ssize_t n = rbuf_next(&b, &tx->c, 64, &f, WEIR_FOREVER);
             if (n <= 0) {
-                /* closed, cancelled at the end of the run, or broken: the
-                 * sending end finds out on its next write */
+                /* closed, cancelled at the end of the run, or broken */
                 if (n == -EMSGSIZE || n == -EBADMSG)
                     bad = "a malformed frame";
+                else if (n != -ECANCELED && !atomic_load(&tx->ended))
+                    lost = n ? (int)n : -ECONNRESET;
                 got = 0;
                 break;
             }
@@ -311,18 +316,43 @@ static intptr_t credit_reader(void *arg)
         } while (b.start < b.end);
         if (got > tcp_credits(tx->net))
             bad = "more credits than the channel has";
-        if (bad) {
-            char name[256];
+        char name[256];
+        if (bad || lost)
             describe(tx->net->r, &tx->pc, name, sizeof(name));
+        if (bad)
             weir__stream_fail(tx->net->r->j, -EBADMSG, "%s: the consumer sent %s", name, bad);
+        else if (lost == -EPROTO && tx->c.tls) /* an alert: a refused certificate, say */
+            weir__stream_fail(tx->net->r->j, lost, "%s: process %d ended the TLS session: %s", name,
+                              tx->to, weir_tls_last_error(tx->c.tls));
+        else if (lost)
+            weir__stream_fail(tx->net->r->j, lost,
+                              "%s: process %d closed the connection before the end of input (%s)",
+                              name, tx->to,
+                              tx->c.tls ? weir_tls_last_error(tx->c.tls) : weir_strerror(lost));
+        if (bad || lost) {
+            /* A producer waiting for credits would wait for ever: wake it
+             * into the failure (tx_lost). */
+            atomic_store(&tx->lost, 1);
+            weir_sem_release(tx->credits, (long)tcp_credits(tx->net));
             break;
         }
         if (!got)
             break;
+        atomic_store_explicit(&tx->credited, 1, memory_order_relaxed);
         weir_sem_release(tx->credits, (long)got);
     }
     rbuf_close(&b);
     return 0;
+}
+
+/* The credit reader found the connection over (tx->lost): the job has
+ * failed, and this sending end sends nothing more. */
+static int tx_lost(tx_channel *tx)
+{
+    if (!atomic_load(&tx->lost))
+        return 0;
+    tx->broken = 1;
+    return -EPIPE;
 }
 
 /* Connect to the consumer's process and announce the channel, retrying
@@ -372,6 +402,21 @@ static int tx_connect(tx_channel *tx)
     weir__wire_hello hello = hello_of(n, &tx->pc);
     size_t len = weir__wire_encode_hello(h, &hello);
     int e = conn_write(&c, h, len, deadline);
+    if (e && c.tls && e != -ECANCELED) {
+        /* Under TLS 1.3 a server checks the client's certificate after the
+         * client's side of the handshake is done: a refusal is an alert
+         * that arrives now. Its text says more than the reset. */
+        uint8_t one;
+        if (weir_tls_read(c.tls, &one, 1, weir_time_after_ms(100)) == -EPROTO)
+            snprintf(tx->why, sizeof(tx->why), "to %s:%d: %s", host, port,
+                     weir_tls_last_error(c.tls));
+        else
+            snprintf(tx->why, sizeof(tx->why),
+                     "to %s:%d: the TLS session ended right after its handshake (%s): did the "
+                     "consumer refuse this process's certificate? it must be signed by the "
+                     "authority the consumer trusts",
+                     host, port, weir_tls_last_error(c.tls));
+    }
     if (e) {
         conn_close(&c, 1);
         return e;
@@ -399,8 +444,13 @@ static int tx_write(tx_channel *tx, const uint8_t *p, size_t len)
             if (tx->why[0])
                 weir__stream_fail(tx->net->r->j, e, "%s %s", name, tx->why);
             else if (tx->c.tls)
-                weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s", name, tx->to,
-                                  weir_tls_last_error(tx->c.tls));
+                weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s%s", name, tx->to,
+                                  weir_tls_last_error(tx->c.tls),
+                                  atomic_load(&tx->credited)
+                                      ? ""
+                                      : " (no credit came back: did the consumer refuse this "
+                                        "process's certificate? it must be signed by the "
+                                        "authority the consumer trusts)");
             else
                 weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s", name, tx->to,
                                   weir_strerror(e));
@@ -460,6 +510,8 @@ static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
     if (tx->broken)
         return -EPIPE;
     int e = weir__credit_take(c, tx->credits, waited_ns);
+    if (!e && (e = tx_lost(tx)) < 0)
+        weir_sem_release(tx->credits, 1);
     if (e)
         return e;
     size_t len = weir__wire_batch_size(b);
@@ -483,8 +535,10 @@ static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
 static int tx_send_ctl(weir__channel *c, int kind, int64_t v)
 {
     tx_channel *tx = (tx_channel *)c;
-    if (tx->broken)
+    if (tx->broken || tx_lost(tx))
         return -EPIPE;
+    if (kind == IT_EOI)
+        atomic_store(&tx->ended, 1);
     if (kind == IT_WATERMARK && tx->wm_at) {
         weir__wire_encode_watermark(tx->buf + tx->wm_at - WEIR__WIRE_WATERMARK_SIZE, v);
         return 0;
