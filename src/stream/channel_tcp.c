@@ -792,6 +792,11 @@ static void attach(weir__tcp_net *n, int fd)
         return;
     }
     atomic_fetch_add(&n->received, (uint64_t)got + 4);
+    if (c.tls && weir__log_level() >= WEIR__LOG_DEBUG) {
+        char name[256];
+        describe(n->r, &rx->pc, name, sizeof(name));
+        weir__log(WEIR__LOG_DEBUG, "stream.channel", "%s: its producer is in, over TLS", name);
+    }
     rx->c = c;
     s->rx = rx;
     atomic_fetch_add(&n->attached, 1);
