@@ -228,6 +228,7 @@ struct rx_channel {
     subtask *cons;
     conn c;                /* fd -1 until the producer connects */
     int broken;            /* its reader failed: no close_notify */
+    _Atomic int claimed;   /* 1: its producer attached; 2: failed without one */
     _Atomic int in_flight; /* batches received, not yet processed */
     uint32_t owed;         /* processed, their credits not yet sent (the consumer's thread) */
     int ended;
@@ -661,13 +662,15 @@ static intptr_t rx_reader(void *arg)
     return 0;
 }
 
-/* Fail every receiving end whose producer has not connected yet: "its
- * producer (process P) <what>". */
+/* Fail every receiving end whose producer has not attached yet: "its
+ * producer (process P) <what>". A connection still on its way in (its
+ * handshake, its HELLO) finds the channel taken. */
 static void fail_unattached(weir__tcp_net *n, int e, const char *what)
 {
     for (uint32_t i = 0; i < n->nrx_slots; i++) {
         rx_channel *rx = n->rx[i];
-        if (!rx || rx->c.fd >= 0)
+        int free_slot = 0;
+        if (!rx || !atomic_compare_exchange_strong(&rx->claimed, &free_slot, 2))
             continue;
         char why[160];
         snprintf(why, sizeof(why), "its producer (process %d) %s",
@@ -699,9 +702,10 @@ static int speaks_tls(int fd, int64_t deadline)
     }
 }
 
-/* A connection's first frame: which channel it carries. On a TLS data
- * plane the handshake comes first (in the 10 s of the HELLO, on the
- * accept fiber): a peer that fails it is dropped and logged, as a
+/* A connection's first frame: which channel it carries, on a fiber of the
+ * connection's own (attach_main), so that one slow peer does not hold up
+ * the others. On a TLS data plane the handshake comes first (in the 10 s
+ * of the HELLO): a peer that fails it is dropped and logged, as a
  * stranger is. A plaintext producer whose HELLO names a channel this
  * process waits for - a worker without the data-plane TLS flags - fails
  * that channel at once with what to do, rather than leaving it to the
@@ -759,21 +763,26 @@ static void attach(weir__tcp_net *n, int fd)
         e = -EBADMSG;
         snprintf(why, sizeof(why), "its first frame is not a HELLO");
     }
-    if (!e &&
-        (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) || rx->c.fd >= 0))
+    if (!e && (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) ||
+               atomic_load(&rx->claimed)))
         e = -ENOENT;
     if (!e) {
         weir__wire_hello want = hello_of(n, &rx->pc);
         e = weir__wire_hello_check(&m.u.hello, &want, why, sizeof(why));
     }
+    int free_slot = 0;
     if (!e && plain) {
         /* The producer of a channel here, without TLS: the job cannot go
          * on, and it says why now. */
-        rx_fail(rx, -EPROTO,
-                "its producer connected without TLS, and this process's data plane is TLS "
-                "(" TLS_HINT ")");
+        if (atomic_compare_exchange_strong(&rx->claimed, &free_slot, 2)) {
+            rx_fail(rx, -EPROTO,
+                    "its producer connected without TLS, and this process's data plane is TLS "
+                    "(" TLS_HINT ")");
+            failed = 1;
+        }
         e = -EPROTO;
-        failed = 1;
+    } else if (!e && !atomic_compare_exchange_strong(&rx->claimed, &free_slot, 1)) {
+        e = -ENOENT; /* another connection took it first, or it has failed */
     }
     if (e) {
         /* A stranger, or a peer of another plan: drop the connection,
@@ -809,6 +818,19 @@ static void attach(weir__tcp_net *n, int fd)
     }
 }
 
+typedef struct attach_arg {
+    weir__tcp_net *n;
+    int fd;
+} attach_arg;
+
+static intptr_t attach_main(void *arg)
+{
+    attach_arg a = *(attach_arg *)arg;
+    weir__free(arg);
+    attach(a.n, a.fd);
+    return 0;
+}
+
 static intptr_t acceptor(void *arg)
 {
     weir__tcp_net *n = arg;
@@ -830,7 +852,15 @@ static intptr_t acceptor(void *arg)
             continue;
         }
         weir_net_set_nodelay(fd, 1);
-        attach(n, fd);
+        attach_arg *a = weir__malloc(sizeof(*a));
+        if (a)
+            *a = (attach_arg){n, fd};
+        if (!a || !weir_scope_spawn(
+                      n->fibers, attach_main, a,
+                      &(weir_spawn_opts){.name = "channel attach", .stack_size = FIBER_STACK})) {
+            weir__free(a);
+            attach(n, fd); /* here, then */
+        }
     }
     return 0;
 }

@@ -23,10 +23,11 @@
  *     an idle flag or the end of input goes out at once, and so does
  *     what is held once it passes 64 KiB;
  *   - a receiving end when only the consumer does: the net's accept fiber
- *     takes the connection, checks its HELLO against what the plan says of
- *     that channel, and starts a reader fiber that decodes each frame into
- *     an item of the consumer's mailbox. The consumer's credit() returns
- *     credits in CREDIT frames, several in one when it can (see rx_credit).
+ *     takes the connection and hands it to a fiber of its own, which
+ *     checks its HELLO against what the plan says of that channel (the
+ *     first connection to claim a channel has it) and starts a reader fiber that decodes each frame
+ * into an item of the consumer's mailbox. The consumer's credit() returns credits in CREDIT frames,
+ * several in one when it can (see rx_credit).
  *
  * Reading: each connection is read into a buffer of the channel's own, so
  * one read takes every frame the socket holds and they are decoded from
@@ -39,7 +40,8 @@
  * TLS: the producer's handshake follows its connect, under the channel's
  * connect deadline, on the sending fiber, and checks that the consumer's
  * certificate chains to the authority and names the host connected to;
- * the consumer's accept fiber runs its side in the 10 s of the HELLO. The
+ * the consumer's side runs on the connection's fiber, in the 10 s of the
+ * HELLO. The
  * frames are the same, inside the session: a push is one weir_tls_write
  * (records of 16 KiB, one SSL_write per 64 KiB), credits one each; the
  * buffered reads read the session instead of the socket. Links end with
