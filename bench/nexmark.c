@@ -37,7 +37,9 @@
  * NEXMARK_OPSTATS=1 prints each operator's records and backpressure time;
  * NEXMARK_PROCESSES=2 runs only the processes=2 lines, NEXMARK_CREDITS=N
  * gives their TCP channels N credits instead of the default,
- * WEIR__TCP_MIN_CREDITS).
+ * WEIR__TCP_MIN_CREDITS, and NEXMARK_TLS=DIR puts them on mutual TLS with
+ * DIR/cert.pem, DIR/key.pem and DIR/ca.pem, their lines then saying
+ * tls=1; the certificate must name IP:127.0.0.1).
  *
  *   bench=nexmark impl=weir query=q5 parallelism=2 processes=1 events=... events_per_s=...
  *       events_per_s_per_core=... cpu_s=... rss_mb=... ckpt=0|1 ckpts=...
@@ -92,6 +94,7 @@
 #include "weir/net.h"
 #include "weir/rt.h"
 #include "weir/stream.h"
+#include "weir/tls.h"
 
 #include "../examples/nexmark/generator.c"
 #include "../examples/nexmark/queries.c"
@@ -530,6 +533,20 @@ static intptr_t proc_main(void *arg)
     if (!pc->err && !(pc->err = weir__plan_encode(p, &fb)))
         pc->err = weir_frame_builder_finish(&fb, &bytes, &len);
     weir__tcp_net *n = NULL;
+    weir_tls_ctx *tls[2] = {NULL, NULL}; /* NEXMARK_TLS: server, client */
+    const char *tls_dir = getenv("NEXMARK_TLS");
+    if (!pc->err && tls_dir && *tls_dir) {
+        char cert[512], key[512], ca[512], msg[512];
+        snprintf(cert, sizeof(cert), "%s/cert.pem", tls_dir);
+        snprintf(key, sizeof(key), "%s/key.pem", tls_dir);
+        snprintf(ca, sizeof(ca), "%s/ca.pem", tls_dir);
+        weir_tls_opts to = {.cert_file = cert, .key_file = key, .ca_file = ca};
+        for (int i = 0; i < 2 && !pc->err; i++)
+            if (!(tls[i] = weir_tls_ctx_new(i == 0, &to, msg, sizeof(msg)))) {
+                fprintf(stderr, "nexmark: NEXMARK_TLS: %s\n", msg);
+                pc->err = -EINVAL;
+            }
+    }
     if (!pc->err) {
         const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
         n = weir__tcp_new(
@@ -540,7 +557,9 @@ static intptr_t proc_main(void *arg)
                               .listen_fd = pc->lfd,
                               .place = place_mod2,
                               .plan_hash = weir__tcp_plan_hash(bytes, len),
-                              .credits = (uint32_t)bench_parse_long(getenv("NEXMARK_CREDITS"), 0)});
+                              .credits = (uint32_t)bench_parse_long(getenv("NEXMARK_CREDITS"), 0),
+                              .tls_server = tls[0],
+                              .tls_client = tls[1]});
         weir_frame_builder_close(&fb);
         pc->err = n ? 0 : -errno;
     }
@@ -557,6 +576,8 @@ static intptr_t proc_main(void *arg)
     if (pc->err)
         fprintf(stderr, "nexmark process %d: %s\n", pc->self, weir_job_error(j));
     weir__tcp_free(n);
+    weir_tls_ctx_free(tls[0]);
+    weir_tls_ctx_free(tls[1]);
     weir__plan_free(p);
     weir_job_free(j);
     return 0;
@@ -617,10 +638,11 @@ static int run_weir_procs(const char *name, query_fn q, int local, int64_t event
     printf(
         "bench=nexmark impl=weir query=%s parallelism=2 processes=2 events=%lld events_per_s=%.0f "
         "events_per_s_per_core=%.0f cpu_s=%.2f wire_records=%llu wire_bytes=%llu "
-        "bytes_per_record=%.1f out=%lld\n",
+        "bytes_per_record=%.1f out=%lld%s\n",
         name, (long long)events, eps, eps / 2, r[0].cpu + r[1].cpu, (unsigned long long)recs,
         (unsigned long long)bytes, recs ? (double)bytes / (double)recs : 0.0,
-        (long long)(r[0].out + r[1].out));
+        (long long)(r[0].out + r[1].out),
+        getenv("NEXMARK_TLS") && *getenv("NEXMARK_TLS") ? " tls=1" : "");
     return 0;
 }
 

@@ -114,9 +114,16 @@ int weir__cli_tls_flag(const char *name, const char *val, weir__cli_tls *t)
         {"--tls-ca", offsetof(weir__cli_tls, ca)},
         {"--tls-client-cert", offsetof(weir__cli_tls, client_cert)},
         {"--tls-client-key", offsetof(weir__cli_tls, client_key)},
+        {"--data-tls-cert", offsetof(weir__cli_tls, data_cert)},
+        {"--data-tls-key", offsetof(weir__cli_tls, data_key)},
+        {"--data-tls-ca", offsetof(weir__cli_tls, data_ca)},
     };
     if (strcmp(name, "--tls-no-verify-hostname") == 0) {
         t->no_verify_hostname = 1;
+        return 1;
+    }
+    if (strcmp(name, "--data-tls-no-verify-hostname") == 0) {
+        t->data_no_verify_hostname = 1;
         return 1;
     }
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
@@ -127,8 +134,44 @@ int weir__cli_tls_flag(const char *name, const char *val, weir__cli_tls *t)
     return 0;
 }
 
+/* The data plane's flags: all three files or none (naming what is
+ * missing); only on a worker (server: the coordinator). */
+static int data_tls_check(const char *cmd, const weir__cli_tls *t, int server)
+{
+    int given = !!t->data_cert + !!t->data_key + !!t->data_ca;
+    if (server && (given || t->data_no_verify_hostname)) {
+        weir__cli_errf(cmd, "--data-tls-cert, --data-tls-key, --data-tls-ca and "
+                            "--data-tls-no-verify-hostname are for workers (the data plane "
+                            "runs between workers)");
+        return CLI_USAGE;
+    }
+    if (given && given < 3) {
+        char missing[96] = "";
+        const char *names[3] = {t->data_cert ? NULL : "--data-tls-cert",
+                                t->data_key ? NULL : "--data-tls-key",
+                                t->data_ca ? NULL : "--data-tls-ca"};
+        for (int i = 0; i < 3; i++)
+            if (names[i])
+                snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
+                         missing[0] ? " and " : "", names[i]);
+        weir__cli_errf(cmd,
+                       "data-plane TLS needs --data-tls-cert, --data-tls-key and --data-tls-ca "
+                       "together: %s missing",
+                       missing);
+        return CLI_USAGE;
+    }
+    if (!given && t->data_no_verify_hostname) {
+        weir__cli_errf(cmd, "--data-tls-no-verify-hostname without --data-tls-cert, "
+                            "--data-tls-key and --data-tls-ca: the data plane is plaintext");
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
 int weir__cli_tls_check(const char *cmd, const weir__cli_tls *t, int server)
 {
+    if (data_tls_check(cmd, t, server) != CLI_OK)
+        return CLI_USAGE;
     if (server) {
         if (t->ca || t->client_cert || t->client_key || t->no_verify_hostname) {
             weir__cli_errf(cmd, "--tls-ca, --tls-client-cert, --tls-client-key and "
@@ -200,6 +243,28 @@ const char *weir__cli_fmt_rate(double v, char *buf, size_t cap)
     else
         snprintf(buf, cap, "%.0f", v);
     return buf;
+}
+
+int weir__cli_data_tls_ctx(const char *cmd, const weir__cli_tls *t, weir_tls_ctx **server,
+                           weir_tls_ctx **client)
+{
+    *server = *client = NULL;
+    int rc = data_tls_check(cmd, t, 0);
+    if (rc != CLI_OK || !t->data_cert)
+        return rc;
+    weir_tls_opts o = {.cert_file = t->data_cert,
+                       .key_file = t->data_key,
+                       .ca_file = t->data_ca,
+                       .no_verify_hostname = t->data_no_verify_hostname};
+    char msg[1024];
+    if (!(*server = weir_tls_ctx_new(1, &o, msg, sizeof(msg))) ||
+        !(*client = weir_tls_ctx_new(0, &o, msg, sizeof(msg)))) {
+        weir_tls_ctx_free(*server);
+        *server = NULL;
+        weir__cli_errf(cmd, "data-plane TLS: %s", msg);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
 }
 
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm)

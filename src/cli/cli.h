@@ -110,12 +110,16 @@ void weir__cli_finding(weir__cli_findings *f, int error, const char *fmt, ...)
  * needs the other two). A worker or a client command: --tls-ca turns TLS
  * on (the authority the coordinator's certificate must chain to);
  * --tls-client-cert and --tls-client-key (both or neither) and
- * --tls-no-verify-hostname need it.
+ * --tls-no-verify-hostname need it. A worker's data plane (its channels
+ * to other workers): --data-tls-cert, --data-tls-key and --data-tls-ca,
+ * all three or none; --data-tls-no-verify-hostname needs them.
  */
 typedef struct weir__cli_tls {
     const char *cert, *key, *client_ca;        /* the coordinator's */
     const char *ca, *client_cert, *client_key; /* a worker's, a client's */
     int no_verify_hostname;
+    const char *data_cert, *data_key, *data_ca; /* a worker's data plane */
+    int data_no_verify_hostname;
 } weir__cli_tls;
 /* Flag name's value into t when name is one of the TLS flags above (val:
  * its value; none for --tls-no-verify-hostname): 1, else 0. Every command
@@ -152,6 +156,13 @@ int weir__cli_etcd_flag(const char *name, const char *val, weir__cli_etcd *t);
 struct weir__etcd_opts;
 int weir__cli_etcd_check(const char *cmd, weir__cli_etcd *t, const char *endpoints,
                          struct weir__etcd_opts *o);
+
+/* A worker's data-plane contexts (both NULL when t asks for none): a
+ * server and a client of --data-tls-cert/--data-tls-key, checking peers
+ * against --data-tls-ca. CLI_OK, or CLI_USAGE printed as above (nothing
+ * to free then). weir_tls_ctx_free both. */
+int weir__cli_data_tls_ctx(const char *cmd, const weir__cli_tls *t, weir_tls_ctx **server,
+                           weir_tls_ctx **client);
 
 /* A watermark as the summaries print it: "-" none yet, "end", or the number. */
 void weir__cli_fmt_wm(char *buf, size_t len, int64_t wm);

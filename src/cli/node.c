@@ -46,7 +46,8 @@ static void usage_node(FILE *f)
           "       weir node --role=worker --id ID (--coordinator HOST:PORT | --ha-dir DIR)\n"
           "                 [--slots N] [--data-host H] [--http-port P] [--cache-dir D]\n"
           "                 [--threads N] [--tls-ca F [--tls-client-cert F --tls-client-key F]\n"
-          "                 [--tls-no-verify-hostname]]\n"
+          "                 [--tls-no-verify-hostname]] [--data-tls-cert F --data-tls-key F\n"
+          "                 --data-tls-ca F [--data-tls-no-verify-hostname]]\n"
           "\n"
           "Run a cluster node until SIGTERM or SIGINT.\n"
           "\n"
@@ -109,6 +110,12 @@ static void usage_node(FILE *f)
           "  --tls-client-cert FILE, --tls-client-key FILE  this worker's certificate,\n"
           "                      for a coordinator with --tls-client-ca\n"
           "  --tls-no-verify-hostname  accept a certificate that does not name the host\n"
+          "  --data-tls-cert FILE, --data-tls-key FILE, --data-tls-ca FILE  mutual TLS on\n"
+          "                      its channels to other workers (all three, on every\n"
+          "                      worker): this certificate both ways, peers' signed by\n"
+          "                      the CA, a consumer's naming its data host\n"
+          "  --data-tls-no-verify-hostname  accept a consumer certificate that does not\n"
+          "                      name its data host (the chain is still checked)\n"
           "both:\n"
           "  --threads N         scheduler threads of the node's runtime (default\n"
           "                      WEIR_THREADS, else the online cores); give nodes that\n"
@@ -265,6 +272,10 @@ static const weir__cli_flag node_flags[] = {
     {"--tls-client-cert", N_TLS, 1},
     {"--tls-client-key", N_TLS, 1},
     {"--tls-no-verify-hostname", N_TLS, 0},
+    {"--data-tls-cert", N_TLS, 1},
+    {"--data-tls-key", N_TLS, 1},
+    {"--data-tls-ca", N_TLS, 1},
+    {"--data-tls-no-verify-hostname", N_TLS, 0},
     {"--heartbeat-timeout-ms", N_HEARTBEAT, 1},
     {"--watchdog-interval-ms", N_WATCHDOG, 1},
     {"--outbound-stall-timeout-ms", N_STALL, 1},
@@ -648,6 +659,11 @@ int weir__cli_node_lint(int argc, char **argv)
     if (weir__cli_tls_ctx("lint", &l.tls, !g_node.worker, &tls) != CLI_OK)
         f.errors++;
     weir_tls_ctx_free(tls);
+    weir_tls_ctx *dsrv, *dcli; /* the data plane's files too */
+    if (weir__cli_data_tls_ctx("lint", &l.tls, &dsrv, &dcli) != CLI_OK)
+        f.errors++;
+    weir_tls_ctx_free(dsrv);
+    weir_tls_ctx_free(dcli);
     if (f.errors) {
         fprintf(stderr, "weir lint: %d error%s\n", f.errors, f.errors == 1 ? "" : "s");
         return CLI_FAILED;
@@ -690,6 +706,11 @@ int weir__cli_node(int argc, char **argv)
     if (weir__cli_tls_ctx("node", &l.tls, !a->worker, &tls) != CLI_OK)
         return CLI_USAGE;
     a->co.tls = a->wo.tls = tls;
+    if (weir__cli_data_tls_ctx("node", &l.tls, &a->wo.data_tls_server, &a->wo.data_tls_client) !=
+        CLI_OK) {
+        weir_tls_ctx_free(tls);
+        return CLI_USAGE;
+    }
     /* SIGINT / SIGTERM blocked in every thread and read from a signalfd
      * (as `weir run` does: run.c, "Interrupts"). */
     sigset_t set;
@@ -705,6 +726,8 @@ int weir__cli_node(int argc, char **argv)
     if (sfd >= 0)
         close(sfd);
     weir_tls_ctx_free(tls);
+    weir_tls_ctx_free(a->wo.data_tls_server);
+    weir_tls_ctx_free(a->wo.data_tls_client);
     if (rc != CLI_OK)
         fprintf(stderr, "weir node: %s\n", a->msg[0] ? a->msg : "failed");
     return rc;

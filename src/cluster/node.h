@@ -148,6 +148,10 @@ typedef struct weir__worker_opts {
      * the worker runs): the certificate must name the host connected by.
      * NULL: plain TCP. Not used with fd_given. */
     weir_tls_ctx *tls;
+    /* TLS on the data plane (channel_tcp.h): a server and a client
+     * context of the same certificate and authority (the caller's, alive
+     * while the worker runs), both or neither. NULL: plain TCP. */
+    weir_tls_ctx *data_tls_server, *data_tls_client;
     uint32_t slots;        /* 0: WEIR__WORKER_SLOTS */
     const char *data_host; /* where its subtasks listen; NULL: what the coordinator sees */
     const char *cache_dir; /* NULL: a private temporary directory */

@@ -446,7 +446,9 @@ static intptr_t wjob_main(void *arg)
                           .plan_hash = weir__tcp_plan_hash(J->plan_bytes, J->plan_len) ^
                                        ((uint64_t)J->attempt + 1) * 0x9e3779b97f4a7c15ull,
                           .peer = w_peer,
-                          .peer_arg = J});
+                          .peer_arg = J,
+                          .tls_server = wk->o.data_tls_server,
+                          .tls_client = wk->o.data_tls_client});
     if (!net) {
         e = -errno;
         if (lfd >= 0)

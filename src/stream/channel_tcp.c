@@ -20,6 +20,7 @@
 #include "stream/wire.h"
 #include "weir/io.h"
 #include "weir/net.h"
+#include "weir/tls.h"
 
 #define FIBER_STACK (64u << 10)
 /* A receiving end's buffer to start with: a full batch frame (64 KiB of
@@ -27,6 +28,62 @@
  * busy producer has queued on the socket. It grows for a larger frame. */
 #define RX_BUF     (128u << 10)
 #define CREDIT_BUF 256u
+
+/* What a failed data-plane handshake or a TLS/plaintext mismatch adds to
+ * its message: every worker's channels speak TLS, or none do. */
+#define TLS_HINT                                                                                   \
+    "is the data plane TLS on every worker? give every worker --data-tls-cert, --data-tls-key "    \
+    "and --data-tls-ca"
+
+/* A channel's connection: its socket and, on a TLS data plane, its session
+ * (weir/tls.h) - every byte goes through the session when there is one. */
+typedef struct conn {
+    int fd; /* -1 until connected */
+    weir_tls *tls;
+} conn;
+
+/* Every byte of p[0, len) - whole frames, one or several - as
+ * weir_frame_write sends one: straight from the fiber while the socket
+ * has room, waiting on the loop when it is full. Over TLS, one
+ * weir_tls_write for them all (records of up to 16 KiB each). */
+static int conn_write(const conn *c, const uint8_t *p, size_t len, int64_t deadline)
+{
+    if (c->tls)
+        return weir_tls_write(c->tls, p, len, deadline);
+    if (weir_task_cancelled())
+        return -ECANCELED;
+    while (len > 0) {
+        ssize_t n = send(c->fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return -errno;
+            int r = weir_io_poll(c->fd, POLLOUT, deadline);
+            if (r < 0)
+                return r;
+            continue;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Close c: over TLS, close_notify first (best effort, 100 ms; skipped
+ * outside a fiber and after a failure: broken). */
+static void conn_close(conn *c, int broken)
+{
+    if (c->tls) {
+        if (!broken)
+            weir_tls_shutdown(c->tls, weir_time_after_ms(100));
+        weir_tls_free(c->tls);
+        c->tls = NULL;
+    }
+    if (c->fd >= 0)
+        weir_io_close(c->fd);
+    c->fd = -1;
+}
 
 /* ---- reading frames ---------------------------------------------------------------------------
  * A connection's frames are read through a buffer of our own rather than a
@@ -62,7 +119,8 @@ static void rbuf_close(rbuf *b)
  * or a negative errno: -EMSGSIZE past max, -EBADMSG for a zero length,
  * -ECONNRESET for an end inside a frame, -ENOMEM, or the read's error
  * (-ECANCELED, -ETIMEDOUT...). */
-static ssize_t rbuf_next(rbuf *b, int fd, size_t max, const uint8_t **frame, int64_t deadline)
+static ssize_t rbuf_next(rbuf *b, const conn *c, size_t max, const uint8_t **frame,
+                         int64_t deadline)
 {
     for (;;) {
         size_t have = b->end - b->start, need = 4;
@@ -107,15 +165,17 @@ static ssize_t rbuf_next(rbuf *b, int fd, size_t max, const uint8_t **frame, int
         }
         size_t room = b->cap - b->end;
         ssize_t n = -EAGAIN;
-        if (!b->drained) {
+        if (c->tls) /* tries the socket first, waits on the loop when empty */
+            n = weir_tls_read(c->tls, b->p + b->end, room, deadline);
+        else if (!b->drained) {
             if (weir_task_cancelled())
                 return -ECANCELED;
-            n = recv(fd, b->p + b->end, room, MSG_DONTWAIT);
+            n = recv(c->fd, b->p + b->end, room, MSG_DONTWAIT);
             if (n < 0)
                 n = errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
         }
         if (n == -EAGAIN)
-            n = weir_io_recv(fd, b->p + b->end, room, 0, deadline);
+            n = weir_io_recv(c->fd, b->p + b->end, room, 0, deadline);
         if (n == 0)
             return have ? -ECONNRESET : 0;
         if (n < 0)
@@ -148,8 +208,12 @@ struct tx_channel {
     weir__tcp_net *net;
     weir__plan_channel pc;
     int to;
-    int fd; /* -1 until the first send connects */
+    conn c; /* fd -1 until the first send connects */
     int broken;
+    _Atomic int ended;    /* END is held or out: a close after it is the consumer's end */
+    _Atomic int lost;     /* the credit reader saw the connection end before it */
+    _Atomic int credited; /* a CREDIT frame came back */
+    char why[640];        /* what failed connecting, when it says more than an errno */
     weir_sem *credits;
     uint8_t *buf;    /* frames held until the producer's next push (tx_push) */
     size_t len, cap; /* buf[0, len) held */
@@ -162,7 +226,9 @@ struct rx_channel {
     weir__tcp_net *net;
     weir__plan_channel pc;
     subtask *cons;
-    int fd;                /* -1 until the producer connects */
+    conn c;                /* fd -1 until the producer connects */
+    int broken;            /* its reader failed: no close_notify */
+    _Atomic int claimed;   /* 1: its producer attached; 2: failed without one */
     _Atomic int in_flight; /* batches received, not yet processed */
     uint32_t owed;         /* processed, their credits not yet sent (the consumer's thread) */
     int ended;
@@ -221,6 +287,7 @@ static intptr_t credit_reader(void *arg)
         weir__stream_fail(tx->net->r->j, -ENOMEM, "%s: no memory to read its credits", name);
         return 0;
     }
+    int lost = 0; /* the connection ended before the producer's end of input */
     for (;;) {
         /* Every CREDIT frame that is in, then one release. */
         uint64_t got = 0;
@@ -228,12 +295,13 @@ static intptr_t credit_reader(void *arg)
         char why[160];
         do {
             const uint8_t *f;
-            ssize_t n = rbuf_next(&b, tx->fd, 64, &f, WEIR_FOREVER);
+            ssize_t n = rbuf_next(&b, &tx->c, 64, &f, WEIR_FOREVER);
             if (n <= 0) {
-                /* closed, cancelled at the end of the run, or broken: the
-                 * sending end finds out on its next write */
+                /* closed, cancelled at the end of the run, or broken */
                 if (n == -EMSGSIZE || n == -EBADMSG)
                     bad = "a malformed frame";
+                else if (n != -ECANCELED && !atomic_load(&tx->ended))
+                    lost = n ? (int)n : -ECONNRESET;
                 got = 0;
                 break;
             }
@@ -249,22 +317,51 @@ static intptr_t credit_reader(void *arg)
         } while (b.start < b.end);
         if (got > tcp_credits(tx->net))
             bad = "more credits than the channel has";
-        if (bad) {
-            char name[256];
+        char name[256];
+        if (bad || lost)
             describe(tx->net->r, &tx->pc, name, sizeof(name));
+        if (bad)
             weir__stream_fail(tx->net->r->j, -EBADMSG, "%s: the consumer sent %s", name, bad);
+        else if (lost == -EPROTO && tx->c.tls) /* an alert: a refused certificate, say */
+            weir__stream_fail(tx->net->r->j, lost, "%s: process %d ended the TLS session: %s", name,
+                              tx->to, weir_tls_last_error(tx->c.tls));
+        else if (lost)
+            weir__stream_fail(tx->net->r->j, lost,
+                              "%s: process %d closed the connection before the end of input (%s)",
+                              name, tx->to,
+                              tx->c.tls ? weir_tls_last_error(tx->c.tls) : weir_strerror(lost));
+        if (bad || lost) {
+            /* A producer waiting for credits would wait for ever: wake it
+             * into the failure (tx_lost). */
+            atomic_store(&tx->lost, 1);
+            weir_sem_release(tx->credits, (long)tcp_credits(tx->net));
             break;
         }
         if (!got)
             break;
+        atomic_store_explicit(&tx->credited, 1, memory_order_relaxed);
         weir_sem_release(tx->credits, (long)got);
     }
     rbuf_close(&b);
     return 0;
 }
 
+/* The credit reader found the connection over (tx->lost): the job has
+ * failed, and this sending end sends nothing more. */
+static int tx_lost(tx_channel *tx)
+{
+    if (!atomic_load(&tx->lost))
+        return 0;
+    tx->broken = 1;
+    return -EPIPE;
+}
+
 /* Connect to the consumer's process and announce the channel, retrying
- * until the connect deadline while it may still be starting. */
+ * the connect until the connect deadline while it may still be starting.
+ * On a TLS data plane the handshake follows, under the same deadline and
+ * not retried: a consumer that refuses it (a certificate of another
+ * authority, a name that does not match, a plaintext consumer closing on
+ * the ClientHello) fails the channel at once, with tx->why saying so. */
 static int tx_connect(tx_channel *tx)
 {
     weir__tcp_net *n = tx->net;
@@ -286,44 +383,50 @@ static int tx_connect(tx_channel *tx)
     if (fd < 0)
         return fd;
     weir_net_set_nodelay(fd, 1);
+    conn c = {fd, NULL};
+    if (n->o.tls_client) {
+        char tmsg[512];
+        int e = weir_tls_connect(n->o.tls_client, fd, host, deadline, &c.tls, tmsg, sizeof(tmsg));
+        if (e) {
+            weir_io_close(fd);
+            if (e == -ECANCELED)
+                return e;
+            /* A verification failure says what to fix; a peer that closed
+             * or does not speak TLS is most likely a plaintext worker. */
+            int mismatch = e != -EPROTO || strstr(tmsg, "does not speak TLS") != NULL;
+            snprintf(tx->why, sizeof(tx->why), "to %s:%d: %s%s", host, port, tmsg,
+                     mismatch ? " (" TLS_HINT ")" : "");
+            return e;
+        }
+    }
     uint8_t h[WEIR__WIRE_CTRL_MAX];
     weir__wire_hello hello = hello_of(n, &tx->pc);
     size_t len = weir__wire_encode_hello(h, &hello);
-    int e = weir_frame_write(fd, h, len, WEIR_FOREVER);
+    int e = conn_write(&c, h, len, deadline);
+    if (e && c.tls && e != -ECANCELED) {
+        /* Under TLS 1.3 a server checks the client's certificate after the
+         * client's side of the handshake is done: a refusal is an alert
+         * that arrives now. Its text says more than the reset. */
+        uint8_t one;
+        if (weir_tls_read(c.tls, &one, 1, weir_time_after_ms(100)) == -EPROTO)
+            snprintf(tx->why, sizeof(tx->why), "to %s:%d: %s", host, port,
+                     weir_tls_last_error(c.tls));
+        else
+            snprintf(tx->why, sizeof(tx->why),
+                     "to %s:%d: the TLS session ended right after its handshake (%s): did the "
+                     "consumer refuse this process's certificate? it must be signed by the "
+                     "authority the consumer trusts",
+                     host, port, weir_tls_last_error(c.tls));
+    }
     if (e) {
-        weir_io_close(fd);
+        conn_close(&c, 1);
         return e;
     }
     atomic_fetch_add(&n->sent, len);
-    tx->fd = fd;
+    tx->c = c;
     if (!weir_scope_spawn(n->fibers, credit_reader, tx,
                           &(weir_spawn_opts){.name = "channel credits", .stack_size = FIBER_STACK}))
         return -ENOMEM;
-    return 0;
-}
-
-/* Every byte of p[0, len) - whole frames, one or several - as
- * weir_frame_write sends one: straight from the fiber while the socket
- * has room, waiting on the loop when it is full. */
-static int send_frames(int fd, const uint8_t *p, size_t len)
-{
-    if (weir_task_cancelled())
-        return -ECANCELED;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                return -errno;
-            int r = weir_io_poll(fd, POLLOUT, WEIR_FOREVER);
-            if (r < 0)
-                return r;
-            continue;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
     return 0;
 }
 
@@ -331,16 +434,27 @@ static int tx_write(tx_channel *tx, const uint8_t *p, size_t len)
 {
     if (tx->broken)
         return -EPIPE;
-    int e = tx->fd < 0 ? tx_connect(tx) : 0;
+    int e = tx->c.fd < 0 ? tx_connect(tx) : 0;
     if (!e)
-        e = send_frames(tx->fd, p, len);
+        e = conn_write(&tx->c, p, len, WEIR_FOREVER);
     if (e) {
         tx->broken = 1; /* part of a frame may be out: nothing more can follow */
         if (e != -ECANCELED) {
             char name[256];
             describe(tx->net->r, &tx->pc, name, sizeof(name));
-            weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s", name, tx->to,
-                              weir_strerror(e));
+            if (tx->why[0])
+                weir__stream_fail(tx->net->r->j, e, "%s %s", name, tx->why);
+            else if (tx->c.tls)
+                weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s%s", name, tx->to,
+                                  weir_tls_last_error(tx->c.tls),
+                                  atomic_load(&tx->credited)
+                                      ? ""
+                                      : " (no credit came back: did the consumer refuse this "
+                                        "process's certificate? it must be signed by the "
+                                        "authority the consumer trusts)");
+            else
+                weir__stream_fail(tx->net->r->j, e, "%s: sending to process %d: %s", name, tx->to,
+                                  weir_strerror(e));
         }
         return e;
     }
@@ -397,6 +511,8 @@ static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
     if (tx->broken)
         return -EPIPE;
     int e = weir__credit_take(c, tx->credits, waited_ns);
+    if (!e && (e = tx_lost(tx)) < 0)
+        weir_sem_release(tx->credits, 1);
     if (e)
         return e;
     size_t len = weir__wire_batch_size(b);
@@ -420,8 +536,10 @@ static int tx_send_batch(weir__channel *c, batch *b, uint64_t *waited_ns)
 static int tx_send_ctl(weir__channel *c, int kind, int64_t v)
 {
     tx_channel *tx = (tx_channel *)c;
-    if (tx->broken)
+    if (tx->broken || tx_lost(tx))
         return -EPIPE;
+    if (kind == IT_EOI)
+        atomic_store(&tx->ended, 1);
     if (kind == IT_WATERMARK && tx->wm_at) {
         weir__wire_encode_watermark(tx->buf + tx->wm_at - WEIR__WIRE_WATERMARK_SIZE, v);
         return 0;
@@ -451,8 +569,7 @@ static void tx_credit(weir__channel *c)
 static void tx_free(weir__channel *c)
 {
     tx_channel *tx = (tx_channel *)c;
-    if (tx->fd >= 0)
-        weir_io_close(tx->fd);
+    conn_close(&tx->c, tx->broken);
     weir__batch_free(c->open);
     weir_sem_free(tx->credits);
     weir__free(tx->buf);
@@ -476,14 +593,16 @@ static intptr_t rx_reader(void *arg)
     char why[200];
     for (;;) {
         const uint8_t *f;
-        ssize_t got = rbuf_next(&s->b, rx->fd, WEIR__WIRE_MAX_FRAME, &f, WEIR_FOREVER);
+        ssize_t got = rbuf_next(&s->b, &rx->c, WEIR__WIRE_MAX_FRAME, &f, WEIR_FOREVER);
         if (got == -ECANCELED)
             break;
         if (got <= 0) {
+            rx->broken = got < 0;
             if (!rx->ended)
                 rx_fail(rx, got ? (int)got : -ECONNRESET,
                         got == -EMSGSIZE ? "a frame longer than the largest batch"
-                        : got            ? weir_strerror((int)got)
+                        : got && rx->c.tls && got != -EBADMSG ? weir_tls_last_error(rx->c.tls)
+                        : got                                 ? weir_strerror((int)got)
                               : "the producer's connection closed before its end of input");
             break;
         }
@@ -543,13 +662,15 @@ static intptr_t rx_reader(void *arg)
     return 0;
 }
 
-/* Fail every receiving end whose producer has not connected yet: "its
- * producer (process P) <what>". */
+/* Fail every receiving end whose producer has not attached yet: "its
+ * producer (process P) <what>". A connection still on its way in (its
+ * handshake, its HELLO) finds the channel taken. */
 static void fail_unattached(weir__tcp_net *n, int e, const char *what)
 {
     for (uint32_t i = 0; i < n->nrx_slots; i++) {
         rx_channel *rx = n->rx[i];
-        if (!rx || rx->fd >= 0)
+        int free_slot = 0;
+        if (!rx || !atomic_compare_exchange_strong(&rx->claimed, &free_slot, 2))
             continue;
         char why[160];
         snprintf(why, sizeof(why), "its producer (process %d) %s",
@@ -558,7 +679,37 @@ static void fail_unattached(weir__tcp_net *n, int e, const char *what)
     }
 }
 
-/* A connection's first frame: which channel it carries. */
+/* On a TLS data plane, what a new connection speaks, from its first byte
+ * (peeked, not taken): 1 TLS (a handshake record, 0x16), 0 not (a
+ * plaintext producer's HELLO starts with its length's high byte, 0), or a
+ * negative errno (closed, the deadline). */
+static int speaks_tls(int fd, int64_t deadline)
+{
+    for (;;) {
+        uint8_t first;
+        ssize_t r = recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 1)
+            return first == 0x16;
+        if (r == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -errno;
+        int w = weir_io_poll(fd, POLLIN, deadline);
+        if (w < 0)
+            return w;
+    }
+}
+
+/* A connection's first frame: which channel it carries, on a fiber of the
+ * connection's own (attach_main), so that one slow peer does not hold up
+ * the others. On a TLS data plane the handshake comes first (in the 10 s
+ * of the HELLO): a peer that fails it is dropped and logged, as a
+ * stranger is. A plaintext producer whose HELLO names a channel this
+ * process waits for - a worker without the data-plane TLS flags - fails
+ * that channel at once with what to do, rather than leaving it to the
+ * connect deadline. */
 static void attach(weir__tcp_net *n, int fd)
 {
     rx_start *s = weir__calloc(1, sizeof(*s));
@@ -571,45 +722,91 @@ static void attach(weir__tcp_net *n, int fd)
         return;
     }
     const uint8_t *f;
-    char why[200] = "";
+    char why[640] = "";
     /* The HELLO comes before the peer has said who it is: 64 bytes at
      * most, and in 10 s. */
-    ssize_t got = rbuf_next(&s->b, fd, 64, &f, weir_time_after_ms(10000));
+    int64_t deadline = weir_time_after_ms(10000);
+    conn c = {fd, NULL};
+    int plain = 0;  /* a plaintext peer on a TLS data plane */
+    int failed = 0; /* ...that failed its channel */
+    ssize_t got = 1;
+    if (n->o.tls_server) {
+        int t = speaks_tls(fd, deadline);
+        if (t == 1) {
+            char tmsg[512];
+            int te = weir_tls_accept(n->o.tls_server, fd, deadline, &c.tls, tmsg, sizeof(tmsg));
+            if (te) {
+                got = te;
+                snprintf(why, sizeof(why), "%s", tmsg);
+            }
+        } else if (t < 0) {
+            got = t;
+        } else {
+            plain = 1;
+        }
+    }
+    if (got > 0)
+        got = rbuf_next(&s->b, &c, 64, &f, deadline);
     weir__wire_msg m = {0};
-    int e = got > 0    ? weir__wire_decode(f, (size_t)got, &m, why, sizeof(why))
+    int e = why[0]     ? (int)got
+            : got > 0  ? weir__wire_decode(f, (size_t)got, &m, why, sizeof(why))
             : got == 0 ? -ECONNRESET
                        : (int)got;
     rx_channel *rx = NULL;
     if (got == 0)
         snprintf(why, sizeof(why), "it closed before its HELLO");
+    if (got == -EMSGSIZE && !n->o.tls_server && s->b.end > s->b.start && s->b.p[s->b.start] == 0x16)
+        snprintf(why, sizeof(why),
+                 "it speaks TLS, and this process's data plane is plaintext (" TLS_HINT ")");
     if (!e && m.kind != WEIR__WIRE_HELLO) {
         weir__wire_msg_free(&m);
         e = -EBADMSG;
         snprintf(why, sizeof(why), "its first frame is not a HELLO");
     }
-    if (!e &&
-        (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) || rx->fd >= 0))
+    if (!e && (m.u.hello.channel >= n->nrx_slots || !(rx = n->rx[m.u.hello.channel]) ||
+               atomic_load(&rx->claimed)))
         e = -ENOENT;
     if (!e) {
         weir__wire_hello want = hello_of(n, &rx->pc);
         e = weir__wire_hello_check(&m.u.hello, &want, why, sizeof(why));
     }
+    int free_slot = 0;
+    if (!e && plain) {
+        /* The producer of a channel here, without TLS: the job cannot go
+         * on, and it says why now. */
+        if (atomic_compare_exchange_strong(&rx->claimed, &free_slot, 2)) {
+            rx_fail(rx, -EPROTO,
+                    "its producer connected without TLS, and this process's data plane is TLS "
+                    "(" TLS_HINT ")");
+            failed = 1;
+        }
+        e = -EPROTO;
+    } else if (!e && !atomic_compare_exchange_strong(&rx->claimed, &free_slot, 1)) {
+        e = -ENOENT; /* another connection took it first, or it has failed */
+    }
     if (e) {
         /* A stranger, or a peer of another plan: drop the connection,
          * keep listening (the real producer may still come). Cancelled:
          * the run is ending. */
-        if (e != -ECANCELED)
-            weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection: %s",
+        if (e != -ECANCELED && !failed)
+            weir__log(WEIR__LOG_WARN, "stream.channel", "dropped a connection%s: %s%s",
+                      plain ? " without TLS" : "",
                       why[0]         ? why
                       : e == -ENOENT ? "not a channel this process expects"
-                                     : weir_strerror(e));
+                                     : weir_strerror(e),
+                      plain ? " (" TLS_HINT ")" : "");
         rbuf_close(&s->b);
         weir__free(s);
-        weir_io_close(fd);
+        conn_close(&c, 1);
         return;
     }
     atomic_fetch_add(&n->received, (uint64_t)got + 4);
-    rx->fd = fd;
+    if (c.tls && weir__log_level() >= WEIR__LOG_DEBUG) {
+        char name[256];
+        describe(n->r, &rx->pc, name, sizeof(name));
+        weir__log(WEIR__LOG_DEBUG, "stream.channel", "%s: its producer is in, over TLS", name);
+    }
+    rx->c = c;
     s->rx = rx;
     atomic_fetch_add(&n->attached, 1);
     if (!weir_scope_spawn(
@@ -619,6 +816,19 @@ static void attach(weir__tcp_net *n, int fd)
         weir__free(s);
         rx_fail(rx, -ENOMEM, "could not start its reader");
     }
+}
+
+typedef struct attach_arg {
+    weir__tcp_net *n;
+    int fd;
+} attach_arg;
+
+static intptr_t attach_main(void *arg)
+{
+    attach_arg a = *(attach_arg *)arg;
+    weir__free(arg);
+    attach(a.n, a.fd);
+    return 0;
 }
 
 static intptr_t acceptor(void *arg)
@@ -642,7 +852,15 @@ static intptr_t acceptor(void *arg)
             continue;
         }
         weir_net_set_nodelay(fd, 1);
-        attach(n, fd);
+        attach_arg *a = weir__malloc(sizeof(*a));
+        if (a)
+            *a = (attach_arg){n, fd};
+        if (!a || !weir_scope_spawn(
+                      n->fibers, attach_main, a,
+                      &(weir_spawn_opts){.name = "channel attach", .stack_size = FIBER_STACK})) {
+            weir__free(a);
+            attach(n, fd); /* here, then */
+        }
     }
     return 0;
 }
@@ -678,15 +896,14 @@ static void rx_credit(weir__channel *c)
     size_t len = weir__wire_encode_credit(f, rx->owed);
     rx->owed = 0;
     /* A failed write means the producer is gone: its reader notices. */
-    if (rx->fd >= 0 && weir_frame_write(rx->fd, f, len, WEIR_FOREVER) == 0)
+    if (rx->c.fd >= 0 && conn_write(&rx->c, f, len, WEIR_FOREVER) == 0)
         atomic_fetch_add_explicit(&rx->net->sent, len, memory_order_relaxed);
 }
 
 static void rx_free(weir__channel *c)
 {
     rx_channel *rx = (rx_channel *)c;
-    if (rx->fd >= 0)
-        weir_io_close(rx->fd);
+    conn_close(&rx->c, rx->broken);
     weir__batch_free(c->open);
     weir__free(rx);
 }
@@ -712,7 +929,7 @@ static weir__channel *factory(void *arg, run *r, const weir__plan_channel *pc, s
         tx->ch.ops = &tx_ops;
         tx->net = n;
         tx->pc = *pc;
-        tx->fd = -1;
+        tx->c.fd = -1;
         tx->to = n->o.place(n->o.place_arg, pc->to_chain, pc->to_sub);
         if (tx->to < 0 || tx->to >= n->o.nprocs) {
             tx_free(&tx->ch);
@@ -737,7 +954,7 @@ static weir__channel *factory(void *arg, run *r, const weir__plan_channel *pc, s
     rx->net = n;
     rx->pc = *pc;
     rx->cons = cons;
-    rx->fd = -1;
+    rx->c.fd = -1;
     n->rx[pc->id] = rx;
     atomic_fetch_add(&n->expected, 1);
     return &rx->ch;
@@ -811,7 +1028,8 @@ static weir__tcp_net *new_failed(weir__tcp_net *n, int err)
 weir__tcp_net *weir__tcp_new(const weir__tcp_opts *o)
 {
     if (!o || o->nprocs < 1 || o->self < 0 || o->self >= o->nprocs || !o->place || !o->hosts ||
-        !o->ports || (o->control_fds && (o->coordinator < 0 || o->coordinator >= o->nprocs))) {
+        !o->ports || (o->control_fds && (o->coordinator < 0 || o->coordinator >= o->nprocs)) ||
+        !o->tls_server != !o->tls_client) {
         errno = EINVAL;
         return NULL;
     }

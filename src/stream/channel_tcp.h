@@ -23,16 +23,35 @@
  *     an idle flag or the end of input goes out at once, and so does
  *     what is held once it passes 64 KiB;
  *   - a receiving end when only the consumer does: the net's accept fiber
- *     takes the connection, checks its HELLO against what the plan says of
- *     that channel, and starts a reader fiber that decodes each frame into
- *     an item of the consumer's mailbox. The consumer's credit() returns
- *     credits in CREDIT frames, several in one when it can (see rx_credit).
+ *     takes the connection and hands it to a fiber of its own, which
+ *     checks its HELLO against what the plan says of that channel (the
+ *     first connection to claim a channel has it) and starts a reader fiber that decodes each frame
+ * into an item of the consumer's mailbox. The consumer's credit() returns credits in CREDIT frames,
+ * several in one when it can (see rx_credit).
  *
  * Reading: each connection is read into a buffer of the channel's own, so
  * one read takes every frame the socket holds and they are decoded from
  * it one after another; a read tries a non-blocking recv first and waits
  * on the loop only when the socket is empty. A credit reader releases all
  * the credits of the frames one read brought at once.
+ *
+ * TLS (tls_server / tls_client in the options: a worker's --data-tls-*
+ * flags, docs/cluster.md "TLS"). Every connection of the net is mutual
+ * TLS: the producer's handshake follows its connect, under the channel's
+ * connect deadline, on the sending fiber, and checks that the consumer's
+ * certificate chains to the authority and names the host connected to;
+ * the consumer's side runs on the connection's fiber, in the 10 s of the
+ * HELLO. The
+ * frames are the same, inside the session: a push is one weir_tls_write
+ * (records of 16 KiB, one SSL_write per 64 KiB), credits one each; the
+ * buffered reads read the session instead of the socket. Links end with
+ * close_notify. A net with TLS and one without do not talk: the TLS
+ * producer's handshake fails at once (the plaintext consumer drops what
+ * is not a HELLO) and its message says to give every worker the flags; a
+ * plaintext producer's HELLO on a TLS consumer (told apart by its first
+ * byte) fails that channel with the same advice. A failed handshake on
+ * the consumer's side is logged and the connection dropped, as a
+ * stranger's HELLO is.
  *
  * Failures. A malformed, oversized or unexpected frame, a producer that
  * sends past its credits, a connection lost before end of input, or a
@@ -53,6 +72,7 @@
 #define WEIR_STREAM_CHANNEL_TCP_H
 
 #include "stream/deploy.h"
+#include "weir/tls.h"
 
 typedef struct weir__tcp_net weir__tcp_net;
 
@@ -94,6 +114,13 @@ typedef struct weir__tcp_opts {
      * made it. NULL: the run does not checkpoint across processes. */
     const int *control_fds;
     int coordinator;
+    /* TLS on every channel over TCP (weir/tls.h; the caller's contexts,
+     * alive while the net is; both or neither, NULL: plain TCP). A
+     * receiving end is a server of tls_server (mutual TLS: its authority
+     * checks the producer's certificate); a sending end a client of
+     * tls_client, which checks that the consumer's certificate names the
+     * host it connected to (what peer() or hosts[] said). */
+    weir_tls_ctx *tls_server, *tls_client;
 } weir__tcp_opts;
 
 /* NULL with errno (EINVAL, ENOMEM), and then listen_fd and control_fds

@@ -99,7 +99,9 @@ struct weir_job {
     sop **ops;
     int nops, cap;
     weir_stream *streams;
-    char error[256];
+    /* Room for a channel's TLS failure: the names on the certificate and
+     * what to do about them. */
+    char error[1024];
     int err;
     pthread_mutex_t lock; /* guards error/err during a run */
 };
