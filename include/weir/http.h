@@ -494,6 +494,17 @@ typedef struct weir_http_client_req {
     weir_http_body_fn body_fn;
     void *body_arg;
     int64_t deadline; /* absolute (weir_time_after_ms); 0 = WEIR_FOREVER */
+    /* A response body taken as it arrives, for streams (Server-Sent
+     * Events, a watch): when set and the final status is 2xx, each piece
+     * of the body goes to on_body(on_body_arg, data, len) instead of into
+     * resp->body (left empty), and max_response does not cap it. on_body
+     * returns 0 to read on, 1 to stop (the call returns 0 with the status
+     * and the headers; the connection is closed, not pooled), or a
+     * negative errno that the call then returns. Another status's body is
+     * read whole as usual. Called in the requesting fiber; it may suspend.
+     * The deadline still bounds the whole exchange (-ETIMEDOUT). */
+    int (*on_body)(void *arg, const void *data, size_t len);
+    void *on_body_arg;
 } weir_http_client_req;
 
 /*

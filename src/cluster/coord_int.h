@@ -147,6 +147,7 @@ struct coord {
     struct weir__ha *ha;     /* the election (--ha-dir), NULL without */
     struct weir__etcd *etcd; /* etcd decides who leads (--etcd-endpoints), NULL without */
     char etcd_key[300];
+    uint64_t etcd_holder;    /* standing by: the epoch of the leader the last campaign saw */
     int step_down[2];        /* a byte: the leadership is lost (pipe; -1: none) */
     char step_down_why[512]; /* written before the byte */
     uint64_t *recover_ids;   /* the job records a new leader found: it recovers these */

@@ -2073,6 +2073,8 @@ static int etcd_try_lead(coord *c, char *msg, size_t cap)
     snprintf(value, sizeof(value), "%s pid %ld", c->host, (long)getpid());
     uint64_t epoch = 0;
     int e = weir__etcd_campaign(c->etcd, c->etcd_key, value, &epoch, NULL, 0, msg, cap);
+    if (e == 0)
+        c->etcd_holder = epoch;
     if (e != 1)
         return e;
     ha_call h = {.c = c, .op = HA_LEAD_AT, .epoch = epoch};
@@ -2084,6 +2086,77 @@ static int etcd_try_lead(coord *c, char *msg, size_t cap)
     }
     c->epoch = epoch;
     return 1;
+}
+
+/* ---- a standby's watch of the leader's key ---- */
+typedef struct etcd_watch {
+    coord *c;
+    int64_t until;
+    int rc, done_fd; /* done_fd: written to when the watch ends */
+    char msg[400];
+} etcd_watch;
+
+static intptr_t etcd_watch_main(void *arg)
+{
+    etcd_watch *w = arg;
+    w->rc = weir__etcd_watch_gone(w->c->etcd, w->c->etcd_key, w->until, w->msg, sizeof(w->msg));
+    if (w->done_fd >= 0) {
+        char b = 1;
+        (void)!write(w->done_fd, &b, 1);
+    }
+    return 0;
+}
+
+/* As a standby, wait through an etcd watch for the leader's key to go (1),
+ * until `until` (0), for the stop descriptor (2), or a negative errno with
+ * msg (etcd cannot be watched: the caller polls instead; -ECANCELED: the
+ * coordinator's fiber was cancelled). The watch runs in a fiber of its
+ * own, so that the stop descriptor is heard while it waits. */
+static int etcd_wait_gone(coord *c, int64_t until, char *msg, size_t cap)
+{
+    etcd_watch w = {.c = c, .until = until, .done_fd = -1};
+    int done[2];
+    if (c->o.stop_fd < 0 || pipe2(done, O_CLOEXEC | O_NONBLOCK) < 0) {
+        etcd_watch_main(&w); /* nothing to hear meanwhile (or no pipe): here */
+        snprintf(msg, cap, "%s", w.msg);
+        return w.rc;
+    }
+    w.done_fd = done[1];
+    weir_scope *s = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER);
+    if (!s ||
+        !weir_scope_spawn(s, etcd_watch_main, &w,
+                          &(weir_spawn_opts){.name = "cluster etcd watch", .stack_size = FIBER})) {
+        weir_scope_free(s);
+        close(done[0]);
+        close(done[1]);
+        snprintf(msg, cap, "could not start the watch of the leader's key");
+        return -ENOMEM;
+    }
+    int rc = 0;
+    for (;;) {
+        int fds[2] = {done[0], c->o.stop_fd};
+        int i = weir_io_wait_readable_any(fds, 2, WEIR_FOREVER);
+        if (i == 0)
+            break; /* the watch ended */
+        if (i == 1 && weir__cl_wait_stop(c->o.stop_fd, LOG) == 0) {
+            rc = 2;
+            break;
+        }
+        if (i < 0 && i != -EINTR) {
+            rc = -ECANCELED;
+            break;
+        }
+    }
+    if (rc)
+        weir_scope_cancel(s);
+    weir_scope_join(s, NULL); /* the watch uses c->etcd: it ends first */
+    weir_scope_free(s);
+    close(done[0]);
+    close(done[1]);
+    if (rc)
+        return rc;
+    snprintf(msg, cap, "%s", w.msg);
+    return w.rc;
 }
 
 /* Stand for leader until this coordinator leads (1) or the stop
@@ -2104,7 +2177,9 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
                                       &c->o.etcd, &c->etcd, msg, cap)) < 0)
             return e;
     }
-    for (int said = 0, warned = 0;;) {
+    for (int said = 0, warned = 0, watch_warned = 0;;) {
+        int64_t campaigned = weir_time_now();
+        c->etcd_holder = 0;
         e = c->etcd ? etcd_try_lead(c, msg, cap) : ha_call_run(c, HA_TRY, 0, msg, cap);
         /* A refused password is not worth retrying: the node stops. */
         if (e < 0 && c->etcd && e != -ENOMEM && e != -ESTALE && e != -EACCES) {
@@ -2125,13 +2200,40 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
             if (c->o.on_standby)
                 c->o.on_standby(c->o.arg, c->o.ha_dir);
         }
+        int64_t next = weir_time_after_ms(WEIR__HA_POLL_MS);
+        if (c->etcd && c->etcd_holder) {
+            /* Another leads: watch its key instead of campaigning every
+             * poll, and campaign again as soon as it goes - or after a
+             * third of the lease's TTL, which renews this standby's lease
+             * (and finds a watch that went quiet). */
+            int ttl_ms = (c->o.etcd_lease_ttl_s > 0 ? c->o.etcd_lease_ttl_s : 10) * 1000;
+            char wmsg[400];
+            int w = etcd_wait_gone(c, weir_time_after_ms(ttl_ms / 3), wmsg, sizeof(wmsg));
+            if (w == 2)
+                return 0; /* stopped while standing by */
+            if (w == -ECANCELED)
+                return -ECANCELED;
+            if (w == 1)
+                weir__log(WEIR__LOG_INFO, LOG, "the leader's key in etcd is gone: campaigning");
+            else if (w < 0 && !watch_warned++)
+                weir__log(WEIR__LOG_WARN, LOG,
+                          "watching the leader's key in etcd: %s (polling every %d ms instead)",
+                          wmsg, WEIR__HA_POLL_MS);
+            /* At most one campaign per poll interval, whatever the watch
+             * said (etcd ending every watch at once must not spin). */
+            if (w >= 0) {
+                next = campaigned + WEIR__HA_POLL_MS * WEIR_MSEC;
+                if (weir_time_now() >= next)
+                    continue;
+            }
+        }
         if (c->o.stop_fd >= 0) {
-            int r = weir_io_poll(c->o.stop_fd, POLLIN, weir_time_after_ms(WEIR__HA_POLL_MS));
+            int r = weir_io_poll(c->o.stop_fd, POLLIN, next);
             if (r == -ECANCELED)
                 return -ECANCELED;
             if (r > 0 && weir__cl_wait_stop(c->o.stop_fd, LOG) == 0)
                 return 0;
-        } else if (weir_time_sleep(WEIR__HA_POLL_MS * WEIR_MSEC) < 0) {
+        } else if (weir_time_sleep_until(next) < 0) {
             return -ECANCELED;
         }
     }

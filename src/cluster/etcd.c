@@ -45,7 +45,8 @@ struct weir__etcd {
     int64_t lease; /* 0: none */
     int leading;
     uint64_t epoch;
-    char *key; /* the key e leads, while it does */
+    char *key;        /* the key e leads, while it does */
+    int64_t seen_rev; /* the revision at which the last campaign saw another lead */
 };
 
 static int fail(char *msg, size_t cap, int err, const char *fmt, ...)
@@ -811,6 +812,7 @@ static int txn_create(weir__etcd *e, const char *key, const char *k64, const cha
         e->epoch = (uint64_t)create;
     } else if (rc == 1) {
         rc = 0;
+        e->seen_rev = rev;
     }
     if (rc >= 0 && epoch)
         *epoch = rc == 1 ? e->epoch : (uint64_t)create;
@@ -932,6 +934,158 @@ int weir__etcd_leader(weir__etcd *e, const char *key, char *value, size_t vcap, 
     if (rc == 1 && epoch)
         *epoch = (uint64_t)create;
     json_decref(v);
+    return rc;
+}
+
+/* ---- the watch ------------------------------------------------------------------------- */
+/* A watch's answer is a stream of messages, each {"result": WatchResponse}
+ * or {"error": ...} on a line of its own. */
+#define WATCH_LINE_MAX (64u << 10) /* bytes of one message: a longer one is refused */
+
+typedef struct watch_rd {
+    ctx c;
+    char *line; /* the message being read */
+    size_t len;
+    int created; /* etcd set the watch up */
+    int gone;    /* a delete of the key, or the watch ended by etcd: look again */
+    int err;     /* a malformed message or an error answer */
+} watch_rd;
+
+/* One message: 0 read on, 1 the key went (or the watch ended), or a
+ * negative errno with msg. */
+static int watch_message(watch_rd *w, const char *m, size_t n)
+{
+    while (n && (m[n - 1] == '\r' || m[n - 1] == ' '))
+        n--;
+    if (n == 0)
+        return 0;
+    json_t *v = NULL, *res = NULL, *err = NULL, *evs = NULL;
+    int rc = parse_body(&w->c, m, n, 0, &v);
+    if (rc == 0 && (rc = get_obj(&w->c, v, "error", &err)) == 0 && err)
+        rc = peer_error(&w->c, 0, err);
+    else if (rc == 0 && (rc = get_obj(&w->c, v, "result", &res)) == 0 && !res)
+        rc = bad(&w->c, "a watch message without \"result\"");
+    if (rc == 0) {
+        const json_t *created = json_object_get(res, "created");
+        const json_t *canceled = json_object_get(res, "canceled");
+        if ((created && !json_is_boolean(created)) || (canceled && !json_is_boolean(canceled)))
+            rc = bad(&w->c, "\"created\" or \"canceled\" is not a boolean");
+        else if ((rc = get_arr(&w->c, res, "events", &evs)) == 0) {
+            if (json_is_true(created))
+                w->created = 1;
+            /* Cancelled by etcd (its start revision compacted, the member
+             * stopping): whatever happened is read again. */
+            if (json_is_true(canceled))
+                rc = 1;
+            for (size_t i = 0; rc == 0 && evs && i < json_array_size(evs); i++) {
+                const json_t *ev = json_array_get(evs, i);
+                const json_t *type = json_is_object(ev) ? json_object_get(ev, "type") : NULL;
+                if (!json_is_object(ev) || (type && !json_is_string(type)))
+                    rc = bad(&w->c, "a watch event that is not an object with a \"type\"");
+                else if (type && strcmp(json_string_value(type), "DELETE") == 0)
+                    rc = 1; /* a PUT has no "type" (its zero value) */
+            }
+        }
+    }
+    json_decref(v);
+    return rc;
+}
+
+/* The body of the watch, as it arrives: split into lines. */
+static int watch_body(void *arg, const void *data, size_t len)
+{
+    watch_rd *w = arg;
+    const char *p = data, *end = p + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t take = (size_t)((nl ? nl : end) - p);
+        if (take > WATCH_LINE_MAX - w->len)
+            return w->err = bad(&w->c, "a watch message over 64 KiB");
+        memcpy(w->line + w->len, p, take);
+        w->len += take;
+        p += take;
+        if (!nl)
+            break;
+        p++; /* the newline */
+        int rc = watch_message(w, w->line, w->len);
+        w->len = 0;
+        if (rc < 0)
+            return w->err = rc;
+        if (rc == 1) {
+            w->gone = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int weir__etcd_watch_gone(weir__etcd *e, const char *key, int64_t deadline, char *msg, size_t cap)
+{
+    int rc = check_key(key, msg, cap);
+    if (rc < 0)
+        return rc;
+    if (e->seen_rev <= 0)
+        return fail(msg, cap, -EINVAL, "etcd: no campaign has seen another lead yet");
+    if (e->user && !e->token && (rc = authenticate(e, msg, cap)) < 0)
+        return rc;
+    char *k64 = b64_encode(key, strlen(key));
+    char from[24];
+    snprintf(from, sizeof(from), "%" PRId64, e->seen_rev + 1);
+    /* NOPUT: only deletes are sent (a PUT of the same key under the
+     * leader's lease is no change of leader). */
+    json_t *req = k64 ? json_pack("{s:{s:s,s:s,s:[s]}}", "create_request", "key", k64,
+                                  "start_revision", from, "filters", "NOPUT")
+                      : NULL;
+    weir__free(k64);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    watch_rd w = {.line = weir__malloc(WATCH_LINE_MAX)};
+    if (!body || !w.line) {
+        free(body);
+        weir__free(w.line);
+        return fail(msg, cap, -ENOMEM, "etcd: out of memory");
+    }
+    char url[sizeof(e->ep[0]) + 16];
+    snprintf(url, sizeof(url), "%s/v3/watch", e->ep[e->cur]);
+    int64_t code = -1;
+    w.c = (ctx){url, msg, cap, &code};
+    weir_http_header h[2] = {{{"Content-Type", 12}, {"application/json", 16}}};
+    if (e->token)
+        h[1] = (weir_http_header){{"Authorization", 13}, {e->token, strlen(e->token)}};
+    weir_http_client_req q = {.method = "POST",
+                              .url = url,
+                              .headers = h,
+                              .nheaders = e->token ? 2 : 1,
+                              .body = body,
+                              .body_len = strlen(body),
+                              .deadline = deadline,
+                              .on_body = watch_body,
+                              .on_body_arg = &w};
+    weir_http_client_resp r = {0};
+    int x = weir_http_client_do(e->http, &q, &r);
+    if (w.gone)
+        rc = 1;
+    else if (w.err)
+        rc = w.err;
+    else if (x == -ETIMEDOUT && w.created)
+        rc = 0; /* nothing happened until the deadline */
+    else if (x < 0)
+        rc = fail(msg, cap, x, "etcd %s: %s (%s)", url, weir_net_strerror(x),
+                  r.error && r.error[0] ? r.error : "request failed");
+    else if (r.status < 200 || r.status > 299) {
+        json_t *err = NULL;
+        if (parse_body(&w.c, r.body, r.body_len, 0, &err) < 0)
+            err = NULL;
+        rc = peer_error(&w.c, r.status, err);
+        json_decref(err);
+    } else {
+        rc = 1; /* etcd ended the stream: look again */
+    }
+    if (rc < 0 && code == 16)
+        free_secret(&e->token); /* refused: the next request authenticates again */
+    weir_http_client_resp_free(&r);
+    weir__free(w.line);
+    free(body);
     return rc;
 }
 

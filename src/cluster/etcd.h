@@ -12,7 +12,8 @@
  * epoch is always above an earlier one's (fencing, as ha.h's epoch). The
  * key goes when its lease does: a leader that dies, or is cut off from
  * etcd for longer than its TTL, stops being the leader, and a standby
- * campaigning every ttl/3 or so takes over. A leader must stop acting as
+ * watching the key (weir__etcd_watch_gone) campaigns at once and takes
+ * over. A leader must stop acting as
  * one as soon as its keepalive reports the lease gone (-ESTALE), and
  * should stop when it cannot reach etcd for longer than its TTL.
  *
@@ -118,6 +119,16 @@ int weir__etcd_keepalive(weir__etcd *e, int *ttl_s, char *msg, size_t cap);
  * none, or a negative errno with msg. */
 int weir__etcd_leader(weir__etcd *e, const char *key, char *value, size_t vcap, uint64_t *epoch,
                       char *msg, size_t cap);
+
+/* Wait, through an etcd watch, for key to go after the revision at which
+ * e's last campaign found another leading (0 from that campaign): 1 it
+ * was deleted (its lease expired or was revoked, the leader resigned), or
+ * etcd ended the watch (the member stopping, the revision compacted):
+ * campaign again; 0 nothing until deadline (absolute); a negative errno
+ * with msg: etcd could not be watched (-EINVAL: no campaign has seen
+ * another lead). Only the member that answered last is asked; one
+ * message of the stream over 64 KiB is refused (-EBADMSG). */
+int weir__etcd_watch_gone(weir__etcd *e, const char *key, int64_t deadline, char *msg, size_t cap);
 
 /* Step down: the key is deleted if it is still this leadership's (its
  * create_revision is e's epoch) and e's lease revoked (a lease already

@@ -1070,6 +1070,7 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
     body_acc body = {0};
     size_t off = 0, len = 0;
     int interim = 0, done = 0;
+    int streamed = 0, stopped = 0; /* the body goes to req->on_body; it said stop */
     unsigned ninterim = 0;
     while (!done) {
         weir_http_event ev;
@@ -1117,7 +1118,10 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
                 *why = "more than 5 interim (1xx) responses";
                 goto fail;
             }
-            if (!interim && p->body == WEIR_HTTP_BODY_LENGTH) {
+            if (!interim && req->on_body && !pl->head && p->status >= 200 && p->status < 300) {
+                streamed = 1;
+                weir_http_parser_body_cap(p, UINT64_MAX); /* on_body bounds what it keeps */
+            } else if (!interim && p->body == WEIR_HTTP_BODY_LENGTH) {
                 uint64_t cl = p->content_length;
                 if (body_reserve(&body, cl < BODY_PREALLOC ? (size_t)cl : BODY_PREALLOC) < 0) {
                     r = -ENOMEM;
@@ -1126,6 +1130,17 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
             }
             break;
         case WEIR_HTTP_BODY:
+            if (streamed) {
+                int b = req->on_body(req->on_body_arg, ev.data, ev.len);
+                if (b < 0) {
+                    r = b;
+                    *why = "the response body function failed";
+                    goto fail;
+                }
+                if (b > 0)
+                    stopped = done = 1;
+                break;
+            }
             if (ev.len > c->max_response - body.len) {
                 r = -EMSGSIZE; /* the parser's cap already; kept for clarity */
                 *why = "response body larger than max_response";
@@ -1160,7 +1175,7 @@ static int exchange(weir_http_client *c, conn *k, const weir_http_client_req *re
     resp->body_len = body.len;
     /* Reusable only at a clean boundary: the whole request sent, nothing
      * unasked-for left over (bytes arriving later are the idle check's). */
-    *keep = p->keep_alive && !pl->close && off == len && !send_err;
+    *keep = p->keep_alive && !pl->close && off == len && !send_err && !stopped;
     return 0;
 fail:
     free(body.p);

@@ -364,6 +364,71 @@ static intptr_t expire_main(void *arg)
     return 0;
 }
 
+/* b stands by watching a's key: a resign (from another fiber, while b
+ * waits), an expired lease and a delete before the watch began all wake
+ * it; nothing happening runs the watch to its deadline. */
+typedef struct resigner {
+    weir__etcd *e;
+    int rc;
+} resigner;
+
+static intptr_t resign_soon(void *arg)
+{
+    resigner *r = arg;
+    char msg[256];
+    weir_time_sleep(200 * WEIR_MSEC);
+    r->rc = weir__etcd_resign(r->e, msg, sizeof(msg));
+    return 0;
+}
+
+static intptr_t watch_main(void *arg)
+{
+    (void)arg;
+    const char *key = "/weir/test/watch";
+    weir__etcd *a = open_ok(etcd_url, 10), *b = open_ok(etcd_url, 10);
+    char msg[512] = "";
+    uint64_t ea = 0, eb = 0;
+    CHECK_EQ(campaign(a, key, "a", &ea, NULL, 0), 1);
+    CHECK_EQ(campaign(b, key, "b", &eb, NULL, 0), 0);
+    /* Nothing happens: the deadline (a PUT of another key changes nothing). */
+    char put[300];
+    snprintf(put, sizeof(put), "put /weir/test/other x");
+    CHECK_EQ(ctl(&insts[0], put), 0);
+    CHECK_EQ(weir__etcd_watch_gone(b, key, weir_time_after_ms(300), msg, sizeof(msg)), 0);
+    /* a resigns while b watches. */
+    resigner r = {.e = a, .rc = -1};
+    weir_task *t = weir_task_spawn(resign_soon, &r, &(weir_spawn_opts){.stack_size = 64 * 1024});
+    CHECK(t != NULL);
+    int rc = weir__etcd_watch_gone(b, key, weir_time_after_ms(20000), msg, sizeof(msg));
+    if (rc != 1)
+        fprintf(stderr, "watch: %d %s\n", rc, msg);
+    CHECK_EQ(rc, 1);
+    CHECK_EQ(weir_task_join(t, NULL, WEIR_FOREVER), 0);
+    CHECK_EQ(r.rc, 0);
+    CHECK_EQ(campaign(b, key, "b", &eb, NULL, 0), 1);
+    /* a deletes before it watches: the watch starts after what a saw. */
+    CHECK_EQ(campaign(a, key, "a", &ea, NULL, 0), 0);
+    CHECK_EQ(weir__etcd_resign(b, msg, sizeof(msg)), 0);
+    CHECK_EQ(weir__etcd_watch_gone(a, key, weir_time_after_ms(20000), msg, sizeof(msg)), 1);
+    /* A lease left to expire (TTL 2 s, no keepalive). */
+    weir__etcd *c = open_ok(etcd_url, 2);
+    CHECK_EQ(campaign(c, key, "c", NULL, NULL, 0), 1);
+    CHECK_EQ(campaign(a, key, "a", &ea, NULL, 0), 0);
+    CHECK_EQ(weir__etcd_watch_gone(a, key, weir_time_after_ms(20000), msg, sizeof(msg)), 1);
+    CHECK_EQ(campaign(a, key, "a", &ea, NULL, 0), 1);
+    CHECK_EQ(weir__etcd_resign(a, msg, sizeof(msg)), 0);
+    weir__etcd_close(a);
+    weir__etcd_close(b);
+    weir__etcd_close(c);
+    return 0;
+}
+
+TEST(a_standby_watching_the_key_sees_the_leader_go)
+{
+    etcd_up();
+    CHECK_EQ(run(watch_main, NULL), 0);
+}
+
 TEST(a_lease_left_to_expire_hands_over_with_a_higher_epoch)
 {
     etcd_up();
@@ -733,8 +798,9 @@ TEST(malformed_endpoint_lists_are_refused_naming_the_entry)
 /* A fake member: each path answers with what the case sets. */
 static struct {
     int status;
-    const char *grant, *txn, *range, *keepalive;
-    char *big; /* an oversized answer, when set, for every path */
+    const char *grant, *txn, *range, *keepalive, *watch;
+    char *big;           /* an oversized answer, when set, for every path */
+    char watch_req[512]; /* the last watch's request */
 } fake;
 
 static int fake_handler(weir_http_req *req, weir_http_res *res, void *arg)
@@ -751,6 +817,11 @@ static int fake_handler(weir_http_req *req, weir_http_res *res, void *arg)
         body = fake.range;
     else if (req->path.len == 19 && memcmp(req->path.p, "/v3/lease/keepalive", 19) == 0)
         body = fake.keepalive;
+    else if (req->path.len == 9 && memcmp(req->path.p, "/v3/watch", 9) == 0) {
+        body = fake.watch;
+        snprintf(fake.watch_req, sizeof(fake.watch_req), "%.*s", (int)req->body_len,
+                 (const char *)req->body);
+    }
     if (!body)
         body = "{}";
     return weir_http_res_send(res, fake.status ? fake.status : 200, "application/json", body,
@@ -849,6 +920,55 @@ static intptr_t fake_main(void *arg)
     CHECK_EQ(weir__etcd_campaign(e, "/k", "v", &ep, holder, sizeof(holder), msg, sizeof(msg)), 0);
     CHECK_STR(holder, "v");
     CHECK_EQ(ep, 3);
+
+    /* The watch of a standby that saw /k held at revision 5: from 6,
+     * deletes only. */
+    int64_t dl = weir_time_after_ms(5000);
+    fake.watch = "{\"result\":{\"created\":true}}\n{\"result\":{\"events\":[{\"type\":"
+                 "\"DELETE\",\"kv\":{\"key\":\"L2s=\"}}]}}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 1);
+    CHECK_HAS(fake.watch_req, "\"start_revision\":\"6\"");
+    CHECK_HAS(fake.watch_req, "\"filters\":[\"NOPUT\"]");
+    CHECK_HAS(fake.watch_req, "\"key\":\"L2s=\"");
+    /* A PUT (no "type") is no change; the stream's end is: look again. */
+    fake.watch = "{\"result\":{\"created\":true}}\r\n\n{\"result\":{\"events\":[{\"kv\":{}}]}}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 1);
+    fake.watch = "{\"result\":{\"canceled\":true,\"compact_revision\":\"9\"}}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 1);
+    fake.watch = "{oops\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "not JSON");
+    CHECK_HAS(msg, "/v3/watch");
+    fake.watch = "{\"result\":{\"created\":\"yes\"}}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "not a boolean");
+    fake.watch = "{\"result\":{\"events\":[{\"type\":7}]}}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EBADMSG);
+    fake.watch = "{\"created\":true}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "without \"result\"");
+    fake.watch = "{\"error\":{\"grpc_code\":16,\"message\":\"invalid auth token\"}}\n";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EPERM);
+    CHECK_HAS(msg, "invalid auth token");
+    char *line = malloc((70u << 10) + 1); /* one message over 64 KiB, never ended */
+    CHECK(line);
+    memset(line, ' ', 70u << 10);
+    line[0] = '{';
+    line[70u << 10] = '\0';
+    fake.watch = line;
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EBADMSG);
+    CHECK_HAS(msg, "over 64 KiB");
+    free(line);
+    fake.status = 400;
+    fake.watch = "{\"error\":\"bad watch\",\"code\":3}";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EINVAL);
+    CHECK_HAS(msg, "HTTP 400: bad watch");
+    fake.status = 0;
+    /* A handle whose campaigns have seen nobody else has nothing to watch. */
+    weir__etcd *e2 = open_ok(url, 10);
+    CHECK_EQ(weir__etcd_watch_gone(e2, "/k", dl, msg, sizeof(msg)), -EINVAL);
+    CHECK_HAS(msg, "no campaign");
+    weir__etcd_close(e2);
 
     fake.range = "{\"kvs\":{}}";
     CHECK_EQ(weir__etcd_leader(e, "/k", NULL, 0, NULL, msg, sizeof(msg)), -EBADMSG);

@@ -174,6 +174,8 @@ wait "$c_a" || rc=$?
 grep -q "stepping down, epoch $epoch_a: etcd says this leader's lease is gone" "$tmp/a.log" ||
     fail "a does not say why it stepped down"
 grep -q "shutting down" "$tmp/a.log" && fail "the superseded leader cancelled its jobs"
+grep -q "the leader's key in etcd is gone: campaigning" "$tmp/b.log" ||
+    fail "b, watching the leader's key, did not see it go"
 grep -q "job 1 left to the next leader: this coordinator lost the leadership" "$tmp/a.log" ||
     fail "the superseded leader does not say it left job 1 to the next leader"
 echo "ha_etcd.sh: zombie takeover in $(((t1 - t0) / 1000000)) ms (SIGSTOP to both workers with b)"

@@ -1958,4 +1958,136 @@ TEST(pools_made_and_freed_two_threads)
         CHECK_EQ(run_on_rt(2, churn_main, NULL), 0);
 }
 
+/* ---- a body taken as it arrives (on_body) ----------------------------------------------- */
+/* GET /ticks?n=N: a stream of "tick I\n" lines 5 ms apart, N of them
+ * (0: until the client goes); GET /missing: a 404 with its text. */
+static int h_ticks(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)arg;
+    char n[16] = "0";
+    if (weir_http_req_query(req, "n", n, sizeof(n)) < 0)
+        return weir_http_res_text(res, 400, "n?");
+    int max = atoi(n), e = weir_http_res_stream_start(res, 200, "text/plain");
+    for (int i = 0; e == 0 && (max == 0 || i < max); i++) {
+        char line[32];
+        int len = snprintf(line, sizeof(line), "tick %d\n", i);
+        if ((e = weir_http_res_stream_write(res, line, (size_t)len)) == 0 &&
+            (e = weir_http_res_stream_wait(res, weir_time_after_ms(5))) == -ETIMEDOUT)
+            e = 0;
+    }
+    return e == -ECANCELED || e == -EPIPE || e == -ECONNRESET ? 0 : e;
+}
+
+static int h_missing(weir_http_req *req, weir_http_res *res, void *arg)
+{
+    (void)req;
+    (void)arg;
+    return weir_http_res_text(res, 404, "no such thing");
+}
+
+typedef struct taker {
+    char got[4096];
+    size_t len;
+    int calls, lines, stop_at, fail;
+} taker;
+
+static int take(void *arg, const void *data, size_t len)
+{
+    taker *t = arg;
+    t->calls++;
+    if (t->fail)
+        return t->fail;
+    CHECK_LT(t->len + len, sizeof(t->got));
+    memcpy(t->got + t->len, data, len);
+    t->len += len;
+    t->got[t->len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        t->lines += ((const char *)data)[i] == '\n';
+    return t->stop_at && t->lines >= t->stop_at ? 1 : 0;
+}
+
+static intptr_t on_body_main(void *arg)
+{
+    (void)arg;
+    weir_http_server *s = weir_http_server_new(NULL);
+    CHECK(s != NULL);
+    CHECK_EQ(weir_http_route(s, "GET", "/ticks", h_ticks, NULL, 0), 0);
+    CHECK_EQ(weir_http_route(s, "GET", "/missing", h_missing, NULL, 0), 0);
+    CHECK_EQ(weir_http_server_start(s), 0);
+    int port = weir_http_server_port(s);
+    char url[128];
+    /* max_response 32: a streamed body is not held to it, a whole one is. */
+    weir_http_client *c = weir_http_client_new(&(weir_http_client_opts){.max_response = 32});
+    CHECK(c != NULL);
+    weir_http_client_resp r;
+
+    /* To its end: every line, nothing kept in resp->body, the connection pooled. */
+    taker t = {0};
+    weir_http_client_req q = {.url = url_of(url, sizeof(url), port, "/ticks?n=20"),
+                              .deadline = deadline_ms(LONG_MS),
+                              .on_body = take,
+                              .on_body_arg = &t};
+    CHECK_EQ(weir_http_client_do(c, &q, &r), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body_len, 0);
+    CHECK_STR(r.body, "");
+    CHECK_STR(weir_http_client_resp_header(&r, "content-type"), "text/plain");
+    CHECK_EQ(t.lines, 20);
+    CHECK(strncmp(t.got, "tick 0\ntick 1\n", 14) == 0);
+    CHECK(strstr(t.got, "tick 19\n") != NULL);
+    CHECK_GT(t.len, 32);
+    weir_http_client_resp_free(&r);
+    /* Without on_body the same body is over max_response. */
+    q.on_body = NULL;
+    CHECK_EQ(weir_http_client_do(c, &q, &r), -EMSGSIZE);
+    weir_http_client_resp_free(&r);
+
+    /* Stopped after 3 lines of an endless stream: 0, and the connection closed. */
+    t = (taker){.stop_at = 3};
+    q = (weir_http_client_req){.url = url_of(url, sizeof(url), port, "/ticks?n=0"),
+                               .deadline = deadline_ms(LONG_MS),
+                               .on_body = take,
+                               .on_body_arg = &t};
+    CHECK_EQ(weir_http_client_do(c, &q, &r), 0);
+    CHECK_EQ(r.status, 200);
+    CHECK_GE(t.lines, 3);
+    weir_http_client_resp_free(&r);
+    weir_http_client_stats st = stats(c);
+    CHECK_EQ(st.idle_now, 0); /* not pooled */
+    CHECK_EQ(st.open_now, 0);
+
+    /* The deadline bounds an endless stream; what arrived was given. */
+    t = (taker){0};
+    q.deadline = deadline_ms(100);
+    CHECK_EQ(weir_http_client_do(c, &q, &r), -ETIMEDOUT);
+    CHECK_GT(t.lines, 0);
+    weir_http_client_resp_free(&r);
+
+    /* A negative return fails the call with it. */
+    t = (taker){.fail = -EPROTO};
+    q.deadline = deadline_ms(LONG_MS);
+    CHECK_EQ(weir_http_client_do(c, &q, &r), -EPROTO);
+    CHECK_EQ(t.calls, 1);
+    weir_http_client_resp_free(&r);
+
+    /* Another status: the body whole, on_body never called. */
+    t = (taker){0};
+    q.url = url_of(url, sizeof(url), port, "/missing");
+    CHECK_EQ(weir_http_client_do(c, &q, &r), 0);
+    CHECK_EQ(r.status, 404);
+    CHECK_STR(r.body, "no such thing");
+    CHECK_EQ(t.calls, 0);
+    weir_http_client_resp_free(&r);
+
+    weir_http_client_free(c);
+    CHECK_EQ(weir_http_server_stop(s, deadline_ms(5000)), 0);
+    weir_http_server_free(s);
+    return 0;
+}
+
+TEST(on_body_takes_a_stream_as_it_arrives)
+{
+    CHECK_EQ(test_run_main(on_body_main, NULL), 0);
+}
+
 TEST_MAIN()
