@@ -497,7 +497,8 @@ typedef struct weir_http_client_req {
     /* A response body taken as it arrives, for streams (Server-Sent
      * Events, a watch): when set and the final status is 2xx, each piece
      * of the body goes to on_body(on_body_arg, data, len) instead of into
-     * resp->body (left empty), and max_response does not cap it. on_body
+     * resp->body (left empty), and max_response does not cap it (except a
+     * Content-Length over it, refused at the head). on_body
      * returns 0 to read on, 1 to stop (the call returns 0 with the status
      * and the headers; the connection is closed, not pooled), or a
      * negative errno that the call then returns. Another status's body is

@@ -2089,6 +2089,8 @@ static int etcd_try_lead(coord *c, char *msg, size_t cap)
 }
 
 /* ---- a standby's watch of the leader's key ---- */
+#define WATCH_RETRY_MS 30000 /* after a watch failed, poll this long before watching again */
+
 typedef struct etcd_watch {
     coord *c;
     int64_t until;
@@ -2107,19 +2109,25 @@ static intptr_t etcd_watch_main(void *arg)
     return 0;
 }
 
-/* As a standby, wait through an etcd watch for the leader's key to go (1),
- * until `until` (0), for the stop descriptor (2), or a negative errno with
- * msg (etcd cannot be watched: the caller polls instead; -ECANCELED: the
- * coordinator's fiber was cancelled). The watch runs in a fiber of its
- * own, so that the stop descriptor is heard while it waits. */
+/* As a standby, wait through an etcd watch for the leader's key to go:
+ * what weir__etcd_watch_gone returns (1 deleted, 2 etcd ended the watch,
+ * 0 nothing until `until`, a negative errno with msg: the caller polls
+ * instead), 3 the stop descriptor said stop, or -ECANCELED: the
+ * coordinator's fiber was cancelled. The watch runs in a fiber of its own,
+ * so that the stop descriptor is heard while it waits. */
 static int etcd_wait_gone(coord *c, int64_t until, char *msg, size_t cap)
 {
     etcd_watch w = {.c = c, .until = until, .done_fd = -1};
     int done[2];
-    if (c->o.stop_fd < 0 || pipe2(done, O_CLOEXEC | O_NONBLOCK) < 0) {
-        etcd_watch_main(&w); /* nothing to hear meanwhile (or no pipe): here */
+    if (c->o.stop_fd < 0) {
+        etcd_watch_main(&w); /* nothing to hear meanwhile: here */
         snprintf(msg, cap, "%s", w.msg);
         return w.rc;
+    }
+    if (pipe2(done, O_CLOEXEC | O_NONBLOCK) < 0) {
+        int e = -errno;
+        snprintf(msg, cap, "a pipe: %s", strerror(errno));
+        return e;
     }
     w.done_fd = done[1];
     weir_scope *s = weir_scope_new(WEIR_SCOPE_COLLECT_ALL, WEIR_FOREVER);
@@ -2139,11 +2147,12 @@ static int etcd_wait_gone(coord *c, int64_t until, char *msg, size_t cap)
         if (i == 0)
             break; /* the watch ended */
         if (i == 1 && weir__cl_wait_stop(c->o.stop_fd, LOG) == 0) {
-            rc = 2;
+            rc = 3;
             break;
         }
         if (i < 0 && i != -EINTR) {
-            rc = -ECANCELED;
+            rc = i; /* -ECANCELED: this fiber is cancelled */
+            snprintf(msg, cap, "waiting for the watch: %s", strerror(-i));
             break;
         }
     }
@@ -2177,6 +2186,7 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
                                       &c->o.etcd, &c->etcd, msg, cap)) < 0)
             return e;
     }
+    int64_t watch_after = 0; /* after a failed watch: poll until then */
     for (int said = 0, warned = 0, watch_warned = 0;;) {
         int64_t campaigned = weir_time_now();
         c->etcd_holder = 0;
@@ -2201,7 +2211,7 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
                 c->o.on_standby(c->o.arg, c->o.ha_dir);
         }
         int64_t next = weir_time_after_ms(WEIR__HA_POLL_MS);
-        if (c->etcd && c->etcd_holder) {
+        if (c->etcd && c->etcd_holder && weir_time_now() >= watch_after) {
             /* Another leads: watch its key instead of campaigning every
              * poll, and campaign again as soon as it goes - or after a
              * third of the lease's TTL, which renews this standby's lease
@@ -2209,18 +2219,27 @@ static int stand_for_leader(coord *c, char *msg, size_t cap)
             int ttl_ms = (c->o.etcd_lease_ttl_s > 0 ? c->o.etcd_lease_ttl_s : 10) * 1000;
             char wmsg[400];
             int w = etcd_wait_gone(c, weir_time_after_ms(ttl_ms / 3), wmsg, sizeof(wmsg));
-            if (w == 2)
+            if (w == 3)
                 return 0; /* stopped while standing by */
             if (w == -ECANCELED)
                 return -ECANCELED;
-            if (w == 1)
+            if (w >= 0)
+                watch_warned = 0; /* a later failure is told again */
+            if (w == 1) {
                 weir__log(WEIR__LOG_INFO, LOG, "the leader's key in etcd is gone: campaigning");
-            else if (w < 0 && !watch_warned++)
-                weir__log(WEIR__LOG_WARN, LOG,
-                          "watching the leader's key in etcd: %s (polling every %d ms instead)",
-                          wmsg, WEIR__HA_POLL_MS);
-            /* At most one campaign per poll interval, whatever the watch
-             * said (etcd ending every watch at once must not spin). */
+                continue;
+            }
+            if (w < 0) {
+                watch_after = weir_time_after_ms(WATCH_RETRY_MS);
+                if (!watch_warned++)
+                    weir__log(WEIR__LOG_WARN, LOG,
+                              "watching the leader's key in etcd: %s (polling every %d ms for "
+                              "%d s instead)",
+                              wmsg, WEIR__HA_POLL_MS, WATCH_RETRY_MS / 1000);
+            }
+            /* Nothing happened, or etcd ended the watch: campaign again,
+             * but at most once per poll interval (etcd ending every watch
+             * at once must not spin). */
             if (w >= 0) {
                 next = campaigned + WEIR__HA_POLL_MS * WEIR_MSEC;
                 if (weir_time_now() >= next)

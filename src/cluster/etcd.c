@@ -947,11 +947,11 @@ typedef struct watch_rd {
     char *line; /* the message being read */
     size_t len;
     int created; /* etcd set the watch up */
-    int gone;    /* a delete of the key, or the watch ended by etcd: look again */
+    int gone;    /* 1: a delete of the key; 2: etcd ended the watch */
     int err;     /* a malformed message or an error answer */
 } watch_rd;
 
-/* One message: 0 read on, 1 the key went (or the watch ended), or a
+/* One message: 0 read on, 1 the key went, 2 etcd ended the watch, or a
  * negative errno with msg. */
 static int watch_message(watch_rd *w, const char *m, size_t n)
 {
@@ -976,7 +976,7 @@ static int watch_message(watch_rd *w, const char *m, size_t n)
             /* Cancelled by etcd (its start revision compacted, the member
              * stopping): whatever happened is read again. */
             if (json_is_true(canceled))
-                rc = 1;
+                rc = 2;
             for (size_t i = 0; rc == 0 && evs && i < json_array_size(evs); i++) {
                 const json_t *ev = json_array_get(evs, i);
                 const json_t *type = json_is_object(ev) ? json_object_get(ev, "type") : NULL;
@@ -1011,12 +1011,79 @@ static int watch_body(void *arg, const void *data, size_t len)
         w->len = 0;
         if (rc < 0)
             return w->err = rc;
-        if (rc == 1) {
-            w->gone = 1;
+        if (rc > 0) {
+            w->gone = rc;
             return 1;
         }
     }
     return 0;
+}
+
+/* One watch request, its answer read until dl: as weir__etcd_watch_gone,
+ * but 0 also when dl passes with the watch set up (the caller asks again). */
+static int watch_once(weir__etcd *e, const char *body, int64_t dl, char *msg, size_t cap)
+{
+    watch_rd w = {.line = weir__malloc(WATCH_LINE_MAX)};
+    if (!w.line)
+        return fail(msg, cap, -ENOMEM, "etcd: out of memory");
+    char url[sizeof(e->ep[0]) + 16];
+    snprintf(url, sizeof(url), "%s/v3/watch", e->ep[e->cur]);
+    int64_t code = -1;
+    w.c = (ctx){url, msg, cap, &code};
+    /* Hasleader: a member cut off from the quorum refuses the watch
+     * (rather than one that could never report a delete). */
+    weir_http_header h[3] = {{{"Content-Type", 12}, {"application/json", 16}},
+                             {{"Grpc-Metadata-Hasleader", 23}, {"true", 4}}};
+    if (e->token)
+        h[2] = (weir_http_header){{"Authorization", 13}, {e->token, strlen(e->token)}};
+    weir_http_client_req q = {.method = "POST",
+                              .url = url,
+                              .headers = h,
+                              .nheaders = e->token ? 3 : 2,
+                              .body = body,
+                              .body_len = strlen(body),
+                              .deadline = dl,
+                              .on_body = watch_body,
+                              .on_body_arg = &w};
+    weir_http_client_resp r = {0};
+    int x = weir_http_client_do(e->http, &q, &r), rc;
+    if (x == 0 && !w.gone && !w.err && w.len > 0 && r.status >= 200 && r.status <= 299) {
+        int m = watch_message(&w, w.line, w.len); /* a last message without its newline */
+        if (m < 0)
+            w.err = m;
+        else if (m > 0)
+            w.gone = m;
+    }
+    if (w.gone)
+        rc = w.gone;
+    else if (w.err)
+        rc = w.err;
+    else if (x == -ETIMEDOUT && w.created)
+        rc = 0; /* nothing happened until dl */
+    else if (x == -ETIMEDOUT)
+        rc = fail(msg, cap, x, "etcd %s: the watch was not set up in time", url);
+    else if (x < 0)
+        rc = fail(msg, cap, x, "etcd %s: %s (%s)", url, weir_net_strerror(x),
+                  r.error && r.error[0] ? r.error : "request failed");
+    else if (r.status < 200 || r.status > 299) {
+        json_t *err = NULL;
+        if (parse_body(&w.c, r.body, r.body_len, 0, &err) < 0)
+            err = NULL;
+        rc = peer_error(&w.c, r.status, err);
+        json_decref(err);
+    } else if (!w.created) {
+        rc = fail(msg, cap, -EPROTO,
+                  "etcd %s: the answer ended before the watch was set up "
+                  "(a proxy that does not stream?)",
+                  url);
+    } else {
+        rc = 2; /* etcd ended the stream: look again */
+    }
+    if (rc < 0 && code == 16)
+        free_secret(&e->token); /* refused: the next request authenticates again */
+    weir_http_client_resp_free(&r);
+    weir__free(w.line);
+    return rc;
 }
 
 int weir__etcd_watch_gone(weir__etcd *e, const char *key, int64_t deadline, char *msg, size_t cap)
@@ -1026,8 +1093,6 @@ int weir__etcd_watch_gone(weir__etcd *e, const char *key, int64_t deadline, char
         return rc;
     if (e->seen_rev <= 0)
         return fail(msg, cap, -EINVAL, "etcd: no campaign has seen another lead yet");
-    if (e->user && !e->token && (rc = authenticate(e, msg, cap)) < 0)
-        return rc;
     char *k64 = b64_encode(key, strlen(key));
     char from[24];
     snprintf(from, sizeof(from), "%" PRId64, e->seen_rev + 1);
@@ -1039,52 +1104,20 @@ int weir__etcd_watch_gone(weir__etcd *e, const char *key, int64_t deadline, char
     weir__free(k64);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
-    watch_rd w = {.line = weir__malloc(WATCH_LINE_MAX)};
-    if (!body || !w.line) {
-        free(body);
-        weir__free(w.line);
+    if (!body)
         return fail(msg, cap, -ENOMEM, "etcd: out of memory");
+    /* Each request lasts at most one request deadline, so a member that
+     * answers nothing (or a proxy that holds the stream back) is found
+     * out that soon; asking again from the same revision loses nothing. */
+    for (rc = 0; rc == 0;) {
+        int64_t now = weir_time_now();
+        if (now >= deadline)
+            break;
+        if (e->user && !e->token && (rc = authenticate(e, msg, cap)) < 0)
+            break;
+        int64_t dl = weir_time_after_ms(e->request_ms);
+        rc = watch_once(e, body, dl < deadline ? dl : deadline, msg, cap);
     }
-    char url[sizeof(e->ep[0]) + 16];
-    snprintf(url, sizeof(url), "%s/v3/watch", e->ep[e->cur]);
-    int64_t code = -1;
-    w.c = (ctx){url, msg, cap, &code};
-    weir_http_header h[2] = {{{"Content-Type", 12}, {"application/json", 16}}};
-    if (e->token)
-        h[1] = (weir_http_header){{"Authorization", 13}, {e->token, strlen(e->token)}};
-    weir_http_client_req q = {.method = "POST",
-                              .url = url,
-                              .headers = h,
-                              .nheaders = e->token ? 2 : 1,
-                              .body = body,
-                              .body_len = strlen(body),
-                              .deadline = deadline,
-                              .on_body = watch_body,
-                              .on_body_arg = &w};
-    weir_http_client_resp r = {0};
-    int x = weir_http_client_do(e->http, &q, &r);
-    if (w.gone)
-        rc = 1;
-    else if (w.err)
-        rc = w.err;
-    else if (x == -ETIMEDOUT && w.created)
-        rc = 0; /* nothing happened until the deadline */
-    else if (x < 0)
-        rc = fail(msg, cap, x, "etcd %s: %s (%s)", url, weir_net_strerror(x),
-                  r.error && r.error[0] ? r.error : "request failed");
-    else if (r.status < 200 || r.status > 299) {
-        json_t *err = NULL;
-        if (parse_body(&w.c, r.body, r.body_len, 0, &err) < 0)
-            err = NULL;
-        rc = peer_error(&w.c, r.status, err);
-        json_decref(err);
-    } else {
-        rc = 1; /* etcd ended the stream: look again */
-    }
-    if (rc < 0 && code == 16)
-        free_secret(&e->token); /* refused: the next request authenticates again */
-    weir_http_client_resp_free(&r);
-    weir__free(w.line);
     free(body);
     return rc;
 }

@@ -122,12 +122,16 @@ int weir__etcd_leader(weir__etcd *e, const char *key, char *value, size_t vcap, 
 
 /* Wait, through an etcd watch, for key to go after the revision at which
  * e's last campaign found another leading (0 from that campaign): 1 it
- * was deleted (its lease expired or was revoked, the leader resigned), or
+ * was deleted (its lease expired or was revoked, the leader resigned); 2
  * etcd ended the watch (the member stopping, the revision compacted):
  * campaign again; 0 nothing until deadline (absolute); a negative errno
  * with msg: etcd could not be watched (-EINVAL: no campaign has seen
- * another lead). Only the member that answered last is asked; one
- * message of the stream over 64 KiB is refused (-EBADMSG). */
+ * another lead; -ETIMEDOUT: no member set the watch up within
+ * WEIR__ETCD_REQUEST_MS; -EPROTO: the answer ended before the watch was
+ * set up, as through a proxy that does not stream). Only the member that
+ * answered last is asked, each request for at most WEIR__ETCD_REQUEST_MS
+ * (then again from the same revision), and only while it has a leader;
+ * one message of the stream over 64 KiB is refused (-EBADMSG). */
 int weir__etcd_watch_gone(weir__etcd *e, const char *key, int64_t deadline, char *msg, size_t cap);
 
 /* Step down: the key is deleted if it is still this leadership's (its

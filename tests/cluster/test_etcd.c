@@ -801,6 +801,8 @@ static struct {
     const char *grant, *txn, *range, *keepalive, *watch;
     char *big;           /* an oversized answer, when set, for every path */
     char watch_req[512]; /* the last watch's request */
+    int hasleader;       /* the last watch asked for a member with a leader */
+    int watch_stall;     /* the watch answers nothing for 1.5 s */
 } fake;
 
 static int fake_handler(weir_http_req *req, weir_http_res *res, void *arg)
@@ -819,6 +821,10 @@ static int fake_handler(weir_http_req *req, weir_http_res *res, void *arg)
         body = fake.keepalive;
     else if (req->path.len == 9 && memcmp(req->path.p, "/v3/watch", 9) == 0) {
         body = fake.watch;
+        if (fake.watch_stall) /* a member that sets nothing up */
+            weir_time_sleep(1500 * WEIR_MSEC);
+        const weir_http_str *hl = weir_http_req_header(req, "grpc-metadata-hasleader");
+        fake.hasleader = hl && hl->len == 4 && memcmp(hl->p, "true", 4) == 0;
         snprintf(fake.watch_req, sizeof(fake.watch_req), "%.*s", (int)req->body_len,
                  (const char *)req->body);
     }
@@ -930,11 +936,26 @@ static intptr_t fake_main(void *arg)
     CHECK_HAS(fake.watch_req, "\"start_revision\":\"6\"");
     CHECK_HAS(fake.watch_req, "\"filters\":[\"NOPUT\"]");
     CHECK_HAS(fake.watch_req, "\"key\":\"L2s=\"");
-    /* A PUT (no "type") is no change; the stream's end is: look again. */
+    CHECK(fake.hasleader); /* only a member with a leader may answer */
+    /* The last message without its newline counts. */
+    fake.watch = "{\"result\":{\"created\":true}}\n{\"result\":{\"events\":[{\"type\":"
+                 "\"DELETE\"}]}}";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 1);
+    /* A PUT (no "type") is no change; the stream's end after the watch
+     * was set up is etcd ending it (2), as is a cancel. */
     fake.watch = "{\"result\":{\"created\":true}}\r\n\n{\"result\":{\"events\":[{\"kv\":{}}]}}\n";
-    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 1);
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 2);
     fake.watch = "{\"result\":{\"canceled\":true,\"compact_revision\":\"9\"}}\n";
-    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 1);
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), 2);
+    /* A member that sets nothing up within the request deadline (1 s here). */
+    fake.watch_stall = 1;
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -ETIMEDOUT);
+    CHECK_HAS(msg, "not set up in time");
+    fake.watch_stall = 0;
+    /* An answer that ends before the watch is set up: not a stream. */
+    fake.watch = "";
+    CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EPROTO);
+    CHECK_HAS(msg, "before the watch was set up");
     fake.watch = "{oops\n";
     CHECK_EQ(weir__etcd_watch_gone(e, "/k", dl, msg, sizeof(msg)), -EBADMSG);
     CHECK_HAS(msg, "not JSON");
