@@ -367,6 +367,8 @@ typedef struct weir_loop_stats {
     uint64_t runq_len;       /* tasks ready to run now */
     uint64_t io_retries;     /* io_uring ops re-issued after -EAGAIN */
     uint64_t forced_submits; /* io_uring submissions forced by a full queue */
+    uint64_t spins;          /* io_uring waits that spun on the ring before sleeping */
+    uint64_t spins_caught;   /* ... and found a completion, so did not sleep */
     uint64_t coop_yields;    /* tasks made to yield by the cooperative budget */
     /* multi-threaded runtime only (0 on a standalone loop) */
     uint64_t steals;       /* tasks this thread stole from others */

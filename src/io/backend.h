@@ -53,10 +53,14 @@ typedef struct weir__io_ctx {
     int wake_fd;
     unsigned uring_entries; /* 0: the default */
     int uring_sqpoll;
+    /* How long wait() may spin on its completions before sleeping, when
+     * recent waits say one is likely that soon (0: never). */
+    int64_t spin_ns;
     /* Counters the backend adds to (relaxed stores; the owner reads them
      * from any thread): SQ flushes forced by a full queue, and requests
      * re-issued after -EAGAIN on an O_NONBLOCK file. */
     uint64_t *forced_submits, *io_retries;
+    uint64_t *spins, *spins_caught; /* waits that spun; of them, those a completion ended */
 } weir__io_ctx;
 
 typedef struct weir__backend {

@@ -377,7 +377,10 @@ weir_loop *weir__loop_new_rt(const weir_loop_opts *opts, weir_rt *rt, int index)
         .wake_fd = l->efd,
         .uring_entries = l->opts.uring_entries,
         .uring_sqpoll = l->opts.uring_sqpoll,
+        .spin_ns = weir__env_long("WEIR_URING_SPIN_US", 20, 0, 10000) * 1000,
         .forced_submits = &l->forced_submits,
+        .spins = &l->spins,
+        .spins_caught = &l->spins_caught,
         .io_retries = &l->io_retries,
     };
     int r = l->be->init(&l->be_state, &ctx);
@@ -445,6 +448,8 @@ int weir_loop_stats_get(const weir_loop *l, weir_loop_stats *st)
         .runq_len = pthread_equal(l->thread, pthread_self()) ? l->runq.len : 0,
         .io_retries = WEIR__STAT_GET(l->io_retries),
         .forced_submits = WEIR__STAT_GET(l->forced_submits),
+        .spins = WEIR__STAT_GET(l->spins),
+        .spins_caught = WEIR__STAT_GET(l->spins_caught),
         .coop_yields = WEIR__STAT_GET(l->coop_yields),
         .steals = WEIR__STAT_GET(l->steals),
         .injected = WEIR__STAT_GET(l->injected),

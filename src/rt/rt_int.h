@@ -271,8 +271,9 @@ struct weir_loop {
 
     /* statistics (loop thread only; see weir_loop_stats) */
     uint64_t polls, completions, forced_submits, parks, remote_wakes, coop_yields;
-    uint64_t waits;      /* backend wait calls (each one submit for io_uring) */
-    uint64_t io_retries; /* ops re-issued after -EAGAIN (io_uring + O_NONBLOCK) */
+    uint64_t spins, spins_caught; /* the io_uring backend's spins before sleeping */
+    uint64_t waits;               /* backend wait calls (each one submit for io_uring) */
+    uint64_t io_retries;          /* ops re-issued after -EAGAIN (io_uring + O_NONBLOCK) */
 #ifdef WEIR_ASAN
     const void *asan_sched_bottom;
     size_t asan_sched_size;
