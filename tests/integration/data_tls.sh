@@ -21,55 +21,13 @@
 set -eu
 weir=$1
 plugin=$2
-tmp=$(mktemp -d /tmp/weir-data-tls-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
-
-fail() {
-    echo "data_tls.sh: FAIL: $*" >&2
-    for f in "$tmp"/*.log; do
-        [ -f "$f" ] || continue
-        echo "--- $f" >&2
-        tail -n 40 "$f" >&2
-    done
-    exit 1
-}
+me=data_tls.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 command -v openssl >/dev/null 2>&1 || fail "openssl not found: run scripts/deps.sh (openssl)"
 
-# wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
-wait_for() {
-    limit=$(($1 * 20))
-    shift
-    i=0
-    while ! "$@" >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt $limit ] || return 1
-        sleep 0.05
-    done
-}
-
-# ---- certificates ------------------------------------------------------------------------
-# ca NAME: a self-signed authority NAME.crt / NAME.key.
-ca() {
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-        -subj "/CN=weir test $1" -keyout "$tmp/$1.key" -out "$tmp/$1.crt" 2>/dev/null ||
-        fail "openssl could not make the authority $1"
-}
-# cert NAME CA SAN: NAME.crt / NAME.key signed by CA, naming SAN.
-cert() {
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
-        -keyout "$tmp/$1.key" -out "$tmp/$1.csr" 2>/dev/null || fail "openssl: request for $1"
-    printf 'subjectAltName=%s\n' "$3" >"$tmp/$1.ext"
-    openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.crt" -CAkey "$tmp/$2.key" \
-        -CAcreateserial -days 2 -extfile "$tmp/$1.ext" -out "$tmp/$1.crt" 2>/dev/null ||
-        fail "openssl: signing $1"
-}
+# ---- certificates (ca, cert: lib.sh) -------------------------------------------------------
 ca ca
 # Each worker's data host is 127.0.0.1 (the address the coordinator sees):
 # its certificate names it.

@@ -18,68 +18,17 @@
 #     (exit 2) naming the variable.
 set -eu
 weir=$1
-tmp=$(mktemp -d /tmp/weir-etcd-secure-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
-
-fail() {
-    echo "etcd_secure.sh: FAIL: $*" >&2
-    for f in "$tmp"/*.out "$tmp"/*.log; do
-        [ -f "$f" ] || continue
-        echo "--- $f" >&2
-        tail -n 30 "$f" >&2
-    done
-    exit 1
-}
+me=etcd_secure.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 t_start=$(date +%s)
 step() { echo "etcd_secure.sh: [$(($(date +%s) - t_start)) s] $*" >&2; }
 
-wait_for() { # wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds
-    # The deadline is the wall clock's, not a count of polls: on a loaded
-    # machine each poll (a fork, a command) may take far longer than 50 ms.
-    end=$(($(date +%s) + $1))
-    shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt $end ] || return 1
-        sleep 0.05
-    done
-}
-
-# reap SECONDS PID: wait for PID to exit (its status in $rc), or fail
-# with the logs if it is still running after SECONDS.
-reap() {
-    end=$(($(date +%s) + $1))
-    while kill -0 "$2" 2>/dev/null; do
-        [ "$(date +%s)" -lt $end ] || fail "process $2 still running after $1 s"
-        sleep 0.05
-    done
-    rc=0
-    wait "$2" || rc=$?
-}
-
 [ -x /usr/bin/etcd ] || fail "etcd not found: run scripts/deps.sh (etcd-server)"
 command -v openssl >/dev/null 2>&1 || fail "openssl not found: run scripts/deps.sh (openssl)"
 
-# ---- certificates ----
-ca() {
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-        -subj "/CN=weir test $1" -keyout "$tmp/$1.key" -out "$tmp/$1.crt" 2>/dev/null ||
-        fail "openssl could not make the authority $1"
-}
-cert() { # cert NAME CA SAN
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
-        -keyout "$tmp/$1.key" -out "$tmp/$1.csr" 2>/dev/null || fail "openssl: request for $1"
-    printf 'subjectAltName=%s\n' "$3" >"$tmp/$1.ext"
-    openssl x509 -req -in "$tmp/$1.csr" -CA "$tmp/$2.crt" -CAkey "$tmp/$2.key" \
-        -CAcreateserial -days 2 -extfile "$tmp/$1.ext" -out "$tmp/$1.crt" 2>/dev/null ||
-        fail "openssl: signing $1"
-}
+# ---- certificates (ca, cert: lib.sh) ----
 ca ca
 ca other-ca
 cert server ca "DNS:localhost,IP:127.0.0.1"
