@@ -74,13 +74,11 @@ fail() {
 }
 
 # wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
-wait_for() {
-    limit=$(($1 * 20))
+wait_for() { # the deadline is the wall clock's (a poll may take long on a loaded machine)
+    end=$(($(date +%s) + $1))
     shift
-    i=0
     while ! "$@" >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt $limit ] || return 1
+        [ "$(date +%s)" -lt $end ] || return 1
         sleep 0.05
     done
 }

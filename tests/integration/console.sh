@@ -26,36 +26,9 @@ weir=$1
 plugin=$2
 shot=$3
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d /tmp/weir-console-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
-
-fail() {
-    echo "console.sh: FAIL: $*" >&2
-    for f in "$tmp"/*.log; do
-        [ -f "$f" ] || continue
-        echo "--- $f" >&2
-        tail -n 40 "$f" >&2
-    done
-    exit 1
-}
-
-# wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
-wait_for() {
-    limit=$(($1 * 20))
-    shift
-    i=0
-    while ! "$@" >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt $limit ] || return 1
-        sleep 0.05
-    done
-}
+me=console.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 command -v node >/dev/null 2>&1 || fail "node is missing (run scripts/deps.sh)"
 [ -d "$here/../npm/node_modules/playwright-core" ] ||

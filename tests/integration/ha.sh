@@ -41,39 +41,13 @@
 set -eu
 weir=$1
 plugin=$2
-tmp=$(mktemp -d /tmp/weir-ha-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
+me=ha.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+fail_extra="$tmp/ha/active-leader.json"
 
 WEIR_AUTH_TOKEN=ha-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 export WEIR_AUTH_TOKEN
-
-fail() {
-    echo "ha.sh: FAIL: $*" >&2
-    for f in "$tmp"/*.out "$tmp"/*.log "$tmp"/ha/active-leader.json; do
-        [ -f "$f" ] || continue
-        echo "--- $f" >&2
-        tail -n 40 "$f" >&2
-    done
-    exit 1
-}
-
-# wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
-wait_for() {
-    limit=$(($1 * 20))
-    shift
-    i=0
-    while ! "$@" >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt $limit ] || return 1
-        sleep 0.05
-    done
-}
 
 ha="$tmp/ha"
 

@@ -24,36 +24,10 @@
 set -eu
 weir=$1
 plugin=$2
-tmp=$(mktemp -d /tmp/weir-ha-etcd-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
-
-fail() {
-    echo "ha_etcd.sh: FAIL: $*" >&2
-    for f in "$tmp"/*.out "$tmp"/*.log "$tmp"/ha/active-leader.json; do
-        [ -f "$f" ] || continue
-        echo "--- $f" >&2
-        tail -n 40 "$f" >&2
-    done
-    exit 1
-}
-
-# wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
-wait_for() {
-    limit=$(($1 * 20))
-    shift
-    i=0
-    while ! "$@" >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt $limit ] || return 1
-        sleep 0.05
-    done
-}
+me=ha_etcd.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh"
+fail_extra="$tmp/ha/active-leader.json"
 
 [ -x /usr/bin/etcd ] || fail "etcd not found: run scripts/deps.sh (etcd-server)"
 

@@ -7,10 +7,12 @@
 #
 # It makes $tmp (/tmp/weir-NAME-XXXXXX), keeps the pids of what the script
 # starts in $pids, and kills them and removes $tmp at the end (KEEP=1
-# keeps both, for a look afterwards). Then:
+# keeps both, for a look afterwards; a process left stopped is continued
+# before it is killed). Then:
 #
 #   fail MSG...            "ME: FAIL: MSG" and the last 40 lines of every
-#                          $tmp/*.out and $tmp/*.log, exit 1
+#                          $tmp/*.out and $tmp/*.log (and of the files in
+#                          $fail_extra, when the script sets it), exit 1
 #   wait_for SECS CMD...   poll every 50 ms until CMD succeeds (1 when
 #                          SECS pass first: a wall-clock deadline, as a
 #                          poll on a loaded machine may take far longer
@@ -25,7 +27,8 @@
 tmp=$(mktemp -d "/tmp/weir-${me%.sh}-XXXXXX")
 pids=""
 cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+    # (CONT first: a test may leave a process stopped.)
+    for p in $pids; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -33,7 +36,7 @@ trap cleanup EXIT INT TERM
 
 fail() {
     echo "$me: FAIL: $*" >&2
-    for f in "$tmp"/*.out "$tmp"/*.log; do
+    for f in "$tmp"/*.out "$tmp"/*.log ${fail_extra:-}; do
         [ -f "$f" ] || continue
         echo "--- $f" >&2
         tail -n 40 "$f" >&2
