@@ -36,50 +36,7 @@
 #include "test.h"
 #include "test_rt.h"
 #include "weir/net.h"
-
-#define N 20000             /* records per source subtask */
-static int64_t per_sub = N; /* < 0: the sources never end */
-
-static int gen_open(weir_ctx *ctx, void *arg, void **state)
-{
-    (void)arg;
-    int64_t *next = calloc(1, sizeof(*next));
-    *next = (int64_t)weir_ctx_subtask(ctx) * N;
-    *state = next;
-    return 0;
-}
-
-static int gen_next(weir_ctx *ctx, void *state)
-{
-    int64_t *next = state;
-    int64_t end = per_sub < 0 ? INT64_MAX : ((int64_t)weir_ctx_subtask(ctx) + 1) * N;
-    for (int i = 0; i < 256 && *next < end; i++, (*next)++) {
-        int e = weir_emit(ctx, next, 8, *next);
-        if (e)
-            return e;
-    }
-    return *next >= end;
-}
-
-static const weir_source_def gen_def = {.open = gen_open, .next = gen_next, .close = free};
-
-/* src (2) -> to_one -> key_by -> count -> to_line -> collect */
-static weir_job *count_job(weir_collector *c)
-{
-    weir_job *j = weir_job_new("tcp");
-    weir_stream *s = weir_stream_parallelism(weir_job_source(j, "src", &gen_def, NULL), 2);
-    s = weir_stream_map(s, "to_one", to_one, NULL);
-    s = weir_stream_reduce(weir_stream_key_by(s, key16, NULL), "count", count16, NULL);
-    s = weir_stream_map(s, "to_line", to_line, NULL);
-    CHECK_EQ(weir_stream_collect(s, "out", c), 0);
-    return j;
-}
-
-static int by_subtask(void *arg, uint32_t chain, uint32_t sub)
-{
-    (void)arg, (void)chain;
-    return (int)(sub % 2);
-}
+#include "stream/tcp_job.h" /* last: its N */
 
 /* ---- one process's share -------------------------------------------------------------------- */
 /* j's plan at parallelism par (in *p) and this process's net for it: the
@@ -154,7 +111,7 @@ static intptr_t run_share(void *arg)
 {
     share *sh = arg;
     weir_collector *c = weir_collector_new();
-    weir_job *j = count_job(c);
+    weir_job *j = count_job("tcp", c);
     uint64_t stats[3];
     int e = run_by_subtask(j, sh->self, sh->lfd, sh->ports, NULL, sh->connect_timeout_ms,
                            &(weir_run_opts){.parallelism = 2}, stats);
@@ -186,7 +143,7 @@ static weir_collector *ref_c;
 static intptr_t run_ref(void *arg)
 {
     (void)arg;
-    weir_job *j = count_job(ref_c);
+    weir_job *j = count_job("tcp", ref_c);
     CHECK_EQ(weir_job_run(j, &(weir_run_opts){.parallelism = 2}), 0);
     weir_job_free(j);
     return 0;
@@ -378,7 +335,7 @@ static intptr_t run_consumer(void *arg)
 {
     fake *f = arg;
     weir_collector *c = weir_collector_new();
-    weir_job *j = count_job(c);
+    weir_job *j = count_job("tcp", c);
     weir__plan *p;
     char why[256];
     CHECK_EQ(weir__plan_make(j, 2, (int)f->credits, &p, why, sizeof(why)), 0);
