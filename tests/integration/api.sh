@@ -27,14 +27,9 @@
 set -eu
 weir=$1
 plugin=$2
-tmp=$(mktemp -d /tmp/weir-api-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
+me=api.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh" # its fail is replaced below, by one that says more
 
 WEIR_AUTH_TOKEN=api-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 export WEIR_AUTH_TOKEN
@@ -55,14 +50,6 @@ fail() {
     exit 1
 }
 
-wait_for() { # the deadline is the wall clock's (a poll may take long on a loaded machine)
-    end=$(($(date +%s) + $1))
-    shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt $end ] || return 1
-        sleep 0.05
-    done
-}
 
 # check FILE EXPR: the JSON in FILE, as d, makes the JavaScript EXPR true.
 check() {

@@ -33,14 +33,9 @@ weir=$1
 plugin=$2
 shift 2
 cases=${*:-basic kill kill2 stop nocheckpoint term}
-tmp=$(mktemp -d /tmp/weir-cluster-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-[ -z "${KEEP:-}" ] || trap - EXIT
+me=cluster.sh
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "$0")/lib.sh" # its fail is replaced below, by one that says more
 
 # A token for the nodes' HTTP servers, presented by every request here.
 WEIR_AUTH_TOKEN=cluster-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -71,16 +66,6 @@ fail() {
         tail -n 60 "$f" >&2
     done
     exit 1
-}
-
-# wait_for SECONDS COMMAND...: poll every 50 ms until COMMAND succeeds.
-wait_for() { # the deadline is the wall clock's (a poll may take long on a loaded machine)
-    end=$(($(date +%s) + $1))
-    shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt $end ] || return 1
-        sleep 0.05
-    done
 }
 
 start_coordinator() {

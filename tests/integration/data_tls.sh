@@ -38,21 +38,7 @@ data_tls() { # the data-plane flags of a worker with certificate $1
 }
 
 # ---- flags refused at start --------------------------------------------------------------
-# refused WHAT GREP CMD...: CMD must exit 2 and say GREP on stderr.
-refused() {
-    what=$1
-    want=$2
-    shift 2
-    if "$@" >"$tmp/refused.out" 2>"$tmp/refused.err"; then
-        fail "$what was taken"
-    else
-        rc=$?
-        if [ $rc -ne 2 ] || ! grep -q -- "$want" "$tmp/refused.err"; then
-            fail "$what: exit $rc, not 2 with \"$want\": $(cat "$tmp/refused.err")"
-        fi
-    fi
-    ! grep -q registered "$tmp/refused.out" || fail "$what: the node started"
-}
+# (refused: lib.sh)
 w="--role=worker --id z --coordinator 127.0.0.1:1"
 # shellcheck disable=SC2086 # $w is several words
 refused "--data-tls-cert alone" "--data-tls-key and --data-tls-ca missing" \

@@ -19,6 +19,9 @@
 #                          than 50 ms)
 #   reap SECS PID          wait for PID to exit, its status in $rc; fail
 #                          with the logs when it still runs after SECS
+#   refused WHAT GREP CMD...
+#                          CMD must exit 2 saying GREP on stderr, and not
+#                          start a node (no "listening" or "registered")
 #   ca NAME                a self-signed authority $tmp/NAME.crt and .key
 #   cert NAME CA SAN       $tmp/NAME.crt and .key signed by CA, naming SAN
 #                          (openssl's subjectAltName, "DNS:x,IP:127.0.0.1")
@@ -61,6 +64,21 @@ reap() {
     done
     rc=0
     wait "$2" || rc=$?
+}
+
+refused() {
+    what=$1
+    want=$2
+    shift 2
+    if "$@" >"$tmp/refused.out" 2>"$tmp/refused.err"; then
+        fail "$what was taken"
+    else
+        rc=$?
+        if [ $rc -ne 2 ] || ! grep -q -- "$want" "$tmp/refused.err"; then
+            fail "$what: exit $rc, not 2 with \"$want\": $(cat "$tmp/refused.err")"
+        fi
+    fi
+    ! grep -q -e listening -e registered "$tmp/refused.out" || fail "$what: the node started"
 }
 
 ca() {

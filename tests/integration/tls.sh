@@ -40,21 +40,7 @@ tls_client() { # the flags of a worker or client with certificate $1
 }
 
 # ---- flags refused at start --------------------------------------------------------------
-# refused WHAT GREP CMD...: CMD must exit 2 and say GREP on stderr.
-refused() {
-    what=$1
-    want=$2
-    shift 2
-    if "$@" >"$tmp/refused.out" 2>"$tmp/refused.err"; then
-        fail "$what was taken"
-    else
-        rc=$?
-        if [ $rc -ne 2 ] || ! grep -q -- "$want" "$tmp/refused.err"; then
-            fail "$what: exit $rc, not 2 with \"$want\": $(cat "$tmp/refused.err")"
-        fi
-    fi
-    ! grep -q listening "$tmp/refused.out" || fail "$what: the node started"
-}
+# (refused: lib.sh)
 refused "--tls-cert without --tls-key" "--tls-cert without --tls-key" \
     "$weir" node --role=coordinator --port 0 --tls-cert "$tmp/server.crt"
 refused "--tls-client-ca without a certificate" "--tls-client-ca without --tls-cert" \
