@@ -886,7 +886,6 @@ intptr_t weir__coord_job_main(void *arg)
     snprintf(J->message, sizeof(J->message), "%s", jc.message);
     J->ended_ms = (uint64_t)weir__wall_ms();
     J->ended = 1; /* readers route nothing more to it */
-    int left = weir__coord_handed_on_locked(J);
     J->ckpt_done_before = t.completed;
     weir_counter_inc(
         weir_metric_counter(c->m.ended, (const char *const[]){weir__cl_job_state_name(J->state)}));
@@ -894,13 +893,6 @@ intptr_t weir__coord_job_main(void *arg)
     client *cl = J->submitter;
     J->submitter = NULL;
     pthread_mutex_unlock(&c->mu);
-    /* A job handed on is not over: the next leader runs it on. */
-    if (left)
-        weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " left to the next leader: %s", J->id, why);
-    else if (outcome != A_OK)
-        weir__log(outcome == A_CANCELLED || c->o.client_reports ? WEIR__LOG_INFO : WEIR__LOG_WARN,
-                  LOG, "job %" PRIu64 " %s: %s", J->id,
-                  outcome == A_CANCELLED ? "cancelled" : "failed", why);
     weir__coord_job_ended(J);
     /* The state is final before the submitter hears of it (a ListJobs it
      * sends next shows the end). A job cancelled because this leader
@@ -910,6 +902,12 @@ intptr_t weir__coord_job_main(void *arg)
     pthread_mutex_lock(&c->mu);
     int handed_on = weir__coord_handed_on_locked(J);
     pthread_mutex_unlock(&c->mu);
+    if (handed_on)
+        weir__log(WEIR__LOG_INFO, LOG, "job %" PRIu64 " left to the next leader: %s", J->id, why);
+    else if (outcome != A_OK)
+        weir__log(outcome == A_CANCELLED || c->o.client_reports ? WEIR__LOG_INFO : WEIR__LOG_WARN,
+                  LOG, "job %" PRIu64 " %s: %s", J->id,
+                  outcome == A_CANCELLED ? "cancelled" : "failed", why);
     if (!handed_on)
         send_completed(cl, &jc);
     if (cl)
