@@ -503,6 +503,18 @@ static int parse_body(const ctx *c, const char *body, size_t n, int stream, json
     return 0;
 }
 
+/* An error answer (a status outside 2xx): its text and errno, as
+ * peer_error, from its body when that is JSON. */
+static int status_error(const ctx *c, const weir_http_client_resp *r)
+{
+    json_t *err = NULL;
+    if (parse_body(c, r->body, r->body_len, 0, &err) < 0)
+        err = NULL;
+    int rc = peer_error(c, r->status, err);
+    json_decref(err);
+    return rc;
+}
+
 /* ---- requests -------------------------------------------------------------------------- */
 /* POST req (not consumed) to path on the members in turn, starting at
  * the one that answered last: on a connection error, a timeout or a 5xx,
@@ -558,22 +570,16 @@ static int call_raw(weir__etcd *e, const char *path, json_t *req, int stream, js
             continue;
         }
         if (r.status >= 500) {
-            json_t *err = NULL;
-            if (parse_body(&c, r.body, r.body_len, 0, &err) < 0)
-                err = NULL;
-            rc = peer_error(&c, r.status, err);
+            rc = status_error(&c, &r);
             if (rc == -EPROTO || rc == -EAGAIN)
                 rc = -EIO;
-            json_decref(err);
             weir_http_client_resp_free(&r);
             continue;
         }
         e->cur = idx; /* it answered */
         json_t *v = NULL;
         if (r.status < 200 || r.status > 299) {
-            if (parse_body(&c, r.body, r.body_len, 0, &v) < 0)
-                v = NULL;
-            rc = peer_error(&c, r.status, v);
+            rc = status_error(&c, &r);
         } else if ((rc = parse_body(&c, r.body, r.body_len, stream, &v)) == 0 && stream) {
             json_t *res = NULL, *err = NULL;
             if ((rc = get_obj(&c, v, "result", &res)) == 0 &&
@@ -1065,13 +1071,9 @@ static int watch_once(weir__etcd *e, const char *body, int64_t dl, char *msg, si
     else if (x < 0)
         rc = fail(msg, cap, x, "etcd %s: %s (%s)", url, weir_net_strerror(x),
                   r.error && r.error[0] ? r.error : "request failed");
-    else if (r.status < 200 || r.status > 299) {
-        json_t *err = NULL;
-        if (parse_body(&w.c, r.body, r.body_len, 0, &err) < 0)
-            err = NULL;
-        rc = peer_error(&w.c, r.status, err);
-        json_decref(err);
-    } else if (!w.created) {
+    else if (r.status < 200 || r.status > 299)
+        rc = status_error(&w.c, &r);
+    else if (!w.created) {
         rc = fail(msg, cap, -EPROTO,
                   "etcd %s: the answer ended before the watch was set up "
                   "(a proxy that does not stream?)",
